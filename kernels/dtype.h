@@ -1,0 +1,63 @@
+// Element types and the float conversions every backend shares.
+//
+// Dtype is a runtime property of a tensor (never a template parameter): kernels dispatch on it
+// internally. Half-precision conversions round to nearest-even, matching PyTorch's casts, so that
+// values written here compare bit-for-bit with Hugging Face's.
+#ifndef BLOSSOM_KERNELS_DTYPE_H_
+#define BLOSSOM_KERNELS_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace blossom {
+
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kI32 = 3,
+  kI64 = 4,
+};
+
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// "f32", "f16", "bf16", "i32", "i64".
+const char* DTypeName(DType dtype);
+// Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+// True for the floating-point types.
+inline bool IsFloat(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+inline float BF16ToFloat(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// Round-to-nearest-even; NaN stays a (quiet) NaN.
+inline uint16_t FloatToBF16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+float HalfToFloat(uint16_t bits);
+uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
+
+// Converts n elements of a float dtype (F32, F16, BF16) to fp32.
+void ConvertToF32(const void* src, DType src_dtype, float* dst, size_t n);
+// Converts n fp32 values to a float dtype (F32, F16, BF16).
+void ConvertFromF32(const float* src, void* dst, DType dst_dtype, size_t n);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_DTYPE_H_
