@@ -1,0 +1,162 @@
+// The device abstraction every model computation goes through.
+//
+// A Backend owns device memory, a KV-cache layout and an implementation of each op the BLOOM
+// forward needs. The engine (engine/) talks only to this interface and never includes a device
+// header; the CPU backend (kernels/cpu) is the reference, the CUDA backend implements the same
+// contract. Tensors passed to ops live in memory allocated by the same backend.
+//
+// Dtypes are runtime properties. Weights may be F32, F16 or BF16; activations use
+// activation_dtype() (F32 on the CPU backend). Every op that accumulates does so in fp32.
+//
+// Tokens of a step are "flattened": all new tokens of all sequences in one [num_tokens, ...]
+// tensor, so a step can mix prefill chunks and decode tokens (continuous batching). Each
+// sequence's keys and values live in fixed-size KV blocks reached through its block table.
+//
+// Thread-safety: a Backend is used by one engine thread at a time (ops are issued in order on one
+// stream). Allocation is thread-safe.
+#ifndef BLOSSOM_KERNELS_BACKEND_H_
+#define BLOSSOM_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
+
+namespace blossom {
+
+class Backend;
+
+// Owns one allocation on a backend's device; frees it on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* data, size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void Reset();
+
+ private:
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A tensor together with the buffer that holds it (empty storage for zero-copy views).
+struct OwnedTensor {
+  Tensor tensor;
+  DeviceBuffer storage;
+};
+
+// Geometry of the paged KV cache for one rank.
+struct KvCacheSpec {
+  int32_t num_layers = 0;
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;  // tokens per block
+  int32_t num_heads = 0;    // heads on this rank
+  int32_t head_dim = 0;
+  DType dtype = DType::kF32;
+
+  // Bytes of K and V for one block across all layers.
+  size_t BytesPerBlock() const;
+};
+
+// The backend's KV storage: layout is private to the backend (the CUDA layout differs).
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  virtual const KvCacheSpec& spec() const = 0;
+};
+
+// Per-step description of the flattened batch for attention, in device memory (I32 tensors).
+// Sequence s owns token rows [query_start[s], query_start[s+1]); its new tokens sit at positions
+// [context_len[s] - num_new, context_len[s]) where num_new = query_start[s+1] - query_start[s].
+// block_tables is [num_seqs, max_blocks_per_seq]; slot_mapping[t] is the KV slot
+// (block * block_size + offset) that token row t writes.
+struct AttentionMetadata {
+  int32_t num_seqs = 0;
+  int32_t num_tokens = 0;
+  int32_t max_query_len = 0;
+  int32_t max_context_len = 0;
+  int32_t max_blocks_per_seq = 0;
+  Tensor query_start;    // I32 [num_seqs + 1]
+  Tensor context_len;    // I32 [num_seqs]
+  Tensor block_tables;   // I32 [num_seqs, max_blocks_per_seq]
+  Tensor slot_mapping;   // I32 [num_tokens]
+};
+
+enum class Activation : uint8_t { kNone = 0, kBloomGelu = 1 };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual DeviceKind device() const = 0;
+  // The dtype activations are kept in for weights of `weight_dtype`.
+  virtual DType activation_dtype(DType weight_dtype) const = 0;
+
+  // ---- Memory ----
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Allocates a tensor of the given shape on this device.
+  absl::StatusOr<OwnedTensor> AllocateTensor(DType dtype, std::initializer_list<int64_t> shape);
+  // Makes a host weight usable by ops. The CPU backend returns a zero-copy view (the caller keeps
+  // the host memory alive); a GPU backend copies it into device memory it owns.
+  virtual absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) = 0;
+  virtual absl::Status CopyToDevice(const void* host, Tensor dst) = 0;
+  virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
+  // Blocks until all issued work is done.
+  virtual absl::Status Synchronize() = 0;
+
+  virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) = 0;
+
+  // ---- Ops ----
+  // out[t, :] = table[ids[t] - vocab_begin, :] for ids inside [vocab_begin, vocab_begin + rows),
+  // zeros otherwise (vocabulary-parallel embedding: the partial results are all-reduced).
+  virtual absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
+                                 Tensor out) = 0;
+  // If residual is non-empty: residual += x (in place), then out = LN(residual). Else out = LN(x).
+  // LayerNorm statistics in fp32, biased variance, like torch.nn.LayerNorm.
+  virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float eps, Tensor residual, Tensor out) = 0;
+  // out[M, N] = activation(x[M, K] * weight[N, K]^T + bias[N]); bias may be empty.
+  // Each output row depends only on its input row (batch invariance).
+  virtual absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Activation activation, Tensor out) = 0;
+  // x = (x + bias) + residual, elementwise over rows; bias may be empty. Used after a row-parallel
+  // linear whose bias must be added once, after the all-reduce.
+  virtual absl::Status AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) = 0;
+  // Splits fused qkv [T, heads * 3 * head_dim] (row layout [head][q,k,v][d]) into q [T, heads, d]
+  // and writes k, v of every token into the cache of `layer` at metadata.slot_mapping.
+  virtual absl::Status SplitQkvWriteCache(const Tensor& qkv, const AttentionMetadata& metadata,
+                                          int32_t layer, KvCache& cache, Tensor q) = 0;
+  // Causal ALiBi attention of the new tokens over their sequence's cached keys (which include the
+  // new tokens, written by SplitQkvWriteCache). scores = slope_h * key_position + (q.k) * scale,
+  // softmax in fp32. out is [T, heads * d] with index h * d + e. slopes: F32 [heads].
+  virtual absl::Status Attention(const Tensor& q, const AttentionMetadata& metadata, int32_t layer,
+                                 const KvCache& cache, const Tensor& slopes, float scale,
+                                 Tensor out) = 0;
+  // out[r, :] = x[rows[r], :]; rows is I32 on the device.
+  virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+  // Row-wise softmax in fp32 (in place allowed: out may alias x).
+  virtual absl::Status Softmax(const Tensor& x, Tensor out) = 0;
+  // out[r] = argmax over row r (ties: lowest index). out is I32 [rows].
+  virtual absl::Status Argmax(const Tensor& x, Tensor out) = 0;
+
+ protected:
+  friend class DeviceBuffer;
+  virtual void Free(void* data, size_t bytes) = 0;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_BACKEND_H_

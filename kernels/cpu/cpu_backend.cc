@@ -1,0 +1,383 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/gemm.h"
+
+namespace blossom {
+namespace {
+
+absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+bool IsF32(const Tensor& t) { return t.dtype == DType::kF32 && t.data != nullptr; }
+
+float LoadAt(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF16:
+      return HalfToFloat(t.as<const uint16_t>()[i]);
+    case DType::kBF16:
+      return BF16ToFloat(t.as<const uint16_t>()[i]);
+    default:
+      return t.as<const float>()[i];
+  }
+}
+
+// Host KV storage: per layer, K and V each [num_blocks, block_size, heads, head_dim] in fp32.
+class CpuKvCache : public KvCache {
+ public:
+  explicit CpuKvCache(const KvCacheSpec& spec, DeviceBuffer storage)
+      : spec_(spec), storage_(std::move(storage)) {}
+  const KvCacheSpec& spec() const override { return spec_; }
+
+  size_t LayerStride() const {
+    return 2ull * spec_.num_blocks * spec_.block_size * spec_.num_heads * spec_.head_dim;
+  }
+  float* Key(int32_t layer, int64_t slot) const {
+    return base() + layer * LayerStride() + slot * spec_.num_heads * spec_.head_dim;
+  }
+  float* Value(int32_t layer, int64_t slot) const {
+    return Key(layer, slot) + static_cast<size_t>(spec_.num_blocks) * spec_.block_size *
+                                  spec_.num_heads * spec_.head_dim;
+  }
+
+ private:
+  float* base() const { return static_cast<float*>(storage_.data()); }
+  KvCacheSpec spec_;
+  DeviceBuffer storage_;
+};
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) : pool_(std::make_unique<ThreadPool>(num_threads)) {}
+CpuBackend::~CpuBackend() = default;
+
+absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
+  if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
+  // 64-byte alignment for vector loads.
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cpu backend: cannot allocate ", bytes, " bytes of host memory"));
+  }
+  return DeviceBuffer(this, p, bytes);
+}
+
+void CpuBackend::Free(void* data, size_t) { std::free(data); }
+
+absl::StatusOr<OwnedTensor> CpuBackend::ImportWeight(const Tensor& host) {
+  if (!IsFloat(host.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend: weights must be f32, f16 or bf16, got ", DTypeName(host.dtype)));
+  }
+  OwnedTensor owned;
+  owned.tensor = host;  // zero copy: the mapping outlives the model
+  return owned;
+}
+
+absl::Status CpuBackend::CopyToDevice(const void* host, Tensor dst) {
+  if (dst.bytes() > 0) std::memcpy(dst.data, host, dst.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyToHost(const Tensor& src, void* host) {
+  if (src.bytes() > 0) std::memcpy(host, src.data, src.bytes());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> CpuBackend::CreateKvCache(const KvCacheSpec& spec) {
+  if (spec.num_layers <= 0 || spec.num_blocks <= 0 || spec.block_size <= 0 ||
+      spec.num_heads <= 0 || spec.head_dim <= 0) {
+    return absl::InvalidArgumentError("cpu backend: KV cache dimensions must be positive");
+  }
+  if (spec.dtype != DType::kF32) {
+    return absl::InvalidArgumentError("cpu backend: the KV cache is fp32 on the CPU");
+  }
+  size_t bytes = spec.BytesPerBlock() * spec.num_blocks;
+  absl::StatusOr<DeviceBuffer> storage = Allocate(bytes);
+  if (!storage.ok()) return storage.status();
+  std::memset(storage->data(), 0, bytes);
+  return std::unique_ptr<KvCache>(new CpuKvCache(spec, std::move(*storage)));
+}
+
+absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
+                                   Tensor out) {
+  const int64_t rows = table.dim(0), hidden = table.dim(1), n = ids.numel();
+  if (auto s = Check(IsF32(out) && out.dim(0) == n && out.dim(1) == hidden &&
+                         ids.dtype == DType::kI32,
+                     "Embedding", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  const int32_t* id = ids.as<const int32_t>();
+  const size_t row_bytes = hidden * DTypeSize(table.dtype);
+  pool_->ParallelFor(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      int64_t local = static_cast<int64_t>(id[t]) - vocab_begin;
+      float* dst = out.as<float>() + t * hidden;
+      if (local < 0 || local >= rows) {
+        std::fill(dst, dst + hidden, 0.0f);
+      } else {
+        ConvertToF32(static_cast<const char*>(table.data) + local * row_bytes, table.dtype, dst,
+                     hidden);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   float eps, Tensor residual, Tensor out) {
+  const int64_t rows = x.dim(0), hidden = x.dim(-1);
+  if (auto s = Check(IsF32(x) && IsF32(out) && out.numel() == x.numel() &&
+                         gamma.numel() == hidden && beta.numel() == hidden &&
+                         (residual.empty() || (IsF32(residual) && residual.numel() == x.numel())),
+                     "LayerNorm", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  std::vector<float> g(hidden), bt(hidden);
+  for (int64_t i = 0; i < hidden; ++i) {
+    g[i] = LoadAt(gamma, i);
+    bt[i] = LoadAt(beta, i);
+  }
+  pool_->ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* in = x.as<const float>() + r * hidden;
+      if (!residual.empty()) {
+        float* res = residual.as<float>() + r * hidden;
+        for (int64_t i = 0; i < hidden; ++i) res[i] += in[i];
+        in = res;
+      }
+      // Two passes in double: the mean and biased variance as exact as fp32 inputs allow.
+      double mean = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) mean += in[i];
+      mean /= hidden;
+      double var = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) {
+        double d = in[i] - mean;
+        var += d * d;
+      }
+      var /= hidden;
+      const float inv_std = static_cast<float>(1.0 / std::sqrt(var + eps));
+      const float mean_f = static_cast<float>(mean);
+      float* o = out.as<float>() + r * hidden;
+      for (int64_t i = 0; i < hidden; ++i) o[i] = (in[i] - mean_f) * inv_std * g[i] + bt[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                Activation activation, Tensor out) {
+  const int64_t m = x.dim(0), k = x.dim(-1), n = weight.dim(0);
+  if (auto s = Check(IsF32(x) && IsF32(out) && weight.rank == 2 && weight.dim(1) == k &&
+                         IsFloat(weight.dtype) && out.numel() == m * n &&
+                         (bias.empty() || bias.numel() == n),
+                     "Linear",
+                     absl::StrCat("bad shapes: x ", x.ShapeString(), " weight ",
+                                  weight.ShapeString(), " out ", out.ShapeString()));
+      !s.ok())
+    return s;
+  GemmArgs args;
+  args.x = x.as<const float>();
+  args.w = weight.data;
+  args.w_dtype = weight.dtype;
+  args.bias = bias.empty() ? nullptr : bias.data;
+  args.bias_dtype = bias.dtype;
+  args.out = out.as<float>();
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.activation = activation;
+  GemmNT(args, pool_.get());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) {
+  const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, x.dim(0));
+  if (auto s = Check(IsF32(x) && IsF32(residual) && residual.numel() == x.numel() &&
+                         (bias.empty() || bias.numel() == cols),
+                     "AddBiasResidual", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  std::vector<float> b(cols, 0.0f);
+  for (int64_t i = 0; i < cols && !bias.empty(); ++i) b[i] = LoadAt(bias, i);
+  const bool has_bias = !bias.empty();
+  pool_->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* v = x.as<float>() + r * cols;
+      const float* res = residual.as<const float>() + r * cols;
+      for (int64_t i = 0; i < cols; ++i) v[i] = (has_bias ? v[i] + b[i] : v[i]) + res[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionMetadata& md,
+                                            int32_t layer, KvCache& cache, Tensor q) {
+  auto& kv = static_cast<CpuKvCache&>(cache);
+  const KvCacheSpec& spec = kv.spec();
+  const int64_t heads = spec.num_heads, d = spec.head_dim, tokens = md.num_tokens;
+  if (auto s = Check(IsF32(qkv) && IsF32(q) && qkv.dim(0) == tokens &&
+                         qkv.numel() == tokens * heads * 3 * d && q.numel() == tokens * heads * d &&
+                         layer >= 0 && layer < spec.num_layers,
+                     "SplitQkvWriteCache", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  const int32_t* slots = md.slot_mapping.as<const int32_t>();
+  const int64_t num_slots = static_cast<int64_t>(spec.num_blocks) * spec.block_size;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0 || slots[t] >= num_slots)
+      return absl::InvalidArgumentError(absl::StrCat("SplitQkvWriteCache: slot ", slots[t],
+                                                     " of token ", t, " outside the KV pool"));
+  }
+  pool_->ParallelFor(tokens, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* row = qkv.as<const float>() + t * heads * 3 * d;
+      float* k_dst = kv.Key(layer, slots[t]);
+      float* v_dst = kv.Value(layer, slots[t]);
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* src = row + h * 3 * d;  // [q | k | v] of head h
+        std::memcpy(q.as<float>() + (t * heads + h) * d, src, d * sizeof(float));
+        std::memcpy(k_dst + h * d, src + d, d * sizeof(float));
+        std::memcpy(v_dst + h * d, src + 2 * d, d * sizeof(float));
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md, int32_t layer,
+                                   const KvCache& cache, const Tensor& slopes, float scale,
+                                   Tensor out) {
+  const auto& kv = static_cast<const CpuKvCache&>(cache);
+  const KvCacheSpec& spec = kv.spec();
+  const int64_t heads = spec.num_heads, d = spec.head_dim, bs = spec.block_size;
+  if (auto s = Check(IsF32(q) && IsF32(out) && IsF32(slopes) && slopes.numel() == heads &&
+                         q.numel() == static_cast<int64_t>(md.num_tokens) * heads * d &&
+                         out.numel() == q.numel(),
+                     "Attention", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  const int32_t* query_start = md.query_start.as<const int32_t>();
+  const int32_t* context_len = md.context_len.as<const int32_t>();
+  const int32_t* tables = md.block_tables.as<const int32_t>();
+  // Map each token row to its sequence once.
+  std::vector<int32_t> seq_of(md.num_tokens);
+  for (int32_t s = 0; s < md.num_seqs; ++s) {
+    const int32_t num_new = query_start[s + 1] - query_start[s];
+    if (num_new < 0 || context_len[s] < num_new ||
+        (context_len[s] + bs - 1) / bs > md.max_blocks_per_seq)
+      return absl::InvalidArgumentError(
+          absl::StrCat("Attention: inconsistent metadata for sequence ", s));
+    for (int32_t t = query_start[s]; t < query_start[s + 1]; ++t) seq_of[t] = s;
+  }
+  const float* slope = slopes.as<const float>();
+  pool_->ParallelFor(static_cast<int64_t>(md.num_tokens) * heads, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores;
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t t = item / heads, h = item % heads;
+      const int32_t s = seq_of[t];
+      const int32_t num_new = query_start[s + 1] - query_start[s];
+      // Position of this query token; causal: it sees keys 0..pos.
+      const int64_t pos = context_len[s] - num_new + (t - query_start[s]);
+      const int32_t* table = tables + static_cast<int64_t>(s) * md.max_blocks_per_seq;
+      const float* qv = q.as<const float>() + (t * heads + h) * d;
+      scores.resize(pos + 1);
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= pos; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+        const float* kv_k = kv.Key(layer, slot) + h * d;
+        float dot = 0.0f;
+        for (int64_t i = 0; i < d; ++i) dot += qv[i] * kv_k[i];
+        // Hugging Face: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d)).
+        const float score = slope[h] * static_cast<float>(j) + dot * scale;
+        scores[j] = score;
+        max_score = std::max(max_score, score);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= pos; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      const float inv_sum = 1.0f / sum;
+      float* o = out.as<float>() + (t * heads + h) * d;
+      std::fill(o, o + d, 0.0f);
+      for (int64_t j = 0; j <= pos; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+        const float* kv_v = kv.Value(layer, slot) + h * d;
+        const float p = scores[j] * inv_sum;
+        for (int64_t i = 0; i < d; ++i) o[i] += p * kv_v[i];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
+  const int64_t n = rows.numel(), cols = x.numel() / std::max<int64_t>(1, x.dim(0));
+  if (auto s = Check(x.dtype == out.dtype && rows.dtype == DType::kI32 && out.numel() == n * cols,
+                     "GatherRows", "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  const size_t row_bytes = cols * DTypeSize(x.dtype);
+  for (int64_t r = 0; r < n; ++r) {
+    int32_t src = rows.as<const int32_t>()[r];
+    if (src < 0 || src >= x.dim(0))
+      return absl::InvalidArgumentError(absl::StrCat("GatherRows: row ", src, " out of range"));
+    std::memcpy(static_cast<char*>(out.data) + r * row_bytes,
+                static_cast<const char*>(x.data) + src * row_bytes, row_bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Softmax(const Tensor& x, Tensor out) {
+  const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, rows);
+  if (auto s = Check(IsF32(x) && IsF32(out) && out.numel() == x.numel(), "Softmax",
+                     "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  pool_->ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* in = x.as<const float>() + r * cols;
+      float* o = out.as<float>() + r * cols;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < cols; ++i) mx = std::max(mx, in[i]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < cols; ++i) {
+        o[i] = std::exp(in[i] - mx);
+        sum += o[i];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < cols; ++i) o[i] *= inv;
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Argmax(const Tensor& x, Tensor out) {
+  const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, rows);
+  if (auto s = Check(IsF32(x) && out.dtype == DType::kI32 && out.numel() == rows, "Argmax",
+                     "bad shapes or dtypes");
+      !s.ok())
+    return s;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x.as<const float>() + r * cols;
+    int64_t best = 0;
+    for (int64_t i = 1; i < cols; ++i)
+      if (in[i] > in[best]) best = i;  // strict: ties keep the lowest index
+    out.as<int32_t>()[r] = static_cast<int32_t>(best);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace blossom

@@ -1,0 +1,67 @@
+// The CPU reference backend: every op in fp32 on the host, multithreaded.
+//
+// This is the numerical reference the CUDA backend is tested against, and it runs every test on
+// every machine. Weights are zero-copy views of the memory-mapped checkpoint (F32, F16 or BF16),
+// converted to fp32 a tile at a time inside the GEMM. Activations and the KV cache are fp32.
+//
+// Every op computes each output row from its own input row only, with an operation order that
+// does not depend on the batch, so a sequence's results are bit-identical alone or batched.
+//
+// Thread-safety: ops are issued by one thread at a time (they use the internal thread pool);
+// Allocate/Free are thread-safe.
+#ifndef BLOSSOM_KERNELS_CPU_CPU_BACKEND_H_
+#define BLOSSOM_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace blossom {
+
+class CpuBackend : public Backend {
+ public:
+  // num_threads <= 0: all hardware threads.
+  explicit CpuBackend(int num_threads = 0);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  DeviceKind device() const override { return DeviceKind::kHost; }
+  DType activation_dtype(DType) const override { return DType::kF32; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
+  absl::Status CopyToDevice(const void* host, Tensor dst) override;
+  absl::Status CopyToHost(const Tensor& src, void* host) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;
+
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
+                         Tensor out) override;
+  absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         Tensor residual, Tensor out) override;
+  absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      Activation activation, Tensor out) override;
+  absl::Status AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) override;
+  absl::Status SplitQkvWriteCache(const Tensor& qkv, const AttentionMetadata& metadata,
+                                  int32_t layer, KvCache& cache, Tensor q) override;
+  absl::Status Attention(const Tensor& q, const AttentionMetadata& metadata, int32_t layer,
+                         const KvCache& cache, const Tensor& slopes, float scale,
+                         Tensor out) override;
+  absl::Status GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  absl::Status Softmax(const Tensor& x, Tensor out) override;
+  absl::Status Argmax(const Tensor& x, Tensor out) override;
+
+  ThreadPool* pool() { return pool_.get(); }
+
+ protected:
+  void Free(void* data, size_t bytes) override;
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,262 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Tensor F32(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), DType::kF32, shape);
+}
+Tensor I32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), DType::kI32, shape);
+}
+
+TEST(CpuBackendTest, EmbeddingWithVocabOffsetAndHalfTable) {
+  CpuBackend backend(2);
+  std::vector<float> table = Random(10 * 6, 1);
+  std::vector<uint16_t> table_h(table.size());
+  ConvertFromF32(table.data(), table_h.data(), DType::kF16, table.size());
+  std::vector<int32_t> ids = {12, 15, 3, 19, 10};  // rows 10..19 live here
+  std::vector<float> out(5 * 6, -1.0f);
+  ASSERT_TRUE(backend
+                  .Embedding(Tensor(table_h.data(), DType::kF16, {10, 6}), I32(ids, {5}), 10,
+                             F32(out, {5, 6}))
+                  .ok());
+  for (int t = 0; t < 5; ++t) {
+    for (int i = 0; i < 6; ++i) {
+      float expected = 0.0f;
+      if (ids[t] >= 10 && ids[t] < 20) expected = HalfToFloat(table_h[(ids[t] - 10) * 6 + i]);
+      EXPECT_EQ(out[t * 6 + i], expected) << t << "," << i;
+    }
+  }
+}
+
+TEST(CpuBackendTest, LayerNormWithAndWithoutResidual) {
+  CpuBackend backend(2);
+  const int rows = 5, hidden = 37;
+  std::vector<float> x = Random(rows * hidden, 2, 3.0f), gamma = Random(hidden, 3),
+                     beta = Random(hidden, 4), residual = Random(rows * hidden, 5);
+  std::vector<float> residual_before = residual, out(rows * hidden), out2(rows * hidden);
+  ASSERT_TRUE(backend
+                  .LayerNorm(F32(x, {rows, hidden}), F32(gamma, {hidden}), F32(beta, {hidden}),
+                             1e-5f, Tensor(), F32(out, {rows, hidden}))
+                  .ok());
+  ASSERT_TRUE(backend
+                  .LayerNorm(F32(x, {rows, hidden}), F32(gamma, {hidden}), F32(beta, {hidden}),
+                             1e-5f, F32(residual, {rows, hidden}), F32(out2, {rows, hidden}))
+                  .ok());
+  for (int r = 0; r < rows; ++r) {
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<double> in(hidden);
+      for (int i = 0; i < hidden; ++i)
+        in[i] = pass == 0 ? x[r * hidden + i]
+                          : double(float(x[r * hidden + i] + residual_before[r * hidden + i]));
+      double mean = std::accumulate(in.begin(), in.end(), 0.0) / hidden, var = 0;
+      for (double v : in) var += (v - mean) * (v - mean);
+      var /= hidden;
+      for (int i = 0; i < hidden; ++i) {
+        double ref = (in[i] - mean) / std::sqrt(var + 1e-5) * gamma[i] + beta[i];
+        float got = pass == 0 ? out[r * hidden + i] : out2[r * hidden + i];
+        ASSERT_NEAR(got, ref, 1e-5 * (1 + std::fabs(ref)));
+        if (pass == 1) {
+          ASSERT_EQ(residual[r * hidden + i], float(in[i]));  // updated in place
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, LinearRejectsMismatchedShapes) {
+  CpuBackend backend(1);
+  std::vector<float> x(2 * 3), w(4 * 5), out(2 * 4);
+  absl::Status s = backend.Linear(F32(x, {2, 3}), F32(w, {4, 5}), Tensor(), Activation::kNone,
+                                  F32(out, {2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("Linear"), std::string::npos);
+}
+
+TEST(CpuBackendTest, AddBiasResidualOrder) {
+  CpuBackend backend(1);
+  std::vector<float> x = {1, 2, 3, 4}, bias = {10, 20}, residual = {100, 200, 300, 400};
+  ASSERT_TRUE(backend.AddBiasResidual(F32(x, {2, 2}), F32(bias, {2}), F32(residual, {2, 2})).ok());
+  EXPECT_EQ(x, (std::vector<float>{111, 222, 313, 424}));
+}
+
+// ALiBi causal attention over paged KV against a dense reference in double.
+struct SeqCase {
+  int cached;   // tokens already in the cache before this step
+  int num_new;  // tokens computed this step
+};
+
+void RunAttentionCase(const std::vector<SeqCase>& seqs, int heads, int d, int block_size,
+                      uint32_t seed, std::vector<float>* out_for_seq0 = nullptr) {
+  CpuBackend backend(3);
+  const int num_seqs = seqs.size();
+  int max_ctx = 0;
+  for (auto& s : seqs) max_ctx = std::max(max_ctx, s.cached + s.num_new);
+  const int max_blocks = (max_ctx + block_size - 1) / block_size;
+  const int num_blocks = num_seqs * max_blocks + 3;
+  KvCacheSpec spec{2, num_blocks, block_size, heads, d, DType::kF32};
+  auto cache = backend.CreateKvCache(spec);
+  ASSERT_TRUE(cache.ok());
+  // Scatter each sequence over shuffled blocks.
+  std::vector<int32_t> all_blocks(num_blocks);
+  std::iota(all_blocks.begin(), all_blocks.end(), 0);
+  std::shuffle(all_blocks.begin(), all_blocks.end(), std::mt19937(seed));
+  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
+  for (int s = 0; s < num_seqs; ++s)
+    for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = all_blocks[s * max_blocks + b];
+  // Full per-sequence q/k/v for every position.
+  std::vector<std::vector<float>> qkv_full(num_seqs);
+  for (int s = 0; s < num_seqs; ++s)
+    qkv_full[s] = Random((seqs[s].cached + seqs[s].num_new) * heads * 3 * d, seed * 31 + s);
+  const int layer = 1;
+  auto write_step = [&](bool cached_part, std::vector<float>* q_out,
+                        std::vector<int32_t>* query_start, std::vector<int32_t>* ctx_len) {
+    std::vector<float> qkv;
+    std::vector<int32_t> slots;
+    query_start->assign(1, 0);
+    ctx_len->clear();
+    for (int s = 0; s < num_seqs; ++s) {
+      int begin = cached_part ? 0 : seqs[s].cached;
+      int end = cached_part ? seqs[s].cached : seqs[s].cached + seqs[s].num_new;
+      for (int p = begin; p < end; ++p) {
+        qkv.insert(qkv.end(), qkv_full[s].begin() + p * heads * 3 * d,
+                   qkv_full[s].begin() + (p + 1) * heads * 3 * d);
+        slots.push_back(tables[s * max_blocks + p / block_size] * block_size + p % block_size);
+      }
+      query_start->push_back(query_start->back() + (end - begin));
+      ctx_len->push_back(end);
+    }
+    const int tokens = slots.size();
+    AttentionMetadata md;
+    md.num_seqs = num_seqs;
+    md.num_tokens = tokens;
+    md.max_blocks_per_seq = max_blocks;
+    md.query_start = I32(*query_start, {num_seqs + 1});
+    md.context_len = I32(*ctx_len, {num_seqs});
+    md.block_tables = I32(tables, {num_seqs, max_blocks});
+    md.slot_mapping = I32(slots, {tokens});
+    q_out->assign(std::max(1, tokens) * heads * d, 0.0f);
+    if (tokens == 0) return md;
+    EXPECT_TRUE(backend
+                    .SplitQkvWriteCache(F32(qkv, {tokens, heads * 3 * d}), md, layer, **cache,
+                                        F32(*q_out, {tokens, heads, d}))
+                    .ok());
+    return md;
+  };
+  std::vector<float> q;
+  std::vector<int32_t> qs, cl;
+  write_step(true, &q, &qs, &cl);  // the "earlier steps"
+  AttentionMetadata md = write_step(false, &q, &qs, &cl);
+  std::vector<float> slopes(heads);
+  for (int h = 0; h < heads; ++h) slopes[h] = std::pow(2.0f, -(h + 1) * 8.0f / heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> out(md.num_tokens * heads * d);
+  ASSERT_TRUE(backend
+                  .Attention(F32(q, {md.num_tokens, heads, d}), md, layer, **cache,
+                             F32(slopes, {heads}), scale, F32(out, {md.num_tokens, heads * d}))
+                  .ok());
+  if (out_for_seq0 != nullptr)
+    out_for_seq0->assign(out.begin(), out.begin() + seqs[0].num_new * heads * d);
+  // Dense reference.
+  int row = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const auto& f = qkv_full[s];
+    for (int i = 0; i < seqs[s].num_new; ++i, ++row) {
+      const int pos = seqs[s].cached + i;
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> score(pos + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= pos; ++j) {
+          double dot = 0;
+          for (int e = 0; e < d; ++e)
+            dot += double(f[(pos * heads + h) * 3 * d + e]) * f[(j * heads + h) * 3 * d + d + e];
+          score[j] = double(slopes[h]) * j + dot * scale;
+          mx = std::max(mx, score[j]);
+        }
+        double sum = 0;
+        for (double& v : score) sum += (v = std::exp(v - mx));
+        for (int e = 0; e < d; ++e) {
+          double ref = 0;
+          for (int j = 0; j <= pos; ++j)
+            ref += score[j] / sum * f[(j * heads + h) * 3 * d + 2 * d + e];
+          ASSERT_NEAR(out[(row * heads + h) * d + e], ref, 2e-5)
+              << "seq " << s << " pos " << pos << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, AttentionPrefillOnly) { RunAttentionCase({{0, 7}}, 4, 8, 4, 1); }
+TEST(CpuBackendTest, AttentionDecodeOverCachedBlocks) {
+  RunAttentionCase({{13, 1}, {1, 1}, {16, 1}}, 3, 16, 4, 2);
+}
+TEST(CpuBackendTest, AttentionMixedPrefillChunksAndDecode) {
+  RunAttentionCase({{5, 11}, {0, 3}, {30, 1}, {8, 8}}, 6, 12, 8, 3);
+}
+
+TEST(CpuBackendTest, AttentionOfASequenceDoesNotDependOnItsBatch) {
+  std::vector<float> alone, batched;
+  RunAttentionCase({{9, 4}}, 4, 8, 4, 7, &alone);
+  RunAttentionCase({{9, 4}, {3, 9}, {20, 1}}, 4, 8, 4, 7, &batched);
+  ASSERT_EQ(alone.size(), batched.size());
+  EXPECT_EQ(0, std::memcmp(alone.data(), batched.data(), alone.size() * sizeof(float)));
+}
+
+TEST(CpuBackendTest, SplitQkvRejectsSlotsOutsideThePool) {
+  CpuBackend backend(1);
+  auto cache = backend.CreateKvCache(KvCacheSpec{1, 2, 4, 1, 2, DType::kF32});
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> qkv(6), q(2);
+  std::vector<int32_t> slots = {8}, qs = {0, 1}, cl = {1}, tables = {0};
+  AttentionMetadata md;
+  md.num_seqs = 1;
+  md.num_tokens = 1;
+  md.max_blocks_per_seq = 1;
+  md.query_start = I32(qs, {2});
+  md.context_len = I32(cl, {1});
+  md.block_tables = I32(tables, {1, 1});
+  md.slot_mapping = I32(slots, {1});
+  absl::Status s = backend.SplitQkvWriteCache(F32(qkv, {1, 6}), md, 0, **cache, F32(q, {1, 1, 2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("slot 8"), std::string::npos);
+}
+
+TEST(CpuBackendTest, GatherSoftmaxArgmax) {
+  CpuBackend backend(2);
+  std::vector<float> x = {1, 3, 3, 0, -1, 2, 5, 5, 5};
+  std::vector<int32_t> rows = {2, 0};
+  std::vector<float> gathered(6);
+  ASSERT_TRUE(backend.GatherRows(F32(x, {3, 3}), I32(rows, {2}), F32(gathered, {2, 3})).ok());
+  EXPECT_EQ(gathered, (std::vector<float>{5, 5, 5, 1, 3, 3}));
+  std::vector<int32_t> arg(3);
+  ASSERT_TRUE(backend.Argmax(F32(x, {3, 3}), I32(arg, {3})).ok());
+  EXPECT_EQ(arg, (std::vector<int32_t>{1, 2, 0}));  // ties -> lowest index
+  std::vector<float> p(9);
+  ASSERT_TRUE(backend.Softmax(F32(x, {3, 3}), F32(p, {3, 3})).ok());
+  for (int r = 0; r < 3; ++r) {
+    double denom = 0;
+    for (int i = 0; i < 3; ++i) denom += std::exp(double(x[r * 3 + i]));
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(p[r * 3 + i], std::exp(double(x[r * 3 + i])) / denom, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace blossom

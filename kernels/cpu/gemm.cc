@@ -1,0 +1,125 @@
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace blossom {
+namespace {
+
+// 8 fp32 lanes. GCC lowers this to AVX (or two SSE registers on the baseline target); the
+// arithmetic per lane is the same either way, so results do not depend on the instruction set.
+typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
+
+constexpr int kRowTile = 4;  // x rows per micro-kernel
+constexpr int kColTile = 4;  // w rows (output columns) per tile
+
+inline Vec8 Load8(const float* p) {
+  Vec8 v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// The one reduction every element uses: a fixed tree over the 8 lanes, then the scalar tail.
+inline float Reduce(Vec8 acc, float tail) {
+  float a = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  float b = (acc[4] + acc[5]) + (acc[6] + acc[7]);
+  return (a + b) + tail;
+}
+
+// Dot products of `rows` x rows with kColTile w rows. Every element follows exactly the
+// operation order of the single-row case, so tiling never changes a result.
+template <int kRows>
+__attribute__((target_clones("avx2", "default"))) void MicroKernel(
+    const float* x, int64_t ldx, const float* w, int64_t k, float* dots /*[kRows][kColTile]*/) {
+  Vec8 acc[kRows][kColTile];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kColTile; ++c) acc[r][c] = Vec8{0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k8 = k & ~int64_t{7};
+  for (int64_t i = 0; i < k8; i += 8) {
+    Vec8 wv[kColTile];
+    for (int c = 0; c < kColTile; ++c) wv[c] = Load8(w + c * k + i);
+    for (int r = 0; r < kRows; ++r) {
+      Vec8 xv = Load8(x + r * ldx + i);
+      for (int c = 0; c < kColTile; ++c) acc[r][c] += xv * wv[c];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kColTile; ++c) {
+      float tail = 0.0f;
+      for (int64_t i = k8; i < k; ++i) tail += x[r * ldx + i] * w[c * k + i];
+      dots[r * kColTile + c] = Reduce(acc[r][c], tail);
+    }
+  }
+}
+
+inline float LoadScalar(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBF16:
+      return BF16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+}  // namespace
+
+float BloomGelu(float x) {
+  return x * 0.5f * (1.0f + std::tanh(0.79788456f * x * (1.0f + 0.044715f * x * x)));
+}
+
+void GemmNT(const GemmArgs& a, ThreadPool* pool) {
+  const int64_t num_col_tiles = (a.n + kColTile - 1) / kColTile;
+  auto run_tiles = [&](int64_t tile_begin, int64_t tile_end) {
+    // Per-chunk scratch: one tile of w in fp32 (only used for half weights or a ragged last tile).
+    std::vector<float> w_tile(static_cast<size_t>(kColTile * a.k));
+    float dots[kRowTile * kColTile];
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      const int64_t n0 = tile * kColTile;
+      const int64_t cols = std::min<int64_t>(kColTile, a.n - n0);
+      const float* w;
+      if (a.w_dtype == DType::kF32 && cols == kColTile) {
+        w = static_cast<const float*>(a.w) + n0 * a.k;  // zero copy
+      } else {
+        ConvertToF32(static_cast<const char*>(a.w) + n0 * a.k * DTypeSize(a.w_dtype), a.w_dtype,
+                     w_tile.data(), static_cast<size_t>(cols * a.k));
+        std::fill(w_tile.begin() + cols * a.k, w_tile.end(), 0.0f);
+        w = w_tile.data();
+      }
+      float bias[kColTile] = {0, 0, 0, 0};
+      if (a.bias != nullptr)
+        for (int64_t c = 0; c < cols; ++c) bias[c] = LoadScalar(a.bias, a.bias_dtype, n0 + c);
+      auto store = [&](int64_t m0, int rows) {
+        for (int r = 0; r < rows; ++r) {
+          float* out_row = a.out + (m0 + r) * a.n + n0;
+          for (int64_t c = 0; c < cols; ++c) {
+            float v = dots[r * kColTile + c];
+            if (a.bias != nullptr) v += bias[c];
+            if (a.activation == Activation::kBloomGelu) v = BloomGelu(v);
+            out_row[c] = v;
+          }
+        }
+      };
+      int64_t m0 = 0;
+      for (; m0 + kRowTile <= a.m; m0 += kRowTile) {
+        MicroKernel<kRowTile>(a.x + m0 * a.k, a.k, w, a.k, dots);
+        store(m0, kRowTile);
+      }
+      for (; m0 < a.m; ++m0) {
+        MicroKernel<1>(a.x + m0 * a.k, a.k, w, a.k, dots);
+        store(m0, 1);
+      }
+    }
+  };
+  // Split over output columns only: the split never touches an element's accumulation order.
+  int64_t min_tiles = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.k * std::max<int64_t>(1, a.m)));
+  if (pool != nullptr) {
+    pool->ParallelFor(num_col_tiles, min_tiles, run_tiles);
+  } else {
+    run_tiles(0, num_col_tiles);
+  }
+}
+
+}  // namespace blossom

@@ -1,0 +1,59 @@
+// A fixed pool of worker threads for data-parallel loops in the CPU kernels.
+//
+// ParallelFor splits [0, n) into contiguous chunks; how work is split never changes what each
+// index computes, so results are identical for any thread count (the kernels rely on this for
+// batch invariance and reproducibility).
+//
+// Thread-safety: ParallelFor may be called from one thread at a time per pool (the engine thread);
+// calls from several threads are serialised by an internal mutex.
+#ifndef BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
+#define BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace blossom {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 picks the hardware concurrency. The calling thread also does work, so the
+  // pool starts num_threads - 1 workers.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n), each at least min_chunk long
+  // (except possibly the last). Returns when all chunks are done.
+  void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // one ParallelFor at a time
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  bool stopping_ = false;
+  uint64_t generation_ = 0;
+  // The current job (valid while pending_ > 0 or workers are in it).
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_chunk_ = 0;
+  int64_t next_begin_ = 0;
+  int active_workers_ = 0;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_THREAD_POOL_H_

@@ -1,0 +1,82 @@
+#include "kernels/dtype.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+TEST(DTypeTest, SizesAndNames) {
+  EXPECT_EQ(DTypeSize(DType::kF32), 4u);
+  EXPECT_EQ(DTypeSize(DType::kF16), 2u);
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
+  EXPECT_EQ(DTypeSize(DType::kI64), 8u);
+  EXPECT_STREQ(DTypeName(DType::kBF16), "bf16");
+}
+
+TEST(DTypeTest, ParseAcceptsHuggingFaceNamesAndRejectsOthers) {
+  EXPECT_EQ(*ParseDType("float16"), DType::kF16);
+  EXPECT_EQ(*ParseDType("bfloat16"), DType::kBF16);
+  EXPECT_EQ(*ParseDType("FP32"), DType::kF32);
+  absl::StatusOr<DType> bad = ParseDType("int4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("int4"), std::string::npos);
+}
+
+TEST(DTypeTest, HalfKnownValues) {
+  EXPECT_EQ(HalfToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(HalfToFloat(0xc000), -2.0f);
+  EXPECT_EQ(HalfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7c00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(0x7e00)));
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(FloatToHalf(1e-10f), 0x0000);
+}
+
+TEST(DTypeTest, HalfRoundTripsEveryValue) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    float f = HalfToFloat(static_cast<uint16_t>(bits));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(FloatToHalf(f), bits) << "bits " << bits;
+  }
+}
+
+TEST(DTypeTest, HalfRoundsToNearestEven) {
+  // 1 + 2^-11 lies exactly between 1 and 1 + 2^-10: ties go to the even mantissa (1.0).
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  // 1 + 3 * 2^-11 lies between 1 + 2^-10 (odd) and 1 + 2^-9 (even): goes up.
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  // Subnormal tie: 1.5 * 2^-24 -> 2 * 2^-24 (even).
+  EXPECT_EQ(FloatToHalf(1.5f * std::ldexp(1.0f, -24)), 0x0002);
+  EXPECT_EQ(FloatToHalf(0.5f * std::ldexp(1.0f, -24)), 0x0000);
+}
+
+TEST(DTypeTest, BFloat16RoundTripAndRounding) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    float f = BF16ToFloat(static_cast<uint16_t>(bits));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(FloatToBF16(f), bits);
+  }
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1.0).
+  EXPECT_EQ(FloatToBF16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_TRUE(std::isnan(BF16ToFloat(FloatToBF16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DTypeTest, ConvertBuffers) {
+  const float src[4] = {1.5f, -2.25f, 0.0f, 3.0f};
+  uint16_t half[4];
+  float back[4];
+  ConvertFromF32(src, half, DType::kF16, 4);
+  ConvertToF32(half, DType::kF16, back, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(back[i], src[i]);
+  ConvertFromF32(src, half, DType::kBF16, 4);
+  ConvertToF32(half, DType::kBF16, back, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(back[i], src[i]);
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, runs every test (CUDA code is compiled when
+# /usr/local/cuda exists; GPU tests report SKIPPED without a GPU), checks the CPU-only build,
+# and prints "N passed, N failed, N skipped" last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+CONFIG=()
+[ "${CI:-}" = "true" ] && CONFIG+=(--config=ci)
+rm -rf bazel-testlogs/ 2>/dev/null || true
+bazel test "${CONFIG[@]}" //...; rc=$?
+# A build without CUDA must work too (the CPU-only server).
+if [ -d /usr/local/cuda ]; then
+  bazel build "${CONFIG[@]}" --config=nocuda //... || rc=1
+fi
+python3 tools/test_summary.py || rc=1
+exit $rc
