@@ -7,7 +7,7 @@
 namespace blossom {
 namespace {
 
-// 8 fp32 lanes. GCC lowers this to AVX (or two SSE registers on the baseline target); the
+// 8 fp32 lanes. GCC lowers vector types to AVX (or SSE registers on the baseline target); the
 // arithmetic per lane is the same either way, so results do not depend on the instruction set.
 typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
 
@@ -20,11 +20,19 @@ inline Vec8 Load8(const float* p) {
   return v;
 }
 
+// fp64 accumulators, 4 lanes per vector: products of fp32 values are exact in fp64, so the only
+// rounding is in the (long) sums, and the CPU reference stays far closer to the exact result than
+// any fp32 GEMM it is compared with.
+typedef double Vec4d __attribute__((vector_size(32), aligned(8)));
+
+inline Vec4d Low(Vec8 v) { return Vec4d{v[0], v[1], v[2], v[3]}; }
+inline Vec4d High(Vec8 v) { return Vec4d{v[4], v[5], v[6], v[7]}; }
+
 // The one reduction every element uses: a fixed tree over the 8 lanes, then the scalar tail.
-inline float Reduce(Vec8 acc, float tail) {
-  float a = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  float b = (acc[4] + acc[5]) + (acc[6] + acc[7]);
-  return (a + b) + tail;
+inline float Reduce(Vec4d lo, Vec4d hi, double tail) {
+  double a = (lo[0] + lo[1]) + (lo[2] + lo[3]);
+  double b = (hi[0] + hi[1]) + (hi[2] + hi[3]);
+  return static_cast<float>((a + b) + tail);
 }
 
 // Dot products of `rows` x rows with kColTile w rows. Every element follows exactly the
@@ -32,23 +40,31 @@ inline float Reduce(Vec8 acc, float tail) {
 template <int kRows>
 __attribute__((target_clones("avx2", "default"))) void MicroKernel(
     const float* x, int64_t ldx, const float* w, int64_t k, float* dots /*[kRows][kColTile]*/) {
-  Vec8 acc[kRows][kColTile];
+  Vec4d lo[kRows][kColTile], hi[kRows][kColTile];
   for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < kColTile; ++c) acc[r][c] = Vec8{0, 0, 0, 0, 0, 0, 0, 0};
+    for (int c = 0; c < kColTile; ++c) lo[r][c] = hi[r][c] = Vec4d{0, 0, 0, 0};
   int64_t k8 = k & ~int64_t{7};
   for (int64_t i = 0; i < k8; i += 8) {
-    Vec8 wv[kColTile];
-    for (int c = 0; c < kColTile; ++c) wv[c] = Load8(w + c * k + i);
+    Vec4d w_lo[kColTile], w_hi[kColTile];
+    for (int c = 0; c < kColTile; ++c) {
+      Vec8 wv = Load8(w + c * k + i);
+      w_lo[c] = Low(wv);
+      w_hi[c] = High(wv);
+    }
     for (int r = 0; r < kRows; ++r) {
       Vec8 xv = Load8(x + r * ldx + i);
-      for (int c = 0; c < kColTile; ++c) acc[r][c] += xv * wv[c];
+      Vec4d x_lo = Low(xv), x_hi = High(xv);
+      for (int c = 0; c < kColTile; ++c) {
+        lo[r][c] += x_lo * w_lo[c];
+        hi[r][c] += x_hi * w_hi[c];
+      }
     }
   }
   for (int r = 0; r < kRows; ++r) {
     for (int c = 0; c < kColTile; ++c) {
-      float tail = 0.0f;
-      for (int64_t i = k8; i < k; ++i) tail += x[r * ldx + i] * w[c * k + i];
-      dots[r * kColTile + c] = Reduce(acc[r][c], tail);
+      double tail = 0.0;
+      for (int64_t i = k8; i < k; ++i) tail += double(x[r * ldx + i]) * double(w[c * k + i]);
+      dots[r * kColTile + c] = Reduce(lo[r][c], hi[r][c], tail);
     }
   }
 }

@@ -2,7 +2,7 @@
 //
 // Why our own kernel rather than BLAS: BLAS libraries pick different code paths for different M
 // (gemv for M = 1, other blockings for larger M), so a row's result changes with the batch it
-// is in. Here every output element is computed with one fixed sequence of operations (8 lane
+// is in. Here every output element is computed with one fixed sequence of operations (8 fp64 lane
 // partial sums over K in steps of 8, a scalar tail, a fixed reduction tree), whatever M, the
 // thread count or the tile it lands in. That makes a request's output bit-identical alone or in
 // any batch on the CPU backend.

@@ -1,0 +1,143 @@
+#include "engine/generate/batch_generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+BatchGenerator::BatchGenerator(BloomModel* model, const Tokenizer* tokenizer,
+                               BatchGeneratorOptions options)
+    : model_(model), tokenizer_(tokenizer), options_(options) {}
+
+absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
+    const std::vector<GenerateRequest>& requests, GenerateStats* stats,
+    const TokenCallback& on_token) {
+  GenerateStats local_stats;
+  if (stats == nullptr) stats = &local_stats;
+  *stats = GenerateStats();
+  const int64_t vocab = model_->vocab_size();
+  const int32_t bs = options_.block_size;
+  const int32_t n = static_cast<int32_t>(requests.size());
+  if (n == 0) return std::vector<GenerateResult>();
+
+  // Validate everything before any work, naming the request.
+  int32_t max_blocks = 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const GenerateRequest& r = requests[i];
+    if (r.prompt.empty())
+      return absl::InvalidArgumentError(absl::StrCat("request ", i, ": the prompt is empty"));
+    absl::Status s = Validate(r.sampling, static_cast<int32_t>(vocab));
+    if (s.ok()) s = Validate(r.stopping, static_cast<int32_t>(vocab));
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("request ", i, ": ", s.message()));
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.stopping.max_new_tokens;
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>((total + bs - 1) / bs));
+  }
+  const int32_t needed_blocks = max_blocks * n;
+  if (cache_ == nullptr || cache_blocks_ < needed_blocks) {
+    cache_.reset();
+    BLOSSOM_ASSIGN_OR_RETURN(cache_, model_->CreateKvCache(needed_blocks, bs));
+    cache_blocks_ = needed_blocks;
+  }
+  auto table_of = [&](int32_t i) {
+    std::vector<int32_t> table(max_blocks);
+    for (int32_t b = 0; b < max_blocks; ++b) table[b] = i * max_blocks + b;
+    return table;
+  };
+
+  std::vector<std::unique_ptr<SequenceOutput>> seqs;
+  std::vector<GenerateResult> results(n);
+  for (int32_t i = 0; i < n; ++i) {
+    seqs.push_back(std::make_unique<SequenceOutput>(
+        tokenizer_, requests[i].prompt, requests[i].sampling, requests[i].stopping,
+        absl::optional<int32_t>(model_->config().eos_token_id)));
+    stats->prompt_tokens += requests[i].prompt.size();
+  }
+  auto deliver = [&](int32_t i, const TokenEvent& event) {
+    GenerateResult& r = results[i];
+    r.tokens.push_back(event.token);
+    if (requests[i].sampling.logprobs >= 0) r.logprobs.push_back(event.logprob);
+    if (event.finished) r.finish_reason = event.finish_reason;
+    ++stats->generated_tokens;
+    if (on_token) on_token(i, event);
+  };
+
+  std::vector<float> logits;
+  StepBatch batch;
+  batch.max_blocks_per_seq = max_blocks;
+
+  // Prefill in chunks; the last chunk of each prompt yields its first token's logits.
+  const auto prefill_start = std::chrono::steady_clock::now();
+  std::vector<int32_t> prefilled(n, 0);
+  int32_t next_seq = 0;
+  while (next_seq < n) {
+    batch.Clear();
+    std::vector<int32_t> sampled_seqs;
+    int32_t budget = options_.max_step_tokens;
+    while (next_seq < n && budget > 0) {
+      const auto& prompt = requests[next_seq].prompt;
+      const int32_t start = prefilled[next_seq];
+      const int32_t take = std::min<int32_t>(budget, static_cast<int32_t>(prompt.size()) - start);
+      const bool last_chunk = start + take == static_cast<int32_t>(prompt.size());
+      batch.AddSequence(absl::MakeConstSpan(prompt.data() + start, take), start,
+                        table_of(next_seq), last_chunk);
+      if (last_chunk) sampled_seqs.push_back(next_seq);
+      prefilled[next_seq] += take;
+      budget -= take;
+      if (last_chunk) ++next_seq;
+    }
+    logits.resize(batch.logit_rows.size() * vocab);
+    BLOSSOM_RETURN_IF_ERROR(model_->Forward(batch, *cache_, logits.data()));
+    for (size_t r = 0; r < sampled_seqs.size(); ++r) {
+      const int32_t i = sampled_seqs[r];
+      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,
+                               seqs[i]->Next(absl::MakeConstSpan(logits.data() + r * vocab, vocab),
+                                             scratch_));
+      deliver(i, event);
+    }
+  }
+  stats->prefill_seconds = SecondsSince(prefill_start);
+
+  // Decode: one token for every unfinished sequence per step.
+  const auto decode_start = std::chrono::steady_clock::now();
+  while (true) {
+    batch.Clear();
+    std::vector<int32_t> active;
+    for (int32_t i = 0; i < n; ++i) {
+      if (seqs[i]->finished()) continue;
+      const int32_t pos =
+          static_cast<int32_t>(requests[i].prompt.size() + seqs[i]->output_tokens().size()) - 1;
+      batch.AddSequence({seqs[i]->output_tokens().back()}, pos, table_of(i), true);
+      active.push_back(i);
+    }
+    if (active.empty()) break;
+    const auto step_start = std::chrono::steady_clock::now();
+    logits.resize(active.size() * vocab);
+    BLOSSOM_RETURN_IF_ERROR(model_->Forward(batch, *cache_, logits.data()));
+    for (size_t r = 0; r < active.size(); ++r) {
+      const int32_t i = active[r];
+      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,
+                               seqs[i]->Next(absl::MakeConstSpan(logits.data() + r * vocab, vocab),
+                                             scratch_));
+      deliver(i, event);
+    }
+    stats->decode_step_seconds.push_back(SecondsSince(step_start));
+  }
+  stats->decode_seconds = SecondsSince(decode_start);
+  for (int32_t i = 0; i < n; ++i) {
+    results[i].text = seqs[i]->text();
+    results[i].seed = seqs[i]->seed();
+  }
+  return results;
+}
+
+}  // namespace blossom

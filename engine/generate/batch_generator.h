@@ -1,0 +1,77 @@
+// Offline generation for a fixed set of prompts (the batch the seed benchmark measures, and the
+// CLI's in-process mode).
+//
+// All prompts are prefilled (in chunks of at most max_step_tokens tokens per step), then decoded
+// together one token per step; a sequence leaves the batch as soon as it finishes. Every
+// sequence has its own KV blocks, positions and sampling state, so padding never enters the
+// computation and each sequence's output equals its output alone (greedy: bit-identical).
+//
+// Not thread-safe: one Generate() at a time per generator (it owns the KV cache).
+#ifndef BLOSSOM_ENGINE_GENERATE_BATCH_GENERATOR_H_
+#define BLOSSOM_ENGINE_GENERATE_BATCH_GENERATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/generate/sequence_output.h"
+#include "engine/model/bloom_model.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace blossom {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StoppingParams stopping;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::vector<float> logprobs;  // per token, when requested
+  uint64_t seed = 0;
+};
+
+struct GenerateStats {
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  // Wall time of each decode step (one token for every unfinished sequence).
+  std::vector<double> decode_step_seconds;
+};
+
+struct BatchGeneratorOptions {
+  int32_t block_size = 16;
+  int32_t max_step_tokens = 2048;  // bounds activation memory during prefill
+};
+
+class BatchGenerator {
+ public:
+  // `model` and `tokenizer` must outlive the generator.
+  BatchGenerator(BloomModel* model, const Tokenizer* tokenizer,
+                 BatchGeneratorOptions options = {});
+
+  // Streams each token as it is produced (optional); returns every sequence's result in order.
+  using TokenCallback = std::function<void(size_t request_index, const TokenEvent& event)>;
+  absl::StatusOr<std::vector<GenerateResult>> Generate(const std::vector<GenerateRequest>& requests,
+                                                       GenerateStats* stats = nullptr,
+                                                       const TokenCallback& on_token = nullptr);
+
+ private:
+  BloomModel* model_;
+  const Tokenizer* tokenizer_;
+  BatchGeneratorOptions options_;
+  std::unique_ptr<KvCache> cache_;
+  int32_t cache_blocks_ = 0;
+  SamplerScratch scratch_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_GENERATE_BATCH_GENERATOR_H_

@@ -1,0 +1,58 @@
+#include "engine/generate/sequence_output.h"
+
+#include <utility>
+
+namespace blossom {
+
+SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> prompt,
+                               const SamplingParams& sampling, const StoppingParams& stopping,
+                               absl::optional<int32_t> eos_token_id)
+    : prompt_(std::move(prompt)),
+      sampling_(sampling),
+      stop_(stopping, eos_token_id),
+      // Output text leaves special tokens out, as TGI and vLLM do by default.
+      decoder_(tokenizer, /*skip_special_tokens=*/true),
+      rng_(sampling.seed) {}
+
+absl::StatusOr<TokenEvent> SequenceOutput::Next(absl::Span<const float> logits,
+                                                SamplerScratch& scratch) {
+  if (finished()) return absl::FailedPreconditionError("sequence already finished");
+  std::vector<int32_t> suppressed = stop_.SuppressedTokens(static_cast<int32_t>(output_.size()));
+  SamplingContext ctx;
+  ctx.prompt_tokens = prompt_;
+  ctx.output_tokens = output_;
+  ctx.suppressed_tokens = suppressed;
+  absl::StatusOr<SampleResult> sample = Sample(logits, sampling_, ctx, rng_, scratch);
+  if (!sample.ok()) return sample.status();
+  output_.push_back(sample->token);
+  TokenEvent event;
+  event.token = sample->token;
+  event.logprob = sample->logprob;
+  event.top_logprobs = std::move(sample->top);
+  std::string delta = decoder_.Push(sample->token);
+  StopChecker::Result result = stop_.Process(sample->token, delta);
+  event.text_delta = std::move(result.text_to_emit);
+  if (result.finished) {
+    event.finished = true;
+    event.finish_reason = result.reason;
+    event.matched_stop = std::move(result.matched_stop);
+    reason_ = result.reason;
+    if (result.reason == FinishReason::kLength) {
+      // The stop checker already released its hold-back; a trailing partial UTF-8 character is
+      // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it.
+      event.text_delta += decoder_.Flush();
+    }
+  }
+  text_ += event.text_delta;
+  return event;
+}
+
+std::string SequenceOutput::Abort(FinishReason reason) {
+  if (finished()) return "";
+  reason_ = reason;
+  std::string rest = stop_.Flush();
+  text_ += rest;
+  return rest;
+}
+
+}  // namespace blossom

@@ -1,0 +1,70 @@
+// Turns one sequence's logits rows into tokens, text and a finish decision.
+//
+// This is the per-request half of generation, shared by the offline batch generator and the
+// serving engine: sampling (with penalties, seed and min-token suppression), streaming
+// detokenization that never splits a UTF-8 character, and stop rules (length, EOS, stop tokens,
+// stop strings that are never shown in part).
+//
+// Not thread-safe: one per sequence, driven by the engine thread.
+#ifndef BLOSSOM_ENGINE_GENERATE_SEQUENCE_OUTPUT_H_
+#define BLOSSOM_ENGINE_GENERATE_SEQUENCE_OUTPUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/sampling/stop_checker.h"
+#include "engine/tokenizer/incremental_decoder.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace blossom {
+
+// What one generated token produced.
+struct TokenEvent {
+  int32_t token = 0;
+  std::string text_delta;  // text safe to show now (may be empty)
+  float logprob = 0.0f;    // when logprobs were requested
+  std::vector<TokenLogprob> top_logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string matched_stop;
+};
+
+class SequenceOutput {
+ public:
+  // `tokenizer` must outlive this object; params must have passed Validate().
+  SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> prompt,
+                 const SamplingParams& sampling, const StoppingParams& stopping,
+                 absl::optional<int32_t> eos_token_id);
+
+  // Samples the next token from `logits` (the full vocabulary row) and applies the stop rules.
+  absl::StatusOr<TokenEvent> Next(absl::Span<const float> logits, SamplerScratch& scratch);
+  // Ends the sequence for a reason decided outside (cancellation, error): returns held-back
+  // text that should still be delivered.
+  std::string Abort(FinishReason reason);
+
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  const std::vector<int32_t>& output_tokens() const { return output_; }
+  const std::string& text() const { return text_; }
+  bool finished() const { return reason_ != FinishReason::kNone; }
+  FinishReason finish_reason() const { return reason_; }
+  uint64_t seed() const { return rng_.seed(); }
+
+ private:
+  std::vector<int32_t> prompt_;
+  std::vector<int32_t> output_;
+  std::string text_;
+  SamplingParams sampling_;
+  StopChecker stop_;
+  IncrementalDecoder decoder_;
+  RequestRng rng_;
+  FinishReason reason_ = FinishReason::kNone;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_GENERATE_SEQUENCE_OUTPUT_H_

@@ -1,0 +1,194 @@
+#include "engine/loader/json_util.h"
+
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace blossom {
+namespace {
+
+using nlohmann::json;
+
+// Tracks the keys of every open object during a callback parse, to detect duplicates (which the
+// DOM builder would otherwise merge, keeping the last).
+class DuplicateKeyDetector {
+ public:
+  bool OnEvent(json::parse_event_t event, const json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string path;
+        if (!frames_.empty()) {
+          const Frame& parent = frames_.back();
+          path = parent.is_object ? absl::StrCat(parent.path, "/", parent.last_key)
+                                  : absl::StrCat(parent.path, "/[]");
+        }
+        frames_.push_back(Frame{event == json::parse_event_t::object_start, std::move(path)});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!frames_.empty() && parsed.is_string()) {
+          Frame& frame = frames_.back();
+          frame.last_key = parsed.get_ref<const std::string&>();
+          if (!frame.keys.insert(frame.last_key).second && error_.empty()) {
+            error_ = absl::StrCat(
+                "duplicate key '", SanitizeForMessage(frame.last_key), "' in ",
+                frame.path.empty() ? std::string("the top-level object")
+                                   : absl::StrCat("object '", SanitizeForMessage(frame.path), "'"));
+          }
+        }
+        break;
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;  // keep everything: we only observe
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::string path;  // "/a/b" of keys leading here; "" for the root
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Frame> frames_;
+  std::string error_;
+};
+
+}  // namespace
+
+absl::StatusOr<json> ParseJsonStrict(absl::string_view text, absl::string_view source_name) {
+  // nlohmann's lexer treats a NUL byte as the end of input (for C strings), so "{}\0junk" would
+  // parse as "{}". JSON text can never contain a raw NUL, so reject it up front.
+  size_t nul = text.find('\0');
+  if (nul != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": invalid JSON: NUL byte at offset ", nul));
+  }
+  DuplicateKeyDetector detector;
+  json result;
+  try {
+    result = json::parse(
+        text.data(), text.data() + text.size(),
+        [&detector](int /*depth*/, json::parse_event_t event, json& parsed) {
+          return detector.OnEvent(event, parsed);
+        },
+        /*allow_exceptions=*/true);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": invalid JSON: ", SanitizeForMessage(e.what(), 400)));
+  } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd document
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": cannot parse JSON: ", SanitizeForMessage(e.what(), 400)));
+  }
+  if (!detector.error().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", detector.error()));
+  }
+  return result;
+}
+
+int64_t FindInvalidUtf8(absl::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t min_cp;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, min_cp = 0x80, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, min_cp = 0x800, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, min_cp = 0x10000, cp = c & 0x07;
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (i + len > n) return static_cast<int64_t>(i);
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return static_cast<int64_t>(i);
+    }
+    i += len;
+  }
+  return -1;
+}
+
+bool JsonToInt64(const json& value, int64_t* out) {
+  if (value.is_number_unsigned()) {
+    uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (value.is_number_integer()) {
+    *out = value.get<int64_t>();
+    return true;
+  }
+  return false;
+}
+
+bool JsonToUint64(const json& value, uint64_t* out) {
+  if (value.is_number_unsigned()) {
+    *out = value.get<uint64_t>();
+    return true;
+  }
+  if (value.is_number_integer()) {
+    int64_t v = value.get<int64_t>();
+    if (v < 0) return false;
+    *out = static_cast<uint64_t>(v);
+    return true;
+  }
+  return false;
+}
+
+std::string DescribeJsonValue(const json& value) {
+  switch (value.type()) {
+    case json::value_t::string:
+      return absl::StrCat("string \"", SanitizeForMessage(value.get_ref<const std::string&>(), 40),
+                          "\"");
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+    case json::value_t::boolean:
+      // Numbers and booleans only: dump() cannot hit its invalid-UTF-8 exception here.
+      return absl::StrCat(value.type_name(), " ", value.dump());
+    default:
+      return value.type_name();
+  }
+}
+
+std::string SanitizeForMessage(absl::string_view text, size_t max_len) {
+  std::string out;
+  bool cut = text.size() > max_len;
+  if (cut) text = text.substr(0, max_len);
+  out.reserve(text.size());
+  for (char ch : text) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7F) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  if (cut) out += "...";
+  return out;
+}
+
+}  // namespace blossom

@@ -1,0 +1,42 @@
+// Strict JSON parsing for checkpoint metadata (config.json, safetensors headers, shard indexes).
+//
+// nlohmann::json silently keeps the last of duplicated keys, and throws on errors; checkpoint
+// files are untrusted input, so this wrapper turns every problem into an absl::Status naming the
+// source and (for syntax errors) the parser's position, and treats a duplicated key anywhere as an
+// error: a header that lists a tensor twice is ambiguous and must not load.
+#ifndef BLOSSOM_ENGINE_LOADER_JSON_UTIL_H_
+#define BLOSSOM_ENGINE_LOADER_JSON_UTIL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace blossom {
+
+// Parses `text`; errors are "<source_name>: ..." with the parser's line/column or the path of the
+// object holding a duplicated key. Never throws.
+absl::StatusOr<nlohmann::json> ParseJsonStrict(absl::string_view text,
+                                               absl::string_view source_name);
+
+// Returns the byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and
+// code points above U+10FFFF are invalid), or -1 if `text` is valid.
+int64_t FindInvalidUtf8(absl::string_view text);
+
+// JSON integers as fixed-width values. False for non-integers (1.0, "1", true) and out-of-range
+// values; nlohmann stores big integers as either signed or unsigned, both are handled.
+bool JsonToInt64(const nlohmann::json& value, int64_t* out);
+bool JsonToUint64(const nlohmann::json& value, uint64_t* out);
+
+// "string \"abc\"", "number 1.5", "array", ... for "expected X, got Y" messages.
+std::string DescribeJsonValue(const nlohmann::json& value);
+
+// Makes untrusted text safe to embed in an error message: control and non-ASCII bytes become
+// \xNN, and long text is cut to `max_len` bytes with "..." appended.
+std::string SanitizeForMessage(absl::string_view text, size_t max_len = 120);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_LOADER_JSON_UTIL_H_

@@ -1,0 +1,85 @@
+#include "engine/loader/json_util.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string ErrorOf(absl::string_view text) {
+  absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(text, "src.json");
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+TEST(JsonUtilTest, ParsesValidJson) {
+  absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(R"({"a": [1, {"b": 2}]}  )", "x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)["a"][1]["b"], 2);
+}
+
+TEST(JsonUtilTest, SyntaxErrorNamesSourceAndPosition) {
+  std::string error = ErrorOf("{\"a\": 1,,}");
+  EXPECT_THAT(error, HasSubstr("src.json"));
+  EXPECT_THAT(error, HasSubstr("invalid JSON"));
+  EXPECT_THAT(error, HasSubstr("column 9"));
+}
+
+TEST(JsonUtilTest, NulByteIsAnError) {
+  // nlohmann would stop at the NUL and accept the prefix.
+  EXPECT_THAT(ErrorOf(absl::string_view("{}\0{\"a\": 1}", 12)),
+              AllOf(HasSubstr("src.json"), HasSubstr("NUL byte at offset 2")));
+}
+
+TEST(JsonUtilTest, DuplicateTopLevelKey) {
+  std::string error = ErrorOf(R"({"a": 1, "b": 2, "a": 3})");
+  EXPECT_THAT(error, HasSubstr("src.json"));
+  EXPECT_THAT(error, HasSubstr("duplicate key 'a' in the top-level object"));
+}
+
+TEST(JsonUtilTest, DuplicateNestedKeyNamesPath) {
+  std::string error = ErrorOf(R"({"t": {"dtype": "F32", "dtype": "F16"}})");
+  EXPECT_THAT(error, HasSubstr("duplicate key 'dtype' in object '/t'"));
+}
+
+TEST(JsonUtilTest, SameKeyInSiblingObjectsIsFine) {
+  EXPECT_EQ(ErrorOf(R"({"x": {"k": 1}, "y": {"k": 2}, "z": [{"k": 1}, {"k": 2}]})"), "");
+}
+
+TEST(JsonUtilTest, Utf8Validation) {
+  EXPECT_EQ(FindInvalidUtf8("plain ascii"), -1);
+  EXPECT_EQ(FindInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), -1);
+  EXPECT_EQ(FindInvalidUtf8("ab\xff"), 2);
+  EXPECT_EQ(FindInvalidUtf8("ab\xc3"), 2);            // truncated sequence
+  EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0);          // overlong '/'
+  EXPECT_EQ(FindInvalidUtf8("x\xed\xa0\x80"), 1);     // surrogate
+  EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0);  // > U+10FFFF
+}
+
+TEST(JsonUtilTest, IntegerConversions) {
+  int64_t i;
+  uint64_t u;
+  EXPECT_TRUE(JsonToInt64(nlohmann::json(-5), &i));
+  EXPECT_EQ(i, -5);
+  EXPECT_FALSE(JsonToUint64(nlohmann::json(-5), &u));
+  EXPECT_TRUE(JsonToUint64(nlohmann::json(18446744073709551615ull), &u));
+  EXPECT_FALSE(JsonToInt64(nlohmann::json(18446744073709551615ull), &i));
+  EXPECT_FALSE(JsonToInt64(nlohmann::json(1.0), &i));
+  EXPECT_FALSE(JsonToInt64(nlohmann::json("1"), &i));
+  EXPECT_FALSE(JsonToInt64(nlohmann::json(true), &i));
+}
+
+TEST(JsonUtilTest, DescribeAndSanitize) {
+  EXPECT_EQ(DescribeJsonValue(nlohmann::json("x")), "string \"x\"");
+  EXPECT_EQ(DescribeJsonValue(nlohmann::json(1.5)), "number 1.5");
+  EXPECT_EQ(DescribeJsonValue(nlohmann::json::array()), "array");
+  EXPECT_EQ(SanitizeForMessage("a\nb\x01"), "a\\x0ab\\x01");
+  EXPECT_EQ(SanitizeForMessage("abcdef", 3), "abc...");
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,488 @@
+#include "engine/model/bloom_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/alibi.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+
+struct BloomModel::LayerWeights {
+  Tensor input_ln_gamma, input_ln_beta;
+  Tensor qkv_weight, qkv_bias;      // column parallel: this rank's heads
+  Tensor dense_weight, dense_bias;  // row parallel: bias added once, after the all-reduce
+  Tensor post_ln_gamma, post_ln_beta;
+  Tensor fc1_weight, fc1_bias;  // dense_h_to_4h, column parallel
+  Tensor fc2_weight, fc2_bias;  // dense_4h_to_h, row parallel
+};
+
+// Activation buffers for one step, grown on demand and reused.
+struct BloomModel::Workspace {
+  int32_t token_capacity = 0;
+  int32_t logit_row_capacity = 0;
+  OwnedTensor hidden, attn_out, ln, qkv, q, ctx, mlp;
+  OwnedTensor gathered, gathered_ln, logits_local, logits_gathered;
+  OwnedTensor ids, query_start, context_len, block_tables, slot_mapping, logit_rows;
+  std::vector<float> host_logits_gathered;
+};
+
+void StepBatch::AddSequence(absl::Span<const int32_t> new_tokens, int32_t num_computed,
+                            absl::Span<const int32_t> block_table, bool want_logits,
+                            bool all_logits) {
+  const int32_t first_row = num_tokens();
+  token_ids.insert(token_ids.end(), new_tokens.begin(), new_tokens.end());
+  query_start.push_back(num_tokens());
+  context_len.push_back(num_computed + static_cast<int32_t>(new_tokens.size()));
+  const size_t table_begin = block_tables.size();
+  block_tables.resize(table_begin + max_blocks_per_seq, 0);
+  std::copy_n(block_table.begin(),
+              std::min<size_t>(block_table.size(), static_cast<size_t>(max_blocks_per_seq)),
+              block_tables.begin() + table_begin);
+  if (all_logits) {
+    for (int32_t r = first_row; r < num_tokens(); ++r) logit_rows.push_back(r);
+  } else if (want_logits && !new_tokens.empty()) {
+    logit_rows.push_back(num_tokens() - 1);
+  }
+}
+
+void StepBatch::Clear() {
+  token_ids.clear();
+  query_start.assign(1, 0);
+  context_len.clear();
+  block_tables.clear();
+  logit_rows.clear();
+}
+
+BloomModel::BloomModel(Backend* backend, Communicator* communicator)
+    : backend_(backend), communicator_(communicator), workspace_(new Workspace) {
+  if (communicator_ == nullptr) {
+    owned_communicator_ = std::make_unique<SingleRankCommunicator>();
+    communicator_ = owned_communicator_.get();
+  }
+}
+
+BloomModel::~BloomModel() = default;
+
+absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& model_dir,
+                                                             Backend* backend,
+                                                             Communicator* communicator,
+                                                             const ModelLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<BloomModel> model(new BloomModel(backend, communicator));
+  absl::StatusOr<BloomConfig> config = LoadBloomConfig(model_dir);
+  if (!config.ok()) return config.status();
+  model->config_ = *config;
+  const int world = model->communicator_->world_size();
+  const int rank = model->communicator_->rank();
+  if (config->n_head % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_dir, ": n_head = ", config->n_head, " is not divisible by the tensor-parallel size ",
+        world, " (each rank must hold whole heads)"));
+  }
+  if (config->vocab_size % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, ": vocab_size = ", config->vocab_size,
+                     " is not divisible by the tensor-parallel size ", world));
+  }
+  if (config->apply_residual_connection_post_layernorm) {
+    // Supported: the residual branch takes the layer-norm output instead of the input.
+  }
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(model_dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (options.prefetch) {
+    absl::Status s = (*checkpoint)->Prefetch();
+    if (!s.ok()) return s;
+  }
+  model->local_heads_ = static_cast<int32_t>(config->n_head / world);
+  model->vocab_local_ = config->vocab_size / world;
+  model->vocab_begin_ = model->vocab_local_ * rank;
+  absl::Status s = model->LoadWeights(**checkpoint);
+  if (!s.ok()) return s;
+  model->checkpoint_ = std::move(*checkpoint);
+
+  std::vector<float> all_slopes = AlibiSlopes(static_cast<int>(config->n_head));
+  absl::StatusOr<OwnedTensor> slopes =
+      backend->AllocateTensor(DType::kF32, {model->local_heads_});
+  if (!slopes.ok()) return slopes.status();
+  model->slopes_ = std::move(*slopes);
+  s = backend->CopyToDevice(all_slopes.data() + rank * model->local_heads_, model->slopes_.tensor);
+  if (!s.ok()) return s;
+
+  model->info_.model_dir = model_dir;
+  model->info_.backend = backend->name();
+  model->info_.rank = rank;
+  model->info_.world_size = world;
+  model->info_.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
+                                              const std::string& name,
+                                              std::vector<int64_t> shape, int64_t begin,
+                                              int64_t end) {
+  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
+  if (!host.ok()) return host.status();
+  if (!IsFloat(host->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint.DescribeLocation(name), ": tensor '",
+                                                   name, "' has dtype ", DTypeName(host->dtype),
+                                                   "; expected F32, F16 or BF16"));
+  }
+  Tensor slice = host->Rows(begin, end);
+  info_.weight_bytes_this_rank += slice.bytes();
+  info_.weight_dtype = slice.dtype;
+  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(slice);
+  if (!imported.ok()) return imported.status();
+  Tensor t = imported->tensor;
+  owned_weights_.push_back(std::move(*imported));
+  return t;
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
+                                                 const std::string& name,
+                                                 std::vector<int64_t> shape, int64_t begin,
+                                                 int64_t end) {
+  if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0]);
+  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
+  if (!host.ok()) return host.status();
+  if (!IsFloat(host->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has dtype ",
+                                                   DTypeName(host->dtype),
+                                                   "; expected F32, F16 or BF16"));
+  }
+  // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
+  const size_t elem = DTypeSize(host->dtype);
+  const int64_t rows = shape[0], cols = end - begin;
+  std::vector<char> slice(static_cast<size_t>(rows * cols) * elem);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(slice.data() + r * cols * elem,
+                static_cast<const char*>(host->data) + (r * shape[1] + begin) * elem, cols * elem);
+  }
+  Tensor view(slice.data(), host->dtype, {rows, cols});
+  info_.weight_bytes_this_rank += view.bytes();
+  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(view);
+  if (!imported.ok()) return imported.status();
+  Tensor t = imported->tensor;
+  owned_weights_.push_back(std::move(*imported));
+  host_slices_.push_back(std::move(slice));  // zero-copy backends point into it
+  return t;
+}
+
+absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
+  const int64_t h = config_.hidden_size, v = config_.vocab_size, ffn = config_.ffn_hidden_size();
+  const int world = communicator_->world_size(), rank = communicator_->rank();
+  const int64_t d = config_.head_dim();
+  const int64_t heads_local = local_heads_;
+  const int64_t ffn_local = ffn / world;
+  const int64_t h_local = heads_local * d;
+  auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
+                  Tensor* out) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e);
+    if (!t.ok()) return t.status();
+    *out = *t;
+    return absl::OkStatus();
+  };
+  auto whole = [&](const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+    int64_t n = shape[0];
+    return rows(name, std::move(shape), 0, n, out);
+  };
+  auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
+                  Tensor* out) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e);
+    if (!t.ok()) return t.status();
+    *out = *t;
+    return absl::OkStatus();
+  };
+  BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
+                               vocab_begin_ + vocab_local_, &word_embeddings_));
+  BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.weight", {h}, &emb_ln_gamma_));
+  BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.bias", {h}, &emb_ln_beta_));
+  BLOSSOM_RETURN_IF_ERROR(whole("ln_f.weight", {h}, &ln_f_gamma_));
+  BLOSSOM_RETURN_IF_ERROR(whole("ln_f.bias", {h}, &ln_f_beta_));
+  if (ckpt.Has("lm_head.weight")) {
+    // BLOOM ties the LM head to the embeddings; an explicit copy must agree in shape. It is not
+    // loaded (the tied embedding is used), exactly as Hugging Face ties it on load.
+    absl::StatusOr<Tensor> lm_head = ckpt.Get("lm_head.weight", {v, h});
+    if (!lm_head.ok()) return lm_head.status();
+  }
+  layers_.resize(config_.n_layer);
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    const std::string p = absl::StrCat("h.", i, ".");
+    LayerWeights& L = layers_[i];
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "input_layernorm.weight", {h}, &L.input_ln_gamma));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "input_layernorm.bias", {h}, &L.input_ln_beta));
+    // Row order [head][q,k,v][d]: a contiguous block of rows holds whole heads of this rank.
+    const int64_t qkv_begin = rank * heads_local * 3 * d, qkv_end = qkv_begin + heads_local * 3 * d;
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.weight", {3 * h, h},
+                                 qkv_begin, qkv_end, &L.qkv_weight));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.bias", {3 * h}, qkv_begin,
+                                 qkv_end, &L.qkv_bias));
+    BLOSSOM_RETURN_IF_ERROR(cols(p + "self_attention.dense.weight", {h, h}, rank * h_local,
+                                 (rank + 1) * h_local, &L.dense_weight));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "self_attention.dense.bias", {h}, &L.dense_bias));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.weight", {h}, &L.post_ln_gamma));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.bias", {h}, &L.post_ln_beta));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.weight", {ffn, h}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc1_weight));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.bias", {ffn}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc1_bias));
+    BLOSSOM_RETURN_IF_ERROR(cols(p + "mlp.dense_4h_to_h.weight", {h, ffn}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc2_weight));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "mlp.dense_4h_to_h.bias", {h}, &L.fc2_bias));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> BloomModel::CreateKvCache(int32_t num_blocks,
+                                                                   int32_t block_size) const {
+  KvCacheSpec spec;
+  spec.num_layers = static_cast<int32_t>(config_.n_layer);
+  spec.num_blocks = num_blocks;
+  spec.block_size = block_size;
+  spec.num_heads = local_heads_;
+  spec.head_dim = static_cast<int32_t>(config_.head_dim());
+  spec.dtype = backend_->activation_dtype(info_.weight_dtype);
+  return backend_->CreateKvCache(spec);
+}
+
+size_t BloomModel::KvBytesPerBlock(int32_t block_size) const {
+  KvCacheSpec spec;
+  spec.num_layers = static_cast<int32_t>(config_.n_layer);
+  spec.block_size = block_size;
+  spec.num_heads = local_heads_;
+  spec.head_dim = static_cast<int32_t>(config_.head_dim());
+  spec.dtype = backend_->activation_dtype(info_.weight_dtype);
+  return spec.BytesPerBlock();
+}
+
+absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows) {
+  Workspace& w = *workspace_;
+  const DType act = backend_->activation_dtype(info_.weight_dtype);
+  const int64_t h = config_.hidden_size, d = config_.head_dim(), heads = local_heads_;
+  const int world = communicator_->world_size();
+  if (num_tokens > w.token_capacity) {
+    const int64_t t = std::max<int64_t>(num_tokens, 2 * static_cast<int64_t>(w.token_capacity));
+    struct Spec {
+      OwnedTensor* out;
+      DType dtype;
+      int64_t cols;
+    };
+    for (const Spec& s : {Spec{&w.hidden, act, h}, Spec{&w.attn_out, act, h}, Spec{&w.ln, act, h},
+                          Spec{&w.qkv, act, heads * 3 * d}, Spec{&w.q, act, heads * d},
+                          Spec{&w.ctx, act, heads * d},
+                          Spec{&w.mlp, act, config_.ffn_hidden_size() / world},
+                          Spec{&w.ids, DType::kI32, 1}, Spec{&w.slot_mapping, DType::kI32, 1}}) {
+      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(s.dtype, {t, s.cols});
+      if (!buf.ok()) return buf.status();
+      *s.out = std::move(*buf);
+    }
+    // Per-sequence metadata is bounded by the token count (every sequence has >= 1 token).
+    for (OwnedTensor* out : {&w.query_start, &w.context_len}) {
+      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(DType::kI32, {t + 1});
+      if (!buf.ok()) return buf.status();
+      *out = std::move(*buf);
+    }
+    w.token_capacity = static_cast<int32_t>(t);
+  }
+  if (num_logit_rows > w.logit_row_capacity) {
+    const int64_t r = std::max<int64_t>(num_logit_rows, 2 * static_cast<int64_t>(w.logit_row_capacity));
+    for (auto [out, dtype, cols] :
+         {std::tuple<OwnedTensor*, DType, int64_t>{&w.gathered, act, h},
+          {&w.gathered_ln, act, h},
+          {&w.logits_local, DType::kF32, vocab_local_},
+          {&w.logits_gathered, DType::kF32, config_.vocab_size},
+          {&w.logit_rows, DType::kI32, 1}}) {
+      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(dtype, {r, cols});
+      if (!buf.ok()) return buf.status();
+      *out = std::move(*buf);
+    }
+    w.logit_row_capacity = static_cast<int32_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BloomModel::ValidateBatch(const StepBatch& b, const KvCache& cache) const {
+  const int32_t num_seqs = b.num_seqs(), num_tokens = b.num_tokens();
+  if (num_tokens == 0) return absl::InvalidArgumentError("step has no tokens");
+  if (static_cast<int32_t>(b.query_start.size()) != num_seqs + 1 || b.query_start[0] != 0 ||
+      b.query_start.back() != num_tokens) {
+    return absl::InvalidArgumentError("step: query_start does not cover the tokens");
+  }
+  if (static_cast<int64_t>(b.block_tables.size()) !=
+      static_cast<int64_t>(num_seqs) * b.max_blocks_per_seq) {
+    return absl::InvalidArgumentError("step: block_tables size != num_seqs * max_blocks_per_seq");
+  }
+  const KvCacheSpec& spec = cache.spec();
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t n = b.query_start[s + 1] - b.query_start[s];
+    if (n <= 0 || b.context_len[s] < n) {
+      return absl::InvalidArgumentError(absl::StrCat("step: sequence ", s, " has ", n,
+                                                     " new tokens and context ", b.context_len[s]));
+    }
+    const int64_t blocks_needed = (b.context_len[s] + spec.block_size - 1) / spec.block_size;
+    if (blocks_needed > b.max_blocks_per_seq) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: sequence ", s, " needs ", blocks_needed, " KV blocks but its table has ",
+                       b.max_blocks_per_seq));
+    }
+    for (int64_t i = 0; i < blocks_needed; ++i) {
+      const int32_t block = b.block_tables[static_cast<int64_t>(s) * b.max_blocks_per_seq + i];
+      if (block < 0 || block >= spec.num_blocks) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step: sequence ", s, " uses KV block ", block, " outside the pool of ",
+                         spec.num_blocks));
+      }
+    }
+  }
+  for (int32_t id : b.token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || r >= num_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("step: logit row ", r, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logits) {
+  BLOSSOM_RETURN_IF_ERROR(ValidateBatch(b, cache));
+  const int32_t T = b.num_tokens(), S = b.num_seqs();
+  const int32_t R = static_cast<int32_t>(b.logit_rows.size());
+  BLOSSOM_RETURN_IF_ERROR(EnsureWorkspace(T, std::max(R, 1)));
+  Workspace& w = *workspace_;
+  const int64_t H = config_.hidden_size, d = config_.head_dim(), heads = local_heads_;
+  const int world = communicator_->world_size();
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  const int32_t block_size = cache.spec().block_size;
+
+  // Metadata to the device.
+  std::vector<int32_t> slots(T);
+  int32_t max_query = 0, max_context = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t begin = b.query_start[s], end = b.query_start[s + 1];
+    const int32_t first_pos = b.context_len[s] - (end - begin);
+    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+    for (int32_t t = begin; t < end; ++t) {
+      const int32_t pos = first_pos + (t - begin);
+      slots[t] = table[pos / block_size] * block_size + pos % block_size;
+    }
+    max_query = std::max(max_query, end - begin);
+    max_context = std::max(max_context, b.context_len[s]);
+  }
+  auto upload = [&](const std::vector<int32_t>& host, OwnedTensor& dst,
+                    std::initializer_list<int64_t> shape) -> absl::StatusOr<Tensor> {
+    Tensor t(dst.tensor.data, DType::kI32, shape, dst.tensor.device);
+    absl::Status s = backend_->CopyToDevice(host.data(), t);
+    if (!s.ok()) return s;
+    return t;
+  };
+  // Block tables can outgrow the per-step buffer; allocate them per step at their exact size.
+  {
+    const int64_t table_elems = std::max<int64_t>(1, b.block_tables.size());
+    if (w.block_tables.tensor.data == nullptr || w.block_tables.tensor.numel() < table_elems) {
+      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(DType::kI32, {2 * table_elems});
+      if (!buf.ok()) return buf.status();
+      w.block_tables = std::move(*buf);
+    }
+  }
+  AttentionMetadata md;
+  md.num_seqs = S;
+  md.num_tokens = T;
+  md.max_query_len = max_query;
+  md.max_context_len = max_context;
+  md.max_blocks_per_seq = b.max_blocks_per_seq;
+  absl::StatusOr<Tensor> ids = upload(b.token_ids, w.ids, {T});
+  absl::StatusOr<Tensor> qs = upload(b.query_start, w.query_start, {S + 1});
+  absl::StatusOr<Tensor> cl = upload(b.context_len, w.context_len, {S});
+  absl::StatusOr<Tensor> bt = upload(b.block_tables, w.block_tables, {S, b.max_blocks_per_seq});
+  absl::StatusOr<Tensor> sm = upload(slots, w.slot_mapping, {T});
+  for (const auto* r : {&ids, &qs, &cl, &bt, &sm})
+    if (!r->ok()) return r->status();
+  md.query_start = *qs;
+  md.context_len = *cl;
+  md.block_tables = *bt;
+  md.slot_mapping = *sm;
+
+  auto rows_of = [&](const OwnedTensor& o, int64_t cols) {
+    return Tensor(o.tensor.data, o.tensor.dtype, {T, cols}, o.tensor.device);
+  };
+  Tensor hidden = rows_of(w.hidden, H), other = rows_of(w.attn_out, H), ln = rows_of(w.ln, H);
+  Tensor qkv = rows_of(w.qkv, heads * 3 * d), q = rows_of(w.q, heads * d),
+         ctx = rows_of(w.ctx, heads * d),
+         mlp = rows_of(w.mlp, config_.ffn_hidden_size() / world);
+  const Tensor none;
+
+  // Embedding (vocabulary parallel: each rank fills its rows, zeros elsewhere, then sum).
+  BLOSSOM_RETURN_IF_ERROR(backend_->Embedding(word_embeddings_, *ids, vocab_begin_, other));
+  if (world > 1) BLOSSOM_RETURN_IF_ERROR(communicator_->AllReduceSum(other));
+  BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(other, emb_ln_gamma_, emb_ln_beta_, eps, none, hidden));
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool post_ln_residual = config_.apply_residual_connection_post_layernorm;
+  for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
+    const LayerWeights& L = layers_[i];
+    BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(hidden, L.input_ln_gamma, L.input_ln_beta, eps, none, ln));
+    BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ln, L.qkv_weight, L.qkv_bias, Activation::kNone, qkv));
+    BLOSSOM_RETURN_IF_ERROR(backend_->SplitQkvWriteCache(qkv, md, i, cache, q));
+    BLOSSOM_RETURN_IF_ERROR(backend_->Attention(q, md, i, cache, slopes_.tensor, scale, ctx));
+    const Tensor& residual1 = post_ln_residual ? ln : hidden;
+    if (world == 1) {
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ctx, L.dense_weight, L.dense_bias, Activation::kNone, other));
+      BLOSSOM_RETURN_IF_ERROR(backend_->AddBiasResidual(other, none, residual1));
+    } else {
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ctx, L.dense_weight, none, Activation::kNone, other));
+      BLOSSOM_RETURN_IF_ERROR(communicator_->AllReduceSum(other));
+      BLOSSOM_RETURN_IF_ERROR(backend_->AddBiasResidual(other, L.dense_bias, residual1));
+    }
+    std::swap(hidden, other);  // hidden = h1 = attention output + residual
+    BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(hidden, L.post_ln_gamma, L.post_ln_beta, eps, none, ln));
+    const Tensor& residual2 = post_ln_residual ? ln : hidden;
+    BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ln, L.fc1_weight, L.fc1_bias, Activation::kBloomGelu, mlp));
+    if (world == 1) {
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(mlp, L.fc2_weight, L.fc2_bias, Activation::kNone, other));
+      BLOSSOM_RETURN_IF_ERROR(backend_->AddBiasResidual(other, none, residual2));
+    } else {
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(mlp, L.fc2_weight, none, Activation::kNone, other));
+      BLOSSOM_RETURN_IF_ERROR(communicator_->AllReduceSum(other));
+      BLOSSOM_RETURN_IF_ERROR(backend_->AddBiasResidual(other, L.fc2_bias, residual2));
+    }
+    std::swap(hidden, other);
+  }
+  if (R == 0) return absl::OkStatus();
+
+  // Final layer norm and the tied LM head, only for the rows whose logits are wanted.
+  absl::StatusOr<Tensor> rows = upload(b.logit_rows, w.logit_rows, {R});
+  if (!rows.ok()) return rows.status();
+  Tensor gathered(w.gathered.tensor.data, w.gathered.tensor.dtype, {R, H}, w.gathered.tensor.device);
+  Tensor gathered_ln(w.gathered_ln.tensor.data, w.gathered_ln.tensor.dtype, {R, H},
+                     w.gathered_ln.tensor.device);
+  Tensor logits_local(w.logits_local.tensor.data, DType::kF32, {R, vocab_local_},
+                      w.logits_local.tensor.device);
+  BLOSSOM_RETURN_IF_ERROR(backend_->GatherRows(hidden, *rows, gathered));
+  BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(gathered, ln_f_gamma_, ln_f_beta_, eps, none, gathered_ln));
+  BLOSSOM_RETURN_IF_ERROR(backend_->Linear(gathered_ln, word_embeddings_, none, Activation::kNone, logits_local));
+  if (world == 1) return backend_->CopyToHost(logits_local, logits);
+  // [world, R, V/world] -> [R, V]
+  Tensor all(w.logits_gathered.tensor.data, DType::kF32, {world, R, vocab_local_},
+             w.logits_gathered.tensor.device);
+  BLOSSOM_RETURN_IF_ERROR(communicator_->AllGather(logits_local, all));
+  w.host_logits_gathered.resize(static_cast<size_t>(world) * R * vocab_local_);
+  BLOSSOM_RETURN_IF_ERROR(backend_->CopyToHost(all, w.host_logits_gathered.data()));
+  for (int r = 0; r < world; ++r)
+    for (int32_t row = 0; row < R; ++row)
+      std::memcpy(logits + static_cast<int64_t>(row) * config_.vocab_size + r * vocab_local_,
+                  w.host_logits_gathered.data() + (static_cast<int64_t>(r) * R + row) * vocab_local_,
+                  vocab_local_ * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace blossom

@@ -1,0 +1,132 @@
+// The BLOOM decoder: weights loaded from a Hugging Face checkpoint onto a Backend, and the
+// forward pass over a flattened, paged batch.
+//
+// One forward call computes a "step": any mix of prompt chunks (prefill) and single decode
+// tokens from many sequences, each with its own position and KV block table. That one entry
+// point serves offline generation, continuous batching and the golden tests alike.
+//
+// Tensor parallelism: the model is built for one rank of `communicator` (world size 1 by
+// default). Each rank holds whole heads of the QKV and MLP-in projections (column parallel),
+// the matching input slices of the attention-out and MLP-out projections (row parallel, bias
+// added once after the all-reduce) and a vocabulary slice of the tied embedding / LM head.
+// Every rank runs the same steps; logits are all-gathered so every rank sees the full row.
+//
+// Thread-safety: Forward is called by one thread at a time (the engine thread). Config and
+// metadata accessors are safe from any thread after Load.
+#ifndef BLOSSOM_ENGINE_MODEL_BLOOM_MODEL_H_
+#define BLOSSOM_ENGINE_MODEL_BLOOM_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/loader/checkpoint.h"
+#include "engine/loader/model_config.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+
+namespace blossom {
+
+// One step's tokens, host side. Sequence s contributes token rows
+// [query_start[s], query_start[s+1]) at positions [context_len[s] - n, context_len[s]).
+struct StepBatch {
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> query_start{0};
+  std::vector<int32_t> context_len;
+  // [num_seqs * max_blocks_per_seq], padded with 0 past each sequence's blocks.
+  std::vector<int32_t> block_tables;
+  int32_t max_blocks_per_seq = 0;
+  // Token rows whose logits the caller wants, in output order.
+  std::vector<int32_t> logit_rows;
+
+  int32_t num_seqs() const { return static_cast<int32_t>(context_len.size()); }
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+
+  // Appends a sequence: `new_tokens` at positions [num_computed, num_computed + size), whose
+  // KV lives in `block_table`. With want_logits, the last new token's row is added to
+  // logit_rows; with all_logits, every new token's row is.
+  // max_blocks_per_seq must be set before the first call.
+  void AddSequence(absl::Span<const int32_t> new_tokens, int32_t num_computed,
+                   absl::Span<const int32_t> block_table, bool want_logits,
+                   bool all_logits = false);
+  void Clear();
+};
+
+struct ModelLoadOptions {
+  // Touch every weight page once at load (with a progress bar on a terminal), so load time is
+  // measured honestly and the first request does not pay for page faults.
+  bool prefetch = true;
+};
+
+struct ModelInfo {
+  std::string model_dir;
+  std::string backend;
+  int rank = 0;
+  int world_size = 1;
+  DType weight_dtype = DType::kF32;
+  uint64_t weight_bytes_this_rank = 0;
+  double load_seconds = 0.0;
+};
+
+class BloomModel {
+ public:
+  // Loads config.json and the safetensors weights of `model_dir` for rank communicator->rank().
+  // `backend` and `communicator` must outlive the model; communicator may be null (one rank).
+  static absl::StatusOr<std::unique_ptr<BloomModel>> Load(const std::string& model_dir,
+                                                          Backend* backend,
+                                                          Communicator* communicator,
+                                                          const ModelLoadOptions& options = {});
+  ~BloomModel();
+
+  const BloomConfig& config() const { return config_; }
+  const ModelInfo& info() const { return info_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int32_t local_heads() const { return local_heads_; }
+
+  // A KV cache for this rank's heads, in the backend's layout.
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int32_t num_blocks,
+                                                         int32_t block_size) const;
+  // Bytes one KV block takes on this rank (for sizing the pool from a memory budget).
+  size_t KvBytesPerBlock(int32_t block_size) const;
+
+  // Runs one step. Writes the new tokens' K/V into `cache`, and fp32 logits for
+  // batch.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
+  absl::Status Forward(const StepBatch& batch, KvCache& cache, float* logits);
+
+ private:
+  struct LayerWeights;
+  struct Workspace;
+
+  BloomModel(Backend* backend, Communicator* communicator);
+  absl::Status LoadWeights(const Checkpoint& checkpoint);
+  absl::Status ValidateBatch(const StepBatch& batch, const KvCache& cache) const;
+  absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
+                                    std::vector<int64_t> shape, int64_t begin, int64_t end);
+  absl::StatusOr<Tensor> ImportColumns(const Checkpoint& checkpoint, const std::string& name,
+                                       std::vector<int64_t> shape, int64_t begin, int64_t end);
+  absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
+
+  Backend* backend_;
+  Communicator* communicator_;
+  std::unique_ptr<Communicator> owned_communicator_;
+  BloomConfig config_;
+  ModelInfo info_;
+  std::unique_ptr<Checkpoint> checkpoint_;  // keeps the weight mappings alive
+  int32_t local_heads_ = 0;
+  int64_t vocab_begin_ = 0, vocab_local_ = 0;
+
+  Tensor word_embeddings_, emb_ln_gamma_, emb_ln_beta_, ln_f_gamma_, ln_f_beta_;
+  std::vector<LayerWeights> layers_;
+  std::vector<OwnedTensor> owned_weights_;        // device copies (non-zero-copy backends)
+  std::vector<std::vector<char>> host_slices_;    // row-parallel slices copied on the host
+  OwnedTensor slopes_;                            // this rank's ALiBi slopes, F32
+  std::unique_ptr<Workspace> workspace_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_MODEL_BLOOM_MODEL_H_

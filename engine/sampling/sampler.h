@@ -1,0 +1,148 @@
+// Per-request token sampling on one CPU row of fp32 logits.
+//
+// Processing order (HF generate / vLLM; each step sees the output of the previous one):
+//   1. suppressed tokens (SamplingContext::suppressed_tokens) -> -inf;
+//   2. repetition_penalty over the distinct tokens of prompt + output, each once (HF/CTRL):
+//      logit > 0 ? logit / penalty : logit * penalty;
+//   3. frequency and presence penalties over output tokens only (OpenAI):
+//      logit -= count * frequency_penalty + (count > 0) * presence_penalty;
+//   4. temperature == 0: argmax of the result (ties -> lowest id); steps 5-9 are skipped and the rng
+//      is not advanced. Otherwise logits /= temperature;
+//   5. top_k: keep every token whose logit is >= the k-th largest logit (ties at the boundary are
+//      all kept, as HF's TopKLogitsWarper and vLLM do, so the set depends on values only);
+//   6. top_p: order tokens by probability descending, ties by lowest id, and keep a token when the
+//      probability mass strictly before it is < top_p (HF's TopPLogitsWarper rule): the smallest
+//      such prefix whose cumulative probability reaches top_p; the top token always survives.
+//      Unlike HF, whose tie order is whatever torch.sort yields, boundary ties go to the lowest id;
+//   7. typical_p (HF's TypicalLogitsWarper): with entropy H of the current distribution, order
+//      tokens by |-log p - H| ascending, find the first position whose cumulative probability
+//      reaches typical_p (or the last), and keep every token whose score is <= that position's;
+//   8. min_p: keep tokens with p >= min_p * max(p);
+//   9. draw from the distribution renormalised over the survivors: one uniform draw from the rng,
+//      inverted through the cumulative distribution.
+// Steps 6-8 work on probabilities renormalised over the survivors of the previous steps. A token
+// whose weight relative to the top token is below 2^-126.5 (x more than ~87.68 below the top
+// after temperature scaling) gets weight 0 in fp32 and is dropped, as it could never be drawn.
+//
+// Logprobs are the log-softmax of the RAW model logits, before any of the steps above (vLLM's
+// default "raw_logprobs"): they describe the model rather than the sampling configuration, are the
+// same for greedy and sampled requests, and a client can compare them across settings.
+//
+// Cost, for V tokens: a pass to copy and check the row; with top_k, a bounded-heap scan
+// (O(V log k)) and work on k tokens only; without it, a vectorised exp over the row, and top_p or
+// typical_p find their mass boundary with a histogram (two linear passes) and sort only the tokens
+// of one histogram bin. Nothing sorts the vocabulary. No allocation of vocabulary-sized buffers
+// once a SamplerScratch has warmed up.
+#ifndef BLOSSOM_ENGINE_SAMPLING_SAMPLER_H_
+#define BLOSSOM_ENGINE_SAMPLING_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "absl/types/span.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace blossom {
+
+// The per-request random generator: std::mt19937_64 seeded with the request's seed, or with a
+// seed drawn from std::random_device when the request has none. The standard fixes
+// mt19937_64's output sequence, and Uniform() uses no implementation-defined distribution, so a
+// seed reproduces the same draws on every platform and build. Each request owns its generator,
+// so its draws never depend on which other requests share the batch or in what order they are
+// sampled. Sample() takes exactly one draw per non-greedy call and none for greedy calls.
+// Not thread-safe; one per request (copyable, so a request can be forked for n > 1).
+class RequestRng {
+ public:
+  explicit RequestRng(absl::optional<uint64_t> seed);
+
+  // The seed in use (the drawn one when none was given): log it to reproduce a request.
+  uint64_t seed() const { return seed_; }
+  // Uniform double in [0, 1) with 53 random bits.
+  double Uniform();
+
+ private:
+  uint64_t seed_;
+  std::mt19937_64 engine_;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct TokenProbability {
+  int32_t token;
+  double probability;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  // Raw log-softmax of the chosen token; computed only when params.logprobs >= 0, else 0.
+  float logprob = 0.0f;
+  // The min(params.logprobs, vocab) most likely tokens by raw logprob, descending, ties by lowest
+  // id; tokens with a -inf logprob are left out. May include the chosen token.
+  std::vector<TokenLogprob> top;
+};
+
+// Token history the processing steps need. Views: the caller keeps the storage alive for the call.
+struct SamplingContext {
+  absl::Span<const int32_t> prompt_tokens;
+  absl::Span<const int32_t> output_tokens;
+  // Forced to -inf first, e.g. EOS and stop ids while below min_new_tokens
+  // (StopChecker::SuppressedTokens).
+  absl::Span<const int32_t> suppressed_tokens;
+};
+
+// Reusable buffers for Sample(), so that the per-token path does not allocate vocabulary-sized
+// memory once warmed up. Holds no state that affects results: any scratch can serve any request.
+// Not thread-safe: one per sampling thread.
+class SamplerScratch {
+ public:
+  SamplerScratch() = default;
+  SamplerScratch(const SamplerScratch&) = delete;
+  SamplerScratch& operator=(const SamplerScratch&) = delete;
+
+ private:
+  friend class SamplerImpl;  // sampler.cc
+  struct Candidate {
+    int32_t id;
+    float x;  // (processed logit - max) / temperature: <= 0.
+    float w;  // exp(x): unnormalised probability.
+  };
+  std::vector<float> logits_;  // processed logits, vocab-sized
+  // Dense form (top_k off): x and w for every token, and sums of w per block and in total.
+  std::vector<float> xs_;
+  std::vector<float> weights_;
+  std::vector<double> block_sums_;
+  double total_weight_ = 0.0;
+  std::vector<Candidate> candidates_;  // explicit survivors
+  std::vector<Candidate> boundary_;    // tokens of the histogram bin holding a mass boundary
+  std::vector<double> bin_mass_;
+  std::vector<int32_t> bin_count_;
+  // Vocab-sized and all zero between calls: penalties touch only history tokens and reset them.
+  std::vector<int32_t> counts_;
+  std::vector<uint8_t> seen_;
+};
+
+// Draws the next token. Errors (nothing is drawn; the rng is not advanced):
+//   InvalidArgument: empty logits, params failing Validate(), a context token id outside
+//     [0, logits.size());
+//   Internal: a NaN or +inf logit (a model fault, not the client's);
+//   FailedPrecondition: every token is -inf after steps 1-3 (e.g. all of them suppressed).
+absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const SamplingParams& params,
+                                    const SamplingContext& ctx, RequestRng& rng,
+                                    SamplerScratch& scratch);
+
+// The distribution Sample() draws from after steps 1-8: the tokens with nonzero probability, by
+// ascending id, probabilities summing to 1 (greedy: the argmax with probability 1). Same errors as
+// Sample(). For tests, debugging and callers that draw several tokens from one row.
+absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(
+    absl::Span<const float> logits, const SamplingParams& params, const SamplingContext& ctx,
+    SamplerScratch& scratch);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_SAMPLING_SAMPLER_H_

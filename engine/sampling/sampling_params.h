@@ -1,0 +1,84 @@
+// Per-request sampling and stopping parameters, and their validation.
+//
+// The ranges follow vLLM and TGI so that clients written for either behave the same here; the
+// exact limits are the named constants below so that the HTTP/gRPC layers can quote them. Validate()
+// is meant to run once, at admission, and turn a bad request into INVALID_ARGUMENT before it
+// reaches the engine; Sample() re-checks the cheap parts defensively.
+#ifndef BLOSSOM_ENGINE_SAMPLING_SAMPLING_PARAMS_H_
+#define BLOSSOM_ENGINE_SAMPLING_SAMPLING_PARAMS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/optional.h"
+
+namespace blossom {
+
+// temperature in [0, kMaxTemperature]. vLLM caps at 2 for OpenAI compatibility; a larger cap costs
+// nothing and some clients use temperatures above 2 to get near-uniform sampling.
+inline constexpr float kMaxTemperature = 100.0f;
+// top_k: -1 and 0 both mean "off" (vLLM uses -1, TGI/HF use 0 or absent); any value >= 1 is
+// accepted and a value >= vocab_size is the same as off.
+inline constexpr int32_t kTopKDisabled = -1;
+// frequency_penalty and presence_penalty in [kMinAdditivePenalty, kMaxAdditivePenalty] (OpenAI).
+inline constexpr float kMinAdditivePenalty = -2.0f;
+inline constexpr float kMaxAdditivePenalty = 2.0f;
+// logprobs in [-1, kMaxLogprobs] (vLLM's default max_logprobs and OpenAI's top_logprobs cap).
+inline constexpr int32_t kMaxLogprobs = 20;
+// Stop strings: at most this many, each 1..kMaxStopStringBytes bytes of valid UTF-8. TGI allows 4
+// stop sequences; 16 leaves room for chat templates while bounding the per-token matching cost.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+// stop_token_ids: at most this many ids, each in [0, vocab_size).
+inline constexpr size_t kMaxStopTokenIds = 64;
+
+// How the next token is chosen from a row of logits. See sampler.h for the processing order.
+// Plain value type; not validated on construction: call Validate().
+struct SamplingParams {
+  // 0 means greedy: the argmax of the processed logits, ties broken toward the lowest token id, and
+  // top_k/top_p/typical_p/min_p and the rng are not used. Penalties still apply (as in vLLM).
+  float temperature = 1.0f;
+  int32_t top_k = 0;  // 0 or -1 = off.
+  float top_p = 1.0f;  // (0, 1]; 1 = off.
+  float typical_p = 1.0f;  // (0, 1]; 1 = off.
+  float min_p = 0.0f;  // [0, 1]; 0 = off.
+  float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL multiplicative penalty).
+  float frequency_penalty = 0.0f;  // [-2, 2]; 0 = off (OpenAI additive penalty).
+  float presence_penalty = 0.0f;  // [-2, 2]; 0 = off (OpenAI additive penalty).
+  // Seed of the per-request generator; absent = a random seed (reported by RequestRng::seed()).
+  absl::optional<uint64_t> seed;
+  // -1 = no logprobs; 0 = the chosen token's only; n = the chosen token's plus the top n tokens.
+  int32_t logprobs = -1;
+};
+
+// When generation ends. Plain value type; not validated on construction: call Validate().
+struct StoppingParams {
+  int32_t max_new_tokens = 16;  // >= 1; the engine separately caps prompt + max_new_tokens.
+  // Until this many tokens were generated, EOS and stop tokens are suppressed and stop strings do
+  // not end the request (see stop_checker.h).
+  int32_t min_new_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop_strings;
+  // Emit the matched stop string (and a stop token's text) instead of cutting right before it.
+  bool include_stop_string_in_output = false;
+};
+
+// True when params select greedy decoding.
+inline bool IsGreedy(const SamplingParams& params) { return params.temperature == 0.0f; }
+
+// OK, or InvalidArgument naming the field and its allowed range, e.g.
+// "top_p must be in (0, 1], got 1.5". NaN and infinities are rejected everywhere. vocab_size must
+// be >= 1; top_k and logprobs larger than the vocabulary are allowed and clamped at sampling time.
+absl::Status Validate(const SamplingParams& params, int32_t vocab_size);
+
+// OK, or InvalidArgument naming the field (and index for list entries) and its allowed range.
+// Stop token ids must lie in [0, vocab_size).
+absl::Status Validate(const StoppingParams& params, int32_t vocab_size);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_SAMPLING_SAMPLING_PARAMS_H_

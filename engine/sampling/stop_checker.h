@@ -1,0 +1,115 @@
+// Per-request stopping on token ids and on the detokenized text, with stop-string hold-back for
+// streaming.
+//
+// Rules, checked for each generated token n (1-based) in this order; the first that fires wins:
+//   0. n < min_new_tokens (fewer than min_new_tokens tokens including this one): rules 1-3 are
+//      skipped (vLLM). EOS and stop tokens cannot normally appear there, because
+//      SuppressedTokens() masks them at sampling; if one is forced anyway it is ordinary text.
+//   1. EOS (unless ignore_eos) -> kEosToken. Its text is never emitted.
+//   2. a stop_token_ids entry -> kStopToken. Its text is emitted only with
+//      include_stop_string_in_output (vLLM).
+//   3. a stop string completed within this token's text -> kStopString. The output is cut right
+//      before the stop string (or right after it with include_stop_string_in_output); anything
+//      after it in the same delta is dropped. When several stop strings match, the one that ends
+//      first in the text wins, and among those ending at the same byte the longest (the one that
+//      starts first), so the result does not depend on how the text was split into tokens. A
+//      match may start in text of tokens before min_new_tokens but must end in this token's text.
+//   4. n >= max_new_tokens -> kLength.
+// Hence precedence on one token: EOS > stop token > stop string > length (vLLM's order).
+//
+// Streaming: text that could still become (part of) a stop string is held back, never emitted:
+// exactly the longest suffix of the text that is a proper prefix of some stop string. An incomplete
+// trailing UTF-8 sequence is held back too and no cut falls inside a character, so each emitted
+// chunk is whole characters when the text is valid UTF-8. When Process() returns finished, its
+// text includes everything still held (unless the hold-back is the start of the matched stop
+// string), so nothing is lost. Flush() is for requests that end for reasons the checker does not
+// see (cancellation, an error, the engine's context limit). Invariant: the concatenation of all
+// text_to_emit plus Flush() equals the full detokenized text truncated at the first stop match
+// (text of EOS, and of a stop token unless included, left out).
+//
+// Matching is an Aho-Corasick automaton over the stop strings' bytes, fed each delta once: O(delta)
+// per token however long the output grows, and the automaton state is exactly the longest suffix of
+// the text that is a prefix of some stop string, which is what hold-back needs.
+//
+// Not thread-safe; one per request. Not copyable (owns per-request state).
+#ifndef BLOSSOM_ENGINE_SAMPLING_STOP_CHECKER_H_
+#define BLOSSOM_ENGINE_SAMPLING_STOP_CHECKER_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace blossom {
+
+enum class FinishReason { kNone, kLength, kEosToken, kStopToken, kStopString, kCancelled, kError };
+
+// "none", "length", "eos_token", "stop_token", "stop_string", "cancelled", "error". Stable: the
+// API and metrics labels use these strings.
+const char* FinishReasonName(FinishReason reason);
+
+class StopChecker {
+ public:
+  struct Result {
+    std::string text_to_emit;  // stream this now (may be empty)
+    bool finished = false;
+    FinishReason reason = FinishReason::kNone;
+    std::string matched_stop;  // the stop string, for kStopString
+  };
+
+  // params should have passed Validate(); empty stop strings are ignored regardless.
+  // eos_token_id: absent when the model has none.
+  StopChecker(const StoppingParams& params, absl::optional<int32_t> eos_token_id);
+  StopChecker(const StopChecker&) = delete;
+  StopChecker& operator=(const StopChecker&) = delete;
+
+  // Called once per generated token, in order, with the text that token added to the detokenized
+  // output (empty when the detokenizer is still waiting for more bytes). After a finished result,
+  // further calls return finished again with no text.
+  Result Process(int32_t token, absl::string_view text_delta);
+
+  // Returns and clears the text held back so far. For ends the checker did not decide.
+  std::string Flush();
+
+  // Token ids to suppress when sampling token number num_generated + 1 (num_generated tokens so
+  // far): EOS (unless ignore_eos) and the stop token ids while num_generated < min_new_tokens, so
+  // that at least min_new_tokens tokens precede any stop token. Empty otherwise.
+  std::vector<int32_t> SuppressedTokens(int32_t num_generated) const;
+
+  int32_t num_generated() const { return num_generated_; }
+  bool finished() const { return reason_ != FinishReason::kNone; }
+  FinishReason reason() const { return reason_; }
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;
+    int32_t fail = 0;
+    int32_t depth = 0;
+    // Longest suffix of this node's string that is a proper prefix of a stop string (a node
+    // with children), via the fail chain: what must be held back in this state.
+    int32_t hold = 0;
+    // Index into stops_ of the longest stop string that is a suffix of this node's string, or -1.
+    int32_t match = -1;
+  };
+
+  int32_t Child(int32_t node, unsigned char byte) const;
+  int32_t Step(int32_t node, unsigned char byte) const;
+  Result Finish(FinishReason reason, std::string text, std::string matched_stop);
+
+  const StoppingParams params_;
+  const absl::optional<int32_t> eos_token_id_;
+  std::vector<std::string> stops_;
+  std::vector<Node> nodes_;  // nodes_[0] is the root (the empty string)
+  int32_t state_ = 0;
+  std::string held_;  // text received but not yet emitted
+  int32_t num_generated_ = 0;
+  FinishReason reason_ = FinishReason::kNone;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_SAMPLING_STOP_CHECKER_H_

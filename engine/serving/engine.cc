@@ -1,0 +1,344 @@
+#include "engine/serving/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+
+// ---- RequestStream ----
+
+void RequestStream::Push(EngineEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+bool RequestStream::Next(EngineEvent* event) {
+  bool timed_out = false;
+  return NextFor(event, std::chrono::milliseconds::max(), &timed_out);
+}
+
+bool RequestStream::NextFor(EngineEvent* event, std::chrono::milliseconds timeout,
+                            bool* timed_out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  *timed_out = false;
+  if (final_taken_) return false;
+  auto ready = [&] { return !events_.empty(); };
+  if (timeout == std::chrono::milliseconds::max()) {
+    cv_.wait(lock, ready);
+  } else if (!cv_.wait_for(lock, timeout, ready)) {
+    *timed_out = true;
+    return false;
+  }
+  *event = std::move(events_.front());
+  events_.pop_front();
+  if (event->finished) final_taken_ = true;
+  return true;
+}
+
+// ---- Engine ----
+
+// Delivery of one request's events: in order, nothing after the final event. Recursive so that a
+// sink may cancel its own request from inside the callback.
+struct Delivery {
+  std::recursive_mutex mutex;
+  bool closed = false;
+  EventSink sink;
+  std::shared_ptr<RequestStream> stream;
+
+  void Deliver(const EngineEvent& event) {
+    std::lock_guard<std::recursive_mutex> lock(mutex);
+    if (closed) return;
+    if (event.finished) closed = true;
+    if (sink) {
+      sink(event);
+    } else {
+      stream->Push(event);
+    }
+  }
+};
+
+struct Engine::Request {
+  uint64_t id = 0;
+  std::unique_ptr<SequenceOutput> output;
+  RequestTimings timings;
+  int32_t prompt_tokens = 0;
+  std::shared_ptr<Delivery> delivery;
+};
+
+namespace {
+
+struct Pending {
+  std::shared_ptr<Delivery> delivery;
+  EngineEvent event;
+};
+
+void DeliverAll(std::vector<Pending>& pending) {
+  for (Pending& p : pending) p.delivery->Deliver(p.event);
+  pending.clear();
+}
+
+}  // namespace
+
+Engine::Engine(BloomModel* model, const Tokenizer* tokenizer, const EngineConfig& config,
+               EngineObserver* observer)
+    : model_(model), tokenizer_(tokenizer), config_(config), observer_(observer) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(BloomModel* model,
+                                                       const Tokenizer* tokenizer,
+                                                       const EngineConfig& config,
+                                                       EngineObserver* observer) {
+  std::unique_ptr<Engine> engine(new Engine(model, tokenizer, config, observer));
+  SchedulerConfig& sc = engine->config_.scheduler;
+  if (sc.block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
+  if (sc.num_blocks <= 0) {
+    const size_t per_block = model->KvBytesPerBlock(sc.block_size);
+    sc.num_blocks = static_cast<int32_t>(
+        std::min<int64_t>(config.kv_cache_bytes / static_cast<int64_t>(per_block), 1 << 30));
+    if (sc.num_blocks <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV cache budget of ", config.kv_cache_bytes, " bytes holds no block of ",
+                       per_block, " bytes"));
+    }
+  }
+  BLOSSOM_ASSIGN_OR_RETURN(engine->cache_, model->CreateKvCache(sc.num_blocks, sc.block_size));
+  BLOSSOM_ASSIGN_OR_RETURN(engine->scheduler_, Scheduler::Create(sc));
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::~Engine() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request,
+                                                              EventSink sink) {
+  const int64_t vocab = model_->vocab_size();
+  if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  for (int32_t t : request.prompt_tokens) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  BLOSSOM_RETURN_IF_ERROR(Validate(request.sampling, static_cast<int32_t>(vocab)));
+  BLOSSOM_RETURN_IF_ERROR(Validate(request.stopping, static_cast<int32_t>(vocab)));
+
+  auto req = std::make_unique<Request>();
+  req->timings.arrival = Clock::now();
+  req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
+  req->delivery = std::make_shared<Delivery>();
+  req->delivery->sink = std::move(sink);
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return absl::UnavailableError("the engine is shutting down");
+    req->id = next_id_++;
+    stream = std::make_shared<RequestStream>(req->id);
+    req->delivery->stream = stream;
+    SequenceSpec spec;
+    spec.id = req->id;
+    spec.prompt_tokens = request.prompt_tokens;
+    spec.max_new_tokens = request.stopping.max_new_tokens;
+    spec.priority = request.priority;
+    BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
+    req->output = std::make_unique<SequenceOutput>(
+        tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
+        absl::optional<int32_t>(model_->config().eos_token_id));
+    requests_[req->id] = std::move(req);
+  }
+  work_cv_.notify_one();
+  return stream;
+}
+
+void Engine::FinishLocked(Request& request, EngineEvent* event) {
+  event->finished = true;
+  event->request_id = request.id;
+  request.timings.finished = event->time = Clock::now();
+  event->timings = request.timings;
+  event->usage.prompt_tokens = request.prompt_tokens;
+  event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
+}
+
+bool Engine::Cancel(uint64_t request_id) {
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = requests_.find(request_id);
+    if (it == requests_.end()) return false;
+    Request& r = *it->second;
+    scheduler_->Cancel(request_id);  // frees its KV blocks now
+    EngineEvent event;
+    event.finish_reason = FinishReason::kCancelled;
+    std::string rest = r.output->Abort(FinishReason::kCancelled);
+    if (!rest.empty()) {
+      event.has_token = false;
+      event.token.text_delta = std::move(rest);
+    }
+    FinishLocked(r, &event);
+    pending.delivery = r.delivery;
+    pending.event = std::move(event);
+    if (observer_) observer_->OnRequestFinished(pending.event);
+    requests_.erase(it);
+  }
+  pending.delivery->Deliver(pending.event);
+  return true;
+}
+
+void Engine::Shutdown() {
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    for (auto& [id, r] : requests_) {
+      scheduler_->Cancel(id);
+      EngineEvent event;
+      event.finish_reason = FinishReason::kError;
+      event.status = absl::UnavailableError("the engine shut down before the request finished");
+      r->output->Abort(FinishReason::kError);
+      FinishLocked(*r, &event);
+      pending.push_back({r->delivery, std::move(event)});
+    }
+    requests_.clear();
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  DeliverAll(pending);
+}
+
+SchedulerStats Engine::scheduler_stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scheduler_->stats();
+}
+
+int64_t Engine::num_unfinished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(requests_.size());
+}
+
+void Engine::Loop() {
+  StepBatch batch;
+  std::vector<float> logits;
+  std::vector<Pending> pending;
+  const int64_t vocab = model_->vocab_size();
+  while (true) {
+    StepPlan plan;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Sleeps while idle: no busy waiting.
+      work_cv_.wait(lock, [&] { return stopping_ || scheduler_->HasWork(); });
+      if (stopping_) return;
+      plan = scheduler_->Schedule();
+      if (plan.empty()) {
+        // Work exists but none fits right now (cannot normally happen: requests that can never
+        // fit are refused at Submit). Back off instead of spinning.
+        work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      batch.Clear();
+      int32_t max_blocks = 1;
+      for (const ScheduledSeq& s : plan.seqs)
+        max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(s.block_table.size()));
+      batch.max_blocks_per_seq = max_blocks;
+      for (const ScheduledSeq& s : plan.seqs) {
+        auto it = requests_.find(s.id);
+        if (it != requests_.end() && it->second->timings.first_scheduled == Clock::time_point{})
+          it->second->timings.first_scheduled = now;
+        absl::Span<const int32_t> tokens = scheduler_->Tokens(s.id);
+        batch.AddSequence(tokens.subspan(s.num_computed, s.num_new), s.num_computed,
+                          s.block_table, s.sample);
+      }
+      for (uint64_t id : plan.preempted) {
+        auto it = requests_.find(id);
+        if (it != requests_.end()) ++it->second->timings.num_preemptions;
+      }
+    }
+
+    const Clock::time_point step_start = Clock::now();
+    logits.resize(std::max<size_t>(1, batch.logit_rows.size()) * vocab);
+    absl::Status forward = model_->Forward(batch, *cache_, logits.data());
+    const Clock::time_point step_end = Clock::now();
+
+    StepStats step;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<SeqOutput> outputs;
+      outputs.reserve(plan.seqs.size());
+      size_t row = 0;
+      for (const ScheduledSeq& s : plan.seqs) {
+        SeqOutput out;
+        out.id = s.id;
+        const size_t my_row = s.sample ? row++ : 0;
+        auto it = requests_.find(s.id);
+        if (it == requests_.end()) {  // cancelled during the forward pass
+          outputs.push_back(out);
+          continue;
+        }
+        Request& r = *it->second;
+        if (!forward.ok()) {
+          EngineEvent event;
+          event.finish_reason = FinishReason::kError;
+          event.status = absl::InternalError(absl::StrCat("model step failed: ", forward.message()));
+          r.output->Abort(FinishReason::kError);
+          FinishLocked(r, &event);
+          if (observer_) observer_->OnRequestFinished(event);
+          pending.push_back({r.delivery, std::move(event)});
+          scheduler_->Cancel(s.id);
+          requests_.erase(it);
+          outputs.push_back(out);
+          continue;
+        }
+        if (!s.sample) {
+          outputs.push_back(out);
+          continue;
+        }
+        absl::StatusOr<TokenEvent> token = r.output->Next(
+            absl::MakeConstSpan(logits.data() + my_row * vocab, vocab), scratch_);
+        EngineEvent event;
+        event.request_id = r.id;
+        event.time = step_end;
+        if (!token.ok()) {
+          event.finish_reason = FinishReason::kError;
+          event.status = token.status();
+          r.output->Abort(FinishReason::kError);
+          FinishLocked(r, &event);
+          out.finished = true;
+        } else {
+          if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = step_end;
+          event.has_token = true;
+          out.token = token->token;
+          out.finished = token->finished;
+          event.finish_reason = token->finish_reason;
+          event.token = std::move(*token);
+          if (out.finished) FinishLocked(r, &event);
+        }
+        if (event.finished && observer_) observer_->OnRequestFinished(event);
+        pending.push_back({r.delivery, std::move(event)});
+        if (out.finished) requests_.erase(it);
+        outputs.push_back(out);
+      }
+      absl::Status update = scheduler_->Update(plan, outputs);
+      (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
+      const SchedulerStats ss = scheduler_->stats();
+      step.batch_size = static_cast<int32_t>(plan.seqs.size());
+      step.prefill_tokens = plan.num_prefill_tokens;
+      step.decode_tokens = plan.num_decode_tokens;
+      step.cached_prompt_tokens = plan.num_cached_prompt_tokens;
+      step.duration_seconds = std::chrono::duration<double>(step_end - step_start).count();
+      step.blocks_used = ss.blocks_used;
+      step.blocks_total = ss.blocks_total;
+      step.preemptions = static_cast<int32_t>(plan.preempted.size());
+      step.running = ss.running;
+      step.waiting = ss.waiting;
+    }
+    if (observer_) observer_->OnStep(step);
+    DeliverAll(pending);
+  }
+}
+
+}  // namespace blossom

@@ -1,0 +1,171 @@
+// The serving engine: continuous batching over a paged KV cache, one loop thread.
+//
+// Submit() validates a request and admits it to the scheduler (or refuses it at once:
+// InvalidArgument for a request that is malformed or can never fit, ResourceExhausted when the
+// waiting queue is full). Each step the loop asks the scheduler for a plan (decode tokens of
+// running sequences plus chunked prefill of waiting ones), runs the model once for the whole
+// plan, samples a token for every sequence whose chunk reached its last known token, applies
+// its stop rules, and closes the loop with Scheduler::Update. Finished and cancelled requests
+// release their KV blocks at once. Preemption (by recompute) is invisible to clients: a
+// preempted sequence keeps its sampled tokens and its per-request RNG, and its recomputed KV is
+// bit-identical on the CPU backend.
+//
+// Events of a request: one per generated token (text delta, optional logprobs, timestamp), the
+// last one marked finished with the finish reason, usage and timings. A cancelled or failed
+// request gets a final event without a token.
+//
+// Thread-safety: Submit, Cancel, stats and Shutdown may be called from any thread. The model,
+// sampling and sinks run on the engine thread. mutex_ guards the scheduler and request table;
+// it is NOT held during the forward pass, so submissions never wait for a step.
+#ifndef BLOSSOM_ENGINE_SERVING_ENGINE_H_
+#define BLOSSOM_ENGINE_SERVING_ENGINE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/generate/sequence_output.h"
+#include "engine/model/bloom_model.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace blossom {
+
+using Clock = std::chrono::steady_clock;
+
+struct EngineConfig {
+  SchedulerConfig scheduler;  // num_blocks = 0: sized from kv_cache_bytes
+  int64_t kv_cache_bytes = 256ll << 20;
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt_tokens;
+  SamplingParams sampling;
+  StoppingParams stopping;
+  int32_t priority = 0;  // lower runs first
+};
+
+struct RequestTimings {
+  Clock::time_point arrival{}, first_scheduled{}, first_token{}, finished{};
+  int32_t num_preemptions = 0;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+};
+
+struct EngineEvent {
+  uint64_t request_id = 0;
+  bool has_token = false;
+  TokenEvent token;  // valid when has_token
+  Clock::time_point time{};
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  absl::Status status;  // non-OK for kError
+  Usage usage;            // on the final event
+  RequestTimings timings;  // on the final event
+};
+
+// Receives events on the engine thread; must not block for long.
+using EventSink = std::function<void(const EngineEvent&)>;
+
+// A request's event stream, for callers that prefer pulling to a sink. Thread-safe.
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  // Blocks until an event arrives; false once the final event has been returned.
+  bool Next(EngineEvent* event);
+  // Like Next, but gives up after `timeout` (returns false with *timed_out = true).
+  bool NextFor(EngineEvent* event, std::chrono::milliseconds timeout, bool* timed_out);
+  void Push(EngineEvent event);
+
+ private:
+  const uint64_t id_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<EngineEvent> events_;
+  bool final_taken_ = false;
+};
+
+struct StepStats {
+  int32_t batch_size = 0;
+  int32_t prefill_tokens = 0;
+  int32_t decode_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+  double duration_seconds = 0.0;
+  int64_t blocks_used = 0, blocks_total = 0;
+  int32_t preemptions = 0;
+  int64_t running = 0, waiting = 0;
+};
+
+// Hooks for metrics and logs, called on the engine thread.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(const StepStats&) {}
+  virtual void OnRequestFinished(const EngineEvent& final_event) { (void)final_event; }
+};
+
+class Engine {
+ public:
+  // `model` and `tokenizer` must outlive the engine. `observer` may be null.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(BloomModel* model,
+                                                        const Tokenizer* tokenizer,
+                                                        const EngineConfig& config,
+                                                        EngineObserver* observer = nullptr);
+  ~Engine();  // Shutdown()
+
+  // With a sink, events are delivered to it (and the returned stream stays empty); otherwise
+  // they are queued on the returned stream.
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request,
+                                                        EventSink sink = nullptr);
+  // Cancels a waiting or running request: its blocks are freed at once and its stream ends with
+  // finish reason kCancelled. False if the id is unknown or already finished.
+  bool Cancel(uint64_t request_id);
+  // Fails every unfinished request with `reason` and stops the loop.
+  void Shutdown();
+
+  SchedulerStats scheduler_stats() const;
+  int64_t num_unfinished() const;
+  const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
+
+ private:
+  struct Request;
+  Engine(BloomModel* model, const Tokenizer* tokenizer, const EngineConfig& config,
+         EngineObserver* observer);
+  void Loop();
+  void Emit(Request& request, EngineEvent event);
+  // Marks `event` final and fills its usage and timings. Requires mutex_.
+  void FinishLocked(Request& request, EngineEvent* event);
+
+  BloomModel* model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  EngineObserver* observer_;
+  std::unique_ptr<KvCache> cache_;
+  SamplerScratch scratch_;  // engine thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::unique_ptr<Scheduler> scheduler_;                              // guarded by mutex_
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Request>> requests_;  // guarded by mutex_
+  uint64_t next_id_ = 1;                                              // guarded by mutex_
+  bool stopping_ = false;                                             // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_SERVING_ENGINE_H_

@@ -1,0 +1,287 @@
+// The serving engine end to end on the CPU backend with a golden fixture model.
+#include "engine/serving/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "engine/generate/batch_generator.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    backend_ = new CpuBackend(2);
+    const std::string dir = FixturePath("models/bloom-tiny-h4");
+    auto model = BloomModel::Load(dir, backend_, nullptr);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = model->release();
+    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = tok->release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tokenizer_;
+    delete backend_;
+  }
+
+  static std::unique_ptr<Engine> MakeEngine(int32_t num_blocks, int32_t max_seqs = 64,
+                                            int32_t max_batched = 256, int32_t max_waiting = 1024) {
+    EngineConfig config;
+    config.scheduler.block_size = 4;
+    config.scheduler.num_blocks = num_blocks;
+    config.scheduler.max_num_seqs = max_seqs;
+    config.scheduler.max_num_batched_tokens = max_batched;
+    config.scheduler.max_total_tokens = 256;
+    config.scheduler.max_waiting_requests = max_waiting;
+    auto engine = Engine::Create(model_, tokenizer_, config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return std::move(*engine);
+  }
+
+  // Reference: the same request run alone through the offline generator.
+  static std::vector<int32_t> Alone(const EngineRequest& r) {
+    BatchGenerator gen(model_, tokenizer_);
+    GenerateRequest g{r.prompt_tokens, r.sampling, r.stopping};
+    auto out = gen.Generate({g});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return (*out)[0].tokens;
+  }
+
+  static std::vector<int32_t> Collect(RequestStream& stream, EngineEvent* last) {
+    std::vector<int32_t> tokens;
+    EngineEvent e;
+    while (stream.Next(&e)) {
+      if (e.has_token) tokens.push_back(e.token.token);
+      *last = e;
+    }
+    return tokens;
+  }
+
+  static EngineRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
+    EngineRequest r;
+    r.prompt_tokens = std::move(prompt);
+    r.sampling.temperature = 0.0f;
+    r.stopping.max_new_tokens = n;
+    r.stopping.ignore_eos = true;
+    return r;
+  }
+
+  static CpuBackend* backend_;
+  static BloomModel* model_;
+  static Tokenizer* tokenizer_;
+};
+
+CpuBackend* EngineTest::backend_ = nullptr;
+BloomModel* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+TEST_F(EngineTest, GreedyRequestMatchesOfflineGeneration) {
+  auto engine = MakeEngine(64);
+  EngineRequest r = Greedy(*tokenizer_->Encode("Hello world, this is"), 20);
+  auto stream = engine->Submit(r);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EngineEvent last;
+  std::vector<int32_t> tokens = Collect(**stream, &last);
+  EXPECT_EQ(tokens, Alone(r));
+  EXPECT_TRUE(last.finished);
+  EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(last.usage.generated_tokens, 20);
+  EXPECT_EQ(last.usage.prompt_tokens, static_cast<int32_t>(r.prompt_tokens.size()));
+  EXPECT_LE(last.timings.arrival, last.timings.first_scheduled);
+  EXPECT_LE(last.timings.first_scheduled, last.timings.first_token);
+  EXPECT_LE(last.timings.first_token, last.timings.finished);
+  EXPECT_EQ(engine->scheduler_stats().blocks_used, 0) << "blocks released at finish";
+}
+
+TEST_F(EngineTest, RejectsBadRequestsAtSubmitWithTheReason) {
+  auto engine = MakeEngine(16);
+  EngineRequest empty = Greedy({}, 4);
+  EXPECT_EQ(engine->Submit(empty).status().code(), absl::StatusCode::kInvalidArgument);
+  EngineRequest bad_token = Greedy({1, static_cast<int32_t>(model_->vocab_size())}, 4);
+  auto s = engine->Submit(bad_token).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;
+  EngineRequest bad_top_p = Greedy({5, 6}, 4);
+  bad_top_p.sampling.temperature = 1.0f;
+  bad_top_p.sampling.top_p = 1.5f;
+  s = engine->Submit(bad_top_p).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("top_p"), std::string::npos) << s;
+  // Can never fit: 16 blocks of 4 tokens = 64 tokens in the whole pool.
+  EngineRequest huge = Greedy(std::vector<int32_t>(60, 7), 40);
+  s = engine->Submit(huge).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST_F(EngineTest, FullQueueIsRefusedWithResourceExhausted) {
+  auto engine = MakeEngine(8, /*max_seqs=*/1, /*max_batched=*/8, /*max_waiting=*/2);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  int refused = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto s = engine->Submit(Greedy({5, 6, 7}, 8));
+    if (s.ok()) {
+      streams.push_back(*s);
+    } else {
+      EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  for (auto& st : streams) {
+    EngineEvent last;
+    Collect(*st, &last);
+    EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+  }
+}
+
+TEST_F(EngineTest, CancelEndsTheStreamAndFreesBlocks) {
+  auto engine = MakeEngine(64);
+  auto stream = engine->Submit(Greedy({5, 6, 7, 8}, 200));
+  ASSERT_TRUE(stream.ok());
+  EngineEvent e;
+  ASSERT_TRUE((*stream)->Next(&e));  // at least one token
+  EXPECT_TRUE(engine->Cancel((*stream)->id()));
+  EngineEvent last = e;
+  while ((*stream)->Next(&e)) last = e;
+  EXPECT_TRUE(last.finished);
+  EXPECT_EQ(last.finish_reason, FinishReason::kCancelled);
+  EXPECT_FALSE(engine->Cancel((*stream)->id()));
+  EXPECT_EQ(engine->scheduler_stats().blocks_used, 0);
+  EXPECT_EQ(engine->num_unfinished(), 0);
+}
+
+TEST_F(EngineTest, SeededSamplingIsIndependentOfTheBatch) {
+  EngineRequest r = Greedy(*tokenizer_->Encode("Peace is the only way"), 24);
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_k = 50;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 1234;
+  std::vector<int32_t> alone = Alone(r);
+  auto engine = MakeEngine(128);
+  std::vector<std::shared_ptr<RequestStream>> others;
+  for (int i = 0; i < 5; ++i) {
+    EngineRequest o = Greedy({static_cast<int32_t>(10 + i), 11, 12}, 10 + i);
+    o.sampling.temperature = 1.0f;
+    others.push_back(*engine->Submit(o));
+  }
+  auto mine = engine->Submit(r);
+  ASSERT_TRUE(mine.ok());
+  EngineEvent last;
+  EXPECT_EQ(Collect(**mine, &last), alone);
+  for (auto& o : others) Collect(*o, &last);
+}
+
+TEST_F(EngineTest, StopStringEndsTheRequestAndIsNotShown) {
+  // Find a substring of the greedy continuation and use it as a stop string.
+  EngineRequest r = Greedy(*tokenizer_->Encode("The new movie that got"), 30);
+  std::vector<int32_t> full = Alone(r);
+  std::string text = tokenizer_->Decode(full, true);
+  ASSERT_GE(text.size(), 12u);
+  std::string stop = text.substr(6, 3);
+  r.stopping.stop_strings = {stop};
+  auto engine = MakeEngine(64);
+  auto stream = engine->Submit(r);
+  ASSERT_TRUE(stream.ok());
+  std::string shown;
+  EngineEvent e, last;
+  while ((*stream)->Next(&e)) {
+    if (e.has_token) shown += e.token.text_delta;
+    last = e;
+  }
+  EXPECT_EQ(last.finish_reason, FinishReason::kStopString);
+  EXPECT_EQ(shown, text.substr(0, text.find(stop)));
+}
+
+// Issue 3's randomized stress test: many requests with random lengths and sampling parameters,
+// 10% cancelled at random points, a KV pool small enough to force preemption. Every request that
+// is not cancelled produces exactly its tokens when run alone; afterwards every block is free.
+TEST_F(EngineTest, RandomizedStressWithCancellationAndPreemption) {
+  std::mt19937 rng(20261121);
+  const int kRequests = 200;
+  std::vector<EngineRequest> reqs(kRequests);
+  std::vector<bool> cancel(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    EngineRequest& r = reqs[i];
+    int len = std::uniform_int_distribution<int>(1, 24)(rng);
+    for (int t = 0; t < len; ++t)
+      r.prompt_tokens.push_back(std::uniform_int_distribution<int>(4, 1500)(rng));
+    if (i % 7 == 0 && i > 0) {  // shared prefixes exercise the prefix cache
+      r.prompt_tokens = reqs[i - 1].prompt_tokens;
+      r.prompt_tokens.push_back(9);
+    }
+    r.stopping.max_new_tokens = std::uniform_int_distribution<int>(1, 24)(rng);
+    r.stopping.ignore_eos = (i % 3) != 0;
+    const int kind = i % 4;
+    r.sampling.temperature = kind == 0 ? 0.0f : 0.7f + 0.1f * (i % 5);
+    if (kind == 2) r.sampling.top_k = 20;
+    if (kind == 3) r.sampling.top_p = 0.9f;
+    if (i % 5 == 0) r.sampling.repetition_penalty = 1.2f;
+    if (i % 6 == 0) r.sampling.presence_penalty = 0.5f;
+    r.sampling.seed = 1000 + i;
+    cancel[i] = (i % 10) == 3;
+  }
+  // Expected outputs: each request alone.
+  std::vector<std::vector<int32_t>> expected(kRequests);
+  for (int i = 0; i < kRequests; ++i)
+    if (!cancel[i]) expected[i] = Alone(reqs[i]);
+
+  // 48 tokens of prompt+output at most per request, 4-token blocks: 40 blocks force preemption.
+  auto engine = MakeEngine(/*num_blocks=*/40, /*max_seqs=*/32, /*max_batched=*/64);
+  std::vector<std::shared_ptr<RequestStream>> streams(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    auto s = engine->Submit(reqs[i]);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    streams[i] = *s;
+  }
+  // Consumers: cancel the chosen ones after a random number of events.
+  std::vector<std::vector<int32_t>> got(kRequests);
+  std::vector<FinishReason> reasons(kRequests);
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 4; ++c) {
+    consumers.emplace_back([&, c] {
+      std::mt19937 local(c);
+      for (int i = c; i < kRequests; i += 4) {
+        int cancel_after = cancel[i] ? std::uniform_int_distribution<int>(0, 3)(local) : -1;
+        if (cancel_after == 0) engine->Cancel(streams[i]->id());
+        EngineEvent e;
+        int n = 0;
+        while (streams[i]->Next(&e)) {
+          if (e.has_token) got[i].push_back(e.token.token);
+          if (e.finished) reasons[i] = e.finish_reason;
+          if (++n == cancel_after) engine->Cancel(streams[i]->id());
+        }
+      }
+    });
+  }
+  for (auto& t : consumers) t.join();
+  int cancelled = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    if (cancel[i]) {
+      // Either cancelled, or it finished before the cancel arrived.
+      if (reasons[i] == FinishReason::kCancelled) ++cancelled;
+      continue;
+    }
+    EXPECT_EQ(got[i], expected[i]) << "request " << i;
+    EXPECT_NE(reasons[i], FinishReason::kNone) << "request " << i;
+  }
+  SchedulerStats stats = engine->scheduler_stats();
+  EXPECT_GT(stats.num_preemptions, 0) << "the pool should be small enough to force preemption";
+  EXPECT_GT(cancelled, 0);
+  EXPECT_EQ(stats.blocks_used, 0);
+  EXPECT_EQ(stats.running + stats.waiting, 0);
+  EXPECT_EQ(engine->num_unfinished(), 0);
+  std::cerr << "preemptions " << stats.num_preemptions << ", cancelled " << cancelled
+            << ", prefix-cache hit tokens " << stats.prefix_cache_hit_tokens << "\n";
+}
+
+}  // namespace
+}  // namespace blossom

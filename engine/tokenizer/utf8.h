@@ -1,0 +1,47 @@
+// UTF-8 validation and lossy decoding with the exact replacement rules of Python's
+// `bytes.decode("utf-8", errors="replace")` and Rust's `String::from_utf8_lossy` (which Hugging
+// Face tokenizers uses when decoding): every maximal subpart of an ill-formed sequence becomes one
+// U+FFFD (Unicode 15, section 3.9, "U+FFFD Substitution of Maximal Subparts"; also the WHATWG
+// Encoding Standard). Both libraries follow that rule, so decoded text compares byte-for-byte.
+//
+// Stateless free functions: safe to call from any thread.
+#ifndef BLOSSOM_ENGINE_TOKENIZER_UTF8_H_
+#define BLOSSOM_ENGINE_TOKENIZER_UTF8_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace blossom {
+
+// U+FFFD REPLACEMENT CHARACTER, UTF-8 encoded.
+inline constexpr absl::string_view kUtf8Replacement = "\xEF\xBF\xBD";
+
+// Byte offset of the first byte that does not start a well-formed UTF-8 sequence (overlong forms,
+// surrogates, code points above U+10FFFF and truncated sequences are all ill-formed), or npos
+// when `bytes` is entirely well-formed.
+size_t FirstInvalidUtf8Byte(absl::string_view bytes);
+
+// Decodes the code point starting at `bytes[pos]`, which the caller has validated. Sets *length
+// to its byte length (1..4).
+uint32_t DecodeUtf8At(absl::string_view bytes, size_t pos, size_t* length);
+
+// Appends the UTF-8 encoding of `code_point` (<= U+10FFFF, not a surrogate) to *out.
+void AppendUtf8(uint32_t code_point, std::string* out);
+
+// Appends the lossy decoding of `bytes` to *out and returns how many bytes were consumed.
+// With `final` true everything is consumed: a truncated sequence at the end becomes one U+FFFD.
+// With `final` false a trailing sequence that is a valid prefix of a character (and so could
+// still be completed by later bytes) is left unconsumed; feeding the rest later gives exactly
+// the output of one call over the concatenation. This is what makes streaming decode agree
+// with batch decode.
+size_t AppendUtf8Lossy(absl::string_view bytes, bool final, std::string* out);
+
+// One-shot lossy decode (final = true).
+std::string Utf8Lossy(absl::string_view bytes);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_TOKENIZER_UTF8_H_

@@ -1,0 +1,145 @@
+#include "engine/tokenizer/utf8.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+struct LossyCase {
+  std::string bytes;
+  std::string expected;  // Python: bytes.decode("utf-8", errors="replace")
+};
+
+// Expected values were produced by CPython 3.11; the same rule (one U+FFFD per maximal subpart)
+// is what Rust's from_utf8_lossy, and so Hugging Face's decode, applies.
+std::vector<LossyCase> LossyCases() {
+  return {
+      {std::string("", 0), ""},
+      {std::string("\x61\x62\x63", 3), "\x61\x62\x63"},
+      {std::string("\xC3\xA9", 2), "\xC3\xA9"},
+      {std::string("\xC3", 1), "\xEF\xBF\xBD"},
+      {std::string("\xC3\x41", 2), "\xEF\xBF\xBD\x41"},
+      {std::string("\x80", 1), "\xEF\xBF\xBD"},
+      {std::string("\x80\x80", 2), "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xBF", 1), "\xEF\xBF\xBD"},
+      {std::string("\xC0\x80", 2), "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xC1\xBF", 2), "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xE0\x80\x80", 3), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xE0\xA0", 2), "\xEF\xBF\xBD"},
+      {std::string("\xE0\xA0\x80", 3), "\xE0\xA0\x80"},
+      {std::string("\xED\x9F\xBF", 3), "\xED\x9F\xBF"},
+      {std::string("\xED\xA0\x80", 3), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xEF\xBF\xBD", 3), "\xEF\xBF\xBD"},
+      {std::string("\xF0\x90\x80\x80", 4), "\xF0\x90\x80\x80"},
+      {std::string("\xF0\x80\x80\x80", 4), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xF0\x9F\x98", 3), "\xEF\xBF\xBD"},
+      {std::string("\xF0\x9F\x98\x41", 4), "\xEF\xBF\xBD\x41"},
+      {std::string("\xF4\x8F\xBF\xBF", 4), "\xF4\x8F\xBF\xBF"},
+      {std::string("\xF4\x90\x80\x80", 4), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xF5\x80", 2), "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xFF\xFE", 2), "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xE2\x82\xAC\xE2\x82", 5), "\xE2\x82\xAC\xEF\xBF\xBD"},
+      {std::string("\x41\xF0\x9F\x42\x98", 5), "\x41\xEF\xBF\xBD\x42\xEF\xBF\xBD"},
+      {std::string("\xF1\x80\x80\xE1\x80\xC2", 6), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {std::string("\xE1\x80\x80\x80", 4), "\xE1\x80\x80\xEF\xBF\xBD"},
+      {std::string("\x00\x7F", 2), std::string("\x00\x7F", 2)},
+  };
+}
+
+std::string Hex(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    static const char kDigits[] = "0123456789ABCDEF";
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+    out += ' ';
+  }
+  return out;
+}
+
+TEST(Utf8Lossy, MatchesPythonReplacement) {
+  for (const LossyCase& c : LossyCases()) {
+    EXPECT_EQ(Hex(Utf8Lossy(c.bytes)), Hex(c.expected)) << "input " << Hex(c.bytes);
+  }
+}
+
+TEST(Utf8Lossy, NonFinalHoldsOnlyCompletablePrefix) {
+  std::string out;
+  EXPECT_EQ(AppendUtf8Lossy("A\xF0\x9F\x98", /*final=*/false, &out), 1u);
+  EXPECT_EQ(out, "A");
+  out.clear();
+  // C3 can never be completed by a following 'A' once that 'A' is there.
+  EXPECT_EQ(AppendUtf8Lossy("\xC3"
+                            "A",
+                            /*final=*/false, &out),
+            2u);
+  EXPECT_EQ(out,
+            "\xEF\xBF\xBD"
+            "A");
+  out.clear();
+  // E0 80 is already ill-formed (80 is not a valid second byte after E0).
+  EXPECT_EQ(AppendUtf8Lossy("\xE0\x80", /*final=*/false, &out), 2u);
+  EXPECT_EQ(out, "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+// Feeding random byte strings in random chunks, holding back the unconsumed tail, must give the
+// same text as one final decode: the property the streaming detokenizer relies on.
+TEST(Utf8Lossy, ChunkedDecodeEqualsWholeDecode) {
+  std::mt19937 rng(1234);
+  const unsigned char interesting[] = {0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0,
+                                       0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xE1, 0xED,
+                                       0xEE, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF};
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::string bytes;
+    const int n = static_cast<int>(rng() % 16);
+    for (int i = 0; i < n; ++i) {
+      bytes.push_back(static_cast<char>(rng() % 4 == 0 ? rng() % 256
+                                                       : interesting[rng() % sizeof(interesting)]));
+    }
+    std::string pending, streamed;
+    size_t pos = 0;
+    while (pos < bytes.size()) {
+      const size_t len = 1 + rng() % 3;
+      pending += bytes.substr(pos, len);
+      pos += len;
+      pending.erase(0, AppendUtf8Lossy(pending, /*final=*/false, &streamed));
+      ASSERT_LE(pending.size(), 3u);
+    }
+    AppendUtf8Lossy(pending, /*final=*/true, &streamed);
+    ASSERT_EQ(Hex(streamed), Hex(Utf8Lossy(bytes))) << "input " << Hex(bytes);
+    ASSERT_EQ(FirstInvalidUtf8Byte(streamed), absl::string_view::npos);
+  }
+}
+
+TEST(FirstInvalidUtf8Byte, ReportsFirstBadOffset) {
+  EXPECT_EQ(FirstInvalidUtf8Byte(""), absl::string_view::npos);
+  EXPECT_EQ(FirstInvalidUtf8Byte("plain ascii"), absl::string_view::npos);
+  EXPECT_EQ(FirstInvalidUtf8Byte("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"), absl::string_view::npos);
+  EXPECT_EQ(FirstInvalidUtf8Byte(std::string("a\0b", 3)), absl::string_view::npos);
+  EXPECT_EQ(FirstInvalidUtf8Byte("\xFF"), 0u);
+  EXPECT_EQ(FirstInvalidUtf8Byte("abc\x80"), 3u);
+  EXPECT_EQ(FirstInvalidUtf8Byte("ab\xC3"), 2u);            // truncated
+  EXPECT_EQ(FirstInvalidUtf8Byte("\xC0\x80"), 0u);          // overlong NUL
+  EXPECT_EQ(FirstInvalidUtf8Byte("x\xED\xA0\x80"), 1u);     // surrogate
+  EXPECT_EQ(FirstInvalidUtf8Byte("\xF4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8Byte("\xE2\x82\xAC\xE2\x82"), 3u);
+}
+
+TEST(Utf8CodePoints, EncodeDecodeRoundTrip) {
+  for (uint32_t cp : {0x0u, 0x41u, 0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xD7FFu, 0xE000u, 0xFFFDu, 0xFFFFu,
+                      0x10000u, 0x1F600u, 0x10FFFFu}) {
+    std::string s;
+    AppendUtf8(cp, &s);
+    EXPECT_EQ(FirstInvalidUtf8Byte(s), absl::string_view::npos) << cp;
+    size_t len = 0;
+    EXPECT_EQ(DecodeUtf8At(s, 0, &len), cp);
+    EXPECT_EQ(len, s.size());
+  }
+}
+
+}  // namespace
+}  // namespace blossom
