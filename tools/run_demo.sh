@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 bazel build --config=nocuda //clients:blossom >&2
-PROMPT="The quick brown fox"
+PROMPT="The server reads"
 exec bazel-bin/clients/blossom generate --model tests/fixtures/models/bloom-demo \
   --prompt "$PROMPT" --max-new-tokens 48 "$@"

@@ -25,10 +25,18 @@ constexpr size_t kSelectSortRange = 32;
 // the right block instead of walking the whole vocabulary.
 constexpr size_t kBlock = 1024;
 // Histogram used to split the full vocabulary at a probability-mass boundary in two linear passes:
-// keys (-x for top_p, the typicality score for typical_p) in [0, kKeyRange) over kBins bins of
-// width 1/32 nat; larger keys share the last bin.
-constexpr int kBins = 4096;
-constexpr double kKeyRange = 128.0;
+// keys (-x for top_p, the typicality score for typical_p) in [0, kKeyRange) over up to kMaxBins
+// bins (1/32 nat wide for large vocabularies; fewer for small ones, where clearing the histogram
+// would cost more than the passes); larger keys share the last bin.
+constexpr int kMaxBins = 4096;
+constexpr int kMinBins = 64;
+constexpr float kKeyRange = 128.0f;
+
+int NumBins(size_t vocab) {
+  int bins = kMinBins;
+  while (bins < kMaxBins && static_cast<size_t>(bins) * 16 < vocab) bins *= 2;
+  return bins;
+}
 
 // exp(x) for x <= 0 or -inf: Cephes' single-precision expf (range reduction by ln 2, degree-6
 // polynomial), max relative error ~1e-7. Branch-free so that it vectorises; the result is exactly
@@ -157,10 +165,15 @@ double ExpWeights(const float* l, size_t n, float max, float temperature, float*
 }
 
 // Histogram bin of a non-negative key; monotone, so equal keys share a bin.
-inline int BinOf(float key) {
-  return key >= static_cast<float>(kKeyRange) ? kBins - 1
-                                              : static_cast<int>(key * (kBins / kKeyRange));
-}
+// Monotone in key, so equal keys share a bin and bins are ordered like keys.
+struct Binning {
+  int bins;
+  float scale;  // bins / kKeyRange
+  explicit Binning(int num_bins) : bins(num_bins), scale(static_cast<float>(num_bins) / kKeyRange) {}
+  int operator()(float key) const {
+    return key >= kKeyRange ? bins - 1 : static_cast<int>(key * scale);
+  }
+};
 
 uint64_t RandomSeed() {
   std::random_device device;
@@ -469,9 +482,13 @@ class SamplerImpl {
     }
   }
 
-  static bool ByLogitDesc(const Candidate& a, const Candidate& b) {
-    return a.x > b.x || (a.x == b.x && a.id < b.id);
-  }
+  // A function object rather than a function, so that the std algorithms inline it.
+  struct ByLogitDescT {
+    bool operator()(const Candidate& a, const Candidate& b) const {
+      return a.x > b.x || (a.x == b.x && a.id < b.id);
+    }
+  };
+  static constexpr ByLogitDescT ByLogitDesc{};
 
   // Weighted selection: with c ordered by cmp (conceptually; it is never fully sorted), returns
   // the first position i at which `before` plus the mass preceding i (plus c[i]'s own weight when
@@ -507,11 +524,12 @@ class SamplerImpl {
   }
 
   // Dense counterpart of FirstReaching's first step: orders tokens (w > 0) by bin_of(x), a
-  // monotone bucketing of the selection key (equal keys share a bin), and finds the bin at which
-  // the cumulative mass, inclusive of the bin, first reaches limit. Tokens of earlier bins go to
-  // s.candidates_, those of that bin to s.boundary_; returns the mass of s.candidates_ (from the
-  // bin sums, so that it is consistent with the choice of bin). Two linear passes, no sort. When rounding leaves the limit unreached, every token goes to
-  // s.candidates_ and s.boundary_ stays empty.
+  // monotone bucketing of the selection key (equal keys share a bin; bin_of.binning says how many
+  // bins), and finds the bin at which the cumulative mass, inclusive of the bin, first reaches
+  // limit. Tokens of earlier bins go to s.candidates_, those of that bin to s.boundary_; returns
+  // the mass of s.candidates_ (from the bin sums, so that it is consistent with the choice of
+  // bin). Two linear passes, no sort. When rounding leaves the limit unreached, every token goes
+  // to s.candidates_ and s.boundary_ stays empty.
   template <typename BinFn>
   static double SplitAtMass(SamplerScratch& s, BinFn bin_of, double limit) {
     const float* x = s.xs_.data();
@@ -519,24 +537,33 @@ class SamplerImpl {
     const size_t vocab = s.weights_.size();
     std::vector<double>& mass = s.bin_mass_;
     std::vector<int32_t>& count = s.bin_count_;
-    mass.assign(kBins, 0.0);
-    count.assign(kBins, 0);
-    // Branch-free: tokens with w = 0 (x = -inf or underflowed) land in the last bin and add
-    // nothing. Which bin a token falls in is data-dependent, so branches would mispredict.
+    const int bins = bin_of.binning.bins;
+    // kLanes interleaved histograms, merged afterwards: consecutive tokens often share a bin
+    // (ties, or the long tail of a peaked distribution), and a single histogram would then
+    // serialise on the store-to-load latency of mass[b]. Tokens with w = 0 (x = -inf or
+    // underflowed) land in the last bin and add nothing; no branches, as bins are data-dependent.
+    constexpr int kLanes = 4;
+    mass.assign(static_cast<size_t>(bins) * kLanes, 0.0);
+    count.assign(static_cast<size_t>(bins) * kLanes, 0);
     for (size_t i = 0; i < vocab; ++i) {
-      const int b = bin_of(x[i]);
-      mass[b] += w[i];
-      count[b] += w[i] > 0.0f;
+      const size_t slot = static_cast<size_t>(bin_of(x[i])) * kLanes + (i % kLanes);
+      mass[slot] += w[i];
+      count[slot] += w[i] > 0.0f;
+    }
+    for (int b = 0; b < bins; ++b) {
+      const size_t base = static_cast<size_t>(b) * kLanes;
+      mass[b] = (mass[base] + mass[base + 1]) + (mass[base + 2] + mass[base + 3]);
+      count[b] = (count[base] + count[base + 1]) + (count[base + 2] + count[base + 3]);
     }
     int boundary_bin = 0;
     size_t before_count = 0;
     double cumulative = 0.0;
-    for (; boundary_bin < kBins; ++boundary_bin) {
+    for (; boundary_bin < bins; ++boundary_bin) {
       if (cumulative + mass[boundary_bin] >= limit) break;
       cumulative += mass[boundary_bin];
       before_count += count[boundary_bin];
     }
-    const size_t boundary_count = boundary_bin < kBins ? count[boundary_bin] : 0;
+    const size_t boundary_count = boundary_bin < bins ? count[boundary_bin] : 0;
     // Branch-free compaction: every token is written at the next free slot, which only advances
     // when the token belongs there; one spare slot absorbs the write after the last one.
     s.candidates_.resize(before_count + 1);
@@ -573,7 +600,11 @@ class SamplerImpl {
   static void DenseTopP(float top_p, SamplerScratch& s) {
     const double limit = static_cast<double>(top_p) * s.total_weight_;
     // Key -x: ascending key is descending probability; equal logits share a bin.
-    const double before = SplitAtMass(s, [](float x) { return BinOf(-x); }, limit);
+    struct TopPBin {
+      Binning binning;
+      int operator()(float x) const { return binning(-x); }
+    };
+    const double before = SplitAtMass(s, TopPBin{Binning(NumBins(s.weights_.size()))}, limit);
     std::vector<Candidate>& boundary = s.boundary_;
     const size_t keep =
         FirstReaching(boundary, ByLogitDesc, limit, /*inclusive=*/false, before);
@@ -623,8 +654,13 @@ class SamplerImpl {
     }
     const TypicalScore score{weighted / s.total_weight_};
     const double limit = static_cast<double>(mass) * s.total_weight_;
-    const double before = SplitAtMass(
-        s, [&score](float x) { return BinOf(static_cast<float>(score(x))); }, limit);
+    struct TypicalBin {
+      Binning binning;
+      TypicalScore score;
+      int operator()(float x) const { return binning(static_cast<float>(score(x))); }
+    };
+    const double before =
+        SplitAtMass(s, TypicalBin{Binning(NumBins(s.weights_.size())), score}, limit);
     std::vector<Candidate>& boundary = s.boundary_;
     if (boundary.empty()) return;  // never reached: all survive, already in candidates_
     size_t last = FirstReaching(boundary, ByScore{score}, limit, /*inclusive=*/true, before);
