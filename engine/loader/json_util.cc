@@ -26,7 +26,8 @@ class DuplicateKeyDetector {
           path = parent.is_object ? absl::StrCat(parent.path, "/", parent.last_key)
                                   : absl::StrCat(parent.path, "/[]");
         }
-        frames_.push_back(Frame{event == json::parse_event_t::object_start, std::move(path)});
+        frames_.push_back(
+            Frame{event == json::parse_event_t::object_start, std::move(path), {}, {}});
         break;
       }
       case json::parse_event_t::object_end:

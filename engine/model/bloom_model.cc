@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/loader/progress_bar.h"
 #include "engine/model/alibi.h"
 #include "kernels/status_macros.h"
 
@@ -95,7 +96,10 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& 
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   if (options.prefetch) {
-    absl::Status s = (*checkpoint)->Prefetch();
+    // Draws only on a terminal and only for large checkpoints (ProgressBar decides).
+    ProgressBar bar((*checkpoint)->total_bytes());
+    absl::Status s = (*checkpoint)->Prefetch(bar.Callback());
+    bar.Finish();
     if (!s.ok()) return s;
   }
   model->local_heads_ = static_cast<int32_t>(config->n_head / world);
