@@ -1,6 +1,7 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -146,7 +147,8 @@ double ExpWeights(const float* l, size_t n, float max, float temperature, float*
         }
         lanes += w;
       }
-      sum += (static_cast<double>(lanes[0]) + lanes[1]) + (static_cast<double>(lanes[2]) + lanes[3]);
+      sum +=
+          (static_cast<double>(lanes[0]) + lanes[1]) + (static_cast<double>(lanes[2]) + lanes[3]);
     }
 #endif
     for (; i < end; ++i) {
@@ -169,7 +171,8 @@ double ExpWeights(const float* l, size_t n, float max, float temperature, float*
 struct Binning {
   int bins;
   float scale;  // bins / kKeyRange
-  explicit Binning(int num_bins) : bins(num_bins), scale(static_cast<float>(num_bins) / kKeyRange) {}
+  explicit Binning(int num_bins)
+      : bins(num_bins), scale(static_cast<float>(num_bins) / kKeyRange) {}
   int operator()(float key) const {
     return key >= kKeyRange ? bins - 1 : static_cast<int>(key * scale);
   }
@@ -183,9 +186,8 @@ uint64_t RandomSeed() {
 absl::Status CheckIds(absl::Span<const int32_t> ids, const char* name, size_t vocab) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || static_cast<size_t>(ids[i]) >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(name, "[", i, "] = ", ids[i],
-                                                     " is outside the vocabulary [0, ", vocab,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "[", i, "] = ", ids[i], " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
   return absl::OkStatus();
@@ -314,7 +316,9 @@ class SamplerImpl {
         for (int32_t t : tokens) {
           if (s.seen_[t]) continue;
           s.seen_[t] = 1;
-          l[t] = l[t] > 0.0f ? l[t] / penalty : l[t] * penalty;
+          // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf.
+          l[t] = l[t] > 0.0f ? std::min(l[t] / penalty, std::numeric_limits<float>::max())
+                             : l[t] * penalty;
         }
       };
       penalise(ctx.prompt_tokens);
@@ -394,10 +398,13 @@ class SamplerImpl {
     } else if (typical) {
       DenseTypical(params.typical_p, s);
     } else if (min_p) {
-      // Alone, min_p is a threshold on x (the top token has x = 0), so only survivors are listed.
-      const float threshold = static_cast<float>(std::log(static_cast<double>(params.min_p)));
+      // Alone, min_p is a threshold on x (the top token has x = 0), so only survivors are listed;
+      // the comparison is MinP's, which then keeps them all.
+      const double threshold = std::log(static_cast<double>(params.min_p));
       for (size_t i = 0; i < vocab; ++i) {
-        if (w[i] > 0.0f && x[i] >= threshold) c.push_back({static_cast<int32_t>(i), x[i], w[i]});
+        if (w[i] > 0.0f && static_cast<double>(x[i]) >= threshold) {
+          c.push_back({static_cast<int32_t>(i), x[i], w[i]});
+        }
       }
     } else {
       return true;
@@ -452,8 +459,15 @@ class SamplerImpl {
     const float max_logit = MaxOf(raw.data(), raw.size());
     const double sum =
         ExpWeights<false>(raw.data(), raw.size(), max_logit, 1.0f, nullptr, nullptr, nullptr);
-    const double log_normaliser = static_cast<double>(max_logit) + std::log(sum);
-    r.logprob = static_cast<float>(static_cast<double>(raw[r.token]) - log_normaliser);
+    // (v - max) - log(sum), not v - (max + log(sum)): the latter loses log(sum) entirely when
+    // |max| is large. Finite logits get finite logprobs (clamped to the lowest float), which
+    // JSON can carry.
+    const double log_sum = std::log(sum);
+    auto logprob = [max_logit, log_sum](float v) {
+      const double value = static_cast<double>(v) - static_cast<double>(max_logit) - log_sum;
+      return static_cast<float>(std::max(value, -static_cast<double>(FLT_MAX)));
+    };
+    r.logprob = logprob(raw[r.token]);
 
     r.top.clear();
     if (n <= 0) return;
@@ -477,9 +491,7 @@ class SamplerImpl {
       }
     }
     std::sort_heap(r.top.begin(), r.top.end(), better);  // best first
-    for (TokenLogprob& t : r.top) {
-      t.logprob = static_cast<float>(static_cast<double>(t.logprob) - log_normaliser);
-    }
+    for (TokenLogprob& t : r.top) t.logprob = logprob(t.logprob);
   }
 
   // A function object rather than a function, so that the std algorithms inline it.
@@ -606,8 +618,7 @@ class SamplerImpl {
     };
     const double before = SplitAtMass(s, TopPBin{Binning(NumBins(s.weights_.size()))}, limit);
     std::vector<Candidate>& boundary = s.boundary_;
-    const size_t keep =
-        FirstReaching(boundary, ByLogitDesc, limit, /*inclusive=*/false, before);
+    const size_t keep = FirstReaching(boundary, ByLogitDesc, limit, /*inclusive=*/false, before);
     s.candidates_.insert(s.candidates_.end(), boundary.begin(), boundary.begin() + keep);
   }
 
@@ -676,10 +687,9 @@ class SamplerImpl {
     float max_x = -kInf;
     for (const Candidate& a : c) max_x = std::max(max_x, a.x);
     const double threshold = static_cast<double>(max_x) + std::log(static_cast<double>(min_p));
-    c.erase(std::remove_if(c.begin(), c.end(),
-                           [threshold](const Candidate& a) {
-                             return static_cast<double>(a.x) < threshold;
-                           }),
+    c.erase(std::remove_if(
+                c.begin(), c.end(),
+                [threshold](const Candidate& a) { return static_cast<double>(a.x) < threshold; }),
             c.end());
   }
 
@@ -722,9 +732,10 @@ absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const Sampli
   return SamplerImpl::RunSample(logits, params, ctx, rng, scratch);
 }
 
-absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(
-    absl::Span<const float> logits, const SamplingParams& params, const SamplingContext& ctx,
-    SamplerScratch& scratch) {
+absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(absl::Span<const float> logits,
+                                                                   const SamplingParams& params,
+                                                                   const SamplingContext& ctx,
+                                                                   SamplerScratch& scratch) {
   return SamplerImpl::RunDistribution(logits, params, ctx, scratch);
 }
 

@@ -6,21 +6,26 @@
 //      logit > 0 ? logit / penalty : logit * penalty;
 //   3. frequency and presence penalties over output tokens only (OpenAI):
 //      logit -= count * frequency_penalty + (count > 0) * presence_penalty;
-//   4. temperature == 0: argmax of the result (ties -> lowest id); steps 5-9 are skipped and the rng
-//      is not advanced. Otherwise logits /= temperature;
+//   4. temperature == 0: argmax of the result (ties -> lowest id); steps 5-9 are skipped and the
+//      rng is not advanced. Otherwise x = (logit - max logit) / temperature in fp32 (the shift
+//      changes nothing after normalisation and keeps tiny temperatures from overflowing);
 //   5. top_k: keep every token whose logit is >= the k-th largest logit (ties at the boundary are
-//      all kept, as HF's TopKLogitsWarper and vLLM do, so the set depends on values only);
-//   6. top_p: order tokens by probability descending, ties by lowest id, and keep a token when the
-//      probability mass strictly before it is < top_p (HF's TopPLogitsWarper rule): the smallest
-//      such prefix whose cumulative probability reaches top_p; the top token always survives.
-//      Unlike HF, whose tie order is whatever torch.sort yields, boundary ties go to the lowest id;
+//      all kept, as HF's TopKLogitsWarper and vLLM do, so the set depends on values only). It is
+//      selected on the logits of step 3, which gives the set of step 4's x as scaling is monotone;
+//   6. top_p: order tokens by probability descending (by x), ties by lowest id, and keep a token
+//      when the probability mass strictly before it is < top_p (HF's TopPLogitsWarper rule): the
+//      smallest such prefix whose cumulative probability reaches top_p; the top token always
+//      survives. Unlike HF, whose tie order is whatever torch.sort yields, boundary ties go to the
+//      lowest id;
 //   7. typical_p (HF's TypicalLogitsWarper): with entropy H of the current distribution, order
 //      tokens by |-log p - H| ascending, find the first position whose cumulative probability
 //      reaches typical_p (or the last), and keep every token whose score is <= that position's;
 //   8. min_p: keep tokens with p >= min_p * max(p);
 //   9. draw from the distribution renormalised over the survivors: one uniform draw from the rng,
-//      inverted through the cumulative distribution.
-// Steps 6-8 work on probabilities renormalised over the survivors of the previous steps. A token
+//      inverted through the cumulative distribution (in a fixed order for given inputs: token id
+//      order when nothing was filtered).
+// Steps 6-8 work on probabilities renormalised over the survivors of the previous steps; weights
+// are fp32 exp(x) (relative error ~1e-7) and every probability-mass sum is in double. A token
 // whose weight relative to the top token is below 2^-126.5 (x more than ~87.68 below the top
 // after temperature scaling) gets weight 0 in fp32 and is dropped, as it could never be drawn.
 //
@@ -81,9 +86,11 @@ struct TokenProbability {
 struct SampleResult {
   int32_t token = 0;
   // Raw log-softmax of the chosen token; computed only when params.logprobs >= 0, else 0.
+  // Always finite (clamped to -FLT_MAX), so that it can be serialised as JSON.
   float logprob = 0.0f;
   // The min(params.logprobs, vocab) most likely tokens by raw logprob, descending, ties by lowest
-  // id; tokens with a -inf logprob are left out. May include the chosen token.
+  // id; tokens whose raw logit is -inf (masked by the model) are left out. May include the chosen
+  // token.
   std::vector<TokenLogprob> top;
 };
 
@@ -139,9 +146,10 @@ absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const Sampli
 // The distribution Sample() draws from after steps 1-8: the tokens with nonzero probability, by
 // ascending id, probabilities summing to 1 (greedy: the argmax with probability 1). Same errors as
 // Sample(). For tests, debugging and callers that draw several tokens from one row.
-absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(
-    absl::Span<const float> logits, const SamplingParams& params, const SamplingContext& ctx,
-    SamplerScratch& scratch);
+absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(absl::Span<const float> logits,
+                                                                   const SamplingParams& params,
+                                                                   const SamplingContext& ctx,
+                                                                   SamplerScratch& scratch);
 
 }  // namespace blossom
 

@@ -1,12 +1,13 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
-#include <iterator>
 #include <numeric>
 #include <random>
 #include <set>
@@ -343,8 +344,8 @@ int ExpectMatchesReference(const std::vector<TokenProbability>& got, const Refer
     return out;
   };
   EXPECT_TRUE(missing.empty() && unexpected.empty())
-      << got.size() << " survivors, " << want.probs.size() << " expected; missing "
-      << show(missing) << "; unexpected " << show(unexpected);
+      << got.size() << " survivors, " << want.probs.size() << " expected; missing " << show(missing)
+      << "; unexpected " << show(unexpected);
   double got_common = 0.0, want_common = 0.0;
   for (const auto& pair : common) {
     got_common += pair.first;
@@ -441,8 +442,7 @@ std::vector<BoundaryCase> BoundaryCases() {
     const float top_p = static_cast<float>((std::exp(2.0) + 1.5 * std::exp(1.0)) / z);
     add("top_p_inside_tie_group", l, [top_p](SamplingParams& p) { p.top_p = top_p; }, {0, 1, 2});
   }
-  add("top_p_ties_reordered", {1, 0, 1, 0, 1}, [](SamplingParams& p) { p.top_p = 0.5f; },
-      {0, 2});
+  add("top_p_ties_reordered", {1, 0, 1, 0, 1}, [](SamplingParams& p) { p.top_p = 0.5f; }, {0, 2});
   // top_k keeps every token tied with the k-th largest value.
   const std::vector<float> k_row = {3, 1, 2, 2, 2, 0};
   add("top_k_1", k_row, [](SamplingParams& p) { p.top_k = 1; }, {0});
@@ -457,8 +457,7 @@ std::vector<BoundaryCase> BoundaryCases() {
   add("typical_uniform", {0.5f, 0.5f, 0.5f}, [](SamplingParams& p) { p.typical_p = 0.1f; },
       {0, 1, 2});
   // Tiny temperature: the tied maxima share the mass, everything else underflows.
-  add("tiny_temperature", {1, 5, 5, 2}, [](SamplingParams& p) { p.temperature = 1e-30f; },
-      {1, 2});
+  add("tiny_temperature", {1, 5, 5, 2}, [](SamplingParams& p) { p.temperature = 1e-30f; }, {1, 2});
   return cases;
 }
 
@@ -575,8 +574,7 @@ TEST(SamplerStatisticsTest, FrequenciesMatchDistribution) {
     std::map<int32_t, int> counts;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < c.draws; ++i) {
-      absl::StatusOr<SampleResult> r =
-          Sample(c.logits, c.params, SamplingContext(), rng, scratch);
+      absl::StatusOr<SampleResult> r = Sample(c.logits, c.params, SamplingContext(), rng, scratch);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_EQ(dist.count(r->token), 1u) << "sampled a filtered-out token " << r->token;
       counts[r->token]++;
@@ -675,8 +673,8 @@ TEST(SamplerTest, GreedyTiesGoToLowestIdAndDoNotAdvanceRng) {
     int32_t want;
   };
   const std::vector<Case> cases = {
-      {{1, 3, 3, 2}, 1},       {{0, 0, 0}, 0},     {{-kInf, -1, -1}, 1},
-      {{5}, 0},                {{-2, 7, 7, 7}, 1}, {{-kInf, -kInf, 0}, 2},
+      {{1, 3, 3, 2}, 1}, {{0, 0, 0}, 0},     {{-kInf, -1, -1}, 1},
+      {{5}, 0},          {{-2, 7, 7, 7}, 1}, {{-kInf, -kInf, 0}, 2},
   };
   for (const Case& c : cases) {
     RequestRng rng(uint64_t{1});
@@ -698,6 +696,41 @@ TEST(SamplerTest, GreedyTiesGoToLowestIdAndDoNotAdvanceRng) {
   r = Sample({1, 3, 3, 2}, p, SamplingContext{seen, {}, {}}, rng, scratch);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->token, 3);  // 3/2 = 1.5 for tokens 1 and 2; token 3 keeps 2
+}
+
+TEST(SamplerTest, ExtremeValuesStayFinite) {
+  SamplerScratch scratch;
+  RequestRng rng(uint64_t{4});
+  const std::vector<int32_t> prompt = {0};
+  // A tiny repetition penalty would push token 0 to +inf (10 / 1e-38); it is clamped instead.
+  SamplingParams p;
+  p.repetition_penalty = 1e-38f;
+  p.logprobs = 2;
+  absl::StatusOr<std::vector<TokenProbability>> dist =
+      SamplingDistribution({10.0f, 0.0f, -1.0f}, p, SamplingContext{prompt, {}, {}}, scratch);
+  ASSERT_TRUE(dist.ok()) << dist.status();
+  ASSERT_EQ(dist->size(), 1u);
+  EXPECT_EQ((*dist)[0].token, 0);
+  EXPECT_EQ((*dist)[0].probability, 1.0);
+  // Huge finite logits and a tiny temperature: nothing overflows into NaN.
+  p = SamplingParams();
+  p.temperature = 1e-6f;
+  p.top_p = 0.5f;
+  p.logprobs = 3;
+  absl::StatusOr<SampleResult> r = Sample({3e38f, -3e38f, 3e38f, 0.0f}, p, {}, rng, scratch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->token, 0);  // tied with token 2; top_p = 0.5 keeps the lower id only
+  EXPECT_NEAR(r->logprob, -std::log(2.0), 1e-6);
+  ASSERT_EQ(r->top.size(), 3u);
+  EXPECT_EQ(r->top[2].token, 3);
+  EXPECT_TRUE(std::isfinite(r->top[2].logprob));
+  EXPECT_LT(r->top[2].logprob, -1e38f);
+  p.logprobs = 4;  // -3e38 - 3e38 overflows to -inf in float: clamped
+  r = Sample({3e38f, -3e38f, 3e38f, 0.0f}, p, {}, rng, scratch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->top.size(), 4u);
+  EXPECT_EQ(r->top[3].token, 1);
+  EXPECT_EQ(r->top[3].logprob, -FLT_MAX);
 }
 
 TEST(SamplerTest, VocabularyOfOne) {
@@ -805,17 +838,41 @@ TEST(SamplerErrorTest, BadInputsAreStatusesNotCrashes) {
       {"plus_inf", {0, kInf}, sampled, {}, absl::StatusCode::kInternal, "logits[1] is inf"},
       {"empty", {}, sampled, {}, absl::StatusCode::kInvalidArgument, "empty"},
       {"bad_params", {0, 1}, bad_params, {}, absl::StatusCode::kInvalidArgument, "top_p"},
-      {"prompt_out_of_range", {0, 1, 2}, sampled, {out_of_range, {}, {}},
-       absl::StatusCode::kInvalidArgument, "prompt_tokens[1] = 9"},
-      {"output_negative", {0, 1, 2}, sampled, {{}, negative, {}},
-       absl::StatusCode::kInvalidArgument, "output_tokens[0] = -1"},
-      {"suppressed_out_of_range", {0, 1, 2}, sampled, {{}, {}, out_of_range},
-       absl::StatusCode::kInvalidArgument, "suppressed_tokens[1]"},
-      {"all_suppressed", {0, 1, 2}, sampled, {{}, {}, all},
-       absl::StatusCode::kFailedPrecondition, "every logit is -inf"},
-      {"all_suppressed_greedy", {0, 1, 2}, greedy, {{}, {}, all},
-       absl::StatusCode::kFailedPrecondition, "every logit is -inf"},
-      {"all_minus_inf", {-kInf, -kInf}, sampled, {}, absl::StatusCode::kFailedPrecondition,
+      {"prompt_out_of_range",
+       {0, 1, 2},
+       sampled,
+       {out_of_range, {}, {}},
+       absl::StatusCode::kInvalidArgument,
+       "prompt_tokens[1] = 9"},
+      {"output_negative",
+       {0, 1, 2},
+       sampled,
+       {{}, negative, {}},
+       absl::StatusCode::kInvalidArgument,
+       "output_tokens[0] = -1"},
+      {"suppressed_out_of_range",
+       {0, 1, 2},
+       sampled,
+       {{}, {}, out_of_range},
+       absl::StatusCode::kInvalidArgument,
+       "suppressed_tokens[1]"},
+      {"all_suppressed",
+       {0, 1, 2},
+       sampled,
+       {{}, {}, all},
+       absl::StatusCode::kFailedPrecondition,
+       "every logit is -inf"},
+      {"all_suppressed_greedy",
+       {0, 1, 2},
+       greedy,
+       {{}, {}, all},
+       absl::StatusCode::kFailedPrecondition,
+       "every logit is -inf"},
+      {"all_minus_inf",
+       {-kInf, -kInf},
+       sampled,
+       {},
+       absl::StatusCode::kFailedPrecondition,
        "every logit"},
   };
   for (const Case& c : cases) {

@@ -122,8 +122,7 @@ absl::Status Validate(const StoppingParams& p, int32_t vocab_size) {
                         static_cast<int64_t>(s.size()));
     }
     if (!IsValidUtf8(s)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop_strings[", i, "] must be valid UTF-8"));
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings[", i, "] must be valid UTF-8"));
     }
   }
   return absl::OkStatus();

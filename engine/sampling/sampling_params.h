@@ -1,9 +1,9 @@
 // Per-request sampling and stopping parameters, and their validation.
 //
 // The ranges follow vLLM and TGI so that clients written for either behave the same here; the
-// exact limits are the named constants below so that the HTTP/gRPC layers can quote them. Validate()
-// is meant to run once, at admission, and turn a bad request into INVALID_ARGUMENT before it
-// reaches the engine; Sample() re-checks the cheap parts defensively.
+// exact limits are the named constants below so that the HTTP/gRPC layers can quote them.
+// Validate() is meant to run once, at admission, and turn a bad request into INVALID_ARGUMENT
+// before it reaches the engine; Sample() re-checks the cheap parts defensively.
 #ifndef BLOSSOM_ENGINE_SAMPLING_SAMPLING_PARAMS_H_
 #define BLOSSOM_ENGINE_SAMPLING_SAMPLING_PARAMS_H_
 
@@ -41,13 +41,13 @@ struct SamplingParams {
   // 0 means greedy: the argmax of the processed logits, ties broken toward the lowest token id, and
   // top_k/top_p/typical_p/min_p and the rng are not used. Penalties still apply (as in vLLM).
   float temperature = 1.0f;
-  int32_t top_k = 0;  // 0 or -1 = off.
-  float top_p = 1.0f;  // (0, 1]; 1 = off.
-  float typical_p = 1.0f;  // (0, 1]; 1 = off.
-  float min_p = 0.0f;  // [0, 1]; 0 = off.
+  int32_t top_k = 0;                // 0 or -1 = off.
+  float top_p = 1.0f;               // (0, 1]; 1 = off.
+  float typical_p = 1.0f;           // (0, 1]; 1 = off.
+  float min_p = 0.0f;               // [0, 1]; 0 = off.
   float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL multiplicative penalty).
-  float frequency_penalty = 0.0f;  // [-2, 2]; 0 = off (OpenAI additive penalty).
-  float presence_penalty = 0.0f;  // [-2, 2]; 0 = off (OpenAI additive penalty).
+  float frequency_penalty = 0.0f;   // [-2, 2]; 0 = off (OpenAI additive penalty).
+  float presence_penalty = 0.0f;    // [-2, 2]; 0 = off (OpenAI additive penalty).
   // Seed of the per-request generator; absent = a random seed (reported by RequestRng::seed()).
   absl::optional<uint64_t> seed;
   // -1 = no logprobs; 0 = the chosen token's only; n = the chosen token's plus the top n tokens.

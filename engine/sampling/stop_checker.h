@@ -68,8 +68,9 @@ class StopChecker {
   StopChecker& operator=(const StopChecker&) = delete;
 
   // Called once per generated token, in order, with the text that token added to the detokenized
-  // output (empty when the detokenizer is still waiting for more bytes). After a finished result,
-  // further calls return finished again with no text.
+  // output (empty when the detokenizer is still waiting for more bytes). Deltas must be
+  // append-only: their concatenation is the detokenized output. After a finished result, further
+  // calls return finished again with no text.
   Result Process(int32_t token, absl::string_view text_delta);
 
   // Returns and clears the text held back so far. For ends the checker did not decide.
