@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -34,7 +35,8 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Engine> MakeEngine(int32_t num_blocks, int32_t max_seqs = 64,
-                                            int32_t max_batched = 256, int32_t max_waiting = 1024) {
+                                            int32_t max_batched = 256, int32_t max_waiting = 1024,
+                                            EngineObserver* observer = nullptr) {
     EngineConfig config;
     config.scheduler.block_size = 4;
     config.scheduler.num_blocks = num_blocks;
@@ -42,7 +44,7 @@ class EngineTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = max_batched;
     config.scheduler.max_total_tokens = 256;
     config.scheduler.max_waiting_requests = max_waiting;
-    auto engine = Engine::Create(model_, tokenizer_, config);
+    auto engine = Engine::Create(model_, tokenizer_, config, observer);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
@@ -199,6 +201,52 @@ TEST_F(EngineTest, StopStringEndsTheRequestAndIsNotShown) {
   }
   EXPECT_EQ(last.finish_reason, FinishReason::kStopString);
   EXPECT_EQ(shown, text.substr(0, text.find(stop)));
+}
+
+// Records what the observer hooks report (called on the engine thread).
+class RecordingObserver : public EngineObserver {
+ public:
+  void OnStep(const StepStats& s) override {
+    std::lock_guard<std::mutex> lock(mu);
+    steps.push_back(s);
+  }
+  void OnRequestFinished(const EngineEvent& e) override {
+    std::lock_guard<std::mutex> lock(mu);
+    finished.push_back(e);
+  }
+  std::mutex mu;
+  std::vector<StepStats> steps;
+  std::vector<EngineEvent> finished;
+};
+
+TEST_F(EngineTest, ObserverSeesEveryStepAndEveryFinishedRequest) {
+  RecordingObserver observer;
+  {
+    auto engine = MakeEngine(64, 64, 256, 1024, &observer);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 3; ++i) streams.push_back(*engine->Submit(Greedy({5, 6, 7, 8, 9}, 6)));
+    EngineEvent last;
+    for (auto& s : streams) Collect(*s, &last);
+  }
+  std::lock_guard<std::mutex> lock(observer.mu);
+  ASSERT_EQ(observer.finished.size(), 3u);
+  int64_t prefill = 0, decode = 0;
+  for (const StepStats& s : observer.steps) {
+    EXPECT_GT(s.batch_size, 0);
+    EXPECT_GE(s.duration_seconds, 0.0);
+    EXPECT_LE(s.blocks_used, s.blocks_total);
+    prefill += s.prefill_tokens;
+    decode += s.decode_tokens;
+  }
+  // 3 prompts of 5 tokens, the last 4 shared-prefix-cacheable at most; 5 decode tokens each.
+  EXPECT_GE(prefill, 5);
+  EXPECT_LE(prefill, 15);
+  EXPECT_EQ(decode, 15);
+  for (const EngineEvent& e : observer.finished) {
+    EXPECT_EQ(e.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(e.usage.generated_tokens, 6);
+    EXPECT_NE(e.timings.first_token, Clock::time_point{});
+  }
 }
 
 // Issue 3's randomized stress test: many requests with random lengths and sampling parameters,
