@@ -96,41 +96,6 @@ absl::StatusOr<json> ParseJsonStrict(absl::string_view text, absl::string_view s
   return result;
 }
 
-int64_t FindInvalidUtf8(absl::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t min_cp;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, min_cp = 0x80, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min_cp = 0x800, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, min_cp = 0x10000, cp = c & 0x07;
-    } else {
-      return static_cast<int64_t>(i);
-    }
-    if (i + len > n) return static_cast<int64_t>(i);
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return static_cast<int64_t>(i);
-    }
-    i += len;
-  }
-  return -1;
-}
-
 bool JsonToInt64(const json& value, int64_t* out) {
   if (value.is_number_unsigned()) {
     uint64_t v = value.get<uint64_t>();

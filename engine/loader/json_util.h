@@ -21,10 +21,6 @@ namespace blossom {
 absl::StatusOr<nlohmann::json> ParseJsonStrict(absl::string_view text,
                                                absl::string_view source_name);
 
-// Returns the byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and
-// code points above U+10FFFF are invalid), or -1 if `text` is valid.
-int64_t FindInvalidUtf8(absl::string_view text);
-
 // JSON integers as fixed-width values. False for non-integers (1.0, "1", true) and out-of-range
 // values; nlohmann stores big integers as either signed or unsigned, both are handled.
 bool JsonToInt64(const nlohmann::json& value, int64_t* out);

@@ -50,16 +50,6 @@ TEST(JsonUtilTest, SameKeyInSiblingObjectsIsFine) {
   EXPECT_EQ(ErrorOf(R"({"x": {"k": 1}, "y": {"k": 2}, "z": [{"k": 1}, {"k": 2}]})"), "");
 }
 
-TEST(JsonUtilTest, Utf8Validation) {
-  EXPECT_EQ(FindInvalidUtf8("plain ascii"), -1);
-  EXPECT_EQ(FindInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), -1);
-  EXPECT_EQ(FindInvalidUtf8("ab\xff"), 2);
-  EXPECT_EQ(FindInvalidUtf8("ab\xc3"), 2);            // truncated sequence
-  EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0);          // overlong '/'
-  EXPECT_EQ(FindInvalidUtf8("x\xed\xa0\x80"), 1);     // surrogate
-  EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0);  // > U+10FFFF
-}
-
 TEST(JsonUtilTest, IntegerConversions) {
   int64_t i;
   uint64_t u;

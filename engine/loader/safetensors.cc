@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/loader/file_util.h"
 #include "engine/loader/json_util.h"
+#include "engine/text/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace blossom {
@@ -255,8 +256,8 @@ absl::Status SafetensorsFile::ParseAndValidate() {
   const uint64_t data_size = size - data_begin_;
   absl::string_view header(reinterpret_cast<const char*>(mapping_.data()) + 8, header_len);
 
-  int64_t bad_utf8 = FindInvalidUtf8(header);
-  if (bad_utf8 >= 0) {
+  const size_t bad_utf8 = FindInvalidUtf8(header);
+  if (bad_utf8 != absl::string_view::npos) {
     return Invalid(
         path, absl::StrCat("header is not valid UTF-8 (invalid byte 0x",
                            absl::Hex(static_cast<unsigned>(static_cast<uint8_t>(header[bad_utf8])),

@@ -1,6 +1,6 @@
 #include "engine/tokenizer/incremental_decoder.h"
 
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 

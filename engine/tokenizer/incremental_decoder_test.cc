@@ -6,7 +6,7 @@
 
 #include "engine/tokenizer/test_util.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -38,7 +38,7 @@ void ExpectStreamingMatchesBatch(const Tokenizer& tok, const std::vector<int32_t
   std::string streamed;
   for (int32_t id : ids) {
     const std::string piece = decoder.Push(id);
-    ASSERT_EQ(FirstInvalidUtf8Byte(piece), absl::string_view::npos) << "partial character emitted";
+    ASSERT_EQ(FindInvalidUtf8(piece), absl::string_view::npos) << "partial character emitted";
     streamed += piece;
     ASSERT_EQ(decoder.text(), streamed);
   }

@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 #include "nlohmann/json.hpp"
 
 // Local: the project-wide status macros live outside this package.
@@ -662,7 +662,7 @@ void Tokenizer::SplitOnAddedTokens(absl::string_view text, const Segment& seg, c
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) const {
-  const size_t bad = FirstInvalidUtf8Byte(text);
+  const size_t bad = FindInvalidUtf8(text);
   if (bad != absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "text is not valid UTF-8: ill-formed sequence at byte offset %d (byte 0x%02X)", bad,

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_join.h"
 #include "engine/tokenizer/test_util.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -5,8 +5,8 @@
 // Encoding Standard). Both libraries follow that rule, so decoded text compares byte-for-byte.
 //
 // Stateless free functions: safe to call from any thread.
-#ifndef BLOSSOM_ENGINE_TOKENIZER_UTF8_H_
-#define BLOSSOM_ENGINE_TOKENIZER_UTF8_H_
+#ifndef BLOSSOM_ENGINE_TEXT_UTF8_H_
+#define BLOSSOM_ENGINE_TEXT_UTF8_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +22,7 @@ inline constexpr absl::string_view kUtf8Replacement = "\xEF\xBF\xBD";
 // Byte offset of the first byte that does not start a well-formed UTF-8 sequence (overlong forms,
 // surrogates, code points above U+10FFFF and truncated sequences are all ill-formed), or npos
 // when `bytes` is entirely well-formed.
-size_t FirstInvalidUtf8Byte(absl::string_view bytes);
+size_t FindInvalidUtf8(absl::string_view bytes);
 
 // Decodes the code point starting at `bytes[pos]`, which the caller has validated. Sets *length
 // to its byte length (1..4).
@@ -44,4 +44,4 @@ std::string Utf8Lossy(absl::string_view bytes);
 
 }  // namespace blossom
 
-#endif  // BLOSSOM_ENGINE_TOKENIZER_UTF8_H_
+#endif  // BLOSSOM_ENGINE_TEXT_UTF8_H_

@@ -1,4 +1,4 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 namespace {
@@ -45,7 +45,7 @@ Seq Classify(absl::string_view bytes, size_t pos) {
 
 }  // namespace
 
-size_t FirstInvalidUtf8Byte(absl::string_view bytes) {
+size_t FindInvalidUtf8(absl::string_view bytes) {
   size_t pos = 0;
   while (pos < bytes.size()) {
     // ASCII fast path: prompts are mostly ASCII.

@@ -1,4 +1,4 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/text/utf8.h"
 
 #include <random>
 #include <string>
@@ -111,22 +111,22 @@ TEST(Utf8Lossy, ChunkedDecodeEqualsWholeDecode) {
     }
     AppendUtf8Lossy(pending, /*final=*/true, &streamed);
     ASSERT_EQ(Hex(streamed), Hex(Utf8Lossy(bytes))) << "input " << Hex(bytes);
-    ASSERT_EQ(FirstInvalidUtf8Byte(streamed), absl::string_view::npos);
+    ASSERT_EQ(FindInvalidUtf8(streamed), absl::string_view::npos);
   }
 }
 
-TEST(FirstInvalidUtf8Byte, ReportsFirstBadOffset) {
-  EXPECT_EQ(FirstInvalidUtf8Byte(""), absl::string_view::npos);
-  EXPECT_EQ(FirstInvalidUtf8Byte("plain ascii"), absl::string_view::npos);
-  EXPECT_EQ(FirstInvalidUtf8Byte("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"), absl::string_view::npos);
-  EXPECT_EQ(FirstInvalidUtf8Byte(std::string("a\0b", 3)), absl::string_view::npos);
-  EXPECT_EQ(FirstInvalidUtf8Byte("\xFF"), 0u);
-  EXPECT_EQ(FirstInvalidUtf8Byte("abc\x80"), 3u);
-  EXPECT_EQ(FirstInvalidUtf8Byte("ab\xC3"), 2u);            // truncated
-  EXPECT_EQ(FirstInvalidUtf8Byte("\xC0\x80"), 0u);          // overlong NUL
-  EXPECT_EQ(FirstInvalidUtf8Byte("x\xED\xA0\x80"), 1u);     // surrogate
-  EXPECT_EQ(FirstInvalidUtf8Byte("\xF4\x90\x80\x80"), 0u);  // above U+10FFFF
-  EXPECT_EQ(FirstInvalidUtf8Byte("\xE2\x82\xAC\xE2\x82"), 3u);
+TEST(FindInvalidUtf8, ReportsFirstBadOffset) {
+  EXPECT_EQ(FindInvalidUtf8(""), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8("plain ascii"), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8(std::string("a\0b", 3)), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8("\xFF"), 0u);
+  EXPECT_EQ(FindInvalidUtf8("abc\x80"), 3u);
+  EXPECT_EQ(FindInvalidUtf8("ab\xC3"), 2u);            // truncated
+  EXPECT_EQ(FindInvalidUtf8("\xC0\x80"), 0u);          // overlong NUL
+  EXPECT_EQ(FindInvalidUtf8("x\xED\xA0\x80"), 1u);     // surrogate
+  EXPECT_EQ(FindInvalidUtf8("\xF4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(FindInvalidUtf8("\xE2\x82\xAC\xE2\x82"), 3u);
 }
 
 TEST(Utf8CodePoints, EncodeDecodeRoundTrip) {
@@ -134,11 +134,22 @@ TEST(Utf8CodePoints, EncodeDecodeRoundTrip) {
                       0x10000u, 0x1F600u, 0x10FFFFu}) {
     std::string s;
     AppendUtf8(cp, &s);
-    EXPECT_EQ(FirstInvalidUtf8Byte(s), absl::string_view::npos) << cp;
+    EXPECT_EQ(FindInvalidUtf8(s), absl::string_view::npos) << cp;
     size_t len = 0;
     EXPECT_EQ(DecodeUtf8At(s, 0, &len), cp);
     EXPECT_EQ(len, s.size());
   }
+}
+
+// The strictness the safetensors header check relies on (moved here with the validator).
+TEST(Utf8Test, FindInvalidUtf8RejectsOverlongSurrogatesAndOutOfRange) {
+  EXPECT_EQ(FindInvalidUtf8("plain ascii"), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), absl::string_view::npos);
+  EXPECT_EQ(FindInvalidUtf8("ab\xff"), 2u);
+  EXPECT_EQ(FindInvalidUtf8("ab\xc3"), 2u);            // truncated sequence
+  EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0u);          // overlong '/'
+  EXPECT_EQ(FindInvalidUtf8("x\xed\xa0\x80"), 1u);     // surrogate
+  EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0u);  // > U+10FFFF
 }
 
 }  // namespace
