@@ -24,14 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/text/utf8.h"
+#include "kernels/status_macros.h"
 #include "nlohmann/json.hpp"
 
-// Local: the project-wide status macros live outside this package.
-#define BLOSSOM_TOKENIZER_RETURN_IF_ERROR(expr)    \
-  do {                                             \
-    const absl::Status status_macro_ = (expr);     \
-    if (!status_macro_.ok()) return status_macro_; \
-  } while (false)
 
 namespace blossom {
 namespace {
@@ -221,27 +216,27 @@ class TokenizerLoader {
         return Error("version", *it, "only tokenizer.json version \"1.0\" is known");
       }
     }
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(
+    BLOSSOM_RETURN_IF_ERROR(
         RequireNull(root, "truncation", "truncation is not supported"));
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(RequireNull(root, "padding", "padding is not supported"));
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(
+    BLOSSOM_RETURN_IF_ERROR(RequireNull(root, "padding", "padding is not supported"));
+    BLOSSOM_RETURN_IF_ERROR(
         RequireNull(root, "normalizer", "only a null normalizer is supported"));
     auto pre = root.find("pre_tokenizer");
     if (pre == root.end()) return Missing("pre_tokenizer", "a ByteLevel pre-tokenizer is required");
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(LoadPreTokenizer(*pre, "pre_tokenizer", tok));
+    BLOSSOM_RETURN_IF_ERROR(LoadPreTokenizer(*pre, "pre_tokenizer", tok));
     auto model = root.find("model");
     if (model == root.end()) return Missing("model", "a BPE model is required");
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(LoadModel(*model, tok));
+    BLOSSOM_RETURN_IF_ERROR(LoadModel(*model, tok));
     auto decoder = root.find("decoder");
     if (decoder == root.end()) return Missing("decoder", "a ByteLevel decoder is required");
     if (TypeOf(*decoder) != "ByteLevel") {
       return TypeError("decoder", *decoder, "only the ByteLevel decoder is supported");
     }
     if (auto it = root.find("post_processor"); it != root.end()) {
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(CheckPostProcessor(*it, "post_processor"));
+      BLOSSOM_RETURN_IF_ERROR(CheckPostProcessor(*it, "post_processor"));
     }
     if (auto it = root.find("added_tokens"); it != root.end()) {
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(LoadAddedTokens(*it, tok));
+      BLOSSOM_RETURN_IF_ERROR(LoadAddedTokens(*it, tok));
     }
     BuildIdTables(tok);
     tok->BuildTrie(/*normalized=*/false, &tok->non_normalized_trie_);
@@ -262,10 +257,10 @@ class TokenizerLoader {
                    "expected [Split, ByteLevel] or [ByteLevel]");
     }
     const size_t last = list->size() - 1;
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(CheckByteLevelPreTokenizer(
+    BLOSSOM_RETURN_IF_ERROR(CheckByteLevelPreTokenizer(
         (*list)[last], absl::StrCat(path, ".pretokenizers[", last, "]")));
     if (last == 1) {
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(CheckSplit((*list)[0], path + ".pretokenizers[0]"));
+      BLOSSOM_RETURN_IF_ERROR(CheckSplit((*list)[0], path + ".pretokenizers[0]"));
       tok->split_regex_ = true;
     }
     return absl::OkStatus();
@@ -276,7 +271,7 @@ class TokenizerLoader {
       return TypeError(path, bl, "expected a ByteLevel pre-tokenizer");
     }
     bool add_prefix_space;
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(bl, "add_prefix_space", path, &add_prefix_space));
+    BLOSSOM_RETURN_IF_ERROR(GetBool(bl, "add_prefix_space", path, &add_prefix_space));
     if (add_prefix_space) {
       return Error(path + ".add_prefix_space", true, "add_prefix_space is not supported");
     }
@@ -311,7 +306,7 @@ class TokenizerLoader {
       return Error(path + ".behavior", *behavior, "only behavior \"Isolated\" is supported");
     }
     bool invert;
-    BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(split, "invert", path, &invert));
+    BLOSSOM_RETURN_IF_ERROR(GetBool(split, "invert", path, &invert));
     if (invert) return Error(path + ".invert", true, "invert true is not supported");
     return absl::OkStatus();
   }
@@ -326,7 +321,7 @@ class TokenizerLoader {
         return Error(path + ".processors", list == pp.end() ? Json() : *list, "expected a list");
       }
       for (size_t i = 0; i < list->size(); ++i) {
-        BLOSSOM_TOKENIZER_RETURN_IF_ERROR(
+        BLOSSOM_RETURN_IF_ERROR(
             CheckPostProcessor((*list)[i], absl::StrCat(path, ".processors[", i, "]")));
       }
       return absl::OkStatus();
@@ -495,12 +490,12 @@ class TokenizerLoader {
         return Error(path + ".id", *id, absl::StrCat("expected an integer in [0, ", kMaxId, "]"));
       }
       bool single_word;
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(t, "single_word", path, &single_word));
+      BLOSSOM_RETURN_IF_ERROR(GetBool(t, "single_word", path, &single_word));
       if (single_word) return Error(path + ".single_word", true, "single_word is not supported");
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(t, "lstrip", path, &added.lstrip));
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(t, "rstrip", path, &added.rstrip));
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(t, "normalized", path, &added.normalized));
-      BLOSSOM_TOKENIZER_RETURN_IF_ERROR(GetBool(t, "special", path, &added.special));
+      BLOSSOM_RETURN_IF_ERROR(GetBool(t, "lstrip", path, &added.lstrip));
+      BLOSSOM_RETURN_IF_ERROR(GetBool(t, "rstrip", path, &added.rstrip));
+      BLOSSOM_RETURN_IF_ERROR(GetBool(t, "normalized", path, &added.normalized));
+      BLOSSOM_RETURN_IF_ERROR(GetBool(t, "special", path, &added.special));
       if (tok->added_by_content_.contains(added.content)) {
         return Error(path + ".content", *content, "duplicate added token");
       }
@@ -863,4 +858,3 @@ std::vector<int32_t> Tokenizer::SpecialIds() const {
 
 }  // namespace blossom
 
-#undef BLOSSOM_TOKENIZER_RETURN_IF_ERROR
