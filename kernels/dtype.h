@@ -53,6 +53,18 @@ inline uint16_t FloatToBF16(float value) {
 float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
 
+// Element `index` of a float-dtype buffer (F32, F16 or BF16) as fp32.
+inline float LoadAsFloat(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::kF16:
+      return HalfToFloat(static_cast<const uint16_t*>(data)[index]);
+    case DType::kBF16:
+      return BF16ToFloat(static_cast<const uint16_t*>(data)[index]);
+    default:
+      return static_cast<const float*>(data)[index];
+  }
+}
+
 // Converts n elements of a float dtype (F32, F16, BF16) to fp32.
 void ConvertToF32(const void* src, DType src_dtype, float* dst, size_t n);
 // Converts n fp32 values to a float dtype (F32, F16, BF16).

@@ -21,17 +21,6 @@ absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
 
 bool IsF32(const Tensor& t) { return t.dtype == DType::kF32 && t.data != nullptr; }
 
-float LoadAt(const Tensor& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::kF16:
-      return HalfToFloat(t.as<const uint16_t>()[i]);
-    case DType::kBF16:
-      return BF16ToFloat(t.as<const uint16_t>()[i]);
-    default:
-      return t.as<const float>()[i];
-  }
-}
-
 // Host KV storage: per layer, K and V each [num_blocks, block_size, heads, head_dim] in fp32.
 class CpuKvCache : public KvCache {
  public:
@@ -146,8 +135,8 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
     return s;
   std::vector<float> g(hidden), bt(hidden);
   for (int64_t i = 0; i < hidden; ++i) {
-    g[i] = LoadAt(gamma, i);
-    bt[i] = LoadAt(beta, i);
+    g[i] = LoadAsFloat(gamma.data, gamma.dtype, i);
+    bt[i] = LoadAsFloat(beta.data, beta.dtype, i);
   }
   pool_->ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -210,7 +199,9 @@ absl::Status CpuBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Ten
       !s.ok())
     return s;
   std::vector<float> b(cols, 0.0f);
-  for (int64_t i = 0; i < cols && !bias.empty(); ++i) b[i] = LoadAt(bias, i);
+  for (int64_t i = 0; i < cols && !bias.empty(); ++i) {
+    b[i] = LoadAsFloat(bias.data, bias.dtype, i);
+  }
   const bool has_bias = !bias.empty();
   pool_->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

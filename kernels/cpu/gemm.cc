@@ -69,17 +69,6 @@ __attribute__((target_clones("avx2", "default"))) void MicroKernel(
   }
 }
 
-inline float LoadScalar(const void* p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF16:
-      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kBF16:
-      return BF16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
 }  // namespace
 
 float BloomGelu(float x) {
@@ -106,7 +95,7 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool) {
       }
       float bias[kColTile] = {0, 0, 0, 0};
       if (a.bias != nullptr)
-        for (int64_t c = 0; c < cols; ++c) bias[c] = LoadScalar(a.bias, a.bias_dtype, n0 + c);
+        for (int64_t c = 0; c < cols; ++c) bias[c] = LoadAsFloat(a.bias, a.bias_dtype, n0 + c);
       auto store = [&](int64_t m0, int rows) {
         for (int r = 0; r < rows; ++r) {
           float* out_row = a.out + (m0 + r) * a.n + n0;
