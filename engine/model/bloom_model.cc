@@ -90,9 +90,6 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& 
         absl::StrCat(model_dir, ": vocab_size = ", config->vocab_size,
                      " is not divisible by the tensor-parallel size ", world));
   }
-  if (config->apply_residual_connection_post_layernorm) {
-    // Supported: the residual branch takes the layer-norm output instead of the input.
-  }
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   if (options.prefetch) {
@@ -126,10 +123,9 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& 
   return model;
 }
 
-absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
-                                              const std::string& name,
-                                              std::vector<int64_t> shape, int64_t begin,
-                                              int64_t end) {
+absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
+                                                  const std::string& name,
+                                                  const std::vector<int64_t>& shape) const {
   absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
   if (!host.ok()) return host.status();
   if (!IsFloat(host->dtype)) {
@@ -137,14 +133,25 @@ absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
                                                    name, "' has dtype ", DTypeName(host->dtype),
                                                    "; expected F32, F16 or BF16"));
   }
-  Tensor slice = host->Rows(begin, end);
-  info_.weight_bytes_this_rank += slice.bytes();
-  info_.weight_dtype = slice.dtype;
-  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(slice);
+  return host;
+}
+
+absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host) {
+  info_.weight_bytes_this_rank += host.bytes();
+  info_.weight_dtype = host.dtype;
+  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(host);
   if (!imported.ok()) return imported.status();
   Tensor t = imported->tensor;
   owned_weights_.push_back(std::move(*imported));
   return t;
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
+                                              const std::string& name,
+                                              std::vector<int64_t> shape, int64_t begin,
+                                              int64_t end) {
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
+  return Import(host.Rows(begin, end));
 }
 
 absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
@@ -152,29 +159,18 @@ absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
                                                  std::vector<int64_t> shape, int64_t begin,
                                                  int64_t end) {
   if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0]);
-  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
-  if (!host.ok()) return host.status();
-  if (!IsFloat(host->dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has dtype ",
-                                                   DTypeName(host->dtype),
-                                                   "; expected F32, F16 or BF16"));
-  }
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
-  const size_t elem = DTypeSize(host->dtype);
+  const size_t elem = DTypeSize(host.dtype);
   const int64_t rows = shape[0], cols = end - begin;
   std::vector<char> slice(static_cast<size_t>(rows * cols) * elem);
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(slice.data() + r * cols * elem,
-                static_cast<const char*>(host->data) + (r * shape[1] + begin) * elem, cols * elem);
+                static_cast<const char*>(host.data) + (r * shape[1] + begin) * elem, cols * elem);
   }
-  Tensor view(slice.data(), host->dtype, {rows, cols});
-  info_.weight_bytes_this_rank += view.bytes();
-  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(view);
-  if (!imported.ok()) return imported.status();
-  Tensor t = imported->tensor;
-  owned_weights_.push_back(std::move(*imported));
-  host_slices_.push_back(std::move(slice));  // zero-copy backends point into it
-  return t;
+  Tensor view(slice.data(), host.dtype, {rows, cols});
+  host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
+  return Import(view);
 }
 
 absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {

@@ -104,6 +104,11 @@ class BloomModel {
   BloomModel(Backend* backend, Communicator* communicator);
   absl::Status LoadWeights(const Checkpoint& checkpoint);
   absl::Status ValidateBatch(const StepBatch& batch, const KvCache& cache) const;
+  // The checkpoint tensor `name` with `shape`, refusing non-float dtypes.
+  absl::StatusOr<Tensor> GetFloatWeight(const Checkpoint& checkpoint, const std::string& name,
+                                        const std::vector<int64_t>& shape) const;
+  // Hands a host weight (view or slice) to the backend and accounts for it.
+  absl::StatusOr<Tensor> Import(const Tensor& host);
   absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
                                     std::vector<int64_t> shape, int64_t begin, int64_t end);
   absl::StatusOr<Tensor> ImportColumns(const Checkpoint& checkpoint, const std::string& name,
