@@ -163,25 +163,25 @@ void Engine::FinishLocked(Request& request, EngineEvent* event) {
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
 }
 
+EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::Status status) {
+  scheduler_->Cancel(request.id);  // frees its KV blocks now
+  EngineEvent event;
+  event.finish_reason = reason;
+  event.status = std::move(status);
+  event.token.text_delta = request.output->Abort(reason);  // held-back text is not lost
+  FinishLocked(request, &event);
+  if (observer_) observer_->OnRequestFinished(event);
+  return event;
+}
+
 bool Engine::Cancel(uint64_t request_id) {
   Pending pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = requests_.find(request_id);
     if (it == requests_.end()) return false;
-    Request& r = *it->second;
-    scheduler_->Cancel(request_id);  // frees its KV blocks now
-    EngineEvent event;
-    event.finish_reason = FinishReason::kCancelled;
-    std::string rest = r.output->Abort(FinishReason::kCancelled);
-    if (!rest.empty()) {
-      event.has_token = false;
-      event.token.text_delta = std::move(rest);
-    }
-    FinishLocked(r, &event);
-    pending.delivery = r.delivery;
-    pending.event = std::move(event);
-    if (observer_) observer_->OnRequestFinished(pending.event);
+    pending.delivery = it->second->delivery;
+    pending.event = EndEarlyLocked(*it->second, FinishReason::kCancelled, absl::OkStatus());
     requests_.erase(it);
   }
   pending.delivery->Deliver(pending.event);
@@ -195,13 +195,11 @@ void Engine::Shutdown() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     for (auto& [id, r] : requests_) {
-      scheduler_->Cancel(id);
-      EngineEvent event;
-      event.finish_reason = FinishReason::kError;
-      event.status = absl::UnavailableError("the engine shut down before the request finished");
-      r->output->Abort(FinishReason::kError);
-      FinishLocked(*r, &event);
-      pending.push_back({r->delivery, std::move(event)});
+      pending.push_back(
+          {r->delivery,
+           EndEarlyLocked(*r, FinishReason::kError,
+                          absl::UnavailableError(
+                              "the engine shut down before the request finished"))});
     }
     requests_.clear();
   }
@@ -281,14 +279,10 @@ void Engine::Loop() {
         }
         Request& r = *it->second;
         if (!forward.ok()) {
-          EngineEvent event;
-          event.finish_reason = FinishReason::kError;
-          event.status = absl::InternalError(absl::StrCat("model step failed: ", forward.message()));
-          r.output->Abort(FinishReason::kError);
-          FinishLocked(r, &event);
-          if (observer_) observer_->OnRequestFinished(event);
-          pending.push_back({r.delivery, std::move(event)});
-          scheduler_->Cancel(s.id);
+          pending.push_back(
+              {r.delivery, EndEarlyLocked(r, FinishReason::kError,
+                                          absl::InternalError(absl::StrCat(
+                                              "model step failed: ", forward.message())))});
           requests_.erase(it);
           outputs.push_back(out);
           continue;
@@ -299,24 +293,22 @@ void Engine::Loop() {
         }
         absl::StatusOr<TokenEvent> token = r.output->Next(
             absl::MakeConstSpan(logits.data() + my_row * vocab, vocab), scratch_);
+        if (!token.ok()) {
+          pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
+          requests_.erase(it);
+          outputs.push_back(out);
+          continue;
+        }
         EngineEvent event;
         event.request_id = r.id;
         event.time = step_end;
-        if (!token.ok()) {
-          event.finish_reason = FinishReason::kError;
-          event.status = token.status();
-          r.output->Abort(FinishReason::kError);
-          FinishLocked(r, &event);
-          out.finished = true;
-        } else {
-          if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = step_end;
-          event.has_token = true;
-          out.token = token->token;
-          out.finished = token->finished;
-          event.finish_reason = token->finish_reason;
-          event.token = std::move(*token);
-          if (out.finished) FinishLocked(r, &event);
-        }
+        if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = step_end;
+        event.has_token = true;
+        out.token = token->token;
+        out.finished = token->finished;
+        event.finish_reason = token->finish_reason;
+        event.token = std::move(*token);
+        if (out.finished) FinishLocked(r, &event);
         if (event.finished && observer_) observer_->OnRequestFinished(event);
         pending.push_back({r.delivery, std::move(event)});
         if (out.finished) requests_.erase(it);

@@ -149,6 +149,10 @@ class Engine {
   void Emit(Request& request, EngineEvent event);
   // Marks `event` final and fills its usage and timings. Requires mutex_.
   void FinishLocked(Request& request, EngineEvent* event);
+  // Ends a request before its stop rules did (cancel, failure, shutdown): frees its KV blocks,
+  // puts held-back text in the final event, tells the observer. The caller erases the request
+  // and delivers the event. Requires mutex_.
+  EngineEvent EndEarlyLocked(Request& request, FinishReason reason, absl::Status status);
 
   BloomModel* model_;
   const Tokenizer* tokenizer_;
