@@ -1,11 +1,18 @@
 // `blossom`: the command-line client.
 //
 //   blossom generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
-//                    [--top-k K] [--top-p P] [--seed S] [--stop STR,...] [--threads N]
+//                    [--top-k K] [--top-p P] [--seed S] [--stop STR,...] [--threads N] [--tp N]
 //
 // Runs the engine in-process on the CPU backend, streams the completion to stdout as it is
-// generated, then prints timings (load, prefill, ms per token) to stderr. Errors are printed as
+// generated, then prints timings (load, prefill, ms per token) to stderr.
+//
+// Server mode (against a running blossom-server):
+//   blossom generate|stream --server HOST:PORT --prompt TEXT [sampling flags as above]
+//   blossom tokenize --server HOST:PORT --prompt TEXT
+//   blossom health|info --server HOST:PORT
+//   common: [--api_key KEY] [--timeout SECONDS] [--tls [--tls_ca FILE]] Errors are printed as
 // one line naming the problem, with exit code 1 (2 for usage errors).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -19,9 +26,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/generate/batch_generator.h"
-#include "engine/model/bloom_model.h"
+#include "engine/model/model_runner.h"
+#include "clients/remote_commands.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (config.json, *.safetensors, tokenizer.json).");
 ABSL_FLAG(std::string, prompt, "", "Prompt text.");
@@ -37,7 +46,13 @@ ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = random; the seed used is print
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma separated.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating after the end-of-sequence token.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
+ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
+ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
+ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
+ABSL_FLAG(double, timeout, 0.0, "Deadline in seconds for --server calls (0 = none).");
+ABSL_FLAG(bool, tls, false, "Use TLS for --server.");
+ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates for --tls (default: system roots).");
 
 namespace blossom {
 namespace {
@@ -53,8 +68,16 @@ int RunGenerate() {
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   if (prompt.empty()) return Fail(absl::InvalidArgumentError("--prompt must not be empty"));
 
-  CpuBackend backend(absl::GetFlag(FLAGS_threads));
-  auto model = BloomModel::Load(model_dir, &backend, nullptr);
+  // Logs (load and memory reports, warnings) go to stderr: stdout carries only the completion.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("blossom"));
+  ModelRunnerOptions runner_options;
+  runner_options.model_dir = model_dir;
+  runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
+  if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
+    runner_options.threads_per_rank =
+        std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);
+  }
+  auto model = ModelRunner::Create(runner_options);
   if (!model.ok()) return Fail(model.status());
   auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
   if (!tokenizer.ok()) return Fail(tokenizer.status());
@@ -103,13 +126,40 @@ int RunGenerate() {
   return 0;
 }
 
+int RunRemote(const std::string& command) {
+  RemoteOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.api_key = absl::GetFlag(FLAGS_api_key);
+  options.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  options.tls = absl::GetFlag(FLAGS_tls);
+  options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.quiet = absl::GetFlag(FLAGS_quiet);
+  v1::GenerateRequest request;
+  request.set_text(absl::GetFlag(FLAGS_prompt));
+  v1::SamplingParameters* s = request.mutable_sampling();
+  s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  s->set_typical_p(static_cast<float>(absl::GetFlag(FLAGS_typical_p)));
+  s->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+  s->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
+  if (absl::GetFlag(FLAGS_seed) >= 0) s->set_seed(absl::GetFlag(FLAGS_seed));
+  v1::StoppingParameters* t = request.mutable_stopping();
+  t->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  t->set_min_new_tokens(absl::GetFlag(FLAGS_min_new_tokens));
+  t->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) t->add_stop(stop);
+  return RunRemoteCommand(command, options, request, std::cout, std::cerr);
+}
+
 }  // namespace
 }  // namespace blossom
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
-      "[--top_k K] [--top_p P] [--seed S] [--stop A,B]");
+      "[--top_k K] [--top_p P] [--seed S] [--stop A,B]\n"
+      "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
   // Accept the documented dashed spellings (--max-new-tokens) as well as absl's underscores.
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {
@@ -126,7 +176,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = positional[1];
+  if (!absl::GetFlag(FLAGS_server).empty()) return blossom::RunRemote(command);
   if (command == "generate") return blossom::RunGenerate();
-  std::cerr << "blossom: unknown command '" << command << "' (expected: generate)" << std::endl;
+  if (command == "stream" || command == "tokenize" || command == "health" || command == "info") {
+    std::cerr << "blossom: '" << command << "' needs --server HOST:PORT" << std::endl;
+    return 2;
+  }
+  std::cerr << "blossom: unknown command '" << command
+            << "' (expected: generate, stream, tokenize, health, info)" << std::endl;
   return 2;
 }

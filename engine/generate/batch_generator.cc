@@ -15,9 +15,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-BatchGenerator::BatchGenerator(BloomModel* model, const Tokenizer* tokenizer,
+BatchGenerator::BatchGenerator(ModelRunner* runner, const Tokenizer* tokenizer,
                                BatchGeneratorOptions options)
-    : model_(model), tokenizer_(tokenizer), options_(options) {}
+    : runner_(runner), tokenizer_(tokenizer), options_(options) {}
 
 absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     const std::vector<GenerateRequest>& requests, GenerateStats* stats,
@@ -25,7 +25,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   GenerateStats local_stats;
   if (stats == nullptr) stats = &local_stats;
   *stats = GenerateStats();
-  const int64_t vocab = model_->vocab_size();
+  const int64_t vocab = runner_->vocab_size();
   const int32_t bs = options_.block_size;
   const int32_t n = static_cast<int32_t>(requests.size());
   if (n == 0) return std::vector<GenerateResult>();
@@ -43,9 +43,9 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>((total + bs - 1) / bs));
   }
   const int32_t needed_blocks = max_blocks * n;
-  if (cache_ == nullptr || cache_blocks_ < needed_blocks) {
-    cache_.reset();
-    BLOSSOM_ASSIGN_OR_RETURN(cache_, model_->CreateKvCache(needed_blocks, bs));
+  if (cache_blocks_ < needed_blocks) {
+    cache_blocks_ = 0;
+    BLOSSOM_RETURN_IF_ERROR(runner_->AllocateKvCache(needed_blocks, bs));
     cache_blocks_ = needed_blocks;
   }
   auto table_of = [&](int32_t i) {
@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   for (int32_t i = 0; i < n; ++i) {
     seqs.push_back(std::make_unique<SequenceOutput>(
         tokenizer_, requests[i].prompt, requests[i].sampling, requests[i].stopping,
-        absl::optional<int32_t>(model_->config().eos_token_id)));
+        absl::optional<int32_t>(runner_->config().eos_token_id)));
     stats->prompt_tokens += requests[i].prompt.size();
   }
   auto deliver = [&](int32_t i, const TokenEvent& event) {
@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       if (last_chunk) ++next_seq;
     }
     logits.resize(batch.logit_rows.size() * vocab);
-    BLOSSOM_RETURN_IF_ERROR(model_->Forward(batch, *cache_, logits.data()));
+    BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, logits.data()));
     for (size_t r = 0; r < sampled_seqs.size(); ++r) {
       const int32_t i = sampled_seqs[r];
       BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,
@@ -122,7 +122,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     if (active.empty()) break;
     const auto step_start = std::chrono::steady_clock::now();
     logits.resize(active.size() * vocab);
-    BLOSSOM_RETURN_IF_ERROR(model_->Forward(batch, *cache_, logits.data()));
+    BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, logits.data()));
     for (size_t r = 0; r < active.size(); ++r) {
       const int32_t i = active[r];
       BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,

@@ -6,7 +6,9 @@
 // sequence has its own KV blocks, positions and sampling state, so padding never enters the
 // computation and each sequence's output equals its output alone (greedy: bit-identical).
 //
-// Not thread-safe: one Generate() at a time per generator (it owns the KV cache).
+// Not thread-safe: one Generate() at a time per generator. The generator allocates the runner's
+// KV cache (growing it when a batch needs more blocks), so a runner serves one generator or one
+// Engine, not both at once.
 #ifndef BLOSSOM_ENGINE_GENERATE_BATCH_GENERATOR_H_
 #define BLOSSOM_ENGINE_GENERATE_BATCH_GENERATOR_H_
 
@@ -18,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/generate/sequence_output.h"
-#include "engine/model/bloom_model.h"
+#include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace blossom {
@@ -53,8 +55,8 @@ struct BatchGeneratorOptions {
 
 class BatchGenerator {
  public:
-  // `model` and `tokenizer` must outlive the generator.
-  BatchGenerator(BloomModel* model, const Tokenizer* tokenizer,
+  // `runner` and `tokenizer` must outlive the generator.
+  BatchGenerator(ModelRunner* runner, const Tokenizer* tokenizer,
                  BatchGeneratorOptions options = {});
 
   // Streams each token as it is produced (optional); returns every sequence's result in order.
@@ -64,11 +66,10 @@ class BatchGenerator {
                                                        const TokenCallback& on_token = nullptr);
 
  private:
-  BloomModel* model_;
+  ModelRunner* runner_;
   const Tokenizer* tokenizer_;
   BatchGeneratorOptions options_;
-  std::unique_ptr<KvCache> cache_;
-  int32_t cache_blocks_ = 0;
+  int32_t cache_blocks_ = 0;  // blocks of the runner's cache this generator allocated
   SamplerScratch scratch_;
 };
 

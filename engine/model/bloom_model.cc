@@ -69,27 +69,44 @@ BloomModel::BloomModel(Backend* backend, Communicator* communicator)
 
 BloomModel::~BloomModel() = default;
 
+absl::Status CheckTensorParallelSplit(const BloomConfig& config, int world_size) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-parallel size must be at least 1, got ", world_size));
+  }
+  if (config.n_head % world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_head ", config.n_head, " is not divisible by tensor-parallel size ", world_size,
+        " (each rank must hold whole heads)"));
+  }
+  // The MLP width is 4 * hidden = 4 * n_head * head_dim, so it divides whenever n_head does.
+  if (config.vocab_size < world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", config.vocab_size,
+                                                   " is smaller than tensor-parallel size ",
+                                                   world_size));
+  }
+  return absl::OkStatus();
+}
+
+RankSlice SliceForRank(int64_t total, int rank, int world) {
+  const int64_t base = total / world, extra = total % world;
+  RankSlice slice;
+  slice.begin = rank * base + std::min<int64_t>(rank, extra);
+  slice.end = slice.begin + base + (rank < extra ? 1 : 0);
+  return slice;
+}
+
 absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& model_dir,
                                                              Backend* backend,
                                                              Communicator* communicator,
                                                              const ModelLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<BloomModel> model(new BloomModel(backend, communicator));
+  // Refuse a bad split before mapping anything.
   absl::StatusOr<BloomConfig> config = LoadBloomConfig(model_dir);
   if (!config.ok()) return config.status();
-  model->config_ = *config;
-  const int world = model->communicator_->world_size();
-  const int rank = model->communicator_->rank();
-  if (config->n_head % world != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        model_dir, ": n_head = ", config->n_head, " is not divisible by the tensor-parallel size ",
-        world, " (each rank must hold whole heads)"));
-  }
-  if (config->vocab_size % world != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_dir, ": vocab_size = ", config->vocab_size,
-                     " is not divisible by the tensor-parallel size ", world));
-  }
+  const absl::Status split = CheckTensorParallelSplit(
+      *config, communicator == nullptr ? 1 : communicator->world_size());
+  if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   if (options.prefetch) {
@@ -99,14 +116,45 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& 
     bar.Finish();
     if (!s.ok()) return s;
   }
-  model->local_heads_ = static_cast<int32_t>(config->n_head / world);
-  model->vocab_local_ = config->vocab_size / world;
-  model->vocab_begin_ = model->vocab_local_ * rank;
-  absl::Status s = model->LoadWeights(**checkpoint);
-  if (!s.ok()) return s;
-  model->checkpoint_ = std::move(*checkpoint);
+  ModelLoadOptions rest = options;
+  rest.prefetch = false;
+  absl::StatusOr<std::unique_ptr<BloomModel>> model =
+      Load(std::shared_ptr<const Checkpoint>(std::move(*checkpoint)), backend, communicator, rest);
+  if (model.ok()) {
+    (*model)->info_.load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return model;
+}
 
-  std::vector<float> all_slopes = AlibiSlopes(static_cast<int>(config->n_head));
+absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
+    std::shared_ptr<const Checkpoint> checkpoint, Backend* backend, Communicator* communicator,
+    const ModelLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<BloomModel> model(new BloomModel(backend, communicator));
+  const std::string& model_dir = checkpoint->model_dir();
+  const BloomConfig& config = checkpoint->config();
+  model->config_ = config;
+  const int world = model->communicator_->world_size();
+  const int rank = model->communicator_->rank();
+  const absl::Status split = CheckTensorParallelSplit(config, world);
+  if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
+  if (options.prefetch) {
+    ProgressBar bar(checkpoint->total_bytes());
+    absl::Status s = checkpoint->Prefetch(bar.Callback());
+    bar.Finish();
+    if (!s.ok()) return s;
+  }
+  model->local_heads_ = static_cast<int32_t>(config.n_head / world);
+  const RankSlice vocab = SliceForRank(config.vocab_size, rank, world);
+  model->vocab_begin_ = vocab.begin;
+  model->vocab_local_ = vocab.size();
+  model->vocab_local_max_ = SliceForRank(config.vocab_size, 0, world).size();
+  absl::Status s = model->LoadWeights(*checkpoint);
+  if (!s.ok()) return s;
+  model->checkpoint_ = std::move(checkpoint);
+
+  std::vector<float> all_slopes = AlibiSlopes(static_cast<int>(config.n_head));
   absl::StatusOr<OwnedTensor> slopes =
       backend->AllocateTensor(DType::kF32, {model->local_heads_});
   if (!slopes.ok()) return slopes.status();
@@ -294,8 +342,8 @@ absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_r
     for (auto [out, dtype, cols] :
          {std::tuple<OwnedTensor*, DType, int64_t>{&w.gathered, act, h},
           {&w.gathered_ln, act, h},
-          {&w.logits_local, DType::kF32, vocab_local_},
-          {&w.logits_gathered, DType::kF32, config_.vocab_size},
+          {&w.logits_local, DType::kF32, vocab_local_max_},
+          {&w.logits_gathered, DType::kF32, vocab_local_max_ * world},
           {&w.logit_rows, DType::kI32, 1}}) {
       absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(dtype, {r, cols});
       if (!buf.ok()) return buf.status();
@@ -470,18 +518,28 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
   BLOSSOM_RETURN_IF_ERROR(backend_->GatherRows(hidden, *rows, gathered));
   BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(gathered, ln_f_gamma_, ln_f_beta_, eps, none, gathered_ln));
   BLOSSOM_RETURN_IF_ERROR(backend_->Linear(gathered_ln, word_embeddings_, none, Activation::kNone, logits_local));
-  if (world == 1) return backend_->CopyToHost(logits_local, logits);
-  // [world, R, V/world] -> [R, V]
-  Tensor all(w.logits_gathered.tensor.data, DType::kF32, {world, R, vocab_local_},
+  if (world == 1) {
+    if (logits == nullptr) return backend_->Synchronize();
+    return backend_->CopyToHost(logits_local, logits);
+  }
+  // Ranks hold balanced but possibly unequal vocabulary slices; each sends a buffer of the
+  // largest slice's size whose first R * vocab_local_ values are its [R, vocab_local_] logits.
+  // [world, R * vocab_local_max_] -> [R, V]
+  const int64_t stride = static_cast<int64_t>(R) * vocab_local_max_;
+  Tensor send(w.logits_local.tensor.data, DType::kF32, {stride}, w.logits_local.tensor.device);
+  Tensor all(w.logits_gathered.tensor.data, DType::kF32, {world, stride},
              w.logits_gathered.tensor.device);
-  BLOSSOM_RETURN_IF_ERROR(communicator_->AllGather(logits_local, all));
-  w.host_logits_gathered.resize(static_cast<size_t>(world) * R * vocab_local_);
+  BLOSSOM_RETURN_IF_ERROR(communicator_->AllGather(send, all));
+  if (logits == nullptr) return absl::OkStatus();
+  w.host_logits_gathered.resize(static_cast<size_t>(world * stride));
   BLOSSOM_RETURN_IF_ERROR(backend_->CopyToHost(all, w.host_logits_gathered.data()));
-  for (int r = 0; r < world; ++r)
+  for (int r = 0; r < world; ++r) {
+    const RankSlice slice = SliceForRank(config_.vocab_size, r, world);
     for (int32_t row = 0; row < R; ++row)
-      std::memcpy(logits + static_cast<int64_t>(row) * config_.vocab_size + r * vocab_local_,
-                  w.host_logits_gathered.data() + (static_cast<int64_t>(r) * R + row) * vocab_local_,
-                  vocab_local_ * sizeof(float));
+      std::memcpy(logits + static_cast<int64_t>(row) * config_.vocab_size + slice.begin,
+                  w.host_logits_gathered.data() + r * stride + row * slice.size(),
+                  slice.size() * sizeof(float));
+  }
   return absl::OkStatus();
 }
 

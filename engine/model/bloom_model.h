@@ -8,8 +8,10 @@
 // Tensor parallelism: the model is built for one rank of `communicator` (world size 1 by
 // default). Each rank holds whole heads of the QKV and MLP-in projections (column parallel),
 // the matching input slices of the attention-out and MLP-out projections (row parallel, bias
-// added once after the all-reduce) and a vocabulary slice of the tied embedding / LM head.
-// Every rank runs the same steps; logits are all-gathered so every rank sees the full row.
+// added once after the all-reduce) and a vocabulary slice of the tied embedding / LM head
+// (balanced: the first vocab_size % world ranks hold one row more, so any vocabulary size
+// works). Every rank runs the same steps; logits are all-gathered so every rank can see the full
+// row. Weights are views of (or, for column slices, copies of) this rank's slices only.
 //
 // Thread-safety: Forward is called by one thread at a time (the engine thread). Config and
 // metadata accessors are safe from any thread after Load.
@@ -56,6 +58,18 @@ struct StepBatch {
   void Clear();
 };
 
+// OK if `config` can be split over `world_size` tensor-parallel ranks (whole heads per rank);
+// otherwise InvalidArgument "n_head N is not divisible by tensor-parallel size W".
+absl::Status CheckTensorParallelSplit(const BloomConfig& config, int world_size);
+
+// Rows [begin, end) of a `total`-row dimension that rank `rank` of `world` holds: balanced, the
+// first total % world ranks hold one row more.
+struct RankSlice {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+RankSlice SliceForRank(int64_t total, int rank, int world);
+
 struct ModelLoadOptions {
   // Touch every weight page once at load (with a progress bar on a terminal), so load time is
   // measured honestly and the first request does not pay for page faults.
@@ -80,6 +94,11 @@ class BloomModel {
                                                           Backend* backend,
                                                           Communicator* communicator,
                                                           const ModelLoadOptions& options = {});
+  // Same, from a checkpoint that is already open (and prefetched if wanted): the ranks of one
+  // process share one read-only mapping. The model keeps `checkpoint` alive.
+  static absl::StatusOr<std::unique_ptr<BloomModel>> Load(
+      std::shared_ptr<const Checkpoint> checkpoint, Backend* backend, Communicator* communicator,
+      const ModelLoadOptions& options = {});
   ~BloomModel();
 
   const BloomConfig& config() const { return config_; }
@@ -94,7 +113,8 @@ class BloomModel {
   size_t KvBytesPerBlock(int32_t block_size) const;
 
   // Runs one step. Writes the new tokens' K/V into `cache`, and fp32 logits for
-  // batch.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
+  // batch.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory). `logits` may
+  // be null on a rank whose caller does not need them (the collectives still run).
   absl::Status Forward(const StepBatch& batch, KvCache& cache, float* logits);
 
  private:
@@ -120,9 +140,10 @@ class BloomModel {
   std::unique_ptr<Communicator> owned_communicator_;
   BloomConfig config_;
   ModelInfo info_;
-  std::unique_ptr<Checkpoint> checkpoint_;  // keeps the weight mappings alive
+  std::shared_ptr<const Checkpoint> checkpoint_;  // keeps the weight mappings alive
   int32_t local_heads_ = 0;
   int64_t vocab_begin_ = 0, vocab_local_ = 0;
+  int64_t vocab_local_max_ = 0;  // the largest rank's slice: the AllGather stride
 
   Tensor word_embeddings_, emb_ln_gamma_, emb_ln_beta_, ln_f_gamma_, ln_f_beta_;
   std::vector<LayerWeights> layers_;

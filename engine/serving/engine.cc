@@ -85,19 +85,19 @@ void DeliverAll(std::vector<Pending>& pending) {
 
 }  // namespace
 
-Engine::Engine(BloomModel* model, const Tokenizer* tokenizer, const EngineConfig& config,
+Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConfig& config,
                EngineObserver* observer)
-    : model_(model), tokenizer_(tokenizer), config_(config), observer_(observer) {}
+    : runner_(runner), tokenizer_(tokenizer), config_(config), observer_(observer) {}
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(BloomModel* model,
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
                                                        const Tokenizer* tokenizer,
                                                        const EngineConfig& config,
                                                        EngineObserver* observer) {
-  std::unique_ptr<Engine> engine(new Engine(model, tokenizer, config, observer));
+  std::unique_ptr<Engine> engine(new Engine(runner, tokenizer, config, observer));
   SchedulerConfig& sc = engine->config_.scheduler;
   if (sc.block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
   if (sc.num_blocks <= 0) {
-    const size_t per_block = model->KvBytesPerBlock(sc.block_size);
+    const size_t per_block = runner->KvBytesPerBlock(sc.block_size);
     sc.num_blocks = static_cast<int32_t>(
         std::min<int64_t>(config.kv_cache_bytes / static_cast<int64_t>(per_block), 1 << 30));
     if (sc.num_blocks <= 0) {
@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(BloomModel* model,
                        per_block, " bytes"));
     }
   }
-  BLOSSOM_ASSIGN_OR_RETURN(engine->cache_, model->CreateKvCache(sc.num_blocks, sc.block_size));
+  BLOSSOM_RETURN_IF_ERROR(runner->AllocateKvCache(sc.num_blocks, sc.block_size));
   BLOSSOM_ASSIGN_OR_RETURN(engine->scheduler_, Scheduler::Create(sc));
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
@@ -116,7 +116,7 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request,
                                                               EventSink sink) {
-  const int64_t vocab = model_->vocab_size();
+  const int64_t vocab = runner_->vocab_size();
   if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt is empty");
   for (int32_t t : request.prompt_tokens) {
     if (t < 0 || t >= vocab) {
@@ -147,7 +147,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
-        absl::optional<int32_t>(model_->config().eos_token_id));
+        absl::optional<int32_t>(runner_->config().eos_token_id));
     requests_[req->id] = std::move(req);
   }
   work_cv_.notify_one();
@@ -222,7 +222,7 @@ void Engine::Loop() {
   StepBatch batch;
   std::vector<float> logits;
   std::vector<Pending> pending;
-  const int64_t vocab = model_->vocab_size();
+  const int64_t vocab = runner_->vocab_size();
   while (true) {
     StepPlan plan;
     {
@@ -259,7 +259,7 @@ void Engine::Loop() {
 
     const Clock::time_point step_start = Clock::now();
     logits.resize(std::max<size_t>(1, batch.logit_rows.size()) * vocab);
-    absl::Status forward = model_->Forward(batch, *cache_, logits.data());
+    absl::Status forward = runner_->Forward(batch, logits.data());
     const Clock::time_point step_end = Clock::now();
 
     StepStats step;

@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/generate/sequence_output.h"
-#include "engine/model/bloom_model.h"
+#include "engine/model/model_runner.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -120,8 +120,10 @@ class EngineObserver {
 
 class Engine {
  public:
-  // `model` and `tokenizer` must outlive the engine. `observer` may be null.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(BloomModel* model,
+  // `runner` and `tokenizer` must outlive the engine. `observer` may be null. The engine
+  // allocates the runner's KV cache (on every rank) and uses the runner exclusively until it is
+  // destroyed.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(ModelRunner* runner,
                                                         const Tokenizer* tokenizer,
                                                         const EngineConfig& config,
                                                         EngineObserver* observer = nullptr);
@@ -143,7 +145,7 @@ class Engine {
 
  private:
   struct Request;
-  Engine(BloomModel* model, const Tokenizer* tokenizer, const EngineConfig& config,
+  Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConfig& config,
          EngineObserver* observer);
   void Loop();
   void Emit(Request& request, EngineEvent event);
@@ -154,11 +156,10 @@ class Engine {
   // and delivers the event. Requires mutex_.
   EngineEvent EndEarlyLocked(Request& request, FinishReason reason, absl::Status status);
 
-  BloomModel* model_;
+  ModelRunner* runner_;
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   EngineObserver* observer_;
-  std::unique_ptr<KvCache> cache_;
   SamplerScratch scratch_;  // engine thread only
 
   mutable std::mutex mutex_;

@@ -24,11 +24,21 @@ class EngineTest : public ::testing::Test {
     auto model = BloomModel::Load(dir, backend_, nullptr);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = model->release();
+    runner_ = ModelRunner::ForModel(model_).release();
+    // The offline reference gets its own model and KV cache: an engine owns its runner's cache,
+    // and references are computed while engines are alive.
+    auto reference = BloomModel::Load(dir, backend_, nullptr);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference_model_ = reference->release();
+    reference_runner_ = ModelRunner::ForModel(reference_model_).release();
     auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = tok->release();
   }
   static void TearDownTestSuite() {
+    delete reference_runner_;
+    delete reference_model_;
+    delete runner_;
     delete model_;
     delete tokenizer_;
     delete backend_;
@@ -44,14 +54,14 @@ class EngineTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = max_batched;
     config.scheduler.max_total_tokens = 256;
     config.scheduler.max_waiting_requests = max_waiting;
-    auto engine = Engine::Create(model_, tokenizer_, config, observer);
+    auto engine = Engine::Create(runner_, tokenizer_, config, observer);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
 
   // Reference: the same request run alone through the offline generator.
   static std::vector<int32_t> Alone(const EngineRequest& r) {
-    BatchGenerator gen(model_, tokenizer_);
+    BatchGenerator gen(reference_runner_, tokenizer_);
     GenerateRequest g{r.prompt_tokens, r.sampling, r.stopping};
     auto out = gen.Generate({g});
     EXPECT_TRUE(out.ok()) << out.status();
@@ -79,11 +89,17 @@ class EngineTest : public ::testing::Test {
 
   static CpuBackend* backend_;
   static BloomModel* model_;
+  static ModelRunner* runner_;
+  static BloomModel* reference_model_;
+  static ModelRunner* reference_runner_;
   static Tokenizer* tokenizer_;
 };
 
 CpuBackend* EngineTest::backend_ = nullptr;
 BloomModel* EngineTest::model_ = nullptr;
+ModelRunner* EngineTest::runner_ = nullptr;
+BloomModel* EngineTest::reference_model_ = nullptr;
+ModelRunner* EngineTest::reference_runner_ = nullptr;
 Tokenizer* EngineTest::tokenizer_ = nullptr;
 
 TEST_F(EngineTest, GreedyRequestMatchesOfflineGeneration) {
@@ -102,6 +118,38 @@ TEST_F(EngineTest, GreedyRequestMatchesOfflineGeneration) {
   EXPECT_LE(last.timings.first_scheduled, last.timings.first_token);
   EXPECT_LE(last.timings.first_token, last.timings.finished);
   EXPECT_EQ(engine->scheduler_stats().blocks_used, 0) << "blocks released at finish";
+}
+
+// The engine over a two-rank runner: the scheduler runs once, both ranks run every step, and the
+// greedy tokens are those of the single-rank offline run.
+TEST_F(EngineTest, TensorParallelRunnerGivesTheSameTokens) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.tensor_parallel_size = 2;
+  options.threads_per_rank = 1;
+  options.prefetch = false;
+  auto runner = ModelRunner::Create(options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EngineConfig config;
+  config.scheduler.block_size = 4;
+  config.scheduler.num_blocks = 64;
+  config.scheduler.max_total_tokens = 256;
+  auto engine = Engine::Create(runner->get(), tokenizer_, config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<EngineRequest> requests = {Greedy(*tokenizer_->Encode("Hello world, this is"), 16),
+                                         Greedy(*tokenizer_->Encode("The quick brown fox"), 12),
+                                         Greedy({5, 6, 7, 8, 9, 10, 11}, 20)};
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : requests) {
+    auto stream = (*engine)->Submit(r);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    streams.push_back(*stream);
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EngineEvent last;
+    EXPECT_EQ(Collect(*streams[i], &last), Alone(requests[i])) << "request " << i;
+    EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+  }
 }
 
 TEST_F(EngineTest, RejectsBadRequestsAtSubmitWithTheReason) {

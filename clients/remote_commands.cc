@@ -1,0 +1,173 @@
+#include "clients/remote_commands.h"
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+
+namespace blossom {
+namespace {
+
+const char* FinishReasonText(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH: return "length";
+    case v1::FINISH_REASON_EOS_TOKEN: return "eos_token";
+    case v1::FINISH_REASON_STOP_TOKEN: return "stop_token";
+    case v1::FINISH_REASON_STOP_STRING: return "stop_string";
+    case v1::FINISH_REASON_CANCELLED: return "cancelled";
+    case v1::FINISH_REASON_ERROR: return "error";
+    default: return "unspecified";
+  }
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    default: return "ERROR";
+  }
+}
+
+int Failed(const grpc::Status& status, std::ostream& err) {
+  err << "blossom: error: " << CodeName(status.error_code()) << ": " << status.error_message()
+      << std::endl;
+  return 1;
+}
+
+std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostream& err,
+                                       bool* ok) {
+  *ok = true;
+  if (!options.tls) {
+    return grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca_file.empty()) {
+    std::ifstream in(options.tls_ca_file);
+    if (!in) {
+      err << "blossom: error: cannot read --tls_ca " << options.tls_ca_file << std::endl;
+      *ok = false;
+      return nullptr;
+    }
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    ssl.pem_root_certs = buffer.str();
+  }
+  return grpc::CreateChannel(options.server, grpc::SslCredentials(ssl));
+}
+
+void Prepare(const RemoteOptions& options, grpc::ClientContext* context) {
+  if (!options.api_key.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options.api_key));
+  }
+  if (options.timeout_seconds > 0) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(
+                              options.timeout_seconds * 1000.0)));
+  }
+}
+
+void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
+  const v1::Timings& t = final.timings();
+  err << absl::StrFormat(
+             "[%s] finish_reason=%s prompt_tokens=%d generated_tokens=%d queue=%.1fms "
+             "ttft=%.1fms total=%.1fms %.2f ms/token",
+             final.request_id(), FinishReasonText(final.finish_reason()),
+             final.usage().prompt_tokens(), final.usage().generated_tokens(),
+             1e3 * t.queue_seconds(), 1e3 * t.time_to_first_token_seconds(),
+             1e3 * t.total_seconds(), t.ms_per_output_token())
+      << std::endl;
+}
+
+}  // namespace
+
+int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
+                     const v1::GenerateRequest& request, std::ostream& out, std::ostream& err) {
+  if (options.server.empty()) {
+    err << "blossom: error: --server host:port is required" << std::endl;
+    return 2;
+  }
+  bool ok = false;
+  std::shared_ptr<grpc::Channel> channel = Connect(options, err, &ok);
+  if (!ok) return 2;
+  auto stub = v1::Blossom::NewStub(channel);
+  grpc::ClientContext context;
+  Prepare(options, &context);
+
+  if (command == "generate") {
+    v1::GenerateResponse response;
+    grpc::Status status = stub->Generate(&context, request, &response);
+    if (!status.ok()) return Failed(status, err);
+    out << response.text() << std::endl;
+    if (!options.quiet) PrintFinal(response.final(), err);
+    return 0;
+  }
+  if (command == "stream") {
+    std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader =
+        stub->GenerateStream(&context, request);
+    v1::GenerateStreamResponse message;
+    v1::FinalInfo final;
+    while (reader->Read(&message)) {
+      out << message.text_delta() << std::flush;
+      if (message.has_final()) final = message.final();
+    }
+    out << std::endl;
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) return Failed(status, err);
+    if (!options.quiet) PrintFinal(final, err);
+    return 0;
+  }
+  if (command == "tokenize") {
+    v1::TokenizeRequest tokenize;
+    tokenize.set_text(request.text());
+    v1::TokenizeResponse response;
+    grpc::Status status = stub->Tokenize(&context, tokenize, &response);
+    if (!status.ok()) return Failed(status, err);
+    for (int i = 0; i < response.ids_size(); ++i) {
+      out << response.ids(i) << "\t" << response.tokens(i) << "\n";
+    }
+    out << std::flush;
+    return 0;
+  }
+  if (command == "info") {
+    v1::ModelInfo info;
+    grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!status.ok()) return Failed(status, err);
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    print.always_print_primitive_fields = true;
+    print.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(info, &json, print);
+    out << json << std::flush;
+    return 0;
+  }
+  if (command == "health") {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckRequest check;
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status status = health->Check(&context, check, &response);
+    if (!status.ok()) return Failed(status, err);
+    out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+        << std::endl;
+    return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+  }
+  err << "blossom: error: unknown command '" << command
+      << "' (generate, stream, tokenize, health, info)" << std::endl;
+  return 2;
+}
+
+}  // namespace blossom

@@ -1,0 +1,393 @@
+// Tensor parallelism on the CPU: TP = 2, 3, 4 (threads of one process, ThreadCommunicatorGroup)
+// against TP = 1 and the Hugging Face golden files of bloom_model_test.
+//
+// Tolerance: TP changes only the summation order of the row-parallel linears (each rank's
+// partial sum is rounded to fp32, then the all-reduce adds them in rank order), so logits agree
+// with TP = 1 within 1e-5 max-abs, or within the fixture's own fp32 reassociation noise if that
+// is larger (golden.json's batch_vs_single_max_abs_diff: how far Hugging Face's padded batch is
+// from its single-prompt run; 2.4e-5 for bloom-tiny-h6). Greedy continuations are
+// token-identical to the goldens.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/loader/checkpoint.h"
+#include "engine/loader/safetensors.h"
+#include "engine/loader/safetensors_test_util.h"
+#include "engine/model/bloom_model.h"
+#include "engine/model/model_runner.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/thread_communicator.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+constexpr float kTpTolerance = 1e-5f;      // vs TP = 1
+constexpr float kGoldenTolerance = 1e-4f;  // vs Hugging Face, as in bloom_model_test
+constexpr int32_t kBlockSize = 4;
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0.0f;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+std::unique_ptr<ModelRunner> MakeRunner(const std::string& model, int tp) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/" + model);
+  options.tensor_parallel_size = tp;
+  options.threads_per_rank = 1;
+  options.prefetch = false;
+  auto runner = ModelRunner::Create(options);
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  return runner.ok() ? std::move(*runner) : nullptr;
+}
+
+// Prefills every prompt together in one step (each with its own blocks) and returns all-token
+// logits per prompt.
+std::vector<std::vector<float>> PrefillAll(ModelRunner& runner,
+                                           const std::vector<std::vector<int32_t>>& prompts) {
+  const int64_t V = runner.vocab_size();
+  int32_t blocks_per_seq = 1;
+  for (const auto& p : prompts)
+    blocks_per_seq = std::max<int32_t>(blocks_per_seq, p.size() / kBlockSize + 1);
+  EXPECT_TRUE(runner.AllocateKvCache(blocks_per_seq * prompts.size(), kBlockSize).ok());
+  StepBatch batch;
+  batch.max_blocks_per_seq = blocks_per_seq;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    std::vector<int32_t> table(blocks_per_seq);
+    for (int32_t b = 0; b < blocks_per_seq; ++b) table[b] = s * blocks_per_seq + b;
+    batch.AddSequence(prompts[s], 0, table, true, /*all_logits=*/true);
+  }
+  std::vector<float> logits(batch.logit_rows.size() * V);
+  absl::Status status = runner.Forward(batch, logits.data());
+  EXPECT_TRUE(status.ok()) << status;
+  std::vector<std::vector<float>> out;
+  size_t row = 0;
+  for (const auto& p : prompts) {
+    out.emplace_back(logits.begin() + row * V, logits.begin() + (row + p.size()) * V);
+    row += p.size();
+  }
+  return out;
+}
+
+// Greedy continuation of all prompts decoded together, argmax over the full vocabulary.
+std::vector<std::vector<int32_t>> GreedyAll(ModelRunner& runner,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            int new_tokens) {
+  const int64_t V = runner.vocab_size();
+  const int32_t n = prompts.size();
+  int32_t blocks_per_seq = 1;
+  for (const auto& p : prompts)
+    blocks_per_seq = std::max<int32_t>(blocks_per_seq, (p.size() + new_tokens) / kBlockSize + 1);
+  EXPECT_TRUE(runner.AllocateKvCache(blocks_per_seq * n, kBlockSize).ok());
+  auto table_of = [&](int32_t s) {
+    std::vector<int32_t> table(blocks_per_seq);
+    for (int32_t b = 0; b < blocks_per_seq; ++b) table[b] = s * blocks_per_seq + b;
+    return table;
+  };
+  std::vector<std::vector<int32_t>> generated(n);
+  StepBatch batch;
+  batch.max_blocks_per_seq = blocks_per_seq;
+  for (int32_t s = 0; s < n; ++s) batch.AddSequence(prompts[s], 0, table_of(s), true);
+  std::vector<float> logits(n * V);
+  for (int step = 0; step < new_tokens; ++step) {
+    absl::Status status = runner.Forward(batch, logits.data());
+    EXPECT_TRUE(status.ok()) << status;
+    if (!status.ok()) return generated;
+    batch.Clear();
+    for (int32_t s = 0; s < n; ++s) {
+      const float* row = logits.data() + s * V;
+      const int32_t next = std::max_element(row, row + V) - row;
+      generated[s].push_back(next);
+      batch.AddSequence({next}, prompts[s].size() + step, table_of(s), true);
+    }
+  }
+  return generated;
+}
+
+struct TpCase {
+  std::string model;
+  int tp;
+};
+
+class TensorParallelGolden : public ::testing::TestWithParam<TpCase> {
+ protected:
+  void SetUp() override {
+    const std::string golden_dir = FixturePath("goldens/" + GetParam().model);
+    golden_ = nlohmann::json::parse(ReadFileOrEmpty(golden_dir + "/golden.json"), nullptr, false);
+    ASSERT_FALSE(golden_.is_discarded()) << "cannot read " << golden_dir << "/golden.json";
+    auto file = SafetensorsFile::Open(golden_dir + "/golden.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    logits_file_ = std::move(*file);
+    reference_ = MakeRunner(GetParam().model, 1);
+    runner_ = MakeRunner(GetParam().model, GetParam().tp);
+    ASSERT_NE(reference_, nullptr);
+    ASSERT_NE(runner_, nullptr);
+  }
+
+  std::vector<float> GoldenTensor(const std::string& name) {
+    const TensorEntry* e = logits_file_->Find(name);
+    EXPECT_NE(e, nullptr) << name;
+    if (e == nullptr) return {};
+    auto view = logits_file_->View(*e);
+    EXPECT_TRUE(view.ok());
+    const float* p = view->as<const float>();
+    return std::vector<float>(p, p + view->numel());
+  }
+
+  nlohmann::json golden_;
+  std::unique_ptr<SafetensorsFile> logits_file_;
+  std::unique_ptr<ModelRunner> reference_, runner_;
+};
+
+TEST_P(TensorParallelGolden, LogitsMatchSingleRankAndTransformers) {
+  EXPECT_EQ(runner_->world_size(), GetParam().tp);
+  EXPECT_EQ(runner_->info().world_size, GetParam().tp);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> names;
+  for (const auto& item : golden_["logits"]) {
+    prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
+    names.push_back(item["name"].get<std::string>());
+  }
+  ASSERT_GE(prompts.size(), 5u);
+  std::vector<std::vector<float>> tp1 = PrefillAll(*reference_, prompts);
+  std::vector<std::vector<float>> tpn = PrefillAll(*runner_, prompts);
+  float worst_tp = 0.0f, worst_golden = 0.0f;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    worst_tp = std::max(worst_tp, MaxAbsDiff(tpn[i], tp1[i]));
+    worst_golden = std::max(worst_golden, MaxAbsDiff(tpn[i], GoldenTensor(names[i])));
+  }
+  const float tolerance =
+      std::max(kTpTolerance, golden_.value("batch_vs_single_max_abs_diff", 0.0f));
+  EXPECT_LE(worst_tp, tolerance);
+  EXPECT_LE(worst_golden, kGoldenTolerance);
+  std::printf("[tp] %s TP=%d: max |logits - TP1| = %.3g, max |logits - HF| = %.3g\n",
+              GetParam().model.c_str(), GetParam().tp, worst_tp, worst_golden);
+  RecordProperty("max_abs_diff_vs_tp1", std::to_string(worst_tp));
+}
+
+TEST_P(TensorParallelGolden, GreedyContinuationsMatchTransformers) {
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (const auto& item : golden_["greedy"]) {
+    prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
+    expected.push_back(item["new_ids"].get<std::vector<int32_t>>());
+  }
+  ASSERT_GE(prompts.size(), 4u);
+  EXPECT_EQ(GreedyAll(*runner_, prompts, static_cast<int>(expected[0].size())), expected);
+}
+
+TEST_P(TensorParallelGolden, BadStepFailsCleanlyAndTheNextStepWorks) {
+  ASSERT_TRUE(runner_->AllocateKvCache(4, kBlockSize).ok());
+  StepBatch bad;
+  bad.max_blocks_per_seq = 2;
+  std::vector<int32_t> table = {0, 1};
+  bad.AddSequence({1, static_cast<int32_t>(runner_->vocab_size())}, 0, table, true);
+  std::vector<float> logits(runner_->vocab_size());
+  absl::Status s = runner_->Forward(bad, logits.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;
+  // The group is usable again: the same prompt gives TP=1's logits.
+  std::vector<std::vector<float>> tp1 = PrefillAll(*reference_, {{5, 6, 7}});
+  std::vector<std::vector<float>> tpn = PrefillAll(*runner_, {{5, 6, 7}});
+  EXPECT_LE(MaxAbsDiff(tpn[0], tp1[0]), kTpTolerance);
+}
+
+// bloom-tiny-h4 has 4 heads (TP 2, 4); bloom-tiny-h6 has 6 (TP 2, 3). Both have 2048 vocabulary
+// rows, so TP 3 also exercises an uneven vocabulary split (683, 683, 682).
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGolden,
+                         ::testing::Values(TpCase{"bloom-tiny-h4", 2}, TpCase{"bloom-tiny-h4", 4},
+                                           TpCase{"bloom-tiny-h6", 2}, TpCase{"bloom-tiny-h6", 3}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_tp" + std::to_string(info.param.tp);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(TensorParallelTest, HeadsNotDivisibleByTpIsAClearError) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h6");
+  options.tensor_parallel_size = 4;
+  auto runner = ModelRunner::Create(options);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(runner.status().message().find("n_head 6 is not divisible by tensor-parallel size 4"),
+            std::string::npos)
+      << runner.status();
+  // BloomModel::Load itself refuses the split too.
+  ThreadCommunicatorGroup group(4);
+  CpuBackend backend(1);
+  auto model = BloomModel::Load(options.model_dir, &backend, group.communicator(1));
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("n_head 6 is not divisible by tensor-parallel size 4"),
+            std::string::npos)
+      << model.status();
+}
+
+TEST(TensorParallelTest, RunnerOptionsAreValidated) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.backend = "tpu";
+  EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.backend = "cuda";
+  EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kUnimplemented);
+  options.backend = "cpu";
+  options.tensor_parallel_size = 0;
+  EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.tensor_parallel_size = 2;
+  auto runner = ModelRunner::Create(options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  StepBatch batch;
+  batch.max_blocks_per_seq = 1;
+  std::vector<int32_t> table = {0};
+  batch.AddSequence({5}, 0, table, true);
+  std::vector<float> logits((*runner)->vocab_size());
+  EXPECT_EQ((*runner)->Forward(batch, logits.data()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(TensorParallelTest, VocabularySliceIsBalancedForAnySize) {
+  // 2002 rows (the tokenizer's vocabulary) over 4 ranks: 501, 501, 500, 500, contiguous.
+  int64_t next = 0;
+  const int64_t sizes[] = {501, 501, 500, 500};
+  for (int r = 0; r < 4; ++r) {
+    RankSlice s = SliceForRank(2002, r, 4);
+    EXPECT_EQ(s.begin, next);
+    EXPECT_EQ(s.size(), sizes[r]);
+    next = s.end;
+  }
+  EXPECT_EQ(next, 2002);
+  EXPECT_EQ(SliceForRank(5, 3, 4).size(), 1);  // never an empty rank while total >= world
+}
+
+// A vocabulary that does not divide by the world size (2002 rows over 4 ranks: 501, 501, 500,
+// 500): bloom-tiny-h4 with its embedding cut to the tokenizer's 2002 entries, written as a new
+// checkpoint. TP = 4 must give TP = 1's logits and greedy tokens.
+TEST(TensorParallelTest, UnevenVocabularySplitMatchesSingleRank) {
+  auto source = Checkpoint::Open(FixturePath("models/bloom-tiny-h4"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  constexpr int64_t kVocab = 2002;
+  std::vector<test_util::TestTensor> tensors;
+  for (const std::string& name : (*source)->CanonicalNames()) {
+    const TensorEntry* entry = (*source)->FindEntry(name);
+    ASSERT_NE(entry, nullptr);
+    auto view = (*source)->Get(name, entry->shape);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(view->dtype, DType::kF32);
+    test_util::TestTensor t{name, "F32", entry->shape, ""};
+    if (name == "word_embeddings.weight" || name == "lm_head.weight") t.shape[0] = kVocab;
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    t.bytes.assign(static_cast<const char*>(view->data), numel * sizeof(float));
+    tensors.push_back(std::move(t));
+  }
+  const std::string dir = test_util::FreshTestDir("bloom_vocab_2002");
+  const BloomConfig& c = (*source)->config();
+  auto config = nlohmann::json::parse(ReadFileOrEmpty(FixturePath("models/bloom-tiny-h4/config.json")));
+  config["vocab_size"] = kVocab;
+  ASSERT_TRUE(test_util::WriteTestFile(dir + "/config.json", config.dump(2)).ok());
+  ASSERT_TRUE(
+      test_util::WriteTestFile(dir + "/model.safetensors", test_util::BuildSafetensors(tensors))
+          .ok());
+  ASSERT_EQ(c.n_head, 4);
+
+  std::vector<std::unique_ptr<ModelRunner>> runners;
+  for (int tp : {1, 4}) {
+    ModelRunnerOptions options;
+    options.model_dir = dir;
+    options.tensor_parallel_size = tp;
+    options.threads_per_rank = 1;
+    options.prefetch = false;
+    auto runner = ModelRunner::Create(options);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    ASSERT_EQ((*runner)->vocab_size(), kVocab);
+    runners.push_back(std::move(*runner));
+  }
+  const std::vector<std::vector<int32_t>> prompts = {
+      {307, 1476, 1493, 1484, 1473, 1444, 269, 1450, 746, 17}, {914, 492, 919, 1998, 2001}};
+  std::vector<std::vector<float>> tp1 = PrefillAll(*runners[0], prompts);
+  std::vector<std::vector<float>> tp4 = PrefillAll(*runners[1], prompts);
+  float worst = 0.0f;
+  for (size_t i = 0; i < prompts.size(); ++i) worst = std::max(worst, MaxAbsDiff(tp4[i], tp1[i]));
+  std::printf("[tp] vocab 2002 TP=4: max |logits - TP1| = %.3g\n", worst);
+  EXPECT_LE(worst, kTpTolerance);
+  EXPECT_EQ(GreedyAll(*runners[1], prompts, 24), GreedyAll(*runners[0], prompts, 24));
+}
+
+// Each rank holds only its slices: the ranks' weights add up to one copy of the model plus the
+// replicated vectors (layer norms and the row-parallel biases) once per extra rank.
+TEST(TensorParallelTest, RanksHoldOnlyTheirSlices) {
+  const std::string dir = FixturePath("models/bloom-tiny-h4");
+  auto checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  std::shared_ptr<const Checkpoint> shared(std::move(*checkpoint));
+  const BloomConfig& c = shared->config();
+  CpuBackend backend(1);
+  auto whole = BloomModel::Load(shared, &backend, nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const uint64_t full = (*whole)->info().weight_bytes_this_rank;
+  const uint64_t elem = DTypeSize((*whole)->info().weight_dtype);
+  // Per layer: two layer norms (2 x 2h) and two row-parallel biases (2 x h); plus the embedding
+  // and final layer norms (2 x 2h).
+  const uint64_t replicated = (c.n_layer * 6 * c.hidden_size + 4 * c.hidden_size) * elem;
+  for (int world : {2, 4}) {
+    ThreadCommunicatorGroup group(world);
+    uint64_t sum = 0;
+    for (int r = 0; r < world; ++r) {
+      auto model = BloomModel::Load(shared, &backend, group.communicator(r));
+      ASSERT_TRUE(model.ok()) << model.status();
+      EXPECT_EQ((*model)->info().rank, r);
+      EXPECT_LT((*model)->info().weight_bytes_this_rank, full);
+      sum += (*model)->info().weight_bytes_this_rank;
+    }
+    EXPECT_EQ(sum, full + (world - 1) * replicated) << "world " << world;
+  }
+}
+
+// A rank that fails where the others do not (here: its KV pool is too small for the step) must
+// not leave the others waiting in a collective: aborting the group releases them.
+TEST(TensorParallelTest, OneFailingRankDoesNotHangTheOthers) {
+  const std::string dir = FixturePath("models/bloom-tiny-h4");
+  auto checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  std::shared_ptr<const Checkpoint> shared(std::move(*checkpoint));
+  const int world = 2;
+  ThreadCommunicatorGroup group(world, std::chrono::seconds(600));
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  for (int r = 0; r < world; ++r) backends.push_back(std::make_unique<CpuBackend>(1));
+  std::vector<absl::Status> status(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto model = BloomModel::Load(shared, backends[r].get(), group.communicator(r));
+      if (!model.ok()) {
+        status[r] = model.status();
+        group.Abort(status[r]);
+        return;
+      }
+      auto cache = (*model)->CreateKvCache(r == 1 ? 1 : 4, kBlockSize);
+      StepBatch batch;
+      batch.max_blocks_per_seq = 2;
+      std::vector<int32_t> table = {0, 3};
+      batch.AddSequence({5, 6, 7, 8, 9}, 0, table, true);
+      std::vector<float> logits((*model)->vocab_size());
+      status[r] = (*model)->Forward(batch, **cache, logits.data());
+      if (!status[r].ok()) group.Abort(status[r]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kAborted) << status[0];
+  EXPECT_NE(status[0].message().find("AllReduceSum"), std::string::npos) << status[0];
+}
+
+}  // namespace
+}  // namespace blossom
