@@ -7,6 +7,15 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 CONFIG=()
 [ "${CI:-}" = "true" ] && CONFIG+=(--config=ci)
+# The end-to-end tests drive the servers with real Python clients (openai, text-generation,
+# blossom-client) from a venv; if PyPI cannot be reached they report SKIPPED with the reason.
+VENV="$PWD/.venv-e2e"
+if clients/python/setup_venv.sh "$VENV" >/tmp/blossom-setup-venv.log 2>&1; then
+  export BLOSSOM_E2E_PYTHON="$VENV/bin/python"
+else
+  echo "warning: clients/python/setup_venv.sh failed (see /tmp/blossom-setup-venv.log);" \
+       "the Python end-to-end tests will report SKIPPED" >&2
+fi
 rm -rf bazel-testlogs/ 2>/dev/null || true
 bazel test "${CONFIG[@]}" //...; rc=$?
 # A build without CUDA must work too (the CPU-only server).

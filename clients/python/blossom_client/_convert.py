@@ -1,0 +1,146 @@
+"""Keyword parameters -> GenerateRequest, and proto responses -> result dataclasses.
+
+Shared by the sync and asyncio clients. A parameter left out (or passed as None) leaves its
+`optional` proto field absent, so the server applies its default; 0 is sent as an explicit 0
+(temperature=0 means greedy, an absent temperature means the server's default 1.0).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Iterable, Sequence, Union
+
+from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
+from blossom_client import results
+
+Prompt = Union[str, Sequence[int]]
+
+# Keyword -> field of SamplingParameters (all `optional` in the proto).
+_SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_penalty",
+             "frequency_penalty", "presence_penalty", "seed", "logprobs")
+# Keyword -> field of StoppingParameters.
+_STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
+_STOPPING_REPEATED = ("stop", "stop_token_ids")
+# Keyword -> field of GenerateRequest itself.
+_REQUEST = ("priority", "model", "request_id", "return_prompt_tokens")
+
+GENERATE_PARAMETERS = frozenset(_SAMPLING + _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
+
+
+def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) -> pb.GenerateRequest:
+    """Raises TypeError for an unknown keyword or a wrongly typed prompt/value."""
+    unknown = sorted(set(params) - GENERATE_PARAMETERS)
+    if unknown:
+        raise TypeError(f"{method}() got unexpected keyword argument(s): {', '.join(unknown)}")
+    request = pb.GenerateRequest()
+    if isinstance(prompt, str):
+        request.text = prompt
+    elif isinstance(prompt, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        request.token_ids.ids.extend(prompt)
+        # An empty id list must still select the token_ids arm of the oneof (the server then
+        # rejects it with a clear message rather than seeing "no prompt").
+        request.token_ids.SetInParent()
+    else:
+        raise TypeError(f"{method}() prompt must be a str or a list of int token ids, "
+                        f"not {type(prompt).__name__}")
+    for name, value in params.items():
+        if value is None:
+            continue
+        try:
+            if name in _SAMPLING:
+                setattr(request.sampling, name, value)
+            elif name in _STOPPING_SCALAR:
+                setattr(request.stopping, name, value)
+            elif name in _STOPPING_REPEATED:
+                if name == "stop" and isinstance(value, str):
+                    value = [value]  # stop="###" is the common spelling of one stop string
+                getattr(request.stopping, name).extend(value)
+            else:
+                setattr(request, name, value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{method}() parameter {name}={value!r}: {e}") from None
+    return request
+
+
+def finish_reason(value: int):
+    """FINISH_REASON_STOP_STRING -> "stop_string"; UNSPECIFIED -> None."""
+    if value == pb.FINISH_REASON_UNSPECIFIED:
+        return None
+    try:
+        return pb.FinishReason.Name(value)[len("FINISH_REASON_"):].lower()
+    except ValueError:  # a newer server's reason this client does not know yet
+        return f"unknown_{value}"
+
+
+def token(t: pb.Token) -> results.Token:
+    return results.Token(
+        id=t.id, text=t.text, logprob=t.logprob if t.HasField("logprob") else None,
+        top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob) for x in t.top_logprobs])
+
+
+def fill(cls, message, **overrides):
+    """cls(**fields) from the message's fields of the same names (scalars and repeated
+    scalars); an `optional` field that is absent becomes None. Fields the message does not have
+    keep cls's defaults."""
+    names = message.DESCRIPTOR.fields_by_name
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in overrides or f.name not in names:
+            continue
+        descriptor = names[f.name]
+        if descriptor.message_type is not None:
+            continue  # nested messages are converted by the caller
+        if descriptor.has_presence and not message.HasField(f.name):
+            kwargs[f.name] = None
+        elif _is_repeated(descriptor):
+            kwargs[f.name] = list(getattr(message, f.name))
+        else:
+            kwargs[f.name] = getattr(message, f.name)
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+def _is_repeated(descriptor) -> bool:
+    # FieldDescriptor.is_repeated is new (protobuf 5.x+); label is the older spelling.
+    flag = getattr(descriptor, "is_repeated", None)
+    if flag is not None:
+        return flag() if callable(flag) else bool(flag)
+    return descriptor.label == descriptor.LABEL_REPEATED
+
+
+def final_info(f: pb.FinalInfo) -> results.FinalInfo:
+    return fill(results.FinalInfo, f, finish_reason=finish_reason(f.finish_reason),
+                usage=fill(results.Usage, f.usage), timings=fill(results.Timings, f.timings))
+
+
+def generate_result(r: pb.GenerateResponse) -> results.GenerateResult:
+    f = final_info(r.final)
+    return results.GenerateResult(
+        text=r.text, tokens=[token(t) for t in r.tokens], finish_reason=f.finish_reason,
+        usage=f.usage, timings=f.timings, seed=f.seed, matched_stop=f.matched_stop,
+        request_id=f.request_id, prompt_token_ids=f.prompt_token_ids, final=f)
+
+
+def stream_chunk(r: pb.GenerateStreamResponse) -> results.StreamChunk:
+    return results.StreamChunk(
+        text_delta=r.text_delta, token=token(r.token) if r.HasField("token") else None,
+        final=final_info(r.final) if r.HasField("final") else None)
+
+
+def tokenize_result(r: pb.TokenizeResponse) -> results.TokenizeResult:
+    return results.TokenizeResult(ids=list(r.ids), tokens=list(r.tokens),
+                                  offsets=[(s.start, s.end) for s in r.offsets])
+
+
+def model_info(m: pb.ModelInfo) -> results.ModelInfo:
+    return fill(results.ModelInfo, m, limits=fill(results.ModelLimits, m.limits))
+
+
+def metadata(api_key) -> Iterable:
+    """Call metadata: the API key as a bearer token (works on plaintext channels too)."""
+    return (("authorization", f"Bearer {api_key}"),) if api_key else ()
+
+
+def health_status_name(status: int) -> str:
+    from grpc_health.v1 import health_pb2
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(status)

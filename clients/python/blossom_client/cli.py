@@ -1,0 +1,60 @@
+"""`blossom-client`: a small command line over BlossomClient (for smoke tests and debugging)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from blossom_client import BlossomClient, BlossomError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="blossom-client")
+    parser.add_argument("--target", default="localhost:50051", help="host:port")
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per call")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="stream a completion to stdout")
+    gen.add_argument("prompt")
+    gen.add_argument("--max-new-tokens", type=int)
+    gen.add_argument("--temperature", type=float)
+    gen.add_argument("--top-k", type=int)
+    gen.add_argument("--top-p", type=float)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    tok = sub.add_parser("tokenize")
+    tok.add_argument("text")
+    sub.add_parser("info", help="print the model info as JSON")
+    sub.add_parser("health")
+    args = parser.parse_args(argv)
+
+    try:
+        with BlossomClient(args.target, api_key=args.api_key, timeout=args.timeout) as client:
+            if args.command == "generate":
+                params = {k: getattr(args, k) for k in
+                          ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop")}
+                for chunk in client.generate_stream(args.prompt, **params):
+                    sys.stdout.write(chunk.text_delta)
+                    sys.stdout.flush()
+                    if chunk.final is not None:
+                        f = chunk.final
+                        print()  # end the completion's line on stdout
+                        print(f"[{f.finish_reason}; {f.usage.generated_tokens} tokens; "
+                              f"ttft {f.timings.time_to_first_token_seconds:.3f} s; "
+                              f"{f.timings.ms_per_output_token:.1f} ms/token; seed {f.seed}]",
+                              file=sys.stderr)
+            elif args.command == "tokenize":
+                print(json.dumps(asdict(client.tokenize(args.text))))
+            elif args.command == "info":
+                print(json.dumps(asdict(client.model_info()), indent=2))
+            else:
+                print(client.health())
+    except BlossomError as e:
+        print(f"blossom-client: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

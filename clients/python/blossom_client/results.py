@@ -1,0 +1,121 @@
+"""Plain result types (dataclasses), so callers never touch protobuf messages.
+
+Scalar-only types are filled field by field from the message of the same shape (see
+_convert.fill): a field the server's proto lacks keeps its default here, and a field this client
+does not know yet is ignored, so client and server versions can differ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Timings:
+    queue_seconds: float = 0.0
+    time_to_first_token_seconds: float = 0.0
+    total_seconds: float = 0.0
+    ms_per_output_token: float = 0.0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token_id: int
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str
+    # None unless logprobs were requested.
+    logprob: Optional[float] = None
+    top_logprobs: List[TopLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FinalInfo:
+    # "length", "eos_token", "stop_token", "stop_string", "cancelled", "error"; None if unset.
+    finish_reason: Optional[str] = None
+    matched_stop: str = ""
+    usage: Usage = field(default_factory=Usage)
+    timings: Timings = field(default_factory=Timings)
+    seed: int = 0
+    request_id: str = ""
+    prompt_token_ids: List[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    text: str
+    tokens: List[Token]
+    finish_reason: Optional[str]
+    usage: Usage
+    timings: Timings
+    # The seed the server used (the one passed, or the random one it drew).
+    seed: int
+    matched_stop: str
+    request_id: str
+    prompt_token_ids: List[int]
+    final: FinalInfo
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    # Text safe to display now (never half a UTF-8 character); may be empty while held back.
+    text_delta: str
+    token: Optional[Token]
+    # Set on the last chunk only.
+    final: Optional[FinalInfo] = None
+
+    @property
+    def is_final(self) -> bool:
+        return self.final is not None
+
+
+@dataclass(frozen=True)
+class TokenizeResult:
+    ids: List[int]
+    tokens: List[str]
+    # [start, end) byte offsets into the UTF-8 text, one per token.
+    offsets: List[Tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    max_input_tokens: int = 0
+    max_total_tokens: int = 0
+    max_new_tokens: int = 0
+    max_batch_size: int = 0
+    max_batched_tokens: int = 0
+    max_waiting_requests: int = 0
+    max_stop_strings: int = 0
+    max_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_id: str = ""
+    model_dir: str = ""
+    dtype: str = ""
+    backend: str = ""
+    tensor_parallel_size: int = 0
+    vocab_size: int = 0
+    hidden_size: int = 0
+    num_layers: int = 0
+    num_heads: int = 0
+    # None when the model has none (absent in the response, not 0).
+    eos_token_id: Optional[int] = None
+    bos_token_id: Optional[int] = None
+    limits: ModelLimits = field(default_factory=ModelLimits)
+    kv_block_size: int = 0
+    kv_blocks_total: int = 0
+    version: str = ""

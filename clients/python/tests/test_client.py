@@ -1,0 +1,383 @@
+"""blossom_client against an in-process fake Blossom server (plain unittest, no pytest).
+
+Run after `pip install ./clients/python`:  python -m unittest discover -s clients/python/tests
+The fake server implements the generated Blossom servicer and grpc.health.v1; prompts starting
+with "!" select behaviours (errors, slow streams) and it records what it received.
+"""
+import asyncio
+import threading
+import time
+import unittest
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+import blossom_client
+from blossom_client import (AsyncBlossomClient, BlossomClient, BlossomError,
+                            DeadlineExceededError, InvalidArgumentError, NotFoundError,
+                            ResourceExhaustedError, UnavailableError)
+from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
+from blossom_client._proto.blossom.v1 import blossom_pb2_grpc as pb_grpc
+
+WORDS = ["Hello", ",", " wor", "ld", "!"]
+
+
+def _final(n_generated, reason=pb.FINISH_REASON_LENGTH, seed=42):
+    return pb.FinalInfo(
+        finish_reason=reason, matched_stop="", seed=seed, request_id="req-1",
+        usage=pb.Usage(prompt_tokens=3, generated_tokens=n_generated),
+        timings=pb.Timings(queue_seconds=0.01, time_to_first_token_seconds=0.02,
+                           total_seconds=0.5, ms_per_output_token=12.5, preemptions=0))
+
+
+class FakeBlossom(pb_grpc.BlossomServicer):
+    def __init__(self):
+        self.requests = []
+        self.metadata = []
+        self.stream_cancelled = threading.Event()
+        self.stream_started = threading.Event()
+
+    def _record(self, request, context):
+        self.requests.append(request)
+        self.metadata.append(dict(context.invocation_metadata()))
+
+    def _maybe_fail(self, request, context):
+        text = request.text
+        if text.startswith("!error "):
+            _, code, message = text.split(" ", 2)
+            context.abort(getattr(grpc.StatusCode, code), message)
+        if text == "!sleep":
+            time.sleep(2)
+
+    def Generate(self, request, context):
+        self._record(request, context)
+        self._maybe_fail(request, context)
+        tokens = [pb.Token(id=i + 10, text=w, logprob=-0.5 * i) for i, w in enumerate(WORDS)]
+        tokens[0].ClearField("logprob")  # absent vs 0 must survive the conversion
+        tokens[1].top_logprobs.add(token_id=7, token="x", logprob=-1.25)
+        final = _final(len(tokens), pb.FINISH_REASON_EOS_TOKEN)
+        final.prompt_token_ids.extend([1, 2, 3])
+        return pb.GenerateResponse(text="".join(WORDS), tokens=tokens, final=final)
+
+    def GenerateStream(self, request, context):
+        self._record(request, context)
+        self._maybe_fail(request, context)
+        if request.text == "!slow":
+            # Streams for up to 10 s unless the client goes away. grpc notices a cancellation
+            # either in is_active() or while sending (then it just stops consuming this
+            # generator), so the termination callback is what reliably observes it.
+            finished = threading.Event()
+            context.add_callback(
+                lambda: finished.is_set() or self.stream_cancelled.set())
+            self.stream_started.set()
+            for i in range(1000):
+                if not context.is_active():
+                    break
+                yield pb.GenerateStreamResponse(text_delta=".", token=pb.Token(id=i, text="."))
+                time.sleep(0.01)
+            else:
+                finished.set()
+            return
+        if request.text == "!error-midstream":
+            yield pb.GenerateStreamResponse(text_delta="a", token=pb.Token(id=1, text="a"))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "server draining")
+        for i, w in enumerate(WORDS):
+            yield pb.GenerateStreamResponse(text_delta=w, token=pb.Token(id=i + 10, text=w))
+        # A final message without a token (e.g. a stop string held back, then matched).
+        yield pb.GenerateStreamResponse(text_delta="", final=_final(
+            len(WORDS), pb.FINISH_REASON_STOP_STRING))
+
+    def Tokenize(self, request, context):
+        self._record(request, context)
+        ids = [ord(c) for c in request.text]
+        if request.add_special_tokens:
+            ids = [1] + ids
+        return pb.TokenizeResponse(
+            ids=ids, tokens=list(request.text),
+            offsets=[pb.Span(start=i, end=i + 1) for i in range(len(request.text))])
+
+    def GetModelInfo(self, request, context):
+        self._record(request, context)
+        return pb.ModelInfo(
+            model_id="bloom-demo", model_dir="/models/bloom-demo", dtype="float32",
+            backend="cpu", tensor_parallel_size=1, vocab_size=2000, hidden_size=128,
+            num_layers=2, num_heads=4, eos_token_id=2,  # bos_token_id left absent
+            limits=pb.ModelLimits(max_input_tokens=1024, max_total_tokens=2048,
+                                  max_new_tokens=1024, max_batch_size=32, max_batched_tokens=4096,
+                                  max_waiting_requests=128, max_stop_strings=4, max_logprobs=20),
+            kv_block_size=16, kv_blocks_total=512, version="0.1.0")
+
+
+class ServerFixture:
+    """A fake Blossom + health server on a free localhost port."""
+
+    def __init__(self):
+        self.servicer = FakeBlossom()
+        self.health = health.HealthServicer()
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("blossom.v1.Blossom", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_BlossomServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.target = f"127.0.0.1:{port}"
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(grace=None).wait()
+
+
+class SyncClientTest(unittest.TestCase):
+    def setUp(self):
+        self.fixture = ServerFixture()
+        self.fake = self.fixture.servicer
+        self.client = BlossomClient(self.fixture.target, api_key="sekret", timeout=10)
+
+    def tearDown(self):
+        self.client.close()
+        self.fixture.stop()
+
+    def test_generate(self):
+        r = self.client.generate("Hi", max_new_tokens=5)
+        self.assertEqual(r.text, "Hello, world!")
+        self.assertEqual([t.id for t in r.tokens], [10, 11, 12, 13, 14])
+        self.assertIsNone(r.tokens[0].logprob)
+        self.assertEqual(r.tokens[1].logprob, -0.5)
+        self.assertEqual(r.tokens[1].top_logprobs,
+                         [blossom_client.TopLogprob(token_id=7, token="x", logprob=-1.25)])
+        self.assertEqual(r.finish_reason, "eos_token")
+        self.assertEqual(r.usage, blossom_client.Usage(prompt_tokens=3, generated_tokens=5))
+        self.assertEqual(r.timings.ms_per_output_token, 12.5)
+        self.assertAlmostEqual(r.timings.time_to_first_token_seconds, 0.02)
+        self.assertEqual(r.seed, 42)
+        self.assertEqual(r.request_id, "req-1")
+        self.assertEqual(r.prompt_token_ids, [1, 2, 3])
+        self.assertEqual(self.fake.requests[-1].text, "Hi")
+        self.assertEqual(self.fake.metadata[-1]["authorization"], "Bearer sekret")
+
+    def test_token_id_prompt(self):
+        self.client.generate([5, 6, 7])
+        req = self.fake.requests[-1]
+        self.assertEqual(req.WhichOneof("prompt"), "token_ids")
+        self.assertEqual(list(req.token_ids.ids), [5, 6, 7])
+        self.client.generate([])  # still the token_ids arm: the server decides it is invalid
+        self.assertEqual(self.fake.requests[-1].WhichOneof("prompt"), "token_ids")
+
+    def test_parameters_absent_by_default(self):
+        self.client.generate("x")
+        req = self.fake.requests[-1]
+        for name in ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_penalty",
+                     "frequency_penalty", "presence_penalty", "seed", "logprobs"):
+            self.assertFalse(req.sampling.HasField(name), name)
+        self.assertFalse(req.stopping.HasField("max_new_tokens"))
+        self.assertFalse(req.stopping.HasField("min_new_tokens"))
+        # None means "absent" too.
+        self.client.generate("x", temperature=None, seed=None)
+        self.assertFalse(self.fake.requests[-1].sampling.HasField("temperature"))
+
+    def test_zero_is_sent_explicitly(self):
+        self.client.generate("x", temperature=0, top_k=0, seed=0, logprobs=0, min_p=0.0,
+                             min_new_tokens=0)
+        req = self.fake.requests[-1]
+        for name in ("temperature", "top_k", "seed", "logprobs", "min_p"):
+            self.assertTrue(req.sampling.HasField(name), name)
+            self.assertEqual(getattr(req.sampling, name), 0)
+        self.assertTrue(req.stopping.HasField("min_new_tokens"))
+
+    def test_every_parameter_maps_to_its_field(self):
+        self.client.generate(
+            "x", max_new_tokens=7, min_new_tokens=2, temperature=0.5, top_k=40, top_p=0.9,
+            typical_p=0.75, min_p=0.05, repetition_penalty=1.25, frequency_penalty=-0.5,
+            presence_penalty=1.5, seed=2**63 + 1, logprobs=3, stop=["\n\n", "###"],
+            stop_token_ids=[2, 3], ignore_eos=True, include_stop_in_output=True, priority=-2,
+            model="bloom-demo", request_id="abc", return_prompt_tokens=True)
+        req = self.fake.requests[-1]
+        s, st = req.sampling, req.stopping
+        self.assertEqual((s.temperature, s.top_k, s.top_p, s.typical_p),
+                         (0.5, 40, f32(0.9), 0.75))
+        self.assertEqual((s.min_p, s.repetition_penalty, s.frequency_penalty, s.presence_penalty),
+                         (f32(0.05), 1.25, -0.5, 1.5))
+        self.assertEqual((s.seed, s.logprobs), (2**63 + 1, 3))
+        self.assertEqual((st.max_new_tokens, st.min_new_tokens), (7, 2))
+        self.assertEqual(list(st.stop), ["\n\n", "###"])
+        self.assertEqual(list(st.stop_token_ids), [2, 3])
+        self.assertTrue(st.ignore_eos and st.include_stop_in_output)
+        self.assertEqual((req.priority, req.model, req.request_id), (-2, "bloom-demo", "abc"))
+        self.assertTrue(req.return_prompt_tokens)
+
+    def test_single_stop_string(self):
+        self.client.generate("x", stop="###")
+        self.assertEqual(list(self.fake.requests[-1].stopping.stop), ["###"])
+
+    def test_unknown_keyword_and_bad_types_raise_type_error(self):
+        n = len(self.fake.requests)
+        with self.assertRaisesRegex(TypeError, "max_tokens"):
+            self.client.generate("x", max_tokens=5)
+        with self.assertRaises(TypeError):
+            self.client.generate_stream("x", temprature=0.5)  # raised at once, not lazily
+        with self.assertRaises(TypeError):
+            self.client.generate("x", top_k="forty")
+        with self.assertRaises(TypeError):
+            self.client.generate(b"bytes")
+        with self.assertRaises(TypeError):
+            self.client.generate([1, "2"])
+        self.assertEqual(len(self.fake.requests), n)  # nothing was sent
+
+    def test_stream(self):
+        chunks = list(self.client.generate_stream("Hi", max_new_tokens=5))
+        self.assertEqual("".join(c.text_delta for c in chunks), "Hello, world!")
+        self.assertEqual([c.token.id for c in chunks[:-1]], [10, 11, 12, 13, 14])
+        self.assertTrue(all(c.final is None for c in chunks[:-1]))
+        last = chunks[-1]
+        self.assertTrue(last.is_final)
+        self.assertIsNone(last.token)
+        self.assertEqual(last.final.finish_reason, "stop_string")
+        self.assertEqual(last.final.usage.generated_tokens, 5)
+
+    def test_stream_early_break_cancels_server_side(self):
+        for i, chunk in enumerate(self.client.generate_stream("!slow")):
+            if i == 2:
+                break
+        self.assertTrue(self.fake.stream_cancelled.wait(5), "server never saw the cancel")
+
+    def test_stream_error_midstream(self):
+        stream = self.client.generate_stream("!error-midstream")
+        self.assertEqual(next(stream).text_delta, "a")
+        with self.assertRaises(UnavailableError) as cm:
+            next(stream)
+        self.assertEqual(cm.exception.message, "server draining")
+
+    def test_tokenize(self):
+        t = self.client.tokenize("ab")
+        self.assertEqual(t.ids, [97, 98])
+        self.assertEqual(t.tokens, ["a", "b"])
+        self.assertEqual(t.offsets, [(0, 1), (1, 2)])
+        self.assertEqual(self.client.tokenize("ab", add_special_tokens=True).ids, [1, 97, 98])
+
+    def test_model_info(self):
+        info = self.client.model_info()
+        self.assertEqual(info.model_id, "bloom-demo")
+        self.assertEqual(info.eos_token_id, 2)
+        self.assertIsNone(info.bos_token_id)  # absent, not 0
+        self.assertEqual(info.limits.max_stop_strings, 4)
+        self.assertEqual(info.kv_blocks_total, 512)
+
+    def test_health(self):
+        self.assertEqual(self.client.health(), "SERVING")
+        self.assertEqual(self.client.health("blossom.v1.Blossom"), "NOT_SERVING")
+        with self.assertRaises(NotFoundError):
+            self.client.health("no.such.Service")
+
+    def test_error_mapping(self):
+        cases = {
+            "INVALID_ARGUMENT": InvalidArgumentError,
+            "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+            "UNAVAILABLE": UnavailableError,
+            "NOT_FOUND": NotFoundError,
+            "DATA_LOSS": BlossomError,  # no dedicated class: the base one
+        }
+        for code, cls in cases.items():
+            with self.subTest(code=code):
+                with self.assertRaises(cls) as cm:
+                    self.client.generate(f"!error {code} temperature: must be in [0, 100]")
+                self.assertIs(type(cm.exception), cls)
+                self.assertEqual(cm.exception.code, getattr(grpc.StatusCode, code))
+                self.assertEqual(cm.exception.message, "temperature: must be in [0, 100]")
+                self.assertIn(code, str(cm.exception))
+        with self.assertRaises(ResourceExhaustedError):  # streams raise while iterating
+            list(self.client.generate_stream("!error RESOURCE_EXHAUSTED queue full"))
+
+    def test_deadline(self):
+        with self.assertRaises(DeadlineExceededError):
+            self.client.generate("!sleep", timeout=0.2)
+
+    def test_cli_generate_streams_to_stdout(self):
+        import contextlib
+        import io
+        from blossom_client import cli
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["--target", self.fixture.target, "--api-key", "k", "generate", "Hi",
+                           "--max-new-tokens", "5", "--stop", "###"])
+        self.assertEqual(rc, 0)
+        self.assertEqual(out.getvalue(), "Hello, world!\n")
+        self.assertIn("stop_string", err.getvalue())
+        req = self.fake.requests[-1]
+        self.assertEqual(req.stopping.max_new_tokens, 5)
+        self.assertEqual(list(req.stopping.stop), ["###"])
+        self.assertFalse(req.sampling.HasField("temperature"))
+
+    def test_unreachable_server_is_unavailable(self):
+        with BlossomClient("127.0.0.1:1", timeout=5) as client:
+            with self.assertRaises(UnavailableError):
+                client.model_info()
+
+
+def f32(x):
+    """The value x takes after a round trip through a proto float (32-bit)."""
+    import struct
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.fixture = ServerFixture()
+        self.fake = self.fixture.servicer
+        self.client = AsyncBlossomClient(self.fixture.target, timeout=10)
+
+    async def asyncTearDown(self):
+        await self.client.close()
+        self.fixture.stop()
+
+    async def test_generate_and_unary_calls(self):
+        r = await self.client.generate("Hi", temperature=0)
+        self.assertEqual(r.text, "Hello, world!")
+        self.assertEqual(r.finish_reason, "eos_token")
+        self.assertTrue(self.fake.requests[-1].sampling.HasField("temperature"))
+        self.assertEqual((await self.client.tokenize("a")).ids, [97])
+        self.assertEqual((await self.client.model_info()).num_heads, 4)
+        self.assertEqual(await self.client.health(), "SERVING")
+
+    async def test_stream(self):
+        chunks = [c async for c in self.client.generate_stream("Hi", max_new_tokens=5)]
+        self.assertEqual("".join(c.text_delta for c in chunks), "Hello, world!")
+        self.assertEqual(chunks[-1].final.finish_reason, "stop_string")
+        self.assertEqual(sum(c.final is not None for c in chunks), 1)
+
+    async def test_early_break_cancels_server_side(self):
+        received = 0
+        async for _ in self.client.generate_stream("!slow"):
+            received += 1
+            if received == 3:
+                break
+        self.assertEqual(received, 3)
+        # The server thread notices within one 10 ms tick; wait without blocking the loop.
+        cancelled = await asyncio.get_running_loop().run_in_executor(
+            None, self.fake.stream_cancelled.wait, 5)
+        self.assertTrue(cancelled, "server never saw the cancel")
+
+    async def test_explicit_cancel(self):
+        stream = self.client.generate_stream("!slow")
+        await stream.__anext__()
+        stream.cancel()
+        with self.assertRaises(StopAsyncIteration):
+            await stream.__anext__()
+        cancelled = await asyncio.get_running_loop().run_in_executor(
+            None, self.fake.stream_cancelled.wait, 5)
+        self.assertTrue(cancelled)
+
+    async def test_errors(self):
+        with self.assertRaises(InvalidArgumentError):
+            await self.client.generate("!error INVALID_ARGUMENT top_p: must be in (0, 1]")
+        with self.assertRaises(UnavailableError):
+            async for _ in self.client.generate_stream("!error-midstream"):
+                pass
+        with self.assertRaises(TypeError):
+            self.client.generate_stream("x", bogus=1)
+        with self.assertRaises(DeadlineExceededError):
+            await self.client.generate("!sleep", timeout=0.2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,318 @@
+// `blossom-server`: the gRPC inference server.
+//
+//   blossom-server --model DIR [--port 8033] [--metrics-port 9090] [--tp N] ...
+//
+// Start-up order: the gRPC port opens first with health NOT_SERVING (calls get UNAVAILABLE
+// "the model is loading"), then the model loads, then health turns SERVING. SIGTERM or SIGINT
+// drains: health NOT_SERVING, new generations get UNAVAILABLE, generations in flight finish
+// within --drain-timeout, then whatever is left is cancelled and the process exits 0.
+//
+// Threads: gRPC's callback executor (no thread per call), the engine loop, the metrics HTTP
+// server's I/O and handler threads, and the main thread, which waits for a signal.
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "engine/model/model_runner.h"
+#include "engine/serving/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "kernels/dtype.h"
+#include "kernels/status_macros.h"
+#include "server/blossom_service.h"
+#include "server/http/http_server.h"
+#include "server/metrics/metrics.h"
+#include "server/server_metrics.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (config.json, *.safetensors, tokenizer.json).");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Name clients use for the model (default: the model directory's base name).");
+ABSL_FLAG(std::string, backend, "cpu", "Compute backend: cpu (cuda when built in).");
+ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel size (ranks).");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
+ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
+ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
+ABSL_FLAG(int64_t, kv_cache_mb, 256, "KV cache budget per rank in MiB.");
+ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV block.");
+ABSL_FLAG(int32_t, max_batch_size, 256, "Sequences computed together (max_num_seqs).");
+ABSL_FLAG(int32_t, max_batched_tokens, 2048, "New tokens per engine step (the token budget).");
+ABSL_FLAG(int32_t, max_waiting_requests, 1024,
+          "Queued requests before new ones are refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_input_tokens, 1024, "Longest prompt accepted (OUT_OF_RANGE beyond).");
+ABSL_FLAG(int32_t, max_total_tokens, 2048, "Cap on prompt + max_new_tokens.");
+ABSL_FLAG(bool, prefix_caching, true, "Share KV blocks of identical prompt prefixes.");
+ABSL_FLAG(int32_t, max_message_bytes, 1 << 20, "Largest gRPC request message accepted.");
+ABSL_FLAG(double, drain_timeout, 30.0, "Seconds in-flight requests get to finish on SIGTERM.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require and verify client certificates (mutual TLS).");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "File with one API key per line; calls must send 'authorization: Bearer <key>'.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+
+namespace blossom {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+int Fail(const absl::Status& status) {
+  spdlog::critical("{}", status.ToString());
+  return 1;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
+  BLOSSOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path, "api_keys_file"));
+  std::vector<std::string> keys;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    keys.emplace_back(line);
+  }
+  if (keys.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--api_keys_file ", path, " has no keys"));
+  }
+  return keys;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
+  const std::string ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (cert.empty()) {
+    if (!ca.empty()) return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert");
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions options(
+      ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                 : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  BLOSSOM_ASSIGN_OR_RETURN(pair.private_key, ReadFile(key, "tls_key"));
+  BLOSSOM_ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(cert, "tls_cert"));
+  options.pem_key_cert_pairs.push_back(pair);
+  if (!ca.empty()) {
+    BLOSSOM_ASSIGN_OR_RETURN(options.pem_root_certs, ReadFile(ca, "tls_client_ca"));
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+v1::ModelInfo DescribeModel(const ModelRunner& runner, const std::string& name,
+                            const SchedulerConfig& scheduler, int32_t max_input_tokens) {
+  const BloomConfig& config = runner.config();
+  const ModelInfo& info = runner.info();
+  v1::ModelInfo out;
+  out.set_model_id(name);
+  out.set_model_dir(info.model_dir);
+  out.set_dtype(DTypeName(info.weight_dtype));
+  out.set_backend(info.backend);
+  out.set_tensor_parallel_size(runner.world_size());
+  out.set_vocab_size(static_cast<int32_t>(config.vocab_size));
+  out.set_hidden_size(static_cast<int32_t>(config.hidden_size));
+  out.set_num_layers(static_cast<int32_t>(config.n_layer));
+  out.set_num_heads(static_cast<int32_t>(config.n_head));
+  out.set_eos_token_id(config.eos_token_id);
+  out.set_bos_token_id(config.bos_token_id);
+  v1::ModelLimits* limits = out.mutable_limits();
+  limits->set_max_input_tokens(max_input_tokens);
+  limits->set_max_total_tokens(scheduler.max_total_tokens);
+  limits->set_max_new_tokens(scheduler.max_total_tokens - 1);
+  limits->set_max_batch_size(scheduler.max_num_seqs);
+  limits->set_max_batched_tokens(scheduler.max_num_batched_tokens);
+  limits->set_max_waiting_requests(scheduler.max_waiting_requests);
+  limits->set_max_stop_strings(static_cast<int32_t>(kMaxStopStrings));
+  limits->set_max_logprobs(kMaxLogprobs);
+  out.set_kv_block_size(scheduler.block_size);
+  out.set_version(kVersion);
+  return out;
+}
+
+// Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that WaitForSignal
+// receives them synchronously instead of an async handler.
+sigset_t BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int Run() {
+  const sigset_t signals = BlockShutdownSignals();
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  const std::string served_name = absl::GetFlag(FLAGS_served_model_name).empty()
+                                      ? BaseName(model_dir)
+                                      : absl::GetFlag(FLAGS_served_model_name);
+
+  ServiceOptions service_options;
+  service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
+  service_options.limits.served_model_name = served_name;
+  if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
+    auto keys = ReadApiKeys(absl::GetFlag(FLAGS_api_keys_file));
+    if (!keys.ok()) return Fail(keys.status());
+    service_options.api_keys = std::move(*keys);
+  }
+  if (service_options.limits.max_input_tokens < 1) {
+    return Fail(absl::InvalidArgumentError("--max_input_tokens must be >= 1"));
+  }
+
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry);
+  BlossomService service(service_options, &server_metrics);
+
+  // gRPC first, so health and UNAVAILABLE answers exist while the model loads.
+  auto credentials = Credentials();
+  if (!credentials.ok()) return Fail(credentials.status());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  builder.AddListeningPort(address, *credentials, &bound_port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  const std::string kServiceName = "blossom.v1.Blossom";
+  health->SetServingStatus(false);
+  health->SetServingStatus(kServiceName, false);
+  spdlog::info("gRPC listening on {}:{} ({}), loading {}", absl::GetFlag(FLAGS_host), bound_port,
+               absl::GetFlag(FLAGS_tls_cert).empty() ? "plaintext" : "TLS", model_dir);
+
+  std::unique_ptr<http::Server> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    http::ServerOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_host);
+    http_options.port = absl::GetFlag(FLAGS_metrics_port);
+    http_options.handler_threads = 1;
+    auto started = http::Server::Start(
+        http_options, [&](const http::Request& request, std::shared_ptr<http::ResponseWriter> w) {
+          http::Response response;
+          if (request.method != "GET" && request.method != "HEAD") {
+            response.status = 405;
+            response.body = "only GET\n";
+          } else if (request.path == "/metrics") {
+            response.headers.emplace_back("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+            response.body = registry.Render();
+          } else if (request.path == "/health") {
+            const bool serving = service.state() == BlossomService::State::kServing;
+            response.status = serving ? 200 : 503;
+            response.body = serving ? "SERVING\n" : "NOT_SERVING\n";
+          } else {
+            response.status = 404;
+            response.body = "not found; try /metrics or /health\n";
+          }
+          w->Send(std::move(response));
+        });
+    if (!started.ok()) return Fail(started.status());
+    metrics_server = std::move(*started);
+    spdlog::info("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_host),
+                 metrics_server->port());
+  }
+  // Machine-readable line for launchers and tests that ask for port 0.
+  std::cout << "blossom-server listening grpc_port=" << bound_port
+            << " metrics_port=" << (metrics_server ? metrics_server->port() : -1) << std::endl;
+
+  ModelRunnerOptions runner_options;
+  runner_options.model_dir = model_dir;
+  runner_options.backend = absl::GetFlag(FLAGS_backend);
+  runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
+  runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
+  auto runner = ModelRunner::Create(runner_options);
+  if (!runner.ok()) return Fail(runner.status());
+  auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+
+  EngineConfig engine_config;
+  SchedulerConfig& sc = engine_config.scheduler;
+  sc.max_num_seqs = absl::GetFlag(FLAGS_max_batch_size);
+  sc.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
+  sc.max_total_tokens = absl::GetFlag(FLAGS_max_total_tokens);
+  sc.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  sc.block_size = absl::GetFlag(FLAGS_block_size);
+  sc.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  engine_config.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mb) << 20;
+  auto engine = Engine::Create(runner->get(), tokenizer->get(), engine_config, &server_metrics);
+  if (!engine.ok()) return Fail(engine.status());
+  registry.AddCollectHook([&] { server_metrics.UpdateSchedulerTotals((*engine)->scheduler_stats()); });
+
+  service.SetEngine(engine->get(), tokenizer->get(),
+                    DescribeModel(**runner, served_name, (*engine)->scheduler_config(),
+                                  service_options.limits.max_input_tokens));
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+  spdlog::info("serving {} ({} layers, hidden {}, {} KV blocks of {} tokens, backend {}, tp {})",
+               served_name, (*runner)->config().n_layer, (*runner)->config().hidden_size,
+               (*engine)->scheduler_stats().blocks_total, sc.block_size,
+               (*runner)->info().backend, (*runner)->world_size());
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("received {}: draining (timeout {} s), {} generations in flight",
+               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", absl::GetFlag(FLAGS_drain_timeout),
+               service.generations_in_flight());
+  service.StartDraining();
+  health->SetServingStatus(false);
+  health->SetServingStatus(kServiceName, false);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(absl::GetFlag(FLAGS_drain_timeout)));
+  while (service.generations_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int64_t left = service.generations_in_flight();
+  if (left > 0) spdlog::warn("drain timeout: cancelling {} generations", left);
+  // Ends what is left in the engine (their calls finish with an error status), then closes
+  // the calls and the listener.
+  (*engine)->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (metrics_server) metrics_server->Stop();
+  spdlog::info("stopped ({} generations were cut by the drain timeout)", left);
+  return 0;
+}
+
+}  // namespace
+}  // namespace blossom
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("blossom-server --model DIR [--port N] [--metrics_port N] ...");
+  absl::ParseCommandLine(argc, argv);
+  return blossom::Run();
+}

@@ -1,0 +1,500 @@
+#include "server/blossom_service.h"
+
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/text/utf8.h"
+#include "spdlog/spdlog.h"
+
+namespace blossom {
+namespace {
+
+double SecondsBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The outcome label of a refused call in blossom_requests_total.
+std::string RefusalLabel(const absl::Status& status) {
+  std::string label = StatusCodeLabel(status.code());
+  return label;
+}
+
+void LogFinished(const std::string& request_id, const char* kind, const EngineEvent& event) {
+  const RequestTimings& t = event.timings;
+  spdlog::info(
+      "request_id={} kind={} finish_reason={} prompt_tokens={} generated_tokens={} "
+      "queue_s={:.4f} ttft_s={:.4f} total_s={:.4f} preemptions={}{}{}",
+      request_id, kind, FinishReasonName(event.finish_reason), event.usage.prompt_tokens,
+      event.usage.generated_tokens,
+      t.first_scheduled == Clock::time_point{} ? 0.0 : SecondsBetween(t.arrival, t.first_scheduled),
+      t.first_token == Clock::time_point{} ? 0.0 : SecondsBetween(t.arrival, t.first_token),
+      SecondsBetween(t.arrival, t.finished), t.num_preemptions, event.status.ok() ? "" : " error=",
+      event.status.ok() ? "" : std::string(event.status.message()));
+}
+
+// The status a call ends with, given its final engine event.
+grpc::Status FinalStatus(const EngineEvent& event) {
+  if (!event.status.ok()) return ToGrpcStatus(event.status);
+  if (event.finish_reason == FinishReason::kCancelled) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+const char* StatusCodeLabel(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return "ok";
+    case absl::StatusCode::kCancelled: return "cancelled";
+    case absl::StatusCode::kInvalidArgument: return "invalid_argument";
+    case absl::StatusCode::kDeadlineExceeded: return "deadline_exceeded";
+    case absl::StatusCode::kNotFound: return "not_found";
+    case absl::StatusCode::kOutOfRange: return "out_of_range";
+    case absl::StatusCode::kResourceExhausted: return "resource_exhausted";
+    case absl::StatusCode::kUnauthenticated: return "unauthenticated";
+    case absl::StatusCode::kPermissionDenied: return "permission_denied";
+    case absl::StatusCode::kUnavailable: return "unavailable";
+    case absl::StatusCode::kUnimplemented: return "unimplemented";
+    case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
+    default: return "internal";
+  }
+}
+
+// Common part of Generate and GenerateStream: admission, submission, cancellation and the
+// hand-off from the engine thread. Invariants (under mutex_): Finish is called at most once,
+// never before Start() has returned (so `this` outlives Start), and only after the engine's
+// final event was handled or when nothing was submitted; the engine never calls the sink after
+// its final event, so the sink's raw `this` stays valid.
+class GenerationCall {
+ public:
+  GenerationCall(BlossomService* service, grpc::CallbackServerContext* context,
+                 std::string request_id)
+      : service_(service), context_(context), request_id_(std::move(request_id)) {}
+  virtual ~GenerationCall() = default;
+
+ protected:
+  // Submits `request`; on refusal finishes the call with the status and returns false.
+  void Submit(const v1::GenerateRequest& request) {
+    auto engine_request =
+        ToEngineRequest(request, *service_->tokenizer(), limits_for_call());
+    if (engine_request.ok()) {
+      with_logprobs_ = engine_request->sampling.logprobs >= 0;
+      auto stream = service_->engine()->Submit(
+          std::move(*engine_request), [this](const EngineEvent& event) { OnEvent(event); });
+      if (stream.ok()) {
+        bool cancel_now = false;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          engine_id_ = (*stream)->id();
+          cancel_now = cancelled_;
+        }
+        spdlog::debug("request_id={} engine_id={} admitted", request_id_, (*stream)->id());
+        if (cancel_now) service_->engine()->Cancel((*stream)->id());
+        Started();
+        return;
+      }
+      engine_request = stream.status();
+    }
+    const absl::Status& status = engine_request.status();
+    spdlog::info("request_id={} refused: {} {}", request_id_, StatusCodeLabel(status.code()),
+                 std::string(status.message()));
+    outcome_ = RefusalLabel(status);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      refused_ = ToGrpcStatus(status);
+      final_received_ = true;
+    }
+    Started();
+  }
+
+  void Cancel() {
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cancelled_ = true;
+      id = engine_id_;
+    }
+    // Must not touch members afterwards: the final event may finish and delete the call.
+    if (id != 0) service_->engine()->Cancel(id);
+  }
+
+  virtual void OnEvent(const EngineEvent& event) = 0;
+  // Called once Start is over; may Finish.
+  virtual void Started() = 0;
+  virtual RequestLimits limits_for_call() const = 0;
+
+  BlossomService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::string request_id_;
+  std::mutex mutex_;
+  uint64_t engine_id_ = 0;        // guarded by mutex_
+  bool cancelled_ = false;        // guarded by mutex_
+  bool final_received_ = false;   // guarded by mutex_
+  bool finish_called_ = false;    // guarded by mutex_
+  bool started_ = false;          // guarded by mutex_
+  grpc::Status refused_;          // guarded by mutex_ (set when Submit refused)
+  grpc::Status final_status_;     // guarded by mutex_
+  std::string outcome_ = "finished";
+  bool with_logprobs_ = false;
+  Clock::time_point last_token_time_{};  // engine thread only
+};
+
+namespace {
+
+class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public GenerationCall {
+ public:
+  UnaryGenerateReactor(BlossomService* service, grpc::CallbackServerContext* context,
+                       const v1::GenerateRequest* request, v1::GenerateResponse* response,
+                       std::string request_id, RequestLimits limits)
+      : GenerationCall(service, context, std::move(request_id)),
+        response_(response),
+        limits_(std::move(limits)),
+        return_prompt_tokens_(request->return_prompt_tokens()) {
+    if (return_prompt_tokens_ && request->has_token_ids()) {
+      prompt_ids_.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
+    }
+    Submit(*request);
+  }
+
+  void OnCancel() override { Cancel(); }
+  void OnDone() override {
+    service_->CallFinished(outcome_);
+    delete this;
+  }
+
+ private:
+  RequestLimits limits_for_call() const override { return limits_; }
+
+  void OnEvent(const EngineEvent& event) override {
+    if (event.has_token) {
+      if (service_->metrics() && last_token_time_ != Clock::time_point{}) {
+        service_->metrics()->ObserveInterTokenLatency(SecondsBetween(last_token_time_, event.time));
+      }
+      last_token_time_ = event.time;
+      FillToken(event.token, *service_->tokenizer(), with_logprobs_, response_->add_tokens());
+    }
+    response_->mutable_text()->append(event.token.text_delta);
+    if (!event.finished) return;
+    FillFinalInfo(event, request_id_, response_->mutable_final());
+    for (int32_t id : prompt_ids_) response_->mutable_final()->add_prompt_token_ids(id);
+    LogFinished(request_id_, "unary", event);
+    outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
+               : event.finish_reason == FinishReason::kError ? "error"
+                                                              : "finished";
+    grpc::Status status = FinalStatus(event);
+    bool finish_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      final_received_ = true;
+      final_status_ = status;
+      finish_now = started_ && !finish_called_;
+      if (finish_now) finish_called_ = true;
+    }
+    if (finish_now) Finish(status);
+  }
+
+  void Started() override {
+    grpc::Status status;
+    bool finish_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      started_ = true;
+      if (final_received_ && !finish_called_) {
+        finish_called_ = true;
+        finish_now = true;
+        status = refused_.ok() ? final_status_ : refused_;
+      }
+    }
+    if (finish_now) Finish(status);
+  }
+
+  v1::GenerateResponse* const response_;
+  const RequestLimits limits_;
+  const bool return_prompt_tokens_;
+  std::vector<int32_t> prompt_ids_;
+};
+
+class StreamGenerateReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateStreamResponse>,
+      public GenerationCall {
+ public:
+  StreamGenerateReactor(BlossomService* service, grpc::CallbackServerContext* context,
+                        const v1::GenerateRequest* request, std::string request_id,
+                        RequestLimits limits)
+      : GenerationCall(service, context, std::move(request_id)), limits_(std::move(limits)) {
+    Submit(*request);
+  }
+
+  void OnCancel() override { Cancel(); }
+
+  void OnWriteDone(bool ok) override {
+    uint64_t cancel_id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      writing_ = false;
+      if (!ok && !broken_) {
+        // The client is gone: stop generating for it.
+        broken_ = true;
+        pending_.clear();
+        cancel_id = final_received_ ? 0 : engine_id_;
+      }
+    }
+    if (cancel_id != 0) {
+      service_->engine()->Cancel(cancel_id);  // delivers the final event, which finishes
+      return;
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    service_->CallFinished(outcome_);
+    delete this;
+  }
+
+ private:
+  RequestLimits limits_for_call() const override { return limits_; }
+
+  void OnEvent(const EngineEvent& event) override {
+    v1::GenerateStreamResponse message;
+    if (event.has_token) {
+      if (service_->metrics() && last_token_time_ != Clock::time_point{}) {
+        service_->metrics()->ObserveInterTokenLatency(SecondsBetween(last_token_time_, event.time));
+      }
+      last_token_time_ = event.time;
+      FillToken(event.token, *service_->tokenizer(), with_logprobs_, message.mutable_token());
+    }
+    message.set_text_delta(event.token.text_delta);
+    if (event.finished) {
+      FillFinalInfo(event, request_id_, message.mutable_final());
+      LogFinished(request_id_, "stream", event);
+      outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
+                 : event.finish_reason == FinishReason::kError ? "error"
+                                                                : "finished";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // A failed request still gets the tokens it produced, then its error status.
+      if (!broken_ && (event.has_token || event.finished)) pending_.push_back(std::move(message));
+      if (event.finished) {
+        final_received_ = true;
+        final_status_ = FinalStatus(event);
+        // On an error the final message carries no useful payload beyond the status.
+        if (!final_status_.ok() && !pending_.empty() && !pending_.back().has_token() &&
+            pending_.back().text_delta().empty()) {
+          pending_.pop_back();
+        }
+      }
+    }
+    Pump();
+  }
+
+  void Started() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      started_ = true;
+      if (!refused_.ok()) final_status_ = refused_;
+    }
+    Pump();
+  }
+
+  // Starts the next write, or finishes once everything was written. Reactor calls are made
+  // outside mutex_ because gRPC may run reactions inline.
+  void Pump() {
+    enum { kNothing, kWrite, kFinish } action = kNothing;
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!started_ || writing_ || finish_called_) return;
+      if (!pending_.empty() && !broken_) {
+        current_ = std::move(pending_.front());
+        pending_.pop_front();
+        writing_ = true;
+        action = kWrite;
+      } else if (final_received_) {
+        finish_called_ = true;
+        status = final_status_;
+        action = kFinish;
+      }
+    }
+    if (action == kWrite) StartWrite(&current_);
+    if (action == kFinish) Finish(status);
+  }
+
+  const RequestLimits limits_;
+  std::deque<v1::GenerateStreamResponse> pending_;  // guarded by mutex_
+  v1::GenerateStreamResponse current_;              // owned by the write in flight
+  bool writing_ = false;                            // guarded by mutex_
+  bool broken_ = false;                             // guarded by mutex_
+};
+
+// Finishes a unary call at once with `status`.
+class ImmediateReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ImmediateReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// A stream refused before it started.
+class RefusedStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+ public:
+  explicit RefusedStreamReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  // Compares every byte of the longer input so the time does not reveal the matching prefix
+  // length; the length difference is folded into the result.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+BlossomService::BlossomService(ServiceOptions options, ServerMetrics* metrics)
+    : options_(std::move(options)), metrics_(metrics) {}
+
+void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
+                               v1::ModelInfo model_info) {
+  engine_ = engine;
+  tokenizer_ = tokenizer;
+  model_info_ = std::move(model_info);
+  state_.store(static_cast<int>(State::kServing), std::memory_order_release);
+}
+
+void BlossomService::StartDraining() {
+  state_.store(static_cast<int>(State::kDraining), std::memory_order_release);
+}
+
+bool BlossomService::KeyAllowed(absl::string_view presented) const {
+  bool allowed = false;
+  // No early exit: every configured key is compared.
+  for (const std::string& key : options_.api_keys) allowed |= ConstantTimeEquals(presented, key);
+  return allowed;
+}
+
+absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool generation) const {
+  if (!options_.api_keys.empty()) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find("authorization");
+    if (it == metadata.end()) {
+      return absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata");
+    }
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::StartsWith(value, "Bearer ") || !KeyAllowed(value.substr(7))) {
+      return absl::UnauthenticatedError("invalid API key");
+    }
+  }
+  switch (state()) {
+    case State::kLoading: return absl::UnavailableError("the model is loading; retry later");
+    case State::kDraining:
+      if (generation) return absl::UnavailableError("the server is shutting down");
+      break;
+    case State::kServing: break;
+  }
+  return absl::OkStatus();
+}
+
+std::string BlossomService::RequestIdFor(grpc::CallbackServerContext* context,
+                                         const v1::GenerateRequest& request) {
+  std::string id = absl::StrCat("req-", next_request_number_.fetch_add(1));
+  std::string client_id = request.request_id();
+  if (client_id.empty()) {
+    auto it = context->client_metadata().find("x-request-id");
+    if (it != context->client_metadata().end()) client_id.assign(it->second.data(), it->second.size());
+  }
+  // Client ids are echoed into logs: keep them short and printable.
+  if (!client_id.empty() && client_id.size() <= 128) {
+    bool printable = true;
+    for (char c : client_id) printable &= (c > 0x20 && c < 0x7f);
+    if (printable) absl::StrAppend(&id, "/", client_id);
+  }
+  return id;
+}
+
+void BlossomService::CallFinished(const std::string& outcome) {
+  in_flight_.fetch_sub(1);
+  // Engine-side outcomes are counted by ServerMetrics::OnRequestFinished; here only refusals.
+  if (metrics_ && outcome != "finished" && outcome != "cancelled" && outcome != "error") {
+    metrics_->CountRequest(outcome);
+  }
+}
+
+grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* context,
+                                                   const v1::GenerateRequest* request,
+                                                   v1::GenerateResponse* response) {
+  absl::Status admitted = Admit(context, /*generation=*/true);
+  if (!admitted.ok()) {
+    if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
+    return new ImmediateReactor(ToGrpcStatus(admitted));
+  }
+  in_flight_.fetch_add(1);
+  return new UnaryGenerateReactor(this, context, request, response,
+                                  RequestIdFor(context, *request), options_.limits);
+}
+
+grpc::ServerWriteReactor<v1::GenerateStreamResponse>* BlossomService::GenerateStream(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  absl::Status admitted = Admit(context, /*generation=*/true);
+  if (!admitted.ok()) {
+    if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
+    return new RefusedStreamReactor(ToGrpcStatus(admitted));
+  }
+  in_flight_.fetch_add(1);
+  return new StreamGenerateReactor(this, context, request, RequestIdFor(context, *request),
+                                   options_.limits);
+}
+
+grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* context,
+                                                   const v1::TokenizeRequest* request,
+                                                   v1::TokenizeResponse* response) {
+  absl::Status admitted = Admit(context, /*generation=*/false);
+  if (!admitted.ok()) return new ImmediateReactor(ToGrpcStatus(admitted));
+  if (FindInvalidUtf8(request->text()) != absl::string_view::npos) {
+    return new ImmediateReactor(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"));
+  }
+  auto ids = tokenizer_->Encode(request->text());
+  if (!ids.ok()) return new ImmediateReactor(ToGrpcStatus(ids.status()));
+  // Byte offsets from each token's decoded bytes: exact for byte-level BPE, whose decode
+  // reproduces the input; if it does not (a normalizer changed the text) offsets are omitted.
+  std::string rebuilt;
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  for (int32_t id : *ids) {
+    response->add_ids(id);
+    response->add_tokens(tokenizer_->IdToToken(id).value_or(""));
+    const int32_t begin = static_cast<int32_t>(rebuilt.size());
+    absl::string_view bytes = tokenizer_->DecodedBytes(id, /*skip_special_tokens=*/false);
+    rebuilt.append(bytes.data(), bytes.size());
+    spans.emplace_back(begin, static_cast<int32_t>(rebuilt.size()));
+  }
+  if (rebuilt == request->text()) {
+    for (const auto& [begin, end] : spans) {
+      v1::Span* span = response->add_offsets();
+      span->set_start(begin);
+      span->set_end(end);
+    }
+  }
+  return new ImmediateReactor(grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* BlossomService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                       const v1::GetModelInfoRequest*,
+                                                       v1::ModelInfo* response) {
+  absl::Status admitted = Admit(context, /*generation=*/false);
+  if (!admitted.ok()) return new ImmediateReactor(ToGrpcStatus(admitted));
+  *response = model_info_;
+  response->set_kv_blocks_total(engine_->scheduler_stats().blocks_total);
+  return new ImmediateReactor(grpc::Status::OK);
+}
+
+}  // namespace blossom

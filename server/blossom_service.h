@@ -1,0 +1,94 @@
+// The blossom.v1.Blossom gRPC service (callback API: no thread per call or per stream).
+//
+// Lifecycle: the service is registered before the model loads, so health can say NOT_SERVING
+// and calls get UNAVAILABLE ("the model is loading") until SetEngine. StartDraining (SIGTERM)
+// makes new calls fail with UNAVAILABLE while calls in flight run to completion.
+//
+// Each Generate/GenerateStream call submits one engine request whose events arrive on the
+// engine thread through a sink; the sink converts them and hands them to the call's reactor,
+// which keeps at most one write in flight (gRPC's rule) and queues the rest. A client that
+// cancels, disconnects or passes its deadline triggers OnCancel, which cancels the engine
+// request so its KV blocks are freed at once.
+//
+// Authentication: when API keys are configured, every call must carry the metadata
+// `authorization: Bearer <key>`; keys are compared in constant time.
+//
+// Thread-safety: all public methods may be called from any thread. SetEngine happens once,
+// before any call is admitted (release/acquire on state_).
+#ifndef BLOSSOM_SERVER_BLOSSOM_SERVICE_H_
+#define BLOSSOM_SERVER_BLOSSOM_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/serving/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "server/request_convert.h"
+#include "server/server_metrics.h"
+
+namespace blossom {
+
+struct ServiceOptions {
+  RequestLimits limits;
+  std::vector<std::string> api_keys;  // empty: no authentication
+};
+
+class BlossomService final : public v1::Blossom::CallbackService {
+ public:
+  enum class State : int { kLoading = 0, kServing = 1, kDraining = 2 };
+
+  // `metrics` may be null; it must outlive the service.
+  BlossomService(ServiceOptions options, ServerMetrics* metrics);
+
+  // Starts serving. `engine` and `tokenizer` must outlive every call.
+  void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
+  void StartDraining();
+  State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  // Generate / GenerateStream calls admitted and not yet finished.
+  int64_t generations_in_flight() const { return in_flight_.load(); }
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+  // Shared pieces of the call reactors (public for blossom_service.cc's reactor classes).
+  struct Admission;
+  Engine* engine() const { return engine_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  ServerMetrics* metrics() const { return metrics_; }
+  void CallFinished(const std::string& outcome);
+
+ private:
+  // OK, or the status a call must be refused with (auth, loading, draining).
+  absl::Status Admit(grpc::CallbackServerContext* context, bool generation) const;
+  bool KeyAllowed(absl::string_view presented) const;
+  std::string RequestIdFor(grpc::CallbackServerContext* context,
+                           const v1::GenerateRequest& request);
+
+  const ServiceOptions options_;
+  ServerMetrics* const metrics_;
+  std::atomic<int> state_{static_cast<int>(State::kLoading)};
+  Engine* engine_ = nullptr;                // set once before state_ becomes kServing
+  const Tokenizer* tokenizer_ = nullptr;    // idem
+  v1::ModelInfo model_info_;                // idem
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<uint64_t> next_request_number_{1};
+};
+
+const char* StatusCodeLabel(absl::StatusCode code);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_SERVER_BLOSSOM_SERVICE_H_

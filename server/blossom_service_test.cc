@@ -1,0 +1,353 @@
+// The gRPC service over loopback with the CPU backend and the 4-head fixture model: results,
+// streaming, cancellation and deadlines freeing KV blocks, admission (loading, draining, auth,
+// queue full) and validation.
+#include "server/blossom_service.h"
+
+#include <atomic>
+#include <thread>
+
+#include "engine/model/model_runner.h"
+#include "gtest/gtest.h"
+#include "server/metrics/metrics.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+ServiceOptions WithModelName(ServiceOptions options) {
+  options.limits.served_model_name = "bloom-tiny-h4";
+  return options;
+}
+
+class ServiceFixture {
+ public:
+  explicit ServiceFixture(ServiceOptions options = {}, EngineConfig engine_config = {})
+      : metrics_(&registry_), service_(WithModelName(std::move(options)), &metrics_) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Blossom::NewStub(channel_);
+    engine_config_ = engine_config;
+  }
+  ~ServiceFixture() {
+    if (engine_) engine_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  void Load() {
+    ModelRunnerOptions options;
+    options.model_dir = FixturePath("models/bloom-tiny-h4");
+    options.threads_per_rank = 1;
+    auto runner = ModelRunner::Create(options);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(*runner);
+    auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), engine_config_, &metrics_);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    v1::ModelInfo info;
+    info.set_model_id("bloom-tiny-h4");
+    service_.SetEngine(engine_.get(), tokenizer_.get(), info);
+  }
+
+  v1::Blossom::Stub& stub() { return *stub_; }
+  BlossomService& service() { return service_; }
+  Engine& engine() { return *engine_; }
+  metrics::Registry& registry() { return registry_; }
+  const Tokenizer& tokenizer() { return *tokenizer_; }
+
+  // Waits until the engine holds no request (cancellations are asynchronous to the client).
+  bool WaitForIdle() {
+    for (int i = 0; i < 500; ++i) {
+      if (engine_->num_unfinished() == 0 && engine_->scheduler_stats().blocks_used == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  metrics::Registry registry_;
+  ServerMetrics metrics_;
+  BlossomService service_;
+  EngineConfig engine_config_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Blossom::Stub> stub_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
+};
+
+v1::GenerateRequest Greedy(const std::string& text, int max_new_tokens) {
+  v1::GenerateRequest request;
+  request.set_text(text);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  request.mutable_stopping()->set_ignore_eos(true);
+  return request;
+}
+
+TEST(BlossomServiceTest, UnavailableWhileLoading) {
+  ServiceFixture fixture;
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  grpc::Status status = fixture.stub().Generate(&context, Greedy("Hello", 4), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(status.error_message().find("loading"), std::string::npos) << status.error_message();
+}
+
+TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
+  ServiceFixture fixture;
+  fixture.Load();
+  grpc::ClientContext unary_context;
+  v1::GenerateResponse unary;
+  v1::GenerateRequest request = Greedy("The server reads", 12);
+  request.set_request_id("abc");
+  request.mutable_sampling()->set_logprobs(2);
+  ASSERT_TRUE(fixture.stub().Generate(&unary_context, request, &unary).ok());
+  EXPECT_EQ(unary.tokens_size(), 12);
+  EXPECT_EQ(unary.final().usage().generated_tokens(), 12);
+  EXPECT_EQ(unary.final().usage().prompt_tokens(),
+            static_cast<int>(fixture.tokenizer().Encode("The server reads")->size()));
+  EXPECT_EQ(unary.final().finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_NE(unary.final().request_id().find("/abc"), std::string::npos);
+  EXPECT_GT(unary.final().timings().total_seconds(), 0.0);
+  EXPECT_GE(unary.final().timings().total_seconds(),
+            unary.final().timings().time_to_first_token_seconds());
+  ASSERT_TRUE(unary.tokens(0).has_logprob());
+  EXPECT_LE(unary.tokens(0).logprob(), 0.0f);
+  EXPECT_EQ(unary.tokens(0).top_logprobs_size(), 2);
+  std::vector<int32_t> ids;
+  for (const v1::Token& t : unary.tokens()) ids.push_back(t.id());
+  EXPECT_EQ(unary.text(), fixture.tokenizer().Decode(ids));
+
+  grpc::ClientContext stream_context;
+  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  v1::GenerateStreamResponse message;
+  std::string text;
+  int token_messages = 0, finals = 0;
+  while (reader->Read(&message)) {
+    text += message.text_delta();
+    token_messages += message.has_token();
+    if (message.has_final()) {
+      ++finals;
+      EXPECT_EQ(message.final().usage().generated_tokens(), 12);
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, unary.text());  // greedy: identical
+  EXPECT_EQ(token_messages, 12);
+  EXPECT_EQ(finals, 1);
+  EXPECT_TRUE(fixture.WaitForIdle());
+  const std::string rendered = fixture.registry().Render();
+  EXPECT_NE(rendered.find("blossom_time_to_first_token_seconds_count 2"), std::string::npos)
+      << rendered;
+  EXPECT_NE(rendered.find("blossom_generation_tokens_total 24"), std::string::npos) << rendered;
+}
+
+TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {
+  ServiceFixture fixture;
+  fixture.Load();
+  grpc::ClientContext context;
+  auto reader = fixture.stub().GenerateStream(&context, Greedy("Once upon a time", 1000));
+  v1::GenerateStreamResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  context.TryCancel();
+  while (reader->Read(&message)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(fixture.WaitForIdle()) << "the engine still holds the cancelled request";
+}
+
+TEST(BlossomServiceTest, DeadlineExceededCancelsInTheEngine) {
+  ServiceFixture fixture;
+  fixture.Load();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  v1::GenerateResponse response;
+  grpc::Status status = fixture.stub().Generate(&context, Greedy("Once upon a time", 1900),
+                                                &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
+  ServiceFixture fixture;
+  fixture.Load();
+  struct Case {
+    std::function<void(v1::GenerateRequest*)> edit;
+    grpc::StatusCode code;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p"},
+      {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(-1.0f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(NAN); },
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens"},
+      {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(100000); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens"},
+      {[](v1::GenerateRequest* r) {
+         r->clear_text();
+         r->mutable_token_ids()->add_ids(999999);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary"},
+      {[](v1::GenerateRequest* r) { r->mutable_stopping()->add_stop(""); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stop"},
+      {[](v1::GenerateRequest* r) { r->set_model("gpt-9"); }, grpc::StatusCode::NOT_FOUND,
+       "gpt-9"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    v1::GenerateRequest request = Greedy("Hello", 4);
+    cases[i].edit(&request);
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    grpc::Status status = fixture.stub().Generate(&context, request, &response);
+    EXPECT_EQ(status.error_code(), cases[i].code) << "case " << i << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(cases[i].needle), std::string::npos)
+        << "case " << i << ": " << status.error_message();
+  }
+  EXPECT_EQ(fixture.engine().num_unfinished(), 0);
+}
+
+TEST(BlossomServiceTest, FullQueueIsRefusedFastAndOthersFinish) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = 1;
+  config.scheduler.max_waiting_requests = 1;
+  ServiceFixture fixture({}, config);
+  fixture.Load();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0}, exhausted{0}, other{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext context;
+      v1::GenerateResponse response;
+      grpc::Status status =
+          fixture.stub().Generate(&context, Greedy("Request " + std::to_string(i), 300), &response);
+      if (status.ok() && response.final().usage().generated_tokens() == 300) {
+        ++ok;
+      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++exhausted;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(exhausted.load(), 1);
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ok.load() + exhausted.load(), 4);
+}
+
+TEST(BlossomServiceTest, DrainingRefusesNewGenerationsButFinishesOldOnes) {
+  ServiceFixture fixture;
+  fixture.Load();
+  grpc::ClientContext context;
+  auto reader = fixture.stub().GenerateStream(&context, Greedy("Drain me", 200));
+  v1::GenerateStreamResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  fixture.service().StartDraining();
+  grpc::ClientContext refused_context;
+  v1::GenerateResponse refused;
+  EXPECT_EQ(fixture.stub().Generate(&refused_context, Greedy("late", 4), &refused).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  int tokens = message.has_token();
+  int generated = -1;
+  while (reader->Read(&message)) {
+    tokens += message.has_token();
+    if (message.has_final()) generated = message.final().usage().generated_tokens();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 200);
+  EXPECT_EQ(generated, 200);
+  // Tokenize and model info keep working while draining.
+  grpc::ClientContext tokenize_context;
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("still here");
+  v1::TokenizeResponse tokens_response;
+  EXPECT_TRUE(fixture.stub().Tokenize(&tokenize_context, tokenize, &tokens_response).ok());
+}
+
+TEST(BlossomServiceTest, ApiKeysAreRequired) {
+  ServiceOptions options;
+  options.api_keys = {"secret-one", "secret-two"};
+  ServiceFixture fixture(options);
+  fixture.Load();
+  auto call = [&](const std::string& header) {
+    grpc::ClientContext context;
+    if (!header.empty()) context.AddMetadata("authorization", header);
+    v1::GetModelInfoRequest request;
+    v1::ModelInfo info;
+    return fixture.stub().GetModelInfo(&context, request, &info).error_code();
+  };
+  EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer secret-on"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("secret-two"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer secret-two"), grpc::StatusCode::OK);
+}
+
+TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
+  ServiceFixture fixture;
+  fixture.Load();
+  grpc::ClientContext context;
+  v1::TokenizeRequest request;
+  request.set_text("The server reads");
+  v1::TokenizeResponse response;
+  ASSERT_TRUE(fixture.stub().Tokenize(&context, request, &response).ok());
+  const std::vector<int32_t> expected = *fixture.tokenizer().Encode("The server reads");
+  ASSERT_EQ(response.ids_size(), static_cast<int>(expected.size()));
+  ASSERT_EQ(response.offsets_size(), response.ids_size());
+  std::string rebuilt;
+  for (int i = 0; i < response.ids_size(); ++i) {
+    EXPECT_EQ(response.ids(i), expected[i]);
+    rebuilt += request.text().substr(response.offsets(i).start(),
+                                     response.offsets(i).end() - response.offsets(i).start());
+  }
+  EXPECT_EQ(rebuilt, request.text());
+}
+
+TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind) {
+  ServiceFixture fixture;
+  fixture.Load();
+  constexpr int kStreams = 64;
+  std::vector<std::thread> threads;
+  std::atomic<int> exact{0}, cancelled{0};
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext context;
+      const int want = 5 + i % 7;
+      auto reader =
+          fixture.stub().GenerateStream(&context, Greedy("Stream " + std::to_string(i), want));
+      v1::GenerateStreamResponse message;
+      int tokens = 0;
+      while (reader->Read(&message)) {
+        tokens += message.has_token();
+        if (i % 10 == 3 && tokens == 2) context.TryCancel();
+      }
+      grpc::Status status = reader->Finish();
+      if (i % 10 == 3) {
+        cancelled += status.error_code() == grpc::StatusCode::CANCELLED;
+      } else {
+        exact += status.ok() && tokens == want;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(exact.load(), kStreams - 7);
+  EXPECT_EQ(cancelled.load(), 7);
+  EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,81 @@
+// Incremental HTTP/1.1 request parser (request line, headers, Content-Length or chunked body).
+#ifndef BLOSSOM_SERVER_HTTP_HTTP_PARSER_H_
+#define BLOSSOM_SERVER_HTTP_HTTP_PARSER_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace blossom::http {
+
+// One parsed request. Header names are lower-cased; values have surrounding whitespace trimmed.
+struct Request {
+  std::string method, target, path, query;  // path has no query string; query without '?'
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string peer;  // "ip:port"
+  int version_minor = 1;  // HTTP/1.<version_minor>
+
+  // The first header with this (lower-case) name, or nullptr.
+  const std::string* Header(absl::string_view lowercase_name) const;
+};
+
+struct ParserLimits {
+  size_t max_header_bytes = 16 << 10;  // request line + headers (+ trailers of a chunked body)
+  size_t max_body_bytes = 1 << 20;
+};
+
+// Parses one request at a time out of a connection's input buffer, consuming what it used.
+// Limits are checked before the body is read: an oversized head fails with 431 as soon as the
+// buffer holds more than max_header_bytes without a blank line, and a Content-Length over
+// max_body_bytes fails with 413 as soon as the headers are complete. Not thread-safe: owned by
+// one connection's I/O thread.
+class RequestParser {
+ public:
+  enum class Result {
+    kNeedMore,         // consumed what it could; feed more bytes
+    kHeadersComplete,  // headers parsed and within limits; body not read yet (call Parse again)
+    kComplete,         // request() holds a whole request; call Reset() before the next one
+    kError,            // error_status()/error_message() say why; the connection must be closed
+  };
+
+  explicit RequestParser(ParserLimits limits) : limits_(limits) {}
+
+  // Consumes bytes from the front of *buffer.
+  Result Parse(std::string* buffer);
+  void Reset();
+
+  Request& request() { return request_; }
+  int error_status() const { return error_status_; }
+  const std::string& error_message() const { return error_message_; }
+  // Whether the connection may stay open after this request (HTTP/1.1 default unless
+  // "Connection: close"; HTTP/1.0 only with "Connection: keep-alive").
+  bool keep_alive() const { return keep_alive_; }
+  // The client sent "Expect: 100-continue" and the body has not arrived yet.
+  bool expects_continue() const { return expect_continue_; }
+
+ private:
+  enum class State { kHead, kBody, kChunkSize, kChunkData, kChunkDataEnd, kTrailers, kDone, kError };
+  Result Fail(int status, std::string message);
+  Result ParseHead(absl::string_view head);
+
+  ParserLimits limits_;
+  State state_ = State::kHead;
+  Request request_;
+  size_t body_remaining_ = 0;   // kBody: bytes left; kChunkData: bytes left in this chunk
+  size_t trailer_bytes_ = 0;
+  bool keep_alive_ = true;
+  bool expect_continue_ = false;
+  int error_status_ = 0;
+  std::string error_message_;
+};
+
+// The standard reason phrase for a status code ("OK", "Not Found", ...; "Unknown" otherwise).
+const char* ReasonPhrase(int status);
+
+}  // namespace blossom::http
+
+#endif  // BLOSSOM_SERVER_HTTP_HTTP_PARSER_H_

@@ -1,0 +1,95 @@
+// A small epoll-based HTTP/1.1 server: keep-alive, pipelining, chunked streaming responses,
+// limits checked before bodies are read, and disconnect notification for in-flight exchanges.
+#ifndef BLOSSOM_SERVER_HTTP_HTTP_SERVER_H_
+#define BLOSSOM_SERVER_HTTP_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/http/http_parser.h"
+
+namespace blossom::http {
+
+struct Response {
+  int status = 200;
+  // Content-Length, Transfer-Encoding and Connection are set by the server; others are sent as is.
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+// Handle on one in-flight exchange (one request and its response).
+// Thread-safe: any thread may call any method. It stays valid after the connection is gone
+// (calls then return false). The response is either one Send() or StartStream(), any number
+// of WriteChunk(), then EndStream(); out-of-order calls return false.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  // Whole response with Content-Length; once.
+  virtual bool Send(Response response) = 0;
+  // Starts a chunked response (HTTP/1.0 peers: raw body, connection closed at the end).
+  virtual bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) = 0;
+  // Queues one chunk. Blocks while more than 4 MiB of this connection's output is unsent
+  // (back-pressure), until the peer drains it or goes away. False once the peer is gone.
+  virtual bool WriteChunk(std::string data) = 0;
+  virtual bool EndStream() = 0;
+  // Runs at most once, when the peer closes/resets (or the server stops) before the response
+  // completed, or at once (on the caller's thread) if that already happened. Runs on the I/O
+  // thread otherwise, so it must be quick and must not block on the writer.
+  virtual void OnClose(std::function<void()> callback) = 0;
+  // Whether the connection is gone (peer closed, reset, timed out, or server stopped).
+  virtual bool closed() const = 0;
+};
+
+using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWriter>)>;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = ephemeral
+  size_t max_header_bytes = 16 << 10;
+  size_t max_body_bytes = 1 << 20;
+  int max_connections = 4096;
+  int handler_threads = 4;
+  // A connection with no request in flight and no input, or whose output made no progress,
+  // for this long is closed. A handler still computing its response is never timed out here.
+  int idle_timeout_ms = 60000;
+  // Formats the server's own error responses (400, 413, 417, 431, 501, 503, 505), e.g. as JSON
+  // in an API's error shape. `target` is the request target when the request line was parsed,
+  // else "". Runs on the I/O thread; must be quick and thread-safe. Default: text/plain.
+  // Content-Length and "Connection: close" are added by the server.
+  std::function<Response(int status, const std::string& message, const std::string& target)>
+      error_response;
+};
+
+// Threading: one I/O thread owns every socket (epoll); handlers run on a pool of
+// handler_threads workers, one request per connection at a time (pipelined requests are
+// answered in order). Writers append to a per-connection buffer under its lock and wake the
+// I/O thread through an eventfd; only the I/O thread writes to sockets.
+// Thread-safe: port() and Stop() may be called from any thread except a handler's own
+// (Stop() joins the workers).
+class Server {
+ public:
+  class Impl;
+
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options,
+                                                       Handler handler);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const;
+  // Stops accepting, closes connections (writers see closed, OnClose runs), joins threads.
+  // Idempotent; also run by the destructor. Requests queued but not started are dropped.
+  void Stop();
+
+ private:
+  explicit Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace blossom::http
+
+#endif  // BLOSSOM_SERVER_HTTP_HTTP_SERVER_H_

@@ -1,0 +1,151 @@
+#include "server/request_convert.h"
+
+#include "gtest/gtest.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+class RequestConvertTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto tokenizer = Tokenizer::FromFile(FixturePath("tokenizer/tokenizer.json"));
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = tokenizer->release();
+  }
+  static Tokenizer* tokenizer_;
+  RequestLimits limits_{/*max_input_tokens=*/8, /*served_model_name=*/"tiny"};
+};
+Tokenizer* RequestConvertTest::tokenizer_ = nullptr;
+
+TEST_F(RequestConvertTest, TextPromptIsTokenizedAndAbsentFieldsKeepEngineDefaults) {
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->prompt_tokens, *tokenizer_->Encode("The server reads"));
+  const SamplingParams defaults;
+  EXPECT_EQ(converted->sampling.temperature, defaults.temperature);
+  EXPECT_EQ(converted->sampling.top_p, defaults.top_p);
+  EXPECT_FALSE(converted->sampling.seed.has_value());
+  EXPECT_EQ(converted->sampling.logprobs, -1);
+  EXPECT_EQ(converted->stopping.max_new_tokens, StoppingParams().max_new_tokens);
+}
+
+TEST_F(RequestConvertTest, PresentZeroDiffersFromAbsent) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.mutable_sampling()->set_temperature(0.0f);  // greedy, not the default 1.0
+  request.mutable_sampling()->set_seed(0);
+  request.mutable_sampling()->set_logprobs(0);
+  request.mutable_stopping()->set_max_new_tokens(3);
+  request.mutable_stopping()->add_stop("\n");
+  request.mutable_stopping()->add_stop_token_ids(7);
+  request.mutable_stopping()->set_ignore_eos(true);
+  request.set_priority(-2);
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->prompt_tokens, std::vector<int32_t>({5}));
+  EXPECT_EQ(converted->sampling.temperature, 0.0f);
+  ASSERT_TRUE(converted->sampling.seed.has_value());
+  EXPECT_EQ(*converted->sampling.seed, 0u);
+  EXPECT_EQ(converted->sampling.logprobs, 0);
+  EXPECT_EQ(converted->stopping.max_new_tokens, 3);
+  EXPECT_EQ(converted->stopping.stop_strings, std::vector<std::string>({"\n"}));
+  EXPECT_EQ(converted->stopping.stop_token_ids, std::vector<int32_t>({7}));
+  EXPECT_TRUE(converted->stopping.ignore_eos);
+  EXPECT_EQ(converted->priority, -2);
+}
+
+TEST_F(RequestConvertTest, RefusalsNameTheField) {
+  struct Case {
+    std::function<void(v1::GenerateRequest*)> edit;
+    absl::StatusCode code;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::GenerateRequest*) {}, absl::StatusCode::kInvalidArgument, "prompt is missing"},
+      {[](v1::GenerateRequest* r) { r->set_text(""); }, absl::StatusCode::kInvalidArgument,
+       "text must not be empty"},
+      {[](v1::GenerateRequest* r) { r->mutable_token_ids(); }, absl::StatusCode::kInvalidArgument,
+       "token_ids must not be empty"},
+      {[](v1::GenerateRequest* r) { r->set_text(std::string("ab\xff", 3)); },
+       absl::StatusCode::kInvalidArgument, "UTF-8"},
+      {[](v1::GenerateRequest* r) {
+         for (int i = 0; i < 9; ++i) r->mutable_token_ids()->add_ids(3);
+       },
+       absl::StatusCode::kOutOfRange, "prompt is too long: 9 tokens, max_input_tokens is 8"},
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->set_model("other");
+       },
+       absl::StatusCode::kNotFound, "model 'other' is not served here"},
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->mutable_sampling()->set_logprobs(-1);
+       },
+       absl::StatusCode::kInvalidArgument, "sampling.logprobs"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    v1::GenerateRequest request;
+    cases[i].edit(&request);
+    auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+    ASSERT_FALSE(converted.ok()) << "case " << i;
+    EXPECT_EQ(converted.status().code(), cases[i].code) << "case " << i;
+    EXPECT_NE(converted.status().message().find(cases[i].needle), absl::string_view::npos)
+        << "case " << i << ": " << converted.status();
+  }
+}
+
+TEST_F(RequestConvertTest, MatchingModelNameIsAccepted) {
+  v1::GenerateRequest request;
+  request.set_text("x");
+  request.set_model("tiny");
+  EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_).ok());
+}
+
+TEST(FinalInfoTest, TimingsAndUsage) {
+  EngineEvent event;
+  event.finished = true;
+  event.finish_reason = FinishReason::kStopString;
+  event.token.matched_stop = "\n\n";
+  event.usage.prompt_tokens = 4;
+  event.usage.generated_tokens = 5;
+  const Clock::time_point t0 = Clock::now();
+  event.timings.arrival = t0;
+  event.timings.first_scheduled = t0 + std::chrono::milliseconds(10);
+  event.timings.first_token = t0 + std::chrono::milliseconds(50);
+  event.timings.finished = t0 + std::chrono::milliseconds(250);
+  event.timings.num_preemptions = 2;
+  v1::FinalInfo info;
+  FillFinalInfo(event, "req-7", &info);
+  EXPECT_EQ(info.finish_reason(), v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(info.matched_stop(), "\n\n");
+  EXPECT_EQ(info.request_id(), "req-7");
+  EXPECT_EQ(info.usage().prompt_tokens(), 4);
+  EXPECT_EQ(info.usage().generated_tokens(), 5);
+  EXPECT_NEAR(info.timings().queue_seconds(), 0.010, 1e-9);
+  EXPECT_NEAR(info.timings().time_to_first_token_seconds(), 0.050, 1e-9);
+  EXPECT_NEAR(info.timings().total_seconds(), 0.250, 1e-9);
+  EXPECT_NEAR(info.timings().ms_per_output_token(), 50.0, 1e-6);  // 200 ms over 4 gaps
+  EXPECT_EQ(info.timings().preemptions(), 2);
+}
+
+TEST(FinishReasonTest, EveryEngineReasonMaps) {
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kLength), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kEosToken), v1::FINISH_REASON_EOS_TOKEN);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kStopToken), v1::FINISH_REASON_STOP_TOKEN);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kStopString), v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kError), v1::FINISH_REASON_ERROR);
+}
+
+TEST(StatusTest, CodeAndMessageSurviveTheEdge) {
+  grpc::Status s = ToGrpcStatus(absl::ResourceExhaustedError("queue full"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(), "queue full");
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace blossom

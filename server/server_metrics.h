@@ -1,0 +1,69 @@
+// The server's Prometheus metrics: what the engine reports per step (through EngineObserver)
+// and what the gRPC edge sees per request (latencies, outcomes).
+//
+// Names follow the vLLM/TGI conventions in ../shared/reference/serving.md, under the
+// `blossom_` prefix. Counters that mirror cumulative scheduler statistics (preemptions,
+// prefix-cache queries and hits) are advanced by the difference since the previous step, so
+// they stay monotonic even though the scheduler only exposes totals.
+//
+// Thread-safety: every method may be called from any thread (the metrics library is
+// thread-safe; the previous-step totals are guarded by mutex_).
+#ifndef BLOSSOM_SERVER_SERVER_METRICS_H_
+#define BLOSSOM_SERVER_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "engine/serving/engine.h"
+#include "server/metrics/metrics.h"
+
+namespace blossom {
+
+class ServerMetrics : public EngineObserver {
+ public:
+  explicit ServerMetrics(metrics::Registry* registry);
+
+  // Engine thread.
+  void OnStep(const StepStats& step) override;
+  void OnRequestFinished(const EngineEvent& final_event) override;
+
+  // gRPC edge: one call per generated token (seconds since the previous token of the request),
+  // and one per request outcome ("finished", "cancelled", "error", or a refusal such as
+  // "invalid_argument", "resource_exhausted", "unavailable", "unauthenticated").
+  void ObserveInterTokenLatency(double seconds);
+  void CountRequest(const std::string& outcome);
+  // Cumulative scheduler totals, sampled after each step.
+  void UpdateSchedulerTotals(const SchedulerStats& stats);
+
+  metrics::Registry* registry() const { return registry_; }
+
+ private:
+  metrics::Registry* registry_;
+  metrics::Family<metrics::Histogram>& ttft_;
+  metrics::Family<metrics::Histogram>& itl_;
+  metrics::Family<metrics::Histogram>& e2e_;
+  metrics::Family<metrics::Histogram>& queue_;
+  metrics::Family<metrics::Histogram>& step_;
+  metrics::Family<metrics::Histogram>& batch_size_;
+  metrics::Family<metrics::Histogram>& prompt_len_;
+  metrics::Family<metrics::Histogram>& output_len_;
+  metrics::Family<metrics::Gauge>& running_;
+  metrics::Family<metrics::Gauge>& waiting_;
+  metrics::Family<metrics::Gauge>& kv_usage_;
+  metrics::Family<metrics::Gauge>& kv_blocks_used_;
+  metrics::Family<metrics::Counter>& prompt_tokens_;
+  metrics::Family<metrics::Counter>& generated_tokens_;
+  metrics::Family<metrics::Counter>& preemptions_;
+  metrics::Family<metrics::Counter>& prefix_queries_;
+  metrics::Family<metrics::Counter>& prefix_hits_;
+  metrics::Family<metrics::Counter>& requests_;
+  metrics::Family<metrics::Counter>& steps_;
+
+  std::mutex mutex_;
+  SchedulerStats last_totals_;  // guarded by mutex_
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_SERVER_SERVER_METRICS_H_
