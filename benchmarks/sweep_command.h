@@ -1,0 +1,48 @@
+// `blossom-bench sweep`: loads a model, measures (or takes) the hardware rates, runs the batch
+// sweep, prints the seed-format stats per batch size and writes JSON / markdown / SVG.
+//
+// Model loading lives here and only here (ModelRunner on the CPU backend today), so adding the
+// CUDA backend and its HardwareProbe touches one function. A future `serve` command (load generator
+// against the gRPC/HTTP server) gets its own *_command library next to this one and shares
+// sweep_report's output code.
+//
+// Thread-safety: runs on the calling thread; not reentrant for the same output paths.
+#ifndef BLOSSOM_BENCHMARKS_SWEEP_COMMAND_H_
+#define BLOSSOM_BENCHMARKS_SWEEP_COMMAND_H_
+
+#include <chrono>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "benchmarks/batch_sweep.h"
+#include "benchmarks/cpu_hardware_probe.h"
+#include "benchmarks/hardware_probe.h"
+#include "benchmarks/sweep_report.h"
+
+namespace blossom {
+
+struct SweepCommandOptions {
+  std::string model_dir;
+  int tensor_parallel_size = 1;
+  int threads = 0;  // CPU threads per rank (0 = all cores / tp)
+  SweepOptions sweep;
+  HardwareOverrides overrides;
+  CpuProbeOptions probe;  // its thread count is taken from `threads`
+  SweepOutputPaths outputs;
+  std::string commit;
+  std::string machine;
+  std::string command;
+  // "Start to ready to generate" is measured from here (main() takes it first thing).
+  std::chrono::steady_clock::time_point process_start = std::chrono::steady_clock::now();
+};
+
+// Stats blocks and progress go to `log` (may be null).
+absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log);
+
+// Parses "1,2,4" (positive integers, no duplicates).
+absl::StatusOr<std::vector<int32_t>> ParseBatchSizes(const std::string& text);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_BENCHMARKS_SWEEP_COMMAND_H_
