@@ -1,0 +1,131 @@
+// Device helpers shared by the .cu files of the CUDA backend: element conversion, 16-byte vector
+// loads, warp and block reductions, and the ElemType -> C++ type dispatch.
+#ifndef BLOSSOM_KERNELS_CUDA_COMMON_CUH_
+#define BLOSSOM_KERNELS_CUDA_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace blossom {
+namespace cuda {
+
+template <typename T>
+__device__ __forceinline__ float ToF32(T v);
+template <>
+__device__ __forceinline__ float ToF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float ToF32<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float ToF32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half FromF32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Elements of T per 16-byte vector.
+template <typename T>
+struct Vec {
+  static constexpr int kN = 16 / sizeof(T);
+};
+
+// Loads kN = 16/sizeof(T) elements from a 16-byte aligned address as fp32, through the
+// read-only (non-coherent) cache: only for data no thread of the kernel writes.
+template <typename T>
+__device__ __forceinline__ void Load16(const T* p, float* out) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kN; ++i) out[i] = ToF32<T>(e[i]);
+}
+
+// Same, through the coherent path: for data the kernel itself also writes.
+template <typename T>
+__device__ __forceinline__ void Load16Coherent(const T* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kN; ++i) out[i] = ToF32<T>(e[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void Store16(T* p, const float* in) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kN; ++i) e[i] = FromF32<T>(in[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum; every thread gets the result. `scratch` holds >= 32 floats; blockDim.x is a
+// multiple of 32. Ends with a barrier so scratch can be reused at once.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : 0.0f;
+  r = WarpSum(r);
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpMax(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : -INFINITY;
+  r = WarpMax(r);
+  __syncthreads();
+  return r;
+}
+
+__host__ __device__ inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace cuda
+}  // namespace blossom
+
+// Runs BODY with `T` bound to the C++ type of ElemType `et`.
+#define BLOSSOM_DISPATCH_ELEM(et, T, ...)                        \
+  switch (et) {                                                  \
+    case ::blossom::cuda::ElemType::kF16: {                      \
+      using T = __half;                                          \
+      __VA_ARGS__;                                               \
+    } break;                                                     \
+    case ::blossom::cuda::ElemType::kBF16: {                     \
+      using T = __nv_bfloat16;                                   \
+      __VA_ARGS__;                                               \
+    } break;                                                     \
+    default: {                                                   \
+      using T = float;                                           \
+      __VA_ARGS__;                                               \
+    } break;                                                     \
+  }
+
+#endif  // BLOSSOM_KERNELS_CUDA_COMMON_CUH_

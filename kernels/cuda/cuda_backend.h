@@ -1,0 +1,122 @@
+// The CUDA backend: every Backend op on one NVIDIA GPU (written for sm_90, H100/H200).
+//
+// Numerics: activations are kept in the weights' dtype (BF16 -> BF16, F16 -> F16, F32 -> F32),
+// and every reduction, GEMM accumulation, LayerNorm statistic and softmax runs in fp32.
+// Options::upcast_weights_to_f32 imports half-precision weights as F32 instead (then every
+// activation is F32): slower and twice the memory, but it reproduces fp32 references such as the
+// Hugging Face goldens token for token.
+//
+// Linear uses cuBLASLt (fp32 compute, never TF32) with the bias, and where it matches BLOOM's tanh
+// GELU, bias+GELU fused into the epilogue; the GELU epilogue is checked against BLOOM's formula
+// once at Create() and replaced by a fused bias+GELU kernel if it differs. The chosen algorithm is
+// cached per (shape, dtypes, epilogue, alignment). Shapes cuBLASLt has no algorithm for go to a
+// CUDA-core GEMM.
+//
+// KV cache layout (private to this backend): per layer, K then V, each
+// [num_blocks, num_heads, block_size, head_dim] in the activation dtype (see launch.h).
+//
+// Batch invariance: NOT guaranteed. cuBLASLt may pick different kernels (and split-K) for
+// different M, and attention takes a different path for all-decode steps than for steps carrying
+// a prefill chunk. The decode path's own split depends only on the context length.
+//
+// Errors: bad shapes/dtypes -> InvalidArgument before anything is launched. Indices only known on
+// the device (KV slots, gather rows, block ids) are checked by the kernels, which skip them and
+// raise a device error flag; the next Synchronize()/CopyToHost() returns InvalidArgument naming
+// it. CUDA/cuBLAS failures -> Internal with the call and the error string.
+//
+// Thread-safety: ops, copies and Synchronize are issued by one thread at a time (the engine
+// thread), all on one compute stream. Allocate/Free may be called from any thread. ImportWeight
+// must not run concurrently with another ImportWeight (it owns the staging buffers).
+#ifndef BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_H_
+#define BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace blossom {
+
+class CudaBackend : public Backend {
+ public:
+  struct Options {
+    int device = 0;
+    // Size of each of the two pinned staging buffers ImportWeight streams weights through.
+    size_t staging_bytes = 32ull << 20;
+    // cuBLASLt workspace (allocated once; 32 MiB is what NVIDIA recommends for Hopper).
+    size_t gemm_workspace_bytes = 32ull << 20;
+    // Import F16/BF16 weights as F32 (activation_dtype() is then F32 for every weight dtype).
+    bool upcast_weights_to_f32 = false;
+    // Allow cuBLASLt's GELU_BIAS epilogue when the start-up check finds it equal to BLOOM's gelu.
+    bool allow_gelu_epilogue = true;
+  };
+
+  // Fails (FailedPrecondition) when no usable device is present, never crashes.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Options& options);
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create() { return Create(Options()); }
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  DeviceKind device() const override { return DeviceKind::kCuda; }
+  DType activation_dtype(DType weight_dtype) const override;
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
+  absl::Status CopyToDevice(const void* host, Tensor dst) override;
+  absl::Status CopyToHost(const Tensor& src, void* host) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;
+
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
+                         Tensor out) override;
+  absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         Tensor residual, Tensor out) override;
+  absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      Activation activation, Tensor out) override;
+  absl::Status AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) override;
+  absl::Status SplitQkvWriteCache(const Tensor& qkv, const AttentionMetadata& metadata,
+                                  int32_t layer, KvCache& cache, Tensor q) override;
+  absl::Status Attention(const Tensor& q, const AttentionMetadata& metadata, int32_t layer,
+                         const KvCache& cache, const Tensor& slopes, float scale,
+                         Tensor out) override;
+  absl::Status GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  absl::Status Softmax(const Tensor& x, Tensor out) override;
+  absl::Status Argmax(const Tensor& x, Tensor out) override;
+
+  // Free device memory right now (cudaMemGetInfo). Size the KV pool as
+  // fraction * (FreeDeviceMemory() after weights and the workspace are allocated).
+  absl::StatusOr<size_t> FreeDeviceMemory() const;
+  absl::StatusOr<size_t> TotalDeviceMemory() const;
+  // KV blocks of `bytes_per_block` (BloomModel::KvBytesPerBlock) that fit in `fraction` of the
+  // memory free now: call it after the weights are imported and one forward of the largest step
+  // has allocated its workspace. InvalidArgument for a fraction outside (0, 1] or 0 bytes;
+  // ResourceExhausted when not even one block fits.
+  absl::StatusOr<int32_t> KvBlocksThatFit(size_t bytes_per_block, double fraction) const;
+  // The compute stream (a cudaStream_t), for libraries that must order work with the backend's
+  // ops (GPU sampling, NCCL).
+  void* stream() const;
+  // Whether Linear fuses bias+GELU into cuBLASLt's epilogue (decided at Create()).
+  bool gelu_epilogue_in_use() const;
+  // Name and compute capability of the device, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
+  std::string device_name() const;
+
+ protected:
+  void Free(void* data, size_t bytes) override;
+
+ private:
+  struct Impl;
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  absl::Status CheckErrorFlag();
+  absl::Status LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                        Tensor out, bool* done);
+  absl::Status CalibrateGeluEpilogue();
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,163 @@
+#include "kernels/cuda/cuda_sampling.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/sampling_launch.h"
+
+namespace blossom {
+namespace cuda {
+namespace {
+
+absl::Status CudaError(const char* what, cudaError_t err) {
+  return absl::InternalError(absl::StrCat("cuda sampler: ", what, ": ", cudaGetErrorString(err)));
+}
+
+size_t Align(size_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+float CudaSampler::Uniform(uint64_t seed, uint64_t offset) { return PhiloxUniform(seed, offset); }
+
+absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(void* stream) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda sampler: no usable CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err) : "none visible"));
+  }
+  std::unique_ptr<CudaSampler> sampler(new CudaSampler());
+  sampler->stream_ = stream;
+  return sampler;
+}
+
+CudaSampler::~CudaSampler() {
+  if (device_ != nullptr) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    cudaFree(device_);
+  }
+  if (host_ != nullptr) cudaFreeHost(host_);
+}
+
+absl::Status CudaSampler::Reserve(size_t bytes) {
+  if (bytes <= capacity_) return absl::OkStatus();
+  const size_t grown = std::max(bytes, 2 * capacity_);
+  if (device_ != nullptr) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    cudaFree(device_);
+    device_ = nullptr;
+  }
+  if (host_ != nullptr) {
+    cudaFreeHost(host_);
+    host_ = nullptr;
+  }
+  capacity_ = 0;
+  cudaError_t err = cudaMalloc(&device_, grown);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    device_ = nullptr;
+    return absl::ResourceExhaustedError(absl::StrCat("cuda sampler: cannot allocate ", grown, " bytes"));
+  }
+  err = cudaHostAlloc(&host_, grown, cudaHostAllocDefault);
+  if (err != cudaSuccess) return CudaError("cudaHostAlloc", err);
+  capacity_ = grown;
+  return absl::OkStatus();
+}
+
+absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
+                                 int32_t* tokens) {
+  const int32_t n = static_cast<int32_t>(rows.size());
+  if (n == 0) return absl::OkStatus();
+  if (logits == nullptr || vocab <= 0 || vocab > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda sampler: bad logits or vocab ", vocab));
+  }
+  size_t prompt_total = 0, output_total = 0;
+  for (int32_t r = 0; r < n; ++r) {
+    const SamplingRow& row = rows[r];
+    if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
+        !(row.repetition_penalty > 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r,
+                                                     ": temperature must be >= 0, top_p in (0, 1], "
+                                                     "repetition_penalty > 0"));
+    }
+    for (const std::vector<int32_t>* ids : {&row.prompt_tokens, &row.output_tokens}) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= vocab) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("cuda sampler: row ", r, ": token id ", id, " outside [0, ", vocab, ")"));
+        }
+      }
+    }
+    prompt_total += row.prompt_tokens.size();
+    output_total += row.output_tokens.size();
+  }
+  const size_t params_at = 0;
+  const size_t pstart_at = Align(params_at + n * sizeof(RowSamplingParams));
+  const size_t ostart_at = Align(pstart_at + (n + 1) * sizeof(int32_t));
+  const size_t ptok_at = Align(ostart_at + (n + 1) * sizeof(int32_t));
+  const size_t otok_at = Align(ptok_at + prompt_total * sizeof(int32_t));
+  const size_t out_at = Align(otok_at + output_total * sizeof(int32_t));
+  const size_t total = out_at + n * sizeof(int32_t);
+  absl::Status s = Reserve(total);
+  if (!s.ok()) return s;
+  // The previous call's transfers finished (it synchronised), so the pinned buffer is free.
+  char* h = static_cast<char*>(host_);
+  auto* params = reinterpret_cast<RowSamplingParams*>(h + params_at);
+  auto* pstart = reinterpret_cast<int32_t*>(h + pstart_at);
+  auto* ostart = reinterpret_cast<int32_t*>(h + ostart_at);
+  auto* ptok = reinterpret_cast<int32_t*>(h + ptok_at);
+  auto* otok = reinterpret_cast<int32_t*>(h + otok_at);
+  pstart[0] = 0;
+  ostart[0] = 0;
+  for (int32_t r = 0; r < n; ++r) {
+    const SamplingRow& row = rows[r];
+    RowSamplingParams p;
+    p.temperature = row.temperature;
+    p.top_k = row.top_k;
+    p.top_p = row.top_p;
+    p.repetition_penalty = row.repetition_penalty;
+    p.frequency_penalty = row.frequency_penalty;
+    p.presence_penalty = row.presence_penalty;
+    p.seed = row.seed;
+    p.offset = row.offset;
+    params[r] = p;
+    std::memcpy(ptok + pstart[r], row.prompt_tokens.data(), row.prompt_tokens.size() * sizeof(int32_t));
+    std::memcpy(otok + ostart[r], row.output_tokens.data(), row.output_tokens.size() * sizeof(int32_t));
+    pstart[r + 1] = pstart[r] + static_cast<int32_t>(row.prompt_tokens.size());
+    ostart[r + 1] = ostart[r] + static_cast<int32_t>(row.output_tokens.size());
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  cudaError_t err = cudaMemcpyAsync(device_, host_, out_at, cudaMemcpyHostToDevice, stream);
+  if (err != cudaSuccess) return CudaError("upload", err);
+  char* d = static_cast<char*>(device_);
+  SamplingLaunchArgs a;
+  a.logits = logits;
+  a.rows = n;
+  a.vocab = vocab;
+  a.params = reinterpret_cast<const RowSamplingParams*>(d + params_at);
+  a.prompt_start = reinterpret_cast<const int32_t*>(d + pstart_at);
+  a.prompt_tokens = reinterpret_cast<const int32_t*>(d + ptok_at);
+  a.output_start = reinterpret_cast<const int32_t*>(d + ostart_at);
+  a.output_tokens = reinterpret_cast<const int32_t*>(d + otok_at);
+  a.out_tokens = reinterpret_cast<int32_t*>(d + out_at);
+  err = LaunchSampling(a, stream);
+  if (err != cudaSuccess) return CudaError("LaunchSampling", err);
+  err = cudaMemcpyAsync(h + out_at, d + out_at, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+  if (err != cudaSuccess) return CudaError("download", err);
+  err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
+  std::memcpy(tokens, h + out_at, n * sizeof(int32_t));
+  for (int32_t r = 0; r < n; ++r) {
+    if (tokens[r] < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuda sampler: row ", r, ": no token can be sampled: every logit is -inf after penalties"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace blossom

@@ -1,0 +1,75 @@
+// Batched token sampling on the GPU, over fp32 logits already in device memory.
+//
+// One call samples one token per row, each row with its own parameters (greedy, temperature,
+// top-k, top-p, repetition / frequency / presence penalties) and its own Philox4x32-10 stream
+// addressed by (seed, offset): the same (logits, params, seed, offset) always gives the same
+// token, independent of the batch it is in, so a request can be replayed or preempted and resumed
+// by passing offset = number of tokens it has sampled so far.
+//
+// Not implemented here (the CPU sampler in engine/sampling has them): typical_p, min_p,
+// suppressed tokens, logprobs. Rows needing those must use the CPU sampler.
+//
+// Thread-safety: a CudaSampler is used by one thread at a time (it owns staging buffers).
+#ifndef BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_
+#define BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace blossom {
+namespace cuda {
+
+// Per-row parameters, as the engine's SamplingParams names them.
+struct SamplingRow {
+  float temperature = 1.0f;         // 0 = greedy: the first maximum (lowest id on ties)
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // (0, 1]; 1 = off
+  float repetition_penalty = 1.0f;  // > 0; 1 = off; prompt and output ids, each id once
+  float frequency_penalty = 0.0f;   // output ids: logit -= count * frequency_penalty
+  float presence_penalty = 0.0f;    // output ids: logit -= presence_penalty once
+  uint64_t seed = 0;
+  uint64_t offset = 0;              // which draw of this seed's stream (tokens sampled so far)
+  // Token histories for the penalties (host memory, read during Sample()).
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> output_tokens;
+};
+
+class CudaSampler {
+ public:
+  // `stream` is the cudaStream_t the logits were produced on (CudaBackend::stream()); null means
+  // the legacy default stream.
+  static absl::StatusOr<std::unique_ptr<CudaSampler>> Create(void* stream);
+  ~CudaSampler();
+  CudaSampler(const CudaSampler&) = delete;
+  CudaSampler& operator=(const CudaSampler&) = delete;
+
+  // Samples rows.size() tokens from logits (device, fp32, [rows, vocab], row-major) into
+  // tokens[rows] (host). The logits are modified in place by the penalties. Blocks until the
+  // tokens are on the host. A row whose logits are all -inf gives FailedPrecondition.
+  absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows, int32_t* tokens);
+
+  // The uniform in [0, 1) that (seed, offset) draws; exposed for tests and CPU cross-checks.
+  static float Uniform(uint64_t seed, uint64_t offset);
+
+ private:
+  CudaSampler() = default;
+  // Grows the device and pinned host buffers to at least `bytes`.
+  absl::Status Reserve(size_t bytes);
+
+  void* stream_ = nullptr;
+  // One upload per call: [params | prompt starts | output starts | prompt ids | output ids |
+  // sampled tokens], mirrored in pinned host memory so the copy is a single async transfer.
+  void* device_ = nullptr;
+  void* host_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace cuda
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_

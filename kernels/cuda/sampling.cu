@@ -1,0 +1,280 @@
+// Batched GPU sampling over full-vocabulary logits (250,880 entries for BLOOM).
+//
+// Two kernels, one block per row:
+//  1. Penalties (HF repetition penalty over prompt+output ids, each id once; OpenAI frequency and
+//     presence penalties over output ids). Every distinct id is owned by the thread holding its
+//     first occurrence, so no two threads write the same logit.
+//  2. Selection. Greedy rows take the argmax (ties to the lowest id). Other rows never sort the
+//     vocabulary: top-k is a 4-pass radix select (8 bits per pass) on an order-preserving integer
+//     key of the logit, giving the k-th largest value; top-p is the same radix walk over
+//     probability mass, giving the smallest logit threshold whose kept mass reaches top_p. The
+//     draw is one Philox4x32-10 uniform per (seed, offset), located by a block-wide scan over the
+//     kept weights in token-id order.
+// Same semantics as engine/sampling (HF order: penalties, temperature, top-k, top-p; ties at a
+// threshold are kept). The top-p mass histogram uses shared-memory float atomics, so a row whose
+// cumulative mass lands within rounding of top_p may keep a slightly different set between runs.
+#include <cfloat>
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/sampling_launch.h"
+
+namespace blossom {
+namespace cuda {
+namespace {
+
+constexpr int kPenaltyThreads = 256;
+constexpr int kSampleThreads = 1024;
+
+__host__ __device__ inline void Philox4x32_10(uint32_t ctr[4], uint32_t key[2]) {
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * ctr[0];
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * ctr[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    const uint32_t c0 = hi1 ^ ctr[1] ^ key[0], c2 = hi0 ^ ctr[3] ^ key[1];
+    ctr[0] = c0;
+    ctr[1] = lo1;
+    ctr[2] = c2;
+    ctr[3] = lo0;
+    key[0] += 0x9E3779B9u;
+    key[1] += 0xBB67AE85u;
+  }
+}
+
+__host__ __device__ inline float Uniform(uint64_t seed, uint64_t offset) {
+  uint32_t ctr[4] = {static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), 0u, 0u};
+  uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  Philox4x32_10(ctr, key);
+  return static_cast<float>(ctr[0] >> 8) * (1.0f / 16777216.0f);  // 24 bits: exactly < 1
+}
+
+// Monotone map float -> uint32 (larger float, larger key).
+__device__ __forceinline__ uint32_t OrderKey(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__global__ void PenaltyKernel(SamplingLaunchArgs a) {
+  const int32_t r = blockIdx.x;
+  const RowSamplingParams p = a.params[r];
+  float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const int32_t* pt = a.prompt_start != nullptr ? a.prompt_tokens + a.prompt_start[r] : nullptr;
+  const int32_t np = a.prompt_start != nullptr ? a.prompt_start[r + 1] - a.prompt_start[r] : 0;
+  const int32_t* ot = a.output_start != nullptr ? a.output_tokens + a.output_start[r] : nullptr;
+  const int32_t no = a.output_start != nullptr ? a.output_start[r + 1] - a.output_start[r] : 0;
+  auto token = [&](int32_t i) { return i < np ? pt[i] : ot[i - np]; };
+  if (p.repetition_penalty != 1.0f) {
+    for (int32_t i = threadIdx.x; i < np + no; i += blockDim.x) {
+      const int32_t t = token(i);
+      if (t < 0 || t >= a.vocab) continue;
+      bool first = true;
+      for (int32_t j = 0; j < i && first; ++j) first = token(j) != t;
+      if (!first) continue;
+      const float v = l[t];
+      // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf.
+      l[t] = v > 0.0f ? fminf(v / p.repetition_penalty, FLT_MAX) : v * p.repetition_penalty;
+    }
+  }
+  __syncthreads();  // the repetition penalty lands before the additive ones
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (int32_t i = threadIdx.x; i < no; i += blockDim.x) {
+      const int32_t t = ot[i];
+      if (t < 0 || t >= a.vocab) continue;
+      bool first = true;
+      for (int32_t j = 0; j < i && first; ++j) first = ot[j] != t;
+      if (!first) continue;
+      int32_t count = 0;
+      for (int32_t j = 0; j < no; ++j) count += ot[j] == t;
+      l[t] -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
+    }
+  }
+}
+
+// Inclusive block scan (fixed order); `warp_sums` holds 32 floats.
+__device__ float BlockInclusiveScan(float v, float* warp_sums, float* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  if (lane == 31) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < warps ? warp_sums[lane] : 0.0f;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float n = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += n;
+    }
+    if (lane < warps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const float result = v + (warp > 0 ? warp_sums[warp - 1] : 0.0f);
+  *total = warp_sums[warps - 1];
+  __syncthreads();
+  return result;
+}
+
+__global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArgs a) {
+  __shared__ float scratch[32];
+  __shared__ uint32_t hist_u[256];
+  __shared__ float hist_f[256];
+  __shared__ uint32_t sh_prefix;
+  __shared__ int64_t sh_remaining;
+  __shared__ float sh_mass_above;
+  __shared__ int32_t sh_token, sh_last;
+  const int32_t r = blockIdx.x;
+  const RowSamplingParams p = a.params[r];
+  const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const int64_t V = a.vocab;
+
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = BlockMax(mx, scratch);
+  if (threadIdx.x == 0) {
+    sh_token = INT_MAX;
+    sh_last = -1;
+  }
+  __syncthreads();
+  if (mx == -INFINITY) {  // everything masked: reported as -1
+    if (threadIdx.x == 0) a.out_tokens[r] = -1;
+    return;
+  }
+  if (p.temperature == 0.0f) {
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+      if (l[i] == mx) atomicMin(&sh_token, static_cast<int32_t>(i));
+    __syncthreads();
+    if (threadIdx.x == 0) a.out_tokens[r] = sh_token;
+    return;
+  }
+  const float inv_t = 1.0f / p.temperature;
+
+  // Top-k: the k-th largest key, by radix select from the most significant byte.
+  uint32_t keep_min = 0;
+  if (p.top_k > 0 && p.top_k < V) {
+    if (threadIdx.x == 0) {
+      sh_prefix = 0;
+      sh_remaining = p.top_k;
+    }
+    uint32_t mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist_u[i] = 0;
+      __syncthreads();
+      const uint32_t prefix = sh_prefix;
+      for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+        const uint32_t key = OrderKey(l[i]);
+        if ((key & mask) == prefix) atomicAdd(&hist_u[(key >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int64_t cum = 0;
+        for (int d = 255; d >= 0; --d) {
+          if (cum + hist_u[d] >= sh_remaining) {
+            sh_prefix = prefix | (static_cast<uint32_t>(d) << shift);
+            sh_remaining -= cum;
+            break;
+          }
+          cum += hist_u[d];
+        }
+      }
+      __syncthreads();
+      mask |= 0xFFu << shift;
+    }
+    keep_min = sh_prefix;
+  }
+  auto weight = [&](float v, uint32_t min_key) {
+    return OrderKey(v) >= min_key ? expf((v - mx) * inv_t) : 0.0f;
+  };
+
+  // Top-p: the largest threshold whose kept mass reaches top_p of the (top-k) mass.
+  if (p.top_p < 1.0f) {
+    float z = 0.0f;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) z += weight(l[i], keep_min);
+    z = BlockSum(z, scratch);
+    const float target = p.top_p * z;
+    if (threadIdx.x == 0) {
+      sh_prefix = 0;
+      sh_mass_above = 0.0f;
+    }
+    uint32_t mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist_f[i] = 0.0f;
+      __syncthreads();
+      const uint32_t prefix = sh_prefix;
+      for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+        const uint32_t key = OrderKey(l[i]);
+        if (key >= keep_min && (key & mask) == prefix) {
+          atomicAdd(&hist_f[(key >> shift) & 255u], expf((l[i] - mx) * inv_t));
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float cum = sh_mass_above;
+        int chosen = -1, lowest_nonzero = -1;
+        for (int d = 255; d >= 0; --d) {
+          if (hist_f[d] > 0.0f) lowest_nonzero = d;
+          if (cum + hist_f[d] >= target && hist_f[d] > 0.0f) {
+            chosen = d;
+            break;
+          }
+          cum += hist_f[d];
+        }
+        if (chosen < 0) {  // rounding left the target just out of reach: keep the whole range
+          chosen = lowest_nonzero < 0 ? 0 : lowest_nonzero;
+          cum = sh_mass_above;
+          for (int d = 255; d > chosen; --d) cum += hist_f[d];
+        }
+        sh_prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+        sh_mass_above = cum;
+      }
+      __syncthreads();
+      mask |= 0xFFu << shift;
+    }
+    keep_min = max(keep_min, sh_prefix);
+  }
+
+  // Draw: contiguous chunks per thread, scanned in id order, so the result is deterministic.
+  const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
+  float local = 0.0f;
+  for (int64_t i = begin; i < end; ++i) local += weight(l[i], keep_min);
+  float total = 0.0f;
+  const float inclusive = BlockInclusiveScan(local, scratch, &total);
+  const float target = Uniform(p.seed, p.offset) * total;
+  const float before = inclusive - local;
+  if (local > 0.0f) {
+    int64_t last = -1;
+    float acc = before;
+    bool found = false;
+    for (int64_t i = begin; i < end; ++i) {
+      const float w = weight(l[i], keep_min);
+      if (w <= 0.0f) continue;
+      last = i;
+      acc += w;
+      if (!found && target < acc && target >= before) {
+        atomicMin(&sh_token, static_cast<int32_t>(i));
+        found = true;
+      }
+    }
+    atomicMax(&sh_last, static_cast<int32_t>(last));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.out_tokens[r] = sh_token != INT_MAX ? sh_token : sh_last;
+}
+
+}  // namespace
+
+float PhiloxUniform(uint64_t seed, uint64_t offset) { return Uniform(seed, offset); }
+
+cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.vocab <= 0 || a.vocab > INT_MAX) return cudaErrorInvalidValue;
+  PenaltyKernel<<<a.rows, kPenaltyThreads, 0, stream>>>(a);
+  SampleKernel<<<a.rows, kSampleThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace blossom

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Runs the GPU test bundle made by tools/gpu/run_gpu_suite.sh, on a machine with a GPU.
+#
+# Usage (on the GPU machine, from anywhere; the script finds its bundle beside itself):
+#   bash .device/gpu_suite/run_on_device.sh [tests|memcheck|racecheck|all] [OUT_DIR]
+#     tests      every test binary, plain (default)
+#     memcheck   every test binary under compute-sanitizer --tool memcheck (if installed)
+#     racecheck  every test binary under compute-sanitizer --tool racecheck (if installed)
+#     all        the three in turn
+#   OUT_DIR defaults to $OUT/gpu_results (the device tool's output folder), else ./gpu_results.
+# Environment knobs:
+#   BLOSSOM_DEADLINE_S       wall-clock budget of this call in seconds (default 540: the device
+#                            tool stops a command at 600); tests not started in time are listed
+#                            as "not run", a running one is stopped at the deadline.
+#   BLOSSOM_SANITIZER_FILTER gtest filter for sanitizer runs (default: every test).
+#
+# Writes OUT_DIR/results.json and OUT_DIR/results.md (date, GPU, driver, commit, commands,
+# pass/fail/skip counts per binary, sanitizer error counts, the worst error per op reported by the
+# tests' BLOSSOM_OP_ERROR lines) and OUT_DIR/logs/ (each run's output and gtest XML).
+# Exit status: 0 when every run passed (and not everything was skipped), 1 otherwise.
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MODE="${1:-tests}"
+OUT_DIR="${2:-${OUT:+$OUT/gpu_results}}"
+OUT_DIR="${OUT_DIR:-$PWD/gpu_results}"
+mkdir -p "$OUT_DIR/logs"
+START=$(date +%s)
+DEADLINE=$(( START + ${BLOSSOM_DEADLINE_S:-540} ))
+
+case "$MODE" in
+  tests) TOOLS=(none) ;;
+  memcheck) TOOLS=(memcheck) ;;
+  racecheck) TOOLS=(racecheck) ;;
+  all) TOOLS=(none memcheck racecheck) ;;
+  *) echo "unknown mode '$MODE' (tests|memcheck|racecheck|all)" >&2; exit 2 ;;
+esac
+
+# ---- Libraries: the bundle first, then the device's CUDA 13 libraries. ----
+find_lib_dir() {  # prints the folder holding $1, or nothing
+  local name="$1" d
+  for d in "$HERE/lib" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 /usr/local/lib; do
+    [[ -e "$d/$name" ]] && { echo "$d"; return; }
+  done
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    d=$("$py" - "$name" <<'EOF' 2>/dev/null
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for p in glob.glob(os.path.join(r, "nvidia", "**", sys.argv[1]), recursive=True):
+        print(os.path.dirname(p)); sys.exit(0)
+EOF
+)
+    [[ -n "$d" ]] && { echo "$d"; return; }
+  done
+  d=$(timeout 60 find / -xdev -name "$name" -not -path '/proc/*' 2>/dev/null | head -1)
+  [[ -n "$d" ]] && dirname "$d"
+}
+
+LIB_PATH="$HERE/lib"
+MISSING_LIBS=()
+for lib in $(python3 -c "import json;print(' '.join(json.load(open('$HERE/manifest.json'))['libraries_expected_on_device']))" 2>/dev/null \
+             || echo libcublas.so.13 libcublasLt.so.13); do
+  dir=$(find_lib_dir "$lib")
+  if [[ -n "$dir" ]]; then
+    [[ ":$LIB_PATH:" == *":$dir:"* ]] || LIB_PATH="$LIB_PATH:$dir"
+  else
+    MISSING_LIBS+=("$lib")
+  fi
+done
+export LD_LIBRARY_PATH="$LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# This machine's libstdc++ may be older than the build machine's: fall back to the bundled one.
+first_bin=$(ls "$HERE/bin" | head -1)
+if ldd "$HERE/bin/$first_bin" 2>&1 | grep -q "GLIBCXX\|CXXABI\|libstdc++.*not found"; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$HERE/lib/compat"
+  echo "using the bundled libstdc++ (lib/compat)"
+fi
+LDD_PROBLEMS=$(for b in "$HERE"/bin/*; do ldd "$b" 2>&1 | grep -E "not found|version .* not found" | sed "s|^|$(basename "$b"): |"; done | sort -u)
+[[ -n "$LDD_PROBLEMS" ]] && { echo "unresolved libraries:"; echo "$LDD_PROBLEMS"; }
+
+export TEST_SRCDIR="$HERE/runfiles"
+export TEST_WORKSPACE=blossom
+export TEST_TMPDIR="${TMPDIR:-/tmp}/blossom_gpu_tests"
+mkdir -p "$TEST_TMPDIR"
+export GTEST_COLOR=no
+
+SANITIZER=$(command -v compute-sanitizer 2>/dev/null || true)
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer \
+         /opt/nvidia/compute-sanitizer/compute-sanitizer; do
+  [[ -z "$SANITIZER" && -x "$c" ]] && SANITIZER="$c"
+done
+
+GPU_INFO=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+echo "GPU: ${GPU_INFO:-unknown (nvidia-smi failed)}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+# ---- Runs ----
+RUNS_TSV="$OUT_DIR/logs/runs.tsv"
+: > "$RUNS_TSV"
+for tool in "${TOOLS[@]}"; do
+  for t in $(ls "$HERE/bin"); do
+    now=$(date +%s)
+    left=$(( DEADLINE - now ))
+    log="$OUT_DIR/logs/$t.$tool.log"
+    xml="$OUT_DIR/logs/$t.$tool.xml"
+    if [[ "$tool" != none && -z "$SANITIZER" ]]; then
+      printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$tool" "unavailable" 0 "compute-sanitizer not found" "" >> "$RUNS_TSV"
+      continue
+    fi
+    if (( left < 15 )); then
+      printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$tool" "not_run" 0 "deadline reached" "" >> "$RUNS_TSV"
+      continue
+    fi
+    cmd=("$HERE/bin/$t" "--gtest_output=xml:$xml")
+    if [[ "$tool" != none ]]; then
+      cmd=("$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 "${cmd[@]}"
+           "--gtest_filter=${BLOSSOM_SANITIZER_FILTER:-*}")
+    fi
+    echo "== [$tool] $t (timeout ${left}s)"
+    t0=$(date +%s)
+    (cd "$TEST_SRCDIR/blossom" && timeout --kill-after=5 "$left" "${cmd[@]}") > "$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - t0 ))
+    status=ok
+    (( rc == 124 || rc == 137 )) && status=timeout
+    (( rc != 0 && rc != 124 && rc != 137 )) && status=failed
+    tail -3 "$log"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$tool" "$status" "$secs" "rc=$rc" "${cmd[*]}" >> "$RUNS_TSV"
+  done
+done
+
+# ---- Report ----
+COMMAND_LINE="bash $0 $*"
+python3 - "$OUT_DIR" "$HERE/manifest.json" "$MODE" "$GPU_INFO" "$COMMAND_LINE" "${MISSING_LIBS[*]:-}" "$LDD_PROBLEMS" <<'EOF'
+import datetime, glob, json, os, re, sys
+import xml.etree.ElementTree as ET
+
+out_dir, manifest_path, mode, gpu_info, command, missing_libs, ldd_problems = sys.argv[1:8]
+try:
+    manifest = json.load(open(manifest_path))
+except Exception as e:  # keep reporting whatever ran
+    manifest = {"error": str(e)}
+runs = []
+op_errors = {}
+for line in open(os.path.join(out_dir, "logs", "runs.tsv")):
+    parts = line.rstrip("\n").split("\t")
+    if len(parts) < 6:
+        continue
+    test, tool, status, secs, note, cmd = parts[:6]
+    run = {"test": test, "tool": tool, "status": status, "seconds": int(secs), "note": note,
+           "command": cmd, "tests": 0, "failures": 0, "errors": 0, "skipped": 0, "failed_cases": []}
+    xml = os.path.join(out_dir, "logs", f"{test}.{tool}.xml")
+    if os.path.exists(xml):
+        try:
+            root = ET.parse(xml).getroot()
+            for case in root.iter("testcase"):
+                run["tests"] += 1
+                if case.find("failure") is not None:
+                    run["failures"] += 1
+                    run["failed_cases"].append(case.get("classname", "") + "." + case.get("name", ""))
+                elif case.find("skipped") is not None or case.get("result") == "skipped":
+                    run["skipped"] += 1
+        except ET.ParseError as e:
+            run["note"] += f"; unreadable XML: {e}"
+    log = os.path.join(out_dir, "logs", f"{test}.{tool}.log")
+    if os.path.exists(log):
+        text = open(log, errors="replace").read()
+        m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+        if m:
+            run["sanitizer_errors"] = int(m.group(1))
+        for m in re.finditer(r"^BLOSSOM_OP_ERROR (\{.*\})$", text, re.M):
+            try:
+                e = json.loads(m.group(1))
+            except json.JSONDecodeError:
+                continue
+            if tool != "none":
+                continue
+            cur = op_errors.setdefault(e["op"], {"max_abs": 0.0, "max_over_tolerance": 0.0, "cases": 0})
+            cur["max_abs"] = max(cur["max_abs"], e["max_abs"])
+            cur["max_over_tolerance"] = max(cur["max_over_tolerance"], e["max_over_tolerance"])
+            cur["cases"] += e.get("cases", 1)
+        if run["tests"] == 0 and status != "ok":
+            run["log_tail"] = text[-3000:]
+    run["passed"] = (status == "ok" and run["failures"] == 0 and run["errors"] == 0
+                     and run.get("sanitizer_errors", 0) == 0)
+    runs.append(run)
+
+counted = [r for r in runs if r["status"] not in ("unavailable", "not_run")]
+summary = {
+    "runs": len(runs),
+    "runs_passed": sum(r["passed"] for r in counted),
+    "runs_failed": sum(not r["passed"] for r in counted),
+    "runs_not_run": sum(r["status"] in ("unavailable", "not_run") for r in runs),
+    "test_cases": sum(r["tests"] for r in counted),
+    "test_cases_failed": sum(r["failures"] for r in counted),
+    "test_cases_skipped": sum(r["skipped"] for r in counted),
+}
+result = {
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "mode": mode,
+    "gpu": gpu_info or "unknown",
+    "commit": manifest.get("commit"),
+    "uncommitted_changes_at_build": manifest.get("uncommitted_changes"),
+    "built_at": manifest.get("built_at"),
+    "nvcc": manifest.get("nvcc"),
+    "command": command,
+    "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+    "libraries_not_found_on_device": missing_libs.split() if missing_libs else [],
+    "ldd_problems": ldd_problems.splitlines() if ldd_problems else [],
+    "summary": summary,
+    "all_skipped": summary["test_cases"] > 0 and summary["test_cases_skipped"] == summary["test_cases"],
+    "max_error_per_op": dict(sorted(op_errors.items())),
+    "runs": runs,
+}
+json.dump(result, open(os.path.join(out_dir, "results.json"), "w"), indent=1)
+
+md = [f"# Blossom GPU suite ({mode})", "",
+      f"- date: {result['date']}", f"- GPU: {result['gpu']}",
+      f"- commit: {result['commit']} (uncommitted changes at build: {result['uncommitted_changes_at_build']})",
+      f"- built: {result['built_at']} with {result['nvcc']}", f"- command: `{command}`",
+      f"- runs: {summary['runs_passed']} passed, {summary['runs_failed']} failed, {summary['runs_not_run']} not run; "
+      f"test cases: {summary['test_cases']} ({summary['test_cases_failed']} failed, {summary['test_cases_skipped']} skipped)",
+      ""]
+all_skipped = summary["test_cases"] > 0 and summary["test_cases_skipped"] == summary["test_cases"]
+if all_skipped:
+    md += ["**Every test case was SKIPPED: no usable GPU was seen (see the logs for the reason).**", ""]
+if result["libraries_not_found_on_device"] or result["ldd_problems"]:
+    md += ["**Library problems:** " + ", ".join(result["libraries_not_found_on_device"] + result["ldd_problems"]), ""]
+md += ["| binary | tool | status | cases | failed | skipped | sanitizer errors | seconds |",
+       "|---|---|---|---|---|---|---|---|"]
+for r in runs:
+    md.append(f"| {r['test']} | {r['tool']} | {r['status']} ({r['note']}) | {r['tests']} | {r['failures']} | "
+              f"{r['skipped']} | {r.get('sanitizer_errors', '')} | {r['seconds']} |")
+failed = [c for r in runs for c in r["failed_cases"]]
+if failed:
+    md += ["", "Failed cases:", ""] + [f"- {c}" for c in failed]
+if op_errors:
+    md += ["", "## Worst error per op (plain runs)", "",
+           "max_over_tolerance <= 1 passes; tolerances are stated in each test file's header.", "",
+           "| op | max abs error | max error / tolerance | cases |", "|---|---|---|---|"]
+    for op, e in sorted(op_errors.items()):
+        md.append(f"| {op} | {e['max_abs']:.3g} | {e['max_over_tolerance']:.3g} | {e['cases']} |")
+open(os.path.join(out_dir, "results.md"), "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+sys.exit(0 if summary["runs_failed"] == 0 and summary["runs_passed"] > 0 and not all_skipped else 1)
+EOF
