@@ -1,0 +1,484 @@
+#include "clients/gateway/gateway.h"
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "clients/gateway/api_errors.h"
+#include "clients/gateway/json_fields.h"
+#include "clients/gateway/openai_api.h"
+#include "clients/gateway/tgi_api.h"
+#include "spdlog/spdlog.h"
+
+namespace blossom::gateway {
+namespace {
+
+using http::Response;
+using http::ResponseWriter;
+
+const std::vector<std::pair<std::string, std::string>>& SseHeaders() {
+  static const auto* headers = new std::vector<std::pair<std::string, std::string>>{
+      {"Content-Type", "text/event-stream"},
+      {"Cache-Control", "no-cache"},
+      {"X-Accel-Buffering", "no"}};
+  return *headers;
+}
+
+Response JsonResponse(int status, const Json& body) {
+  return Response{status, {{"Content-Type", "application/json"}}, Dump(body)};
+}
+
+int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
+
+// Records each response's status by route for /metrics; forwards everything else.
+class MeteredWriter : public ResponseWriter {
+ public:
+  MeteredWriter(std::shared_ptr<ResponseWriter> inner, std::string route, GatewayMetrics* metrics)
+      : inner_(std::move(inner)), route_(std::move(route)), metrics_(metrics) {}
+  bool Send(Response response) override {
+    metrics_->RecordRequest(route_, response.status);
+    return inner_->Send(std::move(response));
+  }
+  bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
+    metrics_->RecordRequest(route_, status);
+    return inner_->StartStream(status, std::move(headers));
+  }
+  bool WriteChunk(std::string data) override { return inner_->WriteChunk(std::move(data)); }
+  bool EndStream() override { return inner_->EndStream(); }
+  void OnClose(std::function<void()> callback) override { inner_->OnClose(std::move(callback)); }
+  bool closed() const override { return inner_->closed(); }
+
+ private:
+  const std::shared_ptr<ResponseWriter> inner_;
+  const std::string route_;
+  GatewayMetrics* const metrics_;
+};
+
+// A server-streaming GenerateStream call. Owns itself from Start() until OnDone (gRPC's
+// callback-reactor contract); Cancel() is safe from any thread while a reference is held.
+// on_message returning false cancels the call (the HTTP peer is gone).
+class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamResponse>,
+                   public std::enable_shared_from_this<StreamCall> {
+ public:
+  using MessageFn = std::function<bool(const blossom::v1::GenerateStreamResponse&)>;
+  using DoneFn = std::function<void(const grpc::Status&)>;
+
+  StreamCall(MessageFn on_message, DoneFn on_done)
+      : on_message_(std::move(on_message)), on_done_(std::move(on_done)) {}
+
+  grpc::ClientContext* context() { return &context_; }
+
+  void Start(blossom::v1::Blossom::Stub* stub, blossom::v1::GenerateRequest request) {
+    request_ = std::move(request);
+    self_ = shared_from_this();
+    stub->async()->GenerateStream(&context_, &request_, this);
+    StartRead(&message_);
+    StartCall();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    if (!on_message_(message_)) context_.TryCancel();
+    StartRead(&message_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<StreamCall> keep = std::move(self_);  // freed when this returns
+    DoneFn done = std::move(on_done_);
+    on_message_ = nullptr;
+    done(status);
+  }
+
+ private:
+  grpc::ClientContext context_;
+  blossom::v1::GenerateRequest request_;
+  blossom::v1::GenerateStreamResponse message_;
+  MessageFn on_message_;
+  DoneFn on_done_;
+  std::shared_ptr<StreamCall> self_;
+};
+
+}  // namespace
+
+template <typename Req, typename Resp>
+struct Gateway::UnaryCall {
+  grpc::ClientContext context;
+  Req request;
+  Resp response;
+};
+
+struct Gateway::Route {
+  const char* name;
+  const char* method;
+  ApiFlavor flavor;
+};
+
+Gateway::Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions options)
+    : options_(std::move(options)), stub_(blossom::v1::Blossom::NewStub(channel)) {}
+
+Gateway::~Gateway() {
+  std::unique_lock<std::mutex> lock(mu_);
+  calls_done_.wait(lock, [this] { return pending_calls_ == 0; });
+}
+
+void Gateway::CallStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pending_calls_;
+}
+
+void Gateway::CallFinished() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--pending_calls_ == 0) calls_done_.notify_all();
+}
+
+std::string Gateway::NextRequestId() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = ++next_request_;
+  }
+  return absl::StrFormat("%x%012x", n, rng() & 0xffffffffffffULL);
+}
+
+std::string Gateway::ModelName(const std::string& requested) const {
+  if (!options_.served_model_name.empty()) return options_.served_model_name;
+  if (!requested.empty()) return requested;
+  std::lock_guard<std::mutex> lock(mu_);
+  return model_id_.empty() ? "blossom" : model_id_;
+}
+
+void Gateway::RememberModelId(const std::string& model_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  model_id_ = model_id;
+}
+
+void Gateway::SetupContext(const http::Request& request, absl::Duration timeout,
+                           grpc::ClientContext* context) const {
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  if (!options_.backend_api_key.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.backend_api_key));
+  } else if (const std::string* auth = request.Header("authorization")) {
+    context->AddMetadata("authorization", *auth);
+  }
+}
+
+http::Response Gateway::ProtocolErrorResponse(int status, const std::string& message,
+                                              const std::string& target) {
+  return ErrorResponse(absl::StartsWith(target, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi,
+                       status, message);
+}
+
+void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
+  static const std::map<std::string, Route>* routes = new std::map<std::string, Route>{
+      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
+      {"/live", {"live", "GET", ApiFlavor::kTgi}},
+      {"/health", {"health", "GET", ApiFlavor::kTgi}},
+      {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
+      {"/info", {"info", "GET", ApiFlavor::kTgi}},
+      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
+      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
+      {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
+      {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
+      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
+      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
+  };
+  auto it = routes->find(request.path);
+  const ApiFlavor flavor = absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
+  auto writer = std::make_shared<MeteredWriter>(
+      std::move(raw_writer), it == routes->end() ? "other" : it->second.name, &metrics_);
+  if (it == routes->end()) {
+    writer->Send(ErrorResponse(flavor, 404, absl::StrCat("no route for ", request.path)));
+    return;
+  }
+  const Route& route = it->second;
+  if (route.name == std::string("live")) {
+    writer->Send(Response{200, {{"Content-Type", "text/plain"}}, "ok\n"});
+    return;
+  }
+  if (!options_.api_keys.Allows(request.Header("authorization"))) {
+    Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
+    response.headers.emplace_back("WWW-Authenticate", "Bearer");
+    writer->Send(std::move(response));
+    return;
+  }
+  const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";
+  if (request.method != route.method && !head_ok) {
+    Response response = ErrorResponse(flavor, 405, absl::StrCat("use ", route.method, " for ", request.path));
+    response.headers.emplace_back("Allow", route.method);
+    writer->Send(std::move(response));
+    return;
+  }
+  const std::string name = route.name;
+  if (name == "metrics") {
+    writer->Send(Response{200, {{"Content-Type", "text/plain; version=0.0.4"}}, metrics_.Text()});
+  } else if (name == "health" || name == "info" || name == "models") {
+    HandleModelInfo(request, writer, name);
+  } else if (name == "completions" || name == "chat_completions") {
+    HandleCompletions(request, writer, name == "chat_completions");
+  } else if (name == "generate" || name == "generate_stream") {
+    HandleTgiGenerate(request, writer, name == "generate_stream", /*as_list=*/false);
+  } else if (name == "compat_generate") {
+    absl::StatusOr<Json> body = ParseJsonObject(request.body);
+    if (!body.ok()) {
+      writer->Send(ErrorResponse(ApiFlavor::kTgi, body.status()));
+      return;
+    }
+    absl::optional<bool> stream;
+    absl::Status status = GetBool(*body, "stream", &stream);
+    if (!status.ok()) {
+      writer->Send(ErrorResponse(ApiFlavor::kTgi, status));
+      return;
+    }
+    HandleTgiGenerate(request, writer, stream.value_or(false), /*as_list=*/!stream.value_or(false));
+  } else if (name == "tokenize") {
+    HandleTokenize(request, writer);
+  }
+}
+
+void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                              const std::string& route) {
+  auto call = std::make_shared<UnaryCall<blossom::v1::GetModelInfoRequest, blossom::v1::ModelInfo>>();
+  SetupContext(request, options_.health_timeout, &call->context);
+  CallStarted();
+  stub_->async()->GetModelInfo(
+      &call->context, &call->request, &call->response,
+      [this, call, writer, route](grpc::Status status) {
+        const ApiFlavor flavor = route == "models" ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
+        if (status.ok()) RememberModelId(call->response.model_id());
+        const std::string model = options_.served_model_name.empty()
+                                      ? call->response.model_id()
+                                      : options_.served_model_name;
+        if (route == "health") {
+          // Readiness: any failure (including auth) means this gateway cannot serve.
+          if (status.ok()) {
+            writer->Send(Response{200, {}, ""});
+          } else {
+            writer->Send(ErrorResponse(flavor, 503, absl::StrCat("backend not ready: ",
+                                                                 status.error_message())));
+          }
+        } else if (!status.ok()) {
+          writer->Send(ErrorResponse(flavor, FromGrpc(status)));
+        } else if (route == "info") {
+          writer->Send(JsonResponse(200, tgi::InfoJson(call->response, model)));
+        } else {
+          Json entry = {{"id", model},
+                        {"object", "model"},
+                        {"created", UnixSeconds()},
+                        {"owned_by", "blossom"},
+                        {"root", call->response.model_id()},
+                        {"max_model_len", call->response.limits().max_total_tokens()}};
+          writer->Send(JsonResponse(200, {{"object", "list"}, {"data", Json::array({entry})}}));
+        }
+        CallFinished();
+      });
+}
+
+void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
+  absl::StatusOr<blossom::v1::TokenizeRequest> parsed = tgi::ParseTokenizeRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
+    return;
+  }
+  auto call = std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
+  call->request = std::move(*parsed);
+  SetupContext(request, options_.health_timeout, &call->context);
+  CallStarted();
+  stub_->async()->Tokenize(&call->context, &call->request, &call->response,
+                           [this, call, writer](grpc::Status status) {
+                             if (!status.ok()) {
+                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpc(status)));
+                             } else {
+                               writer->Send(JsonResponse(200, tgi::TokenizeResponse(call->response)));
+                             }
+                             CallFinished();
+                           });
+}
+
+void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                                bool chat) {
+  absl::StatusOr<openai::CompletionRequest> parsed =
+      chat ? openai::ParseChatRequest(request.body) : openai::ParseCompletionRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
+    return;
+  }
+  if (!options_.served_model_name.empty()) {
+    if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
+      writer->Send(ErrorResponse(ApiFlavor::kOpenAI, 404,
+                                 absl::StrCat("model '", parsed->model, "' does not exist"), "model"));
+      return;
+    }
+    parsed->request.clear_model();
+  }
+  parsed->model = ModelName(parsed->model);
+  const std::string request_id = NextRequestId();
+  parsed->request.set_request_id(request_id);
+  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id);
+  const int64_t created = UnixSeconds();
+  metrics_.AddInFlight(1);
+  CallStarted();
+
+  if (!parsed->stream) {
+    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
+    call->request = parsed->request;
+    SetupContext(request, options_.request_timeout, &call->context);
+    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
+    writer->OnClose([this, weak] {
+      if (auto c = weak.lock()) {
+        metrics_.RecordCancelled();
+        c->context.TryCancel();
+      }
+    });
+    auto req = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
+    stub_->async()->Generate(&call->context, &call->request, &call->response,
+                             [this, call, req, writer, id, created](grpc::Status status) {
+                               if (!status.ok()) {
+                                 writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpc(status)));
+                               } else {
+                                 writer->Send(JsonResponse(
+                                     200, openai::CompletionResponse(*req, call->response, id, created)));
+                               }
+                               metrics_.AddInFlight(-1);
+                               CallFinished();
+                             });
+    return;
+  }
+
+  struct State {
+    openai::CompletionRequest request;
+    std::unique_ptr<openai::StreamEncoder> encoder;
+    bool started = false;  // touched only by the stream's (serialised) callbacks
+  };
+  auto state = std::make_shared<State>();
+  state->request = std::move(*parsed);
+  state->encoder = std::make_unique<openai::StreamEncoder>(state->request, id, created);
+  auto start_stream = [state, writer] {
+    if (state->started) return true;
+    state->started = true;
+    return writer->StartStream(200, SseHeaders()) && writer->WriteChunk(state->encoder->Start());
+  };
+  auto call = std::make_shared<StreamCall>(
+      [state, writer, start_stream](const blossom::v1::GenerateStreamResponse& message) {
+        // Headers go out with the first message, so early failures still get a real status.
+        return start_stream() && writer->WriteChunk(state->encoder->OnMessage(message)) &&
+               (!message.has_final() || writer->EndStream());
+      },
+      [this, state, writer, start_stream](const grpc::Status& status) {
+        if (!status.ok()) {
+          absl::Status s = FromGrpc(status);
+          if (!state->started) {
+            writer->Send(ErrorResponse(ApiFlavor::kOpenAI, s));
+          } else {
+            writer->WriteChunk(state->encoder->Error(HttpStatusFor(s, ApiFlavor::kOpenAI), s.message()));
+            writer->EndStream();
+          }
+        } else {
+          start_stream();
+          writer->EndStream();  // no-op if the final message already ended it
+        }
+        metrics_.AddInFlight(-1);
+        CallFinished();
+      });
+  SetupContext(request, options_.request_timeout, call->context());
+  std::weak_ptr<StreamCall> weak = call;
+  writer->OnClose([this, weak] {
+    if (auto c = weak.lock()) {
+      metrics_.RecordCancelled();
+      c->Cancel();
+    }
+  });
+  call->Start(stub_.get(), state->request.request);
+}
+
+void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                                bool stream, bool as_list) {
+  absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
+    return;
+  }
+  const std::string request_id = NextRequestId();
+  parsed->request.set_request_id(request_id);
+  metrics_.AddInFlight(1);
+  CallStarted();
+
+  if (!stream) {
+    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
+    call->request = parsed->request;
+    SetupContext(request, options_.request_timeout, &call->context);
+    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
+    writer->OnClose([this, weak] {
+      if (auto c = weak.lock()) {
+        metrics_.RecordCancelled();
+        c->context.TryCancel();
+      }
+    });
+    auto req = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
+    stub_->async()->Generate(&call->context, &call->request, &call->response,
+                             [this, call, req, writer, as_list](grpc::Status status) {
+                               if (!status.ok()) {
+                                 writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpc(status)));
+                               } else {
+                                 Json body = tgi::GenerateResponse(*req, call->response);
+                                 writer->Send(JsonResponse(200, as_list ? Json::array({body}) : body));
+                               }
+                               metrics_.AddInFlight(-1);
+                               CallFinished();
+                             });
+    return;
+  }
+
+  struct State {
+    tgi::GenerateRequest request;
+    std::unique_ptr<tgi::StreamEncoder> encoder;
+    bool started = false;
+  };
+  auto state = std::make_shared<State>();
+  state->request = std::move(*parsed);
+  state->encoder = std::make_unique<tgi::StreamEncoder>(state->request);
+  auto start_stream = [state, writer] {
+    if (state->started) return true;
+    state->started = true;
+    return writer->StartStream(200, SseHeaders());
+  };
+  auto call = std::make_shared<StreamCall>(
+      [state, writer, start_stream](const blossom::v1::GenerateStreamResponse& message) {
+        return start_stream() && writer->WriteChunk(state->encoder->OnMessage(message)) &&
+               (!message.has_final() || writer->EndStream());
+      },
+      [this, state, writer, start_stream](const grpc::Status& status) {
+        if (!status.ok()) {
+          absl::Status s = FromGrpc(status);
+          if (!state->started) {
+            writer->Send(ErrorResponse(ApiFlavor::kTgi, s));
+          } else {
+            writer->WriteChunk(state->encoder->Error(HttpStatusFor(s, ApiFlavor::kTgi), s.message()));
+            writer->EndStream();
+          }
+        } else {
+          start_stream();
+          writer->EndStream();
+        }
+        metrics_.AddInFlight(-1);
+        CallFinished();
+      });
+  SetupContext(request, options_.request_timeout, call->context());
+  std::weak_ptr<StreamCall> weak = call;
+  writer->OnClose([this, weak] {
+    if (auto c = weak.lock()) {
+      metrics_.RecordCancelled();
+      c->Cancel();
+    }
+  });
+  call->Start(stub_.get(), state->request.request);
+}
+
+}  // namespace blossom::gateway

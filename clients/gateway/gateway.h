@@ -1,0 +1,100 @@
+// The HTTP gateway: routes OpenAI- and TGI-compatible HTTP requests to the Blossom gRPC API.
+#ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
+#define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
+
+#include <memory>
+#include <mutex>
+#include <condition_variable>
+#include <string>
+
+#include "absl/time/time.h"
+#include "clients/gateway/auth.h"
+#include "clients/gateway/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "server/http/http_server.h"
+
+namespace blossom::gateway {
+
+struct GatewayOptions {
+  // When set, the only model name accepted in requests (others get 404) and the name reported
+  // by /v1/models and /info; requests then reach the backend with an empty model. When empty,
+  // the client's model name is passed through and the backend's model_id is reported.
+  std::string served_model_name;
+  absl::Duration request_timeout = absl::Seconds(600);  // gRPC deadline per generation
+  absl::Duration health_timeout = absl::Seconds(5);     // /health, /info, /v1/models, /tokenize
+  // Sent to the backend as "authorization: Bearer <key>". When empty, the client's own
+  // Authorization header (if any) is forwarded instead.
+  std::string backend_api_key;
+  ApiKeys api_keys;  // empty: no authentication
+};
+
+// Routes:
+//   GET  /live                    liveness, never authenticated
+//   GET  /health                  readiness: 200 if the backend answers GetModelInfo, else 503
+//   GET  /metrics                 the gateway's Prometheus metrics
+//   GET  /v1/models               POST /v1/completions   POST /v1/chat/completions
+//   POST /generate                POST /generate_stream  POST /tokenize   GET /info
+//   POST /                        TGI's compatibility route ("stream": true -> /generate_stream,
+//                                 else /generate answered as a list of one), which the
+//                                 text-generation Python client uses
+// Every gRPC call is asynchronous (callback API): no thread waits per request. A client that
+// disconnects cancels its gRPC call (ClientContext::TryCancel from ResponseWriter::OnClose).
+//
+// Thread-safe: Handle() runs on the HTTP server's handler threads; completions run on gRPC's
+// callback threads. The destructor waits for outstanding gRPC calls, so stop the HTTP server
+// (which cancels in-flight requests) before destroying the gateway.
+class Gateway {
+ public:
+  Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions options);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // The http::Handler.
+  void Handle(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+
+  const GatewayMetrics& metrics() const { return metrics_; }
+
+  // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, ...)
+  // in the OpenAI shape on /v1/ targets and TGI's elsewhere.
+  static http::Response ProtocolErrorResponse(int status, const std::string& message,
+                                              const std::string& target);
+
+ private:
+  struct Route;
+  template <typename Req, typename Resp>
+  struct UnaryCall;
+
+  void HandleCompletions(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                         bool chat);
+  // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
+  void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                         bool stream, bool as_list);
+  void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  // GET routes answered from GetModelInfo: /health, /v1/models, /info.
+  void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                       const std::string& route);
+
+  void SetupContext(const http::Request& request, absl::Duration timeout,
+                    grpc::ClientContext* context) const;
+  std::string NextRequestId();
+  std::string ModelName(const std::string& requested) const;
+  void RememberModelId(const std::string& model_id);
+  void CallStarted();
+  void CallFinished();
+
+  const GatewayOptions options_;
+  const std::unique_ptr<blossom::v1::Blossom::Stub> stub_;
+  GatewayMetrics metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable calls_done_;
+  int pending_calls_ = 0;      // guarded by mu_
+  uint64_t next_request_ = 0;  // guarded by mu_
+  std::string model_id_;       // guarded by mu_: last model_id reported by the backend
+};
+
+}  // namespace blossom::gateway
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_

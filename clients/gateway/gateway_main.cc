@@ -1,0 +1,121 @@
+// blossom-gateway: OpenAI- and TGI-compatible HTTP in front of a Blossom gRPC server.
+//
+//   blossom-gateway --backend=127.0.0.1:50051 --port=8080 [--api-keys-file=FILE]
+//       [--backend-api-key=KEY] [--served-model-name=NAME] [--request-timeout=600]
+//       [--max-body-bytes=1048576] [--host=127.0.0.1]
+//
+// Flags may be spelled with dashes or underscores. SIGINT/SIGTERM stop it: new connections are
+// refused, in-flight requests are cancelled on the backend.
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "clients/gateway/auth.h"
+#include "clients/gateway/gateway.h"
+#include "grpcpp/grpcpp.h"
+#include "server/http/http_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all).");
+ABSL_FLAG(int, port, 8080, "HTTP port (0 = ephemeral).");
+ABSL_FLAG(std::string, backend, "127.0.0.1:50051", "host:port of the Blossom gRPC server.");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "File with one API key per line; if set, every route but /live needs "
+          "'Authorization: Bearer <key>'.");
+ABSL_FLAG(std::string, backend_api_key, "",
+          "API key sent to the gRPC server; if empty the client's Authorization is forwarded.");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model name clients must use and that /v1/models reports (default: the backend's).");
+ABSL_FLAG(double, request_timeout, 600, "gRPC deadline per generation request, in seconds.");
+ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "Largest accepted request body (413 above).");
+ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "Largest accepted request head (431 above).");
+ABSL_FLAG(int, max_connections, 4096, "Concurrent HTTP connections (503 above).");
+ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
+
+namespace {
+
+// Abseil flags are identifiers; accept the dashed spellings (--api-keys-file) too.
+std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    size_t end = a.find('=');
+    for (size_t j = 2; j < std::min(end, a.size()); ++j) {
+      if (a[j] == '-') a[j] = '_';
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("OpenAI- and TGI-compatible HTTP gateway for a Blossom gRPC server.");
+  std::vector<std::string> args = NormaliseFlagNames(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+
+  // Block the stop signals in every thread; main waits for them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  blossom::gateway::GatewayOptions options;
+  options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  options.backend_api_key = absl::GetFlag(FLAGS_backend_api_key);
+  const double timeout = absl::GetFlag(FLAGS_request_timeout);
+  if (!(timeout > 0)) {
+    spdlog::error("--request-timeout must be positive");
+    return 2;
+  }
+  options.request_timeout = absl::Seconds(timeout);
+  if (const std::string path = absl::GetFlag(FLAGS_api_keys_file); !path.empty()) {
+    auto keys = blossom::gateway::ApiKeys::LoadFile(path);
+    if (!keys.ok()) {
+      spdlog::error("{}", keys.status().ToString());
+      return 2;
+    }
+    options.api_keys = std::move(*keys);
+  }
+
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_backend), grpc::InsecureChannelCredentials());
+  auto gateway = std::make_unique<blossom::gateway::Gateway>(channel, std::move(options));
+
+  blossom::http::ServerOptions http_options;
+  http_options.host = absl::GetFlag(FLAGS_host);
+  http_options.port = absl::GetFlag(FLAGS_port);
+  http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  http_options.max_header_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_header_bytes));
+  http_options.max_connections = absl::GetFlag(FLAGS_max_connections);
+  http_options.handler_threads = absl::GetFlag(FLAGS_handler_threads);
+  http_options.error_response = &blossom::gateway::Gateway::ProtocolErrorResponse;
+  auto server = blossom::http::Server::Start(
+      http_options, [g = gateway.get()](const blossom::http::Request& request,
+                                        std::shared_ptr<blossom::http::ResponseWriter> writer) {
+        g->Handle(request, std::move(writer));
+      });
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("blossom-gateway listening on {}:{}, backend {}", http_options.host,
+               (*server)->port(), absl::GetFlag(FLAGS_backend));
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("signal {}: stopping", signal_number);
+  (*server)->Stop();  // cancels in-flight requests through OnClose
+  gateway.reset();    // waits for the cancelled gRPC calls to finish
+  return 0;
+}

@@ -1,0 +1,47 @@
+// Strict, typed access to fields of a parsed JSON request body, with errors that name the field.
+#ifndef BLOSSOM_CLIENTS_GATEWAY_JSON_FIELDS_H_
+#define BLOSSOM_CLIENTS_GATEWAY_JSON_FIELDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
+#include "nlohmann/json.hpp"
+
+namespace blossom::gateway {
+
+using Json = nlohmann::json;
+
+// InvalidArgument "<field>: <message>" carrying the field name as a payload (see ParamOf), so
+// the HTTP edge can fill OpenAI's "param".
+absl::Status FieldError(absl::string_view field, absl::string_view message);
+// The field named by a FieldError, or "".
+std::string ParamOf(const absl::Status& status);
+
+// Parses a request body: valid UTF-8, valid JSON (no NaN/Infinity literals), an object.
+absl::StatusOr<Json> ParseJsonObject(absl::string_view body);
+
+// Serialises JSON; invalid UTF-8 (never expected) is replaced instead of throwing.
+std::string Dump(const Json& json);
+
+// Field readers: a missing field or JSON null leaves *out empty and returns OK; a value of the
+// wrong type, a non-finite number or one outside the range is a FieldError. Thread-compatible.
+absl::Status GetNumber(const Json& obj, const char* field, absl::optional<double>* out);
+absl::Status GetInt(const Json& obj, const char* field, int64_t min, int64_t max,
+                    absl::optional<int64_t>* out);
+absl::Status GetBool(const Json& obj, const char* field, absl::optional<bool>* out);
+absl::Status GetString(const Json& obj, const char* field, absl::optional<std::string>* out);
+// A string or an array of strings (at most max_items, none empty).
+absl::Status GetStringList(const Json& obj, const char* field, size_t max_items,
+                           std::vector<std::string>* out);
+// Checks an optional number against [min, max] (or (min, ...) with min_exclusive).
+absl::Status CheckRange(const char* field, const absl::optional<double>& value, double min,
+                        bool min_exclusive, double max, bool max_exclusive);
+
+}  // namespace blossom::gateway
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_JSON_FIELDS_H_

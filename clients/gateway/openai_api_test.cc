@@ -1,0 +1,210 @@
+#include "clients/gateway/openai_api.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "clients/gateway/api_errors.h"
+#include "gtest/gtest.h"
+
+namespace blossom::gateway::openai {
+namespace {
+
+struct BadCase {
+  bool chat;
+  std::string body;
+  std::string message;  // expected substring of the error message
+  std::string param;    // expected param ("" = none)
+};
+
+TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
+  const std::string kChat = R"("messages":[{"role":"user","content":"hi"}])";
+  const BadCase cases[] = {
+      {false, "", "invalid JSON", ""},
+      {false, "{", "invalid JSON", ""},
+      {false, "[1,2]", "must be a JSON object", ""},
+      {false, R"({"prompt":"a","temperature":NaN})", "invalid JSON", ""},
+      {false, R"({"prompt":"a","temperature":Infinity})", "invalid JSON", ""},
+      {false, R"({"prompt":"a","temperature":1e999})", "number overflow", ""},
+      {false, "{\"prompt\":\"\xff\xfe\"}", "not valid UTF-8", ""},
+      {false, R"({"prompt":"\ud800"})", "invalid JSON", ""},
+      {false, R"({})", "prompt: is required", "prompt"},
+      {false, R"({"prompt":5})", "prompt: must be", "prompt"},
+      {false, R"({"prompt":""})", "must not be empty", "prompt"},
+      {false, R"({"prompt":["a","b"]})", "only one prompt", "prompt"},
+      {false, R"({"prompt":[1,-2]})", "token ids", "prompt"},
+      {false, R"({"prompt":"a","max_tokens":0})", "at least 1", "max_tokens"},
+      {false, R"({"prompt":"a","max_tokens":"16"})", "must be an integer", "max_tokens"},
+      {false, R"({"prompt":"a","max_tokens":1.5})", "must be an integer", "max_tokens"},
+      {false, R"({"prompt":"a","temperature":"hot"})", "must be a number", "temperature"},
+      {false, R"({"prompt":"a","temperature":2.5})", "must be in [0, 2]", "temperature"},
+      {false, R"({"prompt":"a","top_p":0})", "top_p", "top_p"},
+      {false, R"({"prompt":"a","top_p":1.1})", "top_p", "top_p"},
+      {false, R"({"prompt":"a","n":2})", "only n=1", "n"},
+      {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
+      {false, R"({"prompt":"a","echo":true})", "echo is not supported", "echo"},
+      {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
+      {false, R"({"prompt":"a","stop":["a","b","c","d","e"]})", "at most 4", "stop"},
+      {false, R"({"prompt":"a","stop":[""]})", "must not be empty", "stop"},
+      {false, R"({"prompt":"a","presence_penalty":3})", "presence_penalty", "presence_penalty"},
+      {false, R"({"prompt":"a","frequency_penalty":-2.5})", "frequency_penalty", "frequency_penalty"},
+      {false, R"({"prompt":"a","logprobs":21})", "at most 20", "logprobs"},
+      {false, R"({"prompt":"a","logprobs":true})", "must be an integer", "logprobs"},
+      {false, R"({"prompt":"a","stream":"yes"})", "must be a boolean", "stream"},
+      {false, R"({"prompt":"a","stream_options":{"include_usage":true}})", "only allowed with stream", "stream_options"},
+      {false, R"({"prompt":"a","stream":true,"stream_options":{"include_usage":1}})", "must be a boolean", "stream_options.include_usage"},
+      {false, R"({"prompt":"a","seed":"x"})", "must be an integer", "seed"},
+      {false, R"({"prompt":"a","model":7})", "must be a string", "model"},
+      {false, R"({"prompt":"a","logit_bias":{"1":5}})", "logit_bias", "logit_bias"},
+      {false, R"({"prompt":"a","suffix":"x"})", "suffix", "suffix"},
+      {false, R"({"prompt":"a","user":1})", "must be a string", "user"},
+      {true, R"({})", "messages: is required", "messages"},
+      {true, R"({"messages":[]})", "must not be empty", "messages"},
+      {true, R"({"messages":"hi"})", "must be a list", "messages"},
+      {true, R"({"messages":[{"content":"hi"}]})", "role", "messages[0].role"},
+      {true, R"({"messages":[{"role":"wizard","content":"hi"}]})", "must be one of", "messages[0].role"},
+      {true, R"({"messages":[{"role":"user"}]})", "is required", "messages[0].content"},
+      {true, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "only text", "messages[0].content[0].type"},
+      {true, R"({"messages":[{"role":"user","content":3}]})", "content", "messages[0].content"},
+      {true, "{" + kChat + R"(,"logprobs":1})", "must be a boolean", "logprobs"},
+      {true, "{" + kChat + R"(,"top_logprobs":2})", "requires logprobs=true", "top_logprobs"},
+      {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "tools", "tools"},
+      {true, "{" + kChat + R"(,"response_format":{"type":"json_object"}})", "response_format", "response_format"},
+      {true, "{" + kChat + R"(,"n":3})", "only n=1", "n"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<CompletionRequest> r = c.chat ? ParseChatRequest(c.body) : ParseCompletionRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(HttpStatusFor(r.status(), ApiFlavor::kOpenAI), 400) << c.body;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.message))
+        << c.body << " -> " << r.status().message();
+    EXPECT_EQ(ParamOf(r.status()), c.param) << c.body;
+    // The error body has OpenAI's shape.
+    Json error = Json::parse(OpenAIErrorJson(400, r.status().message(), ParamOf(r.status())));
+    EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(error["error"].contains("code"));
+  }
+}
+
+TEST(OpenAIApiTest, TranslatesCompletionRequest) {
+  auto r = ParseCompletionRequest(
+      R"({"model":"bloom","prompt":["Hello"],"max_tokens":7,"temperature":0.5,"top_p":0.9,
+          "stop":"\n","seed":42,"presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":2,
+          "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& req = r->request;
+  EXPECT_EQ(req.text(), "Hello");
+  EXPECT_EQ(req.model(), "bloom");
+  EXPECT_EQ(req.stopping().max_new_tokens(), 7);
+  EXPECT_FLOAT_EQ(req.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(req.sampling().top_p(), 0.9f);
+  EXPECT_EQ(req.sampling().seed(), 42u);
+  EXPECT_EQ(req.sampling().logprobs(), 2);
+  EXPECT_EQ(req.sampling().top_k(), 5);
+  EXPECT_TRUE(req.stopping().ignore_eos());
+  ASSERT_EQ(req.stopping().stop_size(), 1);
+  EXPECT_EQ(req.stopping().stop(0), "\n");
+  EXPECT_FALSE(r->stream);
+  EXPECT_TRUE(r->logprobs);
+}
+
+TEST(OpenAIApiTest, AbsentFieldsStayAbsent) {
+  auto r = ParseCompletionRequest(R"({"prompt":[[1,2,3]],"temperature":null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.token_ids().ids_size(), 3);
+  EXPECT_FALSE(r->request.sampling().has_temperature());
+  EXPECT_FALSE(r->request.stopping().has_max_new_tokens());
+  EXPECT_FALSE(r->request.sampling().has_logprobs());
+}
+
+TEST(OpenAIApiTest, RendersChatTemplate) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},
+          {"role":"assistant","content":"Hello!"},
+          {"role":"user","content":[{"type":"text","text":"How "},{"type":"text","text":"are you?"}]}],
+          "stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,
+          "max_completion_tokens":9})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.text(), "Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: How are you?\nAssistant:");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->request.sampling().logprobs(), 3);
+  EXPECT_EQ(r->request.stopping().max_new_tokens(), 9);
+}
+
+blossom::v1::GenerateResponse MakeResponse() {
+  blossom::v1::GenerateResponse response;
+  response.set_text("Hi there");
+  for (auto [id, text, lp] : {std::tuple{5, "Hi", -0.5f}, std::tuple{6, " there", -1.0f}}) {
+    auto* t = response.add_tokens();
+    t->set_id(id);
+    t->set_text(text);
+    t->set_logprob(lp);
+    auto* top = t->add_top_logprobs();
+    top->set_token(text);
+    top->set_logprob(lp);
+  }
+  response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_LENGTH);
+  response.mutable_final()->mutable_usage()->set_prompt_tokens(3);
+  response.mutable_final()->mutable_usage()->set_generated_tokens(2);
+  return response;
+}
+
+TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {
+  auto r = ParseCompletionRequest(R"({"prompt":"x","logprobs":1})");
+  ASSERT_TRUE(r.ok());
+  r->model = "m";
+  Json j = CompletionResponse(*r, MakeResponse(), "cmpl-1", 123);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["choices"][0]["text"], "Hi there");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"], Json({"Hi", " there"}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json({0, 2}));
+  EXPECT_DOUBLE_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1][" there"].get<double>(), -1.0);
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+}
+
+TEST(OpenAIApiTest, EncodesChatResponse) {
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})");
+  ASSERT_TRUE(r.ok());
+  Json j = CompletionResponse(*r, MakeResponse(), "chatcmpl-1", 123);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hi there");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["token"], "Hi");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["bytes"], Json({72, 105}));
+}
+
+TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(r.ok());
+  StreamEncoder encoder(*r, "chatcmpl-1", 1);
+  std::string out = encoder.Start();
+  blossom::v1::GenerateStreamResponse m1;
+  m1.set_text_delta("Hel");
+  out += encoder.OnMessage(m1);
+  blossom::v1::GenerateStreamResponse m2;
+  m2.set_text_delta("lo");
+  m2.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_STRING);
+  m2.mutable_final()->mutable_usage()->set_prompt_tokens(1);
+  m2.mutable_final()->mutable_usage()->set_generated_tokens(2);
+  out += encoder.OnMessage(m2);
+  std::vector<std::string> events;
+  for (absl::string_view e : absl::StrSplit(out, "\n\n", absl::SkipEmpty())) events.emplace_back(e);
+  ASSERT_EQ(events.size(), 5u) << out;
+  Json first = Json::parse(events[0].substr(6));
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(Json::parse(events[1].substr(6))["choices"][0]["delta"]["content"], "Hel");
+  Json last = Json::parse(events[2].substr(6));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(last["usage"].is_null());
+  Json usage = Json::parse(events[3].substr(6));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 3);
+  EXPECT_EQ(events[4], "data: [DONE]");
+}
+
+}  // namespace
+}  // namespace blossom::gateway::openai

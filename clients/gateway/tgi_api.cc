@@ -1,0 +1,238 @@
+#include "clients/gateway/tgi_api.h"
+
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "clients/gateway/api_errors.h"
+#include "kernels/status_macros.h"
+
+namespace blossom::gateway::tgi {
+namespace {
+
+using blossom::v1::FinishReason;
+using blossom::v1::Token;
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr size_t kMaxStop = 4;
+
+// Fields we cannot honour: absent, null, false or 0 are fine, anything else is refused.
+absl::Status RejectIfSet(const Json& params, const char* field) {
+  auto it = params.find(field);
+  if (it == params.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) {
+    return absl::OkStatus();
+  }
+  if (it->is_number_integer() && it->get<int64_t>() == 0) return absl::OkStatus();
+  return FieldError(absl::StrCat("parameters.", field), "is not supported");
+}
+
+absl::Status InParams(absl::Status s) {
+  if (s.ok() || ParamOf(s).empty()) return s;
+  std::string field = ParamOf(s);
+  std::string message(s.message().substr(field.size() + 2));
+  return FieldError(absl::StrCat("parameters.", field), message);
+}
+
+Json TokenJson(const Token& token, bool special) {
+  return {{"id", token.id()},
+          {"text", token.text()},
+          {"logprob", token.has_logprob() ? Json(token.logprob()) : Json(nullptr)},
+          {"special", special}};
+}
+
+// TGI reports a seed only when sampling (greedy decoding uses none).
+Json SeedJson(const GenerateRequest& request, uint64_t seed) {
+  const auto& sampling = request.request.sampling();
+  if (sampling.has_temperature() && sampling.temperature() == 0.0f) return nullptr;
+  return seed;
+}
+
+}  // namespace
+
+const char* FinishReasonString(FinishReason reason) {
+  switch (reason) {
+    case blossom::v1::FINISH_REASON_EOS_TOKEN: return "eos_token";
+    case blossom::v1::FINISH_REASON_STOP_TOKEN:
+    case blossom::v1::FINISH_REASON_STOP_STRING: return "stop_sequence";
+    default: return "length";
+  }
+}
+
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
+  BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
+  GenerateRequest out;
+  absl::optional<std::string> inputs;
+  BLOSSOM_RETURN_IF_ERROR(GetString(json, "inputs", &inputs));
+  if (!inputs) return FieldError("inputs", "is required");
+  if (inputs->empty()) return FieldError("inputs", "must not be empty");
+  out.inputs = *inputs;
+  out.request.set_text(*inputs);
+
+  Json params = Json::object();
+  auto it = json.find("parameters");
+  if (it != json.end() && !it->is_null()) {
+    if (!it->is_object()) return FieldError("parameters", "must be an object");
+    params = *it;
+  }
+  auto* sampling = out.request.mutable_sampling();
+  auto* stopping = out.request.mutable_stopping();
+
+  for (const char* field : {"decoder_input_details", "watermark", "truncate", "top_n_tokens",
+                            "grammar", "adapter_id"}) {
+    BLOSSOM_RETURN_IF_ERROR(RejectIfSet(params, field));
+  }
+  absl::optional<int64_t> best_of;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "best_of", 1, kInt32Max, &best_of)));
+  if (best_of && *best_of > 1) return FieldError("parameters.best_of", "only best_of=1 is supported");
+
+  absl::optional<double> temperature, top_p, typical_p, repetition, frequency;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "temperature", &temperature)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(CheckRange("temperature", temperature, 0, true, 100, false)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "top_p", &top_p)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(CheckRange("top_p", top_p, 0, true, 1, true)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "typical_p", &typical_p)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(CheckRange("typical_p", typical_p, 0, true, 1, true)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "repetition_penalty", &repetition)));
+  BLOSSOM_RETURN_IF_ERROR(
+      InParams(CheckRange("repetition_penalty", repetition, 0, true, 100, false)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "frequency_penalty", &frequency)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(CheckRange("frequency_penalty", frequency, -2, false, 2, false)));
+  absl::optional<int64_t> top_k, max_new_tokens, seed;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "top_k", 1, kInt32Max, &top_k)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "max_new_tokens", 1, kInt32Max, &max_new_tokens)));
+  BLOSSOM_RETURN_IF_ERROR(
+      InParams(GetInt(params, "seed", 0, std::numeric_limits<int64_t>::max(), &seed)));
+  // ignore_eos is an extension (vLLM accepts it too): benchmarks and tests need exact lengths.
+  absl::optional<bool> do_sample, details, return_full_text, ignore_eos;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "ignore_eos", &ignore_eos)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "do_sample", &do_sample)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "details", &details)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "return_full_text", &return_full_text)));
+  std::vector<std::string> stop;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetStringList(params, "stop", kMaxStop, &stop)));
+
+  const bool sample = do_sample.value_or(false) || temperature || top_k || top_p || typical_p;
+  if (!sample) {
+    sampling->set_temperature(0);  // greedy
+  } else if (temperature) {
+    sampling->set_temperature(static_cast<float>(*temperature));
+  }
+  if (top_k) sampling->set_top_k(static_cast<int32_t>(*top_k));
+  if (top_p) sampling->set_top_p(static_cast<float>(*top_p));
+  if (typical_p) sampling->set_typical_p(static_cast<float>(*typical_p));
+  if (repetition) sampling->set_repetition_penalty(static_cast<float>(*repetition));
+  if (frequency) sampling->set_frequency_penalty(static_cast<float>(*frequency));
+  if (seed) sampling->set_seed(static_cast<uint64_t>(*seed));
+  if (max_new_tokens) stopping->set_max_new_tokens(static_cast<int32_t>(*max_new_tokens));
+  for (std::string& s : stop) stopping->add_stop(std::move(s));
+  if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
+  out.details = details.value_or(false);
+  if (out.details) sampling->set_logprobs(0);  // details carry each token's logprob
+  out.return_full_text = return_full_text.value_or(false);
+  return out;
+}
+
+Json GenerateResponse(const GenerateRequest& request, const blossom::v1::GenerateResponse& response) {
+  Json out = {{"generated_text", request.return_full_text ? request.inputs + response.text()
+                                                          : response.text()}};
+  if (request.details) {
+    const auto& final = response.final();
+    Json tokens = Json::array();
+    for (int i = 0; i < response.tokens_size(); ++i) {
+      bool special = i + 1 == response.tokens_size() &&
+                     final.finish_reason() == blossom::v1::FINISH_REASON_EOS_TOKEN;
+      tokens.push_back(TokenJson(response.tokens(i), special));
+    }
+    out["details"] = {{"finish_reason", FinishReasonString(final.finish_reason())},
+                      {"generated_tokens", final.usage().generated_tokens()},
+                      {"seed", SeedJson(request, final.seed())},
+                      {"prefill", Json::array()},
+                      {"tokens", tokens},
+                      {"top_tokens", Json::array()}};
+  }
+  return out;
+}
+
+std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message) {
+  text_ += message.text_delta();
+  const bool final = message.has_final();
+  if (!message.has_token() && !final) return "";
+  Json token;
+  if (message.has_token()) {
+    token = TokenJson(message.token(), final && message.final().finish_reason() ==
+                                                   blossom::v1::FINISH_REASON_EOS_TOKEN);
+  } else {
+    // A final message without a token still needs a token in TGI's event shape.
+    token = {{"id", 0}, {"text", ""}, {"logprob", nullptr}, {"special", true}};
+  }
+  Json event = {{"index", index_++}, {"token", token}, {"top_tokens", nullptr},
+                {"generated_text", nullptr}, {"details", nullptr}};
+  if (final) {
+    event["generated_text"] = request_.return_full_text ? request_.inputs + text_ : text_;
+    if (request_.details) {
+      event["details"] = {{"finish_reason", FinishReasonString(message.final().finish_reason())},
+                          {"generated_tokens", message.final().usage().generated_tokens()},
+                          {"seed", SeedJson(request_, message.final().seed())},
+                          {"input_length", message.final().usage().prompt_tokens()}};
+    }
+  }
+  return absl::StrCat("data:", Dump(event), "\n\n");
+}
+
+std::string StreamEncoder::Error(int http_status, absl::string_view message) {
+  return absl::StrCat("data:", TgiErrorJson(http_status, message), "\n\n");
+}
+
+absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
+  BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
+  absl::optional<std::string> inputs;
+  BLOSSOM_RETURN_IF_ERROR(GetString(json, "inputs", &inputs));
+  if (!inputs) return FieldError("inputs", "is required");
+  absl::optional<bool> add_special;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(json, "add_special_tokens", &add_special));
+  blossom::v1::TokenizeRequest request;
+  request.set_text(*inputs);
+  request.set_add_special_tokens(add_special.value_or(true));
+  return request;
+}
+
+Json TokenizeResponse(const blossom::v1::TokenizeResponse& response) {
+  Json out = Json::array();
+  for (int i = 0; i < response.ids_size(); ++i) {
+    Json t = {{"id", response.ids(i)},
+              {"text", i < response.tokens_size() ? response.tokens(i) : ""}};
+    if (i < response.offsets_size()) {
+      t["start"] = response.offsets(i).start();
+      t["stop"] = response.offsets(i).end();
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id) {
+  const auto& limits = info.limits();
+  return {{"model_id", model_id},
+          {"model_sha", nullptr},
+          {"model_dtype", info.dtype()},
+          {"model_device_type", info.backend()},
+          {"model_pipeline_tag", "text-generation"},
+          {"max_concurrent_requests", limits.max_batch_size() + limits.max_waiting_requests()},
+          {"max_best_of", 1},
+          {"max_stop_sequences", limits.max_stop_strings() > 0 ? limits.max_stop_strings() : 4},
+          {"max_input_tokens", limits.max_input_tokens()},
+          {"max_input_length", limits.max_input_tokens()},
+          {"max_total_tokens", limits.max_total_tokens()},
+          {"waiting_served_ratio", 0.0},
+          {"max_batch_total_tokens", limits.max_batched_tokens()},
+          {"max_waiting_tokens", 0},
+          {"max_batch_size", limits.max_batch_size()},
+          {"validation_workers", 1},
+          {"max_client_batch_size", 1},
+          {"router", "blossom-gateway"},
+          {"version", info.version()},
+          {"sha", nullptr},
+          {"docker_label", nullptr}};
+}
+
+}  // namespace blossom::gateway::tgi

@@ -1,0 +1,55 @@
+// Hugging Face TGI-compatible /generate, /generate_stream, /tokenize and /info: request
+// validation (TGI's rules: temperature > 0, top_k > 0, top_p and typical_p in (0, 1),
+// repetition_penalty > 0, max_new_tokens >= 1, at most 4 stop sequences) and response encoding.
+// Sampling is on when do_sample is true or any of temperature/top_k/top_p/typical_p is given;
+// otherwise decoding is greedy (TGI's default). Unsupported: decoder_input_details, watermark,
+// truncate, best_of > 1, top_n_tokens > 0, grammar, adapter_id (all 422 naming the field).
+#ifndef BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
+#define BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "clients/gateway/json_fields.h"
+#include "proto/blossom/v1/blossom.pb.h"
+
+namespace blossom::gateway::tgi {
+
+struct GenerateRequest {
+  blossom::v1::GenerateRequest request;
+  std::string inputs;
+  bool details = false;
+  bool return_full_text = false;
+};
+
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body);
+Json GenerateResponse(const GenerateRequest& request, const blossom::v1::GenerateResponse& response);
+
+// {"inputs": "...", "add_special_tokens": bool (default true)}.
+absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
+// [{"id", "text", "start", "stop"}, ...]
+Json TokenizeResponse(const blossom::v1::TokenizeResponse& response);
+
+Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id);
+
+// "eos_token", "stop_sequence" or "length".
+const char* FinishReasonString(blossom::v1::FinishReason reason);
+
+// Encodes a GenerateStream as TGI's SSE events ("data:{...}\n\n"); the last carries
+// generated_text (and details when requested). Not thread-safe: one per request.
+class StreamEncoder {
+ public:
+  explicit StreamEncoder(const GenerateRequest& request) : request_(request) {}
+  std::string OnMessage(const blossom::v1::GenerateStreamResponse& message);
+  std::string Error(int http_status, absl::string_view message);
+
+ private:
+  const GenerateRequest& request_;
+  std::string text_;
+  int index_ = 0;
+};
+
+}  // namespace blossom::gateway::tgi
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_

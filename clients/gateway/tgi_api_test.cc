@@ -1,0 +1,123 @@
+#include "clients/gateway/tgi_api.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "clients/gateway/api_errors.h"
+#include "gtest/gtest.h"
+
+namespace blossom::gateway::tgi {
+namespace {
+
+TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
+  struct Case {
+    std::string body, message, param;
+  };
+  const Case cases[] = {
+      {R"({"parameters":{}})", "inputs: is required", "inputs"},
+      {R"({"inputs":""})", "must not be empty", "inputs"},
+      {R"({"inputs":["a"]})", "must be a string", "inputs"},
+      {R"({"inputs":"a","parameters":[]})", "must be an object", "parameters"},
+      {R"({"inputs":"a","parameters":{"temperature":0}})", "temperature", "parameters.temperature"},
+      {R"({"inputs":"a","parameters":{"temperature":-1}})", "temperature", "parameters.temperature"},
+      {R"({"inputs":"a","parameters":{"top_k":0}})", "at least 1", "parameters.top_k"},
+      {R"({"inputs":"a","parameters":{"top_p":1.0}})", "top_p", "parameters.top_p"},
+      {R"({"inputs":"a","parameters":{"typical_p":0}})", "typical_p", "parameters.typical_p"},
+      {R"({"inputs":"a","parameters":{"repetition_penalty":0}})", "repetition_penalty", "parameters.repetition_penalty"},
+      {R"({"inputs":"a","parameters":{"max_new_tokens":0}})", "at least 1", "parameters.max_new_tokens"},
+      {R"({"inputs":"a","parameters":{"max_new_tokens":"5"}})", "must be an integer", "parameters.max_new_tokens"},
+      {R"({"inputs":"a","parameters":{"seed":-1}})", "at least 0", "parameters.seed"},
+      {R"({"inputs":"a","parameters":{"do_sample":"true"}})", "must be a boolean", "parameters.do_sample"},
+      {R"({"inputs":"a","parameters":{"stop":["a","b","c","d","e"]}})", "at most 4", "parameters.stop"},
+      {R"({"inputs":"a","parameters":{"decoder_input_details":true}})", "not supported", "parameters.decoder_input_details"},
+      {R"({"inputs":"a","parameters":{"watermark":true}})", "not supported", "parameters.watermark"},
+      {R"({"inputs":"a","parameters":{"best_of":2}})", "best_of", "parameters.best_of"},
+      {R"({"inputs":"a","parameters":{"truncate":10}})", "not supported", "parameters.truncate"},
+      {R"({"inputs":"a","parameters":{"temperature":1e400}})", "number overflow", ""},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseGenerateRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(HttpStatusFor(r.status(), ApiFlavor::kTgi), 422) << c.body;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.message)) << c.body << " -> " << r.status();
+    EXPECT_EQ(ParamOf(r.status()), c.param) << c.body;
+  }
+  Json error = Json::parse(TgiErrorJson(422, "x"));
+  EXPECT_EQ(error["error"], "x");
+  EXPECT_EQ(error["error_type"], "validation");
+}
+
+TEST(TgiApiTest, GreedyUnlessSampling) {
+  auto greedy = ParseGenerateRequest(R"({"inputs":"a","parameters":{"max_new_tokens":3,"watermark":false}})");
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_EQ(greedy->request.sampling().temperature(), 0.0f);
+  EXPECT_TRUE(greedy->request.sampling().has_temperature());
+  EXPECT_EQ(greedy->request.stopping().max_new_tokens(), 3);
+  EXPECT_FALSE(greedy->request.stopping().ignore_eos());
+
+  auto exact = ParseGenerateRequest(R"({"inputs":"a","parameters":{"ignore_eos":true}})");
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_TRUE(exact->request.stopping().ignore_eos());
+
+  auto sampled = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"do_sample":true,"top_k":10,"seed":7,"details":true,"stop":["x"],"return_full_text":true}})");
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_FALSE(sampled->request.sampling().has_temperature());  // server default 1.0
+  EXPECT_EQ(sampled->request.sampling().top_k(), 10);
+  EXPECT_EQ(sampled->request.sampling().seed(), 7u);
+  EXPECT_EQ(sampled->request.sampling().logprobs(), 0);
+  EXPECT_TRUE(sampled->details);
+  EXPECT_TRUE(sampled->return_full_text);
+}
+
+TEST(TgiApiTest, EncodesResponseAndStream) {
+  auto r = ParseGenerateRequest(R"({"inputs":"Say","parameters":{"details":true,"return_full_text":true}})");
+  ASSERT_TRUE(r.ok());
+  blossom::v1::GenerateResponse response;
+  response.set_text(" hi");
+  auto* t = response.add_tokens();
+  t->set_id(9);
+  t->set_text(" hi");
+  t->set_logprob(-0.25f);
+  response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
+  response.mutable_final()->mutable_usage()->set_generated_tokens(1);
+  Json j = GenerateResponse(*r, response);
+  EXPECT_EQ(j["generated_text"], "Say hi");
+  EXPECT_EQ(j["details"]["finish_reason"], "eos_token");
+  EXPECT_EQ(j["details"]["tokens"][0]["id"], 9);
+  EXPECT_EQ(j["details"]["tokens"][0]["special"], true);
+  EXPECT_TRUE(j["details"]["seed"].is_null());  // greedy
+
+  StreamEncoder encoder(*r);
+  blossom::v1::GenerateStreamResponse m1;
+  m1.set_text_delta(" hi");
+  *m1.mutable_token() = *t;
+  std::string e1 = encoder.OnMessage(m1);
+  ASSERT_TRUE(absl::StartsWith(e1, "data:"));
+  Json j1 = Json::parse(e1.substr(5));
+  EXPECT_EQ(j1["token"]["text"], " hi");
+  EXPECT_TRUE(j1["generated_text"].is_null());
+  blossom::v1::GenerateStreamResponse m2;
+  m2.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_LENGTH);
+  Json j2 = Json::parse(encoder.OnMessage(m2).substr(5));
+  EXPECT_EQ(j2["generated_text"], "Say hi");
+  EXPECT_EQ(j2["token"]["special"], true);
+  EXPECT_EQ(j2["details"]["finish_reason"], "length");
+}
+
+TEST(TgiApiTest, Tokenize) {
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"inputs":3})").ok());
+  auto r = ParseTokenizeRequest(R"({"inputs":"ab"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->add_special_tokens());
+  blossom::v1::TokenizeResponse response;
+  response.add_ids(4);
+  response.add_tokens("ab");
+  auto* span = response.add_offsets();
+  span->set_start(0);
+  span->set_end(2);
+  EXPECT_EQ(TokenizeResponse(response), Json::parse(R"([{"id":4,"text":"ab","start":0,"stop":2}])"));
+}
+
+}  // namespace
+}  // namespace blossom::gateway::tgi

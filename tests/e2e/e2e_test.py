@@ -1,0 +1,575 @@
+"""End-to-end tests over loopback: the real blossom-server (CPU backend, fixture model), the
+real blossom-gateway, and real clients: OpenAI's `openai` package, Hugging Face's
+`text-generation`, the project's Python gRPC client, curl, the `blossom` CLI and a real
+Prometheus server scraping /metrics.
+"""
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import blossom_client
+import aiohttp
+import openai
+import text_generation
+from blossom_client import errors as blossom_errors
+
+from procs import Process, runfile, wait_until
+
+SERVER = runfile("server/blossom-server")
+GATEWAY = runfile("clients/gateway/blossom-gateway")
+CLI = runfile("clients/blossom")
+MODEL_DIR = runfile("tests/fixtures/models/bloom-tiny-h4")
+MODEL = "bloom-tiny-h4"
+API_KEY = "e2e-key-5b1f0c"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(name, *extra):
+    proc = Process(name, [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
+                          "--metrics_port", "0", "--threads", "1", "--max_input_tokens", "256",
+                          "--max_total_tokens", "1024", *extra],
+                   r"grpc_port=(\d+) metrics_port=(-?\d+)")
+    proc.grpc = f"127.0.0.1:{proc.match.group(1)}"
+    proc.metrics = f"http://127.0.0.1:{proc.match.group(2)}"
+    client = blossom_client.BlossomClient(proc.grpc, timeout=5)
+    wait_until(lambda: client.health() == "SERVING", what=f"{name} health SERVING")
+    client.close()
+    return proc
+
+
+def start_gateway(name, server, *extra):
+    proc = Process(name, [GATEWAY, "--host", "127.0.0.1", "--port", "0", "--backend", server.grpc,
+                          *extra], r"listening on [^ ]*:(\d+)")
+    proc.url = f"http://127.0.0.1:{proc.match.group(1)}"
+    return proc
+
+
+def metric(server, name):
+    """The value of an unlabelled sample in the server's /metrics."""
+    with urllib.request.urlopen(server.metrics + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise KeyError(name)
+
+
+def wait_idle(server):
+    wait_until(lambda: metric(server, "blossom_kv_cache_blocks_used") == 0
+               and metric(server, "blossom_num_requests_running") == 0
+               and metric(server, "blossom_num_requests_waiting") == 0,
+               timeout=30, what="zero KV blocks in use")
+
+
+def setUpModule():
+    global SRV, GW, KEYS_FILE
+    SRV = start_server("server")
+    KEYS_FILE = os.path.join(tempfile.mkdtemp(), "keys.txt")
+    with open(KEYS_FILE, "w") as f:
+        f.write(f"# e2e keys\n{API_KEY}\nsecond-key\n")
+    GW = start_gateway("gateway", SRV, "--api_keys_file", KEYS_FILE)
+
+
+def tearDownModule():
+    GW.stop()
+    SRV.stop()
+
+
+def auth():
+    return {"Authorization": f"Bearer {API_KEY}"}
+
+
+def grpc_greedy(prompt, n, **kw):
+    with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+        return c.generate(prompt, max_new_tokens=n, temperature=0.0, **kw)
+
+
+class OpenAIClientTest(unittest.TestCase):
+    def setUp(self):
+        self.client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+
+    def test_completion_matches_grpc_greedy(self):
+        expected = grpc_greedy("The server reads", 12)
+        r = self.client.completions.create(model=MODEL, prompt="The server reads", max_tokens=12,
+                                           temperature=0)
+        self.assertEqual(r.choices[0].text, expected.text)
+        self.assertEqual(r.usage.completion_tokens, len(expected.tokens))
+        self.assertEqual(r.usage.prompt_tokens, expected.usage.prompt_tokens)
+        self.assertEqual(r.choices[0].finish_reason,
+                         "length" if expected.finish_reason == "length" else "stop")
+
+    def test_streaming_completion_equals_unary(self):
+        unary = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
+                                               temperature=0)
+        text, finish = "", None
+        stream = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
+                                                temperature=0, stream=True)
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].text
+                finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual(text, unary.choices[0].text)
+        self.assertEqual(finish, unary.choices[0].finish_reason)
+
+    def test_chat_streaming_with_usage(self):
+        stream = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=10, temperature=0, stream=True, stream_options={"include_usage": True})
+        content, finish, usage = "", None, None
+        for chunk in stream:
+            if chunk.choices:
+                content += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+        self.assertIn(finish, ("length", "stop"))
+        self.assertIsNotNone(usage)
+        self.assertGreaterEqual(usage.completion_tokens, 1)
+        self.assertLessEqual(usage.completion_tokens, 10)
+        self.assertIsInstance(content, str)
+
+    def test_chat_unary(self):
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "system", "content": "Be brief."},
+                                   {"role": "user", "content": "Hello"}],
+            max_tokens=6, temperature=0, seed=3)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertLessEqual(r.usage.completion_tokens, 6)
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list()]
+        self.assertIn(MODEL, ids)
+
+    def test_wrong_key_is_401(self):
+        bad = openai.OpenAI(base_url=GW.url + "/v1", api_key="nope", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.completions.create(model=MODEL, prompt="x", max_tokens=1)
+
+    def test_bad_parameter_is_400_naming_it(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=4, top_p=7.0)
+        self.assertIn("top_p", str(cm.exception))
+
+
+class TextGenerationClientTest(unittest.TestCase):
+    def setUp(self):
+        self.client = text_generation.Client(GW.url, headers=auth(), timeout=30)
+
+    def test_generate_matches_grpc_greedy(self):
+        expected = grpc_greedy("The server reads", 10)
+        r = self.client.generate("The server reads", max_new_tokens=10)
+        self.assertEqual(r.generated_text, expected.text)
+        self.assertEqual(r.details.generated_tokens, len(expected.tokens))
+
+    def test_generate_stream(self):
+        expected = grpc_greedy("The library", 9)
+        tokens, final = [], None
+        for response in self.client.generate_stream("The library", max_new_tokens=9):
+            if not response.token.special:
+                tokens.append(response.token)
+            if response.generated_text is not None:
+                final = response
+        self.assertEqual(len(tokens), len(expected.tokens))
+        self.assertEqual([t.id for t in tokens], [t.id for t in expected.tokens])
+        self.assertIsNotNone(final)
+        self.assertEqual(final.generated_text, expected.text)
+
+    def test_sampling_with_seed_is_reproducible(self):
+        a = self.client.generate("Once", max_new_tokens=8, do_sample=True, temperature=0.9,
+                                 top_p=0.9, seed=42)
+        b = self.client.generate("Once", max_new_tokens=8, do_sample=True, temperature=0.9,
+                                 top_p=0.9, seed=42)
+        self.assertEqual(a.generated_text, b.generated_text)
+
+    def test_validation_error_is_422(self):
+        with self.assertRaises(text_generation.errors.ValidationError):
+            self.client.generate("x", max_new_tokens=4, top_p=1.5)
+
+
+class GrpcClientTest(unittest.TestCase):
+    def test_generate_stream_tokenize_info_health(self):
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            self.assertEqual(c.health(), "SERVING")
+            info = c.model_info()
+            self.assertEqual(info.model_id, MODEL)
+            self.assertEqual(info.num_heads, 4)
+            r = c.generate("The server reads", max_new_tokens=8, temperature=0.0, ignore_eos=True)
+            self.assertEqual(r.usage.generated_tokens, 8)
+            self.assertEqual(r.finish_reason, "length")
+            chunks = list(c.generate_stream("The server reads", max_new_tokens=8,
+                                            temperature=0.0, ignore_eos=True))
+            self.assertEqual("".join(ch.text_delta for ch in chunks), r.text)
+            self.assertEqual(chunks[-1].final.usage.generated_tokens, 8)
+            tok = c.tokenize("Hello world")
+            self.assertEqual(len(tok.ids), len(tok.tokens))
+            with self.assertRaises(blossom_errors.InvalidArgumentError):
+                c.generate("x", temperature=-1.0)
+
+    def test_async_streaming(self):
+        async def run():
+            async with blossom_client.AsyncBlossomClient(SRV.grpc, timeout=30) as c:
+                n = 0
+                async for chunk in c.generate_stream("Async", max_new_tokens=7, temperature=0.0,
+                                                     ignore_eos=True):
+                    n += chunk.token is not None
+                return n
+        self.assertEqual(asyncio.run(run()), 7)
+
+
+class CurlAndCliTest(unittest.TestCase):
+    def test_curl_completion(self):
+        body = json.dumps({"model": MODEL, "prompt": "The server reads", "max_tokens": 5,
+                           "temperature": 0})
+        out = subprocess.run(["curl", "-sS", "-X", "POST", GW.url + "/v1/completions",
+                              "-H", "Content-Type: application/json",
+                              "-H", f"Authorization: Bearer {API_KEY}", "-d", body],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        r = json.loads(out)
+        self.assertEqual(r["object"], "text_completion")
+        self.assertEqual(r["choices"][0]["text"], grpc_greedy("The server reads", 5).text)
+
+    def test_curl_sse_ends_with_done(self):
+        body = json.dumps({"model": MODEL, "prompt": "Hi", "max_tokens": 4, "stream": True})
+        out = subprocess.run(["curl", "-sS", "-N", "-X", "POST", GW.url + "/v1/completions",
+                              "-H", "Content-Type: application/json",
+                              "-H", f"Authorization: Bearer {API_KEY}", "-d", body],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        events = [l for l in out.splitlines() if l.startswith("data: ")]
+        self.assertEqual(events[-1], "data: [DONE]")
+        self.assertGreaterEqual(len(events), 2)
+
+    def test_cli_server_mode(self):
+        run = lambda *a: subprocess.run([CLI, *a, "--server", SRV.grpc], capture_output=True,
+                                        text=True, timeout=60)
+        self.assertEqual(run("health").stdout.strip(), "SERVING")
+        info = json.loads(run("info").stdout)
+        self.assertEqual(info["model_id"], MODEL)
+        streamed = run("stream", "--prompt", "The server reads", "--max_new_tokens", "6",
+                       "--ignore_eos")
+        self.assertEqual(streamed.returncode, 0, streamed.stderr)
+        self.assertEqual(streamed.stdout.rstrip("\n"),
+                         grpc_greedy("The server reads", 6, ignore_eos=True).text)
+        self.assertIn("generated_tokens=6", streamed.stderr)
+        bad = run("generate", "--prompt", "x", "--top_p", "2")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("INVALID_ARGUMENT", bad.stderr)
+        self.assertIn("top_p", bad.stderr)
+
+
+class PrometheusTest(unittest.TestCase):
+    def test_prometheus_scrapes_ttft_histogram(self):
+        prometheus = shutil.which("prometheus")
+        if prometheus is None:
+            self.fail("the prometheus binary is missing (apt-get install prometheus)")
+        for _ in range(3):
+            grpc_greedy("Scrape me", 4)
+        work = tempfile.mkdtemp()
+        config = os.path.join(work, "prometheus.yml")
+        target = SRV.metrics.replace("http://", "")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                    f"  - job_name: blossom\n    static_configs:\n      - targets: ['{target}']\n")
+        port = free_port()
+        proc = subprocess.Popen([prometheus, f"--config.file={config}",
+                                 f"--storage.tsdb.path={work}/data",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            result = {}
+
+            def ttft_buckets():
+                url = (f"http://127.0.0.1:{port}/api/v1/query?query="
+                       "blossom_time_to_first_token_seconds_bucket")
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    data = json.loads(r.read())
+                result["series"] = data["data"]["result"]
+                return data["status"] == "success" and len(result["series"]) > 1
+            wait_until(ttft_buckets, timeout=60, interval=0.5, what="Prometheus query result")
+            by_le = {s["metric"]["le"]: float(s["value"][1]) for s in result["series"]}
+            self.assertIn("+Inf", by_le)
+            self.assertGreaterEqual(by_le["+Inf"], 3)
+            self.assertEqual(result["series"][0]["metric"]["job"], "blossom")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+class ConcurrencyTest(unittest.TestCase):
+    def test_200_gateway_streams_with_10_percent_disconnects(self):
+        async def one(session, i):
+            want = 4 + i % 9
+            # ignore_eos (a Blossom and vLLM extension) makes the token count exact.
+            body = {"inputs": f"Stream number {i}",
+                    "parameters": {"max_new_tokens": want, "do_sample": True, "seed": i,
+                                   "temperature": 0.7, "ignore_eos": True}}
+            tokens = 0
+            async with session.post(GW.url + "/generate_stream", json=body,
+                                    headers=auth()) as r:
+                self.assertEqual(r.status, 200)
+                async for raw in r.content:
+                    line = raw.decode().strip()
+                    if line.startswith("data:"):
+                        json.loads(line[5:])
+                        tokens += 1
+                        if i % 10 == 0 and tokens == 2:
+                            r.close()  # drops the connection mid-stream
+                            return ("dropped", tokens, want)
+            return ("done", tokens, want)
+
+        async def run():
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            timeout = aiohttp.ClientTimeout(total=180)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                return await asyncio.gather(*(one(session, i) for i in range(200)))
+
+        results = asyncio.run(run())
+        done = [r for r in results if r[0] == "done"]
+        self.assertEqual(len(done), 180)
+        for _, tokens, want in done:
+            self.assertEqual(tokens, want)
+        wait_idle(SRV)
+
+    def test_200_grpc_streams_with_10_percent_disconnects(self):
+        async def one(client, i):
+            want = 3 + i % 11
+            n = 0
+            stream = client.generate_stream(f"gRPC stream {i}", max_new_tokens=want,
+                                            temperature=0.0, ignore_eos=True)
+            async for chunk in stream:
+                n += chunk.token is not None
+                if i % 10 == 5 and n == 2:
+                    await stream.aclose() if hasattr(stream, "aclose") else None
+                    return None
+            return (n, want)
+
+        async def run():
+            async with blossom_client.AsyncBlossomClient(SRV.grpc, timeout=120) as c:
+                return await asyncio.gather(*(one(c, i) for i in range(200)))
+
+        results = [r for r in asyncio.run(run()) if r is not None]
+        self.assertEqual(len(results), 180)
+        for n, want in results:
+            self.assertEqual(n, want)
+        wait_idle(SRV)
+
+
+class OverloadTest(unittest.TestCase):
+    def test_overload_gets_fast_429_and_no_5xx(self):
+        server = start_server("server-overload", "--max_batch_size", "1",
+                              "--max_waiting_requests", "2")
+        gateway = start_gateway("gateway-overload", server)
+        try:
+            async def one(session, i):
+                start = time.monotonic()
+                async with session.post(gateway.url + "/generate", json={
+                        "inputs": f"load {i}",
+                        "parameters": {"max_new_tokens": 64, "ignore_eos": True}}) as r:
+                    await r.read()
+                    return r.status, r.headers.get("Retry-After"), time.monotonic() - start
+
+            async def run():
+                connector = aiohttp.TCPConnector(limit=0, force_close=True)
+                async with aiohttp.ClientSession(connector=connector) as session:
+                    return await asyncio.gather(*(one(session, i) for i in range(40)))
+
+            results = asyncio.run(run())
+            statuses = [s for s, _, _ in results]
+            self.assertTrue(all(s in (200, 429) for s in statuses), statuses)
+            refused = [(ra, t) for s, ra, t in results if s == 429]
+            self.assertGreaterEqual(len(refused), 30)
+            self.assertGreaterEqual(statuses.count(200), 3)
+            for retry_after, seconds in refused:
+                self.assertIsNotNone(retry_after)
+                self.assertLess(seconds, 2.0)
+            with blossom_client.BlossomClient(server.grpc, timeout=30) as c:
+                # One running (max_batch_size 1) and two waiting fill the queue exactly.
+                streams = [c.generate_stream("hold", max_new_tokens=500, ignore_eos=True)]
+                next(streams[0])
+                streams += [c.generate_stream("hold", max_new_tokens=500, ignore_eos=True)
+                            for _ in range(2)]
+                wait_until(lambda: metric(server, "blossom_num_requests_waiting") == 2,
+                           what="two waiting requests")
+                started = time.monotonic()
+                with self.assertRaises(blossom_errors.ResourceExhaustedError) as cm:
+                    c.generate("more", max_new_tokens=4)
+                self.assertLess(time.monotonic() - started, 2.0)
+                self.assertIn("max_waiting_requests", str(cm.exception))
+                for s in streams:
+                    s.cancel()
+            wait_idle(server)
+        finally:
+            gateway.stop()
+            server.stop()
+
+
+def http_call(method, path, body=None, headers=None, raw=None):
+    """(status, parsed JSON or text, headers) without raising on HTTP errors."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(GW.url + path, data=data, method=method)
+    hdrs = {"Content-Type": "application/json", **auth()}
+    hdrs.update(headers or {})
+    for k, v in hdrs.items():
+        if v is not None:
+            req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status, text, h = r.status, r.read().decode("utf-8", "replace"), r.headers
+    except urllib.error.HTTPError as e:
+        status, text, h = e.code, e.read().decode("utf-8", "replace"), e.headers
+    try:
+        return status, json.loads(text), h
+    except ValueError:
+        return status, text, h
+
+
+class MalformedRequestTest(unittest.TestCase):
+    """Each bad request gets the right status and a message naming the problem."""
+
+    CASES = [
+        # (method, path, body or raw bytes, headers, status, message substring)
+        ("POST", "/v1/completions", b"{not json", None, 400, "JSON"),
+        ("POST", "/v1/completions", b"", None, 400, ""),
+        ("POST", "/v1/completions", b"[1,2,3]", None, 400, "object"),
+        ("POST", "/v1/completions", {"model": MODEL}, None, 400, "prompt"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": 5}, None, 400, "prompt"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": ""}, None, 400, "prompt"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "ten"}, None,
+         400, "max_tokens"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -1}, None, 400,
+         "max_tokens"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "temperature": -0.5}, None,
+         400, "temperature"),
+        ("POST", "/v1/completions", b'{"model":"bloom-tiny-h4","prompt":"x","temperature":NaN}',
+         None, 400, ""),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0}, None, 400,
+         "top_p"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "frequency_penalty": 3}, None,
+         400, "frequency_penalty"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "presence_penalty": -9}, None,
+         400, "presence_penalty"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "n": 3}, None, 400, "n"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 99}, None, 400,
+         "logprobs"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "stop": 7}, None, 400, "stop"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "stop": [""]}, None, 400,
+         "stop"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 100000}, None,
+         400, "max"),
+        ("POST", "/v1/completions", {"model": "gpt-4", "prompt": "x"}, None, 404, "gpt-4"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "word " * 400}, None, 413, "long"),
+        ("POST", "/v1/completions", b'{"model":"bloom-tiny-h4","prompt":"\xff\xfe"}', None, 400,
+         "UTF-8"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x"},
+         {"Authorization": None}, 401, ""),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x"},
+         {"Authorization": "Bearer wrong"}, 401, ""),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "x"},
+         {"Authorization": "Basic abc"}, 401, ""),
+        ("POST", "/v1/chat/completions", {"model": MODEL}, None, 400, "messages"),
+        ("POST", "/v1/chat/completions", {"model": MODEL, "messages": "hi"}, None, 400,
+         "messages"),
+        ("POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user"}]}, None,
+         400, "content"),
+        ("POST", "/v1/chat/completions",
+         {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, None, 400, "role"),
+        ("POST", "/generate", {"parameters": {}}, None, 422, "inputs"),
+        ("POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 0}}, None, 422,
+         "max_new_tokens"),
+        ("POST", "/generate", {"inputs": "x", "parameters": {"top_k": "five"}}, None, 422,
+         "top_k"),
+        ("POST", "/generate", {"inputs": "x", "parameters": {"repetition_penalty": 0}}, None, 422,
+         "repetition_penalty"),
+        ("POST", "/generate", {"inputs": "x", "parameters": {"typical_p": 2}}, None, 422,
+         "typical_p"),
+        ("POST", "/generate", b"\x00\x01garbage", None, 422, ""),
+        ("POST", "/v1/completions", b'{"model":"x","prompt":"' + b"a" * (2 << 20) + b'"}', None,
+         413, ""),
+        ("GET", "/v1/nonexistent", None, None, 404, ""),
+    ]
+
+    def test_each_malformed_request(self):
+        failures = []
+        for i, (method, path, body, headers, status, needle) in enumerate(self.CASES):
+            raw = body if isinstance(body, bytes) else None
+            got, payload, _ = http_call(method, path, None if raw is not None else body,
+                                        headers, raw=raw)
+            text = json.dumps(payload) if not isinstance(payload, str) else payload
+            if got != status or needle.lower() not in text.lower():
+                failures.append(f"case {i} {method} {path}: want {status} '{needle}', "
+                                f"got {got}: {text[:200]}")
+            if got >= 400 and got != 413 and got != 404 and not text.strip():
+                failures.append(f"case {i}: empty error body")
+        self.assertGreaterEqual(len(self.CASES), 30)
+        self.assertEqual(failures, [], "\n".join(failures))
+        # The server stays healthy.
+        status, _, _ = http_call("GET", "/health")
+        self.assertEqual(status, 200)
+        self.assertEqual(grpc_greedy("still alive", 3).usage.generated_tokens, 3)
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_loses_no_stream(self):
+        server = start_server("server-drain", "--drain_timeout", "60")
+        wants = [300 + 10 * i for i in range(20)]
+        results = [None] * len(wants)
+        started = threading.Barrier(len(wants) + 1)
+
+        def consume(i):
+            with blossom_client.BlossomClient(server.grpc, timeout=120) as c:
+                stream = c.generate_stream(f"drain {i}", max_new_tokens=wants[i],
+                                           temperature=0.0, ignore_eos=True)
+                n = 0
+                first = True
+                final = None
+                for chunk in stream:
+                    if first:
+                        first = False
+                        started.wait()
+                    n += chunk.token is not None
+                    final = chunk.final or final
+                results[i] = (n, final.usage.generated_tokens if final else None)
+
+        threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(wants))]
+        for t in threads:
+            t.start()
+        started.wait(timeout=60)
+        server.proc.send_signal(signal.SIGTERM)
+
+        def not_serving():
+            try:
+                with blossom_client.BlossomClient(server.grpc, timeout=2) as c:
+                    return c.health() != "SERVING"
+            except blossom_errors.BlossomError:
+                return True  # already gone
+        wait_until(not_serving, timeout=10, interval=0.005, what="health NOT_SERVING")
+        # New work is refused (UNAVAILABLE while draining, or after exit) while the old finishes.
+        refused = None
+        try:
+            with blossom_client.BlossomClient(server.grpc, timeout=5) as c:
+                c.generate("late", max_new_tokens=2)
+        except blossom_errors.BlossomError as e:
+            refused = e
+        for t in threads:
+            t.join(120)
+        self.assertEqual(server.proc.wait(60), 0, server.tail())
+        for i, want in enumerate(wants):
+            self.assertEqual(results[i], (want, want), f"stream {i}")
+        self.assertIsInstance(refused, blossom_errors.UnavailableError)
+
+
+if __name__ == "__main__":
+    unittest.main()
