@@ -116,6 +116,16 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   EXPECT_EQ(unary.final().usage().prompt_tokens(),
             static_cast<int>(fixture.tokenizer().Encode("The server reads")->size()));
   EXPECT_EQ(unary.final().finish_reason(), v1::FINISH_REASON_LENGTH);
+  // A seeded sampled request reports its seed; the same seed reproduces the text.
+  v1::GenerateRequest sampled = Greedy("The server reads", 6);
+  sampled.mutable_sampling()->set_temperature(0.8f);
+  sampled.mutable_sampling()->set_seed(77);
+  v1::GenerateResponse first, second;
+  grpc::ClientContext c1, c2;
+  ASSERT_TRUE(fixture.stub().Generate(&c1, sampled, &first).ok());
+  ASSERT_TRUE(fixture.stub().Generate(&c2, sampled, &second).ok());
+  EXPECT_EQ(first.final().seed(), 77u);
+  EXPECT_EQ(first.text(), second.text());
   EXPECT_NE(unary.final().request_id().find("/abc"), std::string::npos);
   EXPECT_GT(unary.final().timings().total_seconds(), 0.0);
   EXPECT_GE(unary.final().timings().total_seconds(),
@@ -146,9 +156,9 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   EXPECT_EQ(finals, 1);
   EXPECT_TRUE(fixture.WaitForIdle());
   const std::string rendered = fixture.registry().Render();
-  EXPECT_NE(rendered.find("blossom_time_to_first_token_seconds_count 2"), std::string::npos)
+  EXPECT_NE(rendered.find("blossom_time_to_first_token_seconds_count 4"), std::string::npos)
       << rendered;
-  EXPECT_NE(rendered.find("blossom_generation_tokens_total 24"), std::string::npos) << rendered;
+  EXPECT_NE(rendered.find("blossom_generation_tokens_total 36"), std::string::npos) << rendered;
 }
 
 TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {

@@ -117,6 +117,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   event.timings.first_token = t0 + std::chrono::milliseconds(50);
   event.timings.finished = t0 + std::chrono::milliseconds(250);
   event.timings.num_preemptions = 2;
+  event.seed = 1234;
   v1::FinalInfo info;
   FillFinalInfo(event, "req-7", &info);
   EXPECT_EQ(info.finish_reason(), v1::FINISH_REASON_STOP_STRING);
@@ -129,6 +130,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   EXPECT_NEAR(info.timings().total_seconds(), 0.250, 1e-9);
   EXPECT_NEAR(info.timings().ms_per_output_token(), 50.0, 1e-6);  // 200 ms over 4 gaps
   EXPECT_EQ(info.timings().preemptions(), 2);
+  EXPECT_EQ(info.seed(), 1234u);
 }
 
 TEST(FinishReasonTest, EveryEngineReasonMaps) {

@@ -2,18 +2,27 @@
 // drive, so the scheduler runs once and every rank executes the same step plan.
 //
 // With tensor_parallel_size 1 the runner is a thin wrapper over one BloomModel, its Backend and
-// its KV cache, and Forward runs on the caller's thread. With tp > 1 (CPU backend) it starts one
-// thread per rank; each rank thread owns its Backend (a CpuBackend with threads_per_rank
-// threads), its communicator (one in-process ThreadCommunicatorGroup for all ranks), its
-// BloomModel slice and its KV cache, and only ever touches its own. Forward hands the step to
-// every rank and waits: the ranks run the same collectives in the same order, rank 0's full
-// logits are returned. If any rank fails, the group is aborted so no other rank waits forever on
-// a collective, and the step returns the first rank's error (the one that caused the abort); the
-// group is re-armed afterwards, once every rank has returned, so the next step can run.
+// its KV cache, and Forward runs on the caller's thread. With tp > 1 it starts one thread per
+// rank; each rank thread owns its Backend, its communicator, its BloomModel slice and its KV
+// cache, and only ever touches its own:
+//  - backend "cpu": a CpuBackend with threads_per_rank threads per rank, and one in-process
+//    ThreadCommunicatorGroup for all ranks;
+//  - backend "cuda": a CudaBackend on GPU `rank` per rank (tp 1: GPU 0), and NCCL communicators
+//    (NcclCommunicator::CreateAll, one process, one thread per GPU). Every CUDA call of a rank is
+//    made on its thread, whose current device is that rank's GPU.
+// Forward hands the step to every rank and waits: the ranks run the same collectives in the same
+// order, rank 0's full logits are returned. If any rank fails, the group is aborted so no other
+// rank waits forever on a collective, and the step returns the first rank's error (the one that
+// caused the abort); the group is re-armed afterwards (NCCL: new communicators), once every rank
+// has returned, so the next step can run.
+//
+// "cuda" needs a build with the CUDA backend (the default where /usr/local/cuda exists); a build
+// with --config=nocuda or without the toolkit refuses it with Unimplemented.
 //
 // Thread-safety: config(), info(), world_size() and KvBytesPerBlock() may be called from any
-// thread. AllocateKvCache and Forward must be called by one thread at a time (the engine
-// thread); the KV cache belongs to one user (an Engine or a BatchGenerator), never two at once.
+// thread. AllocateKvCache, KvCacheBytesFromMemory and Forward must be called by one thread at a
+// time (the engine thread); the KV cache belongs to one user (an Engine or a BatchGenerator),
+// never two at once.
 #ifndef BLOSSOM_ENGINE_MODEL_MODEL_RUNNER_H_
 #define BLOSSOM_ENGINE_MODEL_MODEL_RUNNER_H_
 
@@ -35,12 +44,18 @@ struct ModelRunnerOptions {
   int tensor_parallel_size = 1;
   int threads_per_rank = 0;  // 0 = hardware threads / tp
   bool prefetch = true;
+  // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
+  // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
+  double gpu_memory_fraction = 0.90;
 };
 
 class ModelRunner {
  public:
   // Loads the model for every rank. InvalidArgument for an unknown backend, a non-positive tp,
-  // or a model whose heads do not divide by tp; Unimplemented for "cuda" (not built in yet).
+  // a gpu_memory_fraction outside (0, 1] ("cuda"), or a model whose heads do not divide by tp.
+  // "cuda": FailedPrecondition when fewer than tp GPUs are visible (with CUDA's reason when
+  // none is), checked before any weight is read; Unimplemented in a build without the CUDA
+  // backend.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelRunnerOptions& options);
   // A single-rank runner around an existing model (tests, tools that build their own backend).
   // `model` is not owned and must outlive the runner; the runner owns the KV cache it allocates.
@@ -53,7 +68,21 @@ class ModelRunner {
   virtual int world_size() const = 0;
   virtual size_t KvBytesPerBlock(int32_t block_size) const = 0;  // per rank
   // (Re)allocates the KV cache of every rank; any previous cache (and its contents) is dropped.
+  // On failure (the CUDA backend: ResourceExhausted with the sizes when the pool does not fit)
+  // no rank keeps a cache.
   virtual absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) = 0;
+  // Bytes of KV cache each rank can hold, from its GPU's memory (the smallest over the ranks):
+  //   gpu_memory_fraction * total - (total - free) - reserve
+  // measured after the weights are loaded, so (total - free) counts the weights, the CUDA and
+  // NCCL contexts and the backend's fixed workspaces. A KV cache allocated already is counted as
+  // free (AllocateKvCache replaces it). `reserve` is what the forward allocates later: the step
+  // workspace of BloomModel for 8192 tokens and 512 logit rows (it grows by doubling, so this
+  // covers steps up to 4096 tokens and 256 logit rows) plus 512 MiB for the backend's per-step
+  // scratch (attention partials, cuBLASLt) and allocator slack. If a step already ran, its
+  // workspace is counted twice (used and reserved): conservative. Divide by KvBytesPerBlock for
+  // the block count. ResourceExhausted when nothing is left; Unimplemented for backends without
+  // device memory (CPU: callers fall back to a fixed budget).
+  virtual absl::StatusOr<int64_t> KvCacheBytesFromMemory() const;
   // All ranks run the step; full logits ([logit_rows, vocab]) from rank 0.
   // FailedPrecondition before AllocateKvCache.
   virtual absl::Status Forward(const StepBatch& batch, float* logits) = 0;

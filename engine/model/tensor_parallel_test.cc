@@ -238,8 +238,7 @@ TEST(TensorParallelTest, RunnerOptionsAreValidated) {
   options.model_dir = FixturePath("models/bloom-tiny-h4");
   options.backend = "tpu";
   EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
-  options.backend = "cuda";
-  EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kUnimplemented);
+  // "cuda" is covered by model_runner_test (its answer depends on the build and the machine).
   options.backend = "cpu";
   options.tensor_parallel_size = 0;
   EXPECT_EQ(ModelRunner::Create(options).status().code(), absl::StatusCode::kInvalidArgument);

@@ -161,6 +161,7 @@ void Engine::FinishLocked(Request& request, EngineEvent* event) {
   event->timings = request.timings;
   event->usage.prompt_tokens = request.prompt_tokens;
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
+  event->seed = request.output->seed();
 }
 
 EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::Status status) {

@@ -75,6 +75,7 @@ struct EngineEvent {
   absl::Status status;  // non-OK for kError
   Usage usage;            // on the final event
   RequestTimings timings;  // on the final event
+  uint64_t seed = 0;       // on the final event: the sampling seed used (drawn if none given)
 };
 
 // Receives events on the engine thread; must not block for long.

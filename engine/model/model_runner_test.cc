@@ -1,0 +1,229 @@
+// ModelRunner's "cuda" backend and KV sizing from device memory, on any machine.
+//
+// Without a GPU (CI, and every CPU-only machine): "cuda" fails cleanly, FailedPrecondition with
+// CUDA's own reason in a build with the CUDA backend, Unimplemented in a build without
+// (--config=nocuda or no toolkit); CPU runners refuse KvCacheBytesFromMemory with Unimplemented
+// so callers fall back to a fixed budget.
+// With GPUs (cases SKIPPED otherwise): the CUDA runner against the CPU runner on bloom-tiny-h4
+// (fp32 weights: logits within 1e-4 max-abs, bloom_cuda_test's bound for fp32), KV sizing and
+// allocation failures, and (two GPUs) NCCL tensor parallelism including a failed step followed
+// by a good one.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/bloom_model.h"
+#include "engine/model/model_runner.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/util/fixture_path.h"
+
+#ifdef BLOSSOM_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
+
+namespace blossom {
+namespace {
+
+constexpr int32_t kBlockSize = 4;
+constexpr float kCudaTolerance = 1e-4f;
+
+ModelRunnerOptions Options(const std::string& backend, int tp) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.backend = backend;
+  options.tensor_parallel_size = tp;
+  options.threads_per_rank = 1;
+  options.prefetch = false;
+  return options;
+}
+
+bool Contains(const absl::Status& status, const std::string& text) {
+  return std::string(status.message()).find(text) != std::string::npos;
+}
+
+int VisibleGpus() {
+#ifdef BLOSSOM_HAVE_CUDA
+  return cuda::QueryDevices().count;
+#else
+  return 0;
+#endif
+}
+
+TEST(ModelRunnerTest, CpuRunnersCannotSizeKvFromDeviceMemory) {
+  for (int tp : {1, 2}) {
+    auto runner = ModelRunner::Create(Options("cpu", tp));
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    const absl::StatusOr<int64_t> bytes = (*runner)->KvCacheBytesFromMemory();
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kUnimplemented) << "tp " << tp;
+    EXPECT_TRUE(Contains(bytes.status(), "fixed KV budget")) << bytes.status();
+  }
+  CpuBackend backend(1);
+  auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(ModelRunner::ForModel(model->get())->KvCacheBytesFromMemory().status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+#ifdef BLOSSOM_HAVE_CUDA
+
+TEST(ModelRunnerTest, CudaWithoutGpuFailsWithCudasReason) {
+  const cuda::DeviceQuery q = cuda::QueryDevices();
+  if (q.count > 0) GTEST_SKIP() << "a GPU is visible (" << q.name << ")";
+  ASSERT_FALSE(q.reason.empty());
+  auto one = ModelRunner::Create(Options("cuda", 1));
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kFailedPrecondition) << one.status();
+  EXPECT_TRUE(Contains(one.status(), "no usable GPU")) << one.status();
+  EXPECT_TRUE(Contains(one.status(), q.reason)) << one.status();
+
+  auto two = ModelRunner::Create(Options("cuda", 2));
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kFailedPrecondition) << two.status();
+  EXPECT_TRUE(Contains(two.status(), "tensor-parallel size 2 needs 2 GPUs, 0 visible"))
+      << two.status();
+  EXPECT_TRUE(Contains(two.status(), q.reason)) << two.status();
+  // What an operator sees, in the test log.
+  std::printf("tp 1: %s\ntp 2: %s\n", one.status().ToString().c_str(),
+              two.status().ToString().c_str());
+}
+
+TEST(ModelRunnerTest, CudaTensorParallelNeedsOneGpuPerRank) {
+  // One rank more than there are GPUs, whatever the machine has.
+  const int gpus = VisibleGpus();
+  auto runner = ModelRunner::Create(Options("cuda", gpus + 1));
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kFailedPrecondition) << runner.status();
+  if (gpus > 0) {
+    EXPECT_TRUE(Contains(runner.status(), absl::StrCat("tensor-parallel size ", gpus + 1,
+                                                       " needs ", gpus + 1, " GPUs, ", gpus,
+                                                       " visible")))
+        << runner.status();
+  }
+}
+
+TEST(ModelRunnerTest, GpuMemoryFractionMustBeAShare) {
+  for (double fraction : {0.0, -0.5, 1.5, std::nan("")}) {
+    ModelRunnerOptions options = Options("cuda", 1);
+    options.gpu_memory_fraction = fraction;
+    auto runner = ModelRunner::Create(options);
+    EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument) << fraction;
+    EXPECT_TRUE(Contains(runner.status(), "gpu_memory_fraction")) << runner.status();
+  }
+}
+
+#else  // !BLOSSOM_HAVE_CUDA
+
+TEST(ModelRunnerTest, CudaIsUnimplementedInABuildWithoutIt) {
+  for (int tp : {1, 2}) {
+    auto runner = ModelRunner::Create(Options("cuda", tp));
+    EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
+    EXPECT_TRUE(Contains(runner.status(), "this build has no CUDA backend")) << runner.status();
+  }
+}
+
+#endif  // BLOSSOM_HAVE_CUDA
+
+// ---- With GPUs ----
+
+const std::vector<int32_t>& Prompt() {
+  static const std::vector<int32_t> prompt = {1, 17, 250, 3, 99, 1024, 7, 512, 33, 2047, 5};
+  return prompt;
+}
+
+// All-token logits of Prompt() in one prefill step.
+std::vector<float> PrefillLogits(ModelRunner& runner) {
+  const int32_t blocks = static_cast<int32_t>(Prompt().size()) / kBlockSize + 1;
+  absl::Status allocated = runner.AllocateKvCache(blocks, kBlockSize);
+  EXPECT_TRUE(allocated.ok()) << allocated;
+  StepBatch batch;
+  batch.max_blocks_per_seq = blocks;
+  std::vector<int32_t> table(blocks);
+  for (int32_t b = 0; b < blocks; ++b) table[b] = blocks - 1 - b;  // scattered
+  batch.AddSequence(Prompt(), 0, table, true, /*all_logits=*/true);
+  std::vector<float> logits(batch.logit_rows.size() * runner.vocab_size());
+  absl::Status status = runner.Forward(batch, logits.data());
+  EXPECT_TRUE(status.ok()) << status;
+  return logits;
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0.0f;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+std::vector<float> CpuReference() {
+  auto cpu = ModelRunner::Create(Options("cpu", 1));
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  return cpu.ok() ? PrefillLogits(**cpu) : std::vector<float>();
+}
+
+TEST(ModelRunnerTest, CudaRunnerMatchesCpuAndSizesKvFromMemory) {
+  if (VisibleGpus() < 1) GTEST_SKIP() << "needs a GPU";
+  auto runner = ModelRunner::Create(Options("cuda", 1));
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ModelRunner& gpu = **runner;
+  EXPECT_EQ(gpu.info().backend, "cuda");
+  EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), CpuReference()), kCudaTolerance);
+
+  const absl::StatusOr<int64_t> budget = gpu.KvCacheBytesFromMemory();
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  const int64_t per_block = static_cast<int64_t>(gpu.KvBytesPerBlock(16));
+  const int64_t blocks =
+      std::min<int64_t>(*budget / per_block, std::numeric_limits<int32_t>::max());
+  ASSERT_GT(blocks, 0);
+  absl::Status allocated = gpu.AllocateKvCache(static_cast<int32_t>(blocks), 16);
+  ASSERT_TRUE(allocated.ok()) << allocated;
+  // The pool just allocated counts as free (AllocateKvCache would replace it).
+  const absl::StatusOr<int64_t> again = gpu.KvCacheBytesFromMemory();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(*again, *budget / 2);
+
+  // Far more than any GPU holds: a clear error, and no cache left behind.
+  absl::Status too_big = gpu.AllocateKvCache(std::numeric_limits<int32_t>::max(), 16);
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;
+  EXPECT_TRUE(Contains(too_big, "KV cache of")) << too_big;
+  StepBatch batch;
+  batch.max_blocks_per_seq = 1;
+  std::vector<int32_t> table = {0};
+  batch.AddSequence({5}, 0, table, true);
+  std::vector<float> logits(gpu.vocab_size());
+  EXPECT_EQ(gpu.Forward(batch, logits.data()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ModelRunnerTest, CudaTensorParallelMatchesCpuAndRecoversFromAFailedStep) {
+  if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  auto runner = ModelRunner::Create(Options("cuda", 2));
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ModelRunner& gpu = **runner;
+  EXPECT_EQ(gpu.world_size(), 2);
+  const std::vector<float> reference = CpuReference();
+  EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
+
+  const absl::StatusOr<int64_t> budget = gpu.KvCacheBytesFromMemory();
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_GT(*budget, 0);
+
+  // A step every rank refuses (token outside the vocabulary): the NCCL communicators are
+  // aborted and rebuilt, and the next step runs.
+  StepBatch bad;
+  bad.max_blocks_per_seq = 1;
+  std::vector<int32_t> table = {0};
+  bad.AddSequence({static_cast<int32_t>(gpu.vocab_size())}, 0, table, true);
+  std::vector<float> logits(gpu.vocab_size());
+  const absl::Status refused = gpu.Forward(bad, logits.data());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
+}
+
+}  // namespace
+}  // namespace blossom
