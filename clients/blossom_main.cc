@@ -28,6 +28,7 @@
 #include "engine/generate/batch_generator.h"
 #include "engine/model/model_runner.h"
 #include "clients/remote_commands.h"
+#include "tools/cli/dashed_flags.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -160,17 +161,8 @@ int main(int argc, char** argv) {
       "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
       "[--top_k K] [--top_p P] [--seed S] [--stop A,B]\n"
       "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
-  // Accept the documented dashed spellings (--max-new-tokens) as well as absl's underscores.
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
-    if (a.rfind("--", 0) != 0) continue;
-    size_t end = a.find('=');
-    for (size_t i = 2; i < std::min(end, a.size()); ++i)
-      if (a[i] == '-') a[i] = '_';
-  }
-  std::vector<char*> argv2;
-  for (std::string& a : args) argv2.push_back(a.data());
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
+  blossom::NormalizeDashedFlags(argc, argv);  // --max-new-tokens and --max_new_tokens alike
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;

@@ -39,6 +39,7 @@
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
 #include "spdlog/spdlog.h"
+#include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (config.json, *.safetensors, tokenizer.json).");
 ABSL_FLAG(std::string, served_model_name, "",
@@ -313,6 +314,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("blossom-server --model DIR [--port N] [--metrics_port N] ...");
+  blossom::NormalizeDashedFlags(argc, argv);  // --max-batch-size and --max_batch_size alike
   absl::ParseCommandLine(argc, argv);
   return blossom::Run();
 }

@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/http/http_server.h"
 #include "spdlog/spdlog.h"
+#include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all).");
 ABSL_FLAG(int, port, 8080, "HTTP port (0 = ephemeral).");
@@ -38,31 +39,11 @@ ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "Largest accepted request head (4
 ABSL_FLAG(int, max_connections, 4096, "Concurrent HTTP connections (503 above).");
 ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
 
-namespace {
-
-// Abseil flags are identifiers; accept the dashed spellings (--api-keys-file) too.
-std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a == "--") break;
-    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
-    size_t end = a.find('=');
-    for (size_t j = 2; j < std::min(end, a.size()); ++j) {
-      if (a[j] == '-') a[j] = '_';
-    }
-  }
-  return args;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("OpenAI- and TGI-compatible HTTP gateway for a Blossom gRPC server.");
-  std::vector<std::string> args = NormaliseFlagNames(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
-  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  blossom::NormalizeDashedFlags(argc, argv);  // --api-keys-file and --api_keys_file alike
+  absl::ParseCommandLine(argc, argv);
 
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t stop_signals;

@@ -1,0 +1,17 @@
+// Lets every Blossom binary accept `--max-new-tokens` as well as Abseil's `--max_new_tokens`.
+//
+// Abseil flag names are C identifiers, but users (and the docs of vLLM and TGI) write dashes.
+// Call NormalizeDashedFlags(argc, argv) before absl::ParseCommandLine: it rewrites, in place,
+// the dashes in the NAME part of every `--name` or `--name=value` argument into underscores.
+// Values are untouched (`--stop=a-b` keeps its dash), and so is everything after a bare `--`.
+#ifndef BLOSSOM_TOOLS_CLI_DASHED_FLAGS_H_
+#define BLOSSOM_TOOLS_CLI_DASHED_FLAGS_H_
+
+namespace blossom {
+
+// argv's strings are writable (C and C++ guarantee it for main's argv).
+void NormalizeDashedFlags(int argc, char** argv);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_TOOLS_CLI_DASHED_FLAGS_H_
