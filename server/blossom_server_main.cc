@@ -50,7 +50,10 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
-ABSL_FLAG(int64_t, kv_cache_mb, 256, "KV cache budget per rank in MiB.");
+ABSL_FLAG(int64_t, kv_cache_mb, 256,
+          "KV cache budget per rank in MiB (CPU backend; GPU backends size it from memory).");
+ABSL_FLAG(double, gpu_memory_fraction, 0.90,
+          "GPU backends: fraction of device memory for weights, activations and the KV cache.");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(int32_t, max_batch_size, 256, "Sequences computed together (max_num_seqs).");
 ABSL_FLAG(int32_t, max_batched_tokens, 2048, "New tokens per engine step (the token budget).");
@@ -256,6 +259,7 @@ int Run() {
   runner_options.backend = absl::GetFlag(FLAGS_backend);
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
+  runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   auto runner = ModelRunner::Create(runner_options);
   if (!runner.ok()) return Fail(runner.status());
   auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
@@ -270,6 +274,12 @@ int Run() {
   sc.block_size = absl::GetFlag(FLAGS_block_size);
   sc.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   engine_config.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mb) << 20;
+  // GPU backends: whatever the memory fraction leaves after weights and activations.
+  if (auto from_memory = (*runner)->KvCacheBytesFromMemory(); from_memory.ok()) {
+    engine_config.kv_cache_bytes = *from_memory;
+  } else if (!absl::IsUnimplemented(from_memory.status())) {
+    return Fail(from_memory.status());
+  }
   auto engine = Engine::Create(runner->get(), tokenizer->get(), engine_config, &server_metrics);
   if (!engine.ok()) return Fail(engine.status());
   registry.AddCollectHook([&] { server_metrics.UpdateSchedulerTotals((*engine)->scheduler_stats()); });
