@@ -14,6 +14,8 @@ set -euo pipefail
 
 OPENAI_VERSION=3.54.0
 TEXT_GENERATION_VERSION=0.7.0
+# For the end-to-end check that the server registers gRPC reflection (matches grpcio).
+GRPCIO_REFLECTION_VERSION=1.85.1
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${1:-$repo/.venv-e2e}"
@@ -29,7 +31,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 # Pinned third-party clients (no-ops when already at these versions).
-"${pip[@]}" install --quiet "openai==$OPENAI_VERSION" "text-generation==$TEXT_GENERATION_VERSION"
+"${pip[@]}" install --quiet "openai==$OPENAI_VERSION" "text-generation==$TEXT_GENERATION_VERSION" \
+  "grpcio-reflection==$GRPCIO_REFLECTION_VERSION"
 # blossom-client: dependencies resolved normally, then the package itself rebuilt from the tree
 # even if the version number did not change. The build runs in-tree (it reads ../../proto).
 "${pip[@]}" install --quiet "$repo/clients/python"

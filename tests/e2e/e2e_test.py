@@ -19,6 +19,9 @@ import urllib.request
 
 import blossom_client
 import aiohttp
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 import openai
 import text_generation
 from blossom_client import errors as blossom_errors
@@ -39,14 +42,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(name, *extra):
+def start_server(name, *extra, credentials=None, host="127.0.0.1"):
     proc = Process(name, [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
                           "--metrics_port", "0", "--threads", "1", "--max_input_tokens", "256",
                           "--max_total_tokens", "1024", *extra],
                    r"grpc_port=(\d+) metrics_port=(-?\d+)")
-    proc.grpc = f"127.0.0.1:{proc.match.group(1)}"
+    proc.grpc = f"{host}:{proc.match.group(1)}"
     proc.metrics = f"http://127.0.0.1:{proc.match.group(2)}"
-    client = blossom_client.BlossomClient(proc.grpc, timeout=5)
+    client = blossom_client.BlossomClient(proc.grpc, timeout=5, credentials=credentials)
     wait_until(lambda: client.health() == "SERVING", what=f"{name} health SERVING")
     client.close()
     return proc
@@ -519,6 +522,117 @@ class MalformedRequestTest(unittest.TestCase):
         status, _, _ = http_call("GET", "/health")
         self.assertEqual(status, 200)
         self.assertEqual(grpc_greedy("still alive", 3).usage.generated_tokens, 3)
+
+
+class GrpcProtocolTest(unittest.TestCase):
+    def test_reflection_describes_the_api(self):
+        with grpc.insecure_channel(SRV.grpc) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
+                        reflection_pb2.ServerReflectionRequest(
+                            file_containing_symbol="blossom.v1.Blossom")]
+            responses = list(stub.ServerReflectionInfo(iter(requests), timeout=10))
+        services = [s.name for s in responses[0].list_services_response.service]
+        self.assertIn("blossom.v1.Blossom", services)
+        self.assertGreater(len(responses[1].file_descriptor_response.file_descriptor_proto), 0)
+
+    def test_health_watch_streams_status(self):
+        with grpc.insecure_channel(SRV.grpc) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "blossom.v1.Blossom"):
+                watch = stub.Watch(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                first = next(watch)
+                watch.cancel()
+                self.assertEqual(first.status, health_pb2.HealthCheckResponse.SERVING)
+            with self.assertRaises(grpc.RpcError) as cm:
+                stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_1000_concurrent_streams(self):
+        server = start_server("server-1000", "--max_batch_size", "1024",
+                              "--max_batched_tokens", "8192", "--max_waiting_requests", "2048")
+        try:
+            count = 1000
+
+            async def run():
+                all_started = asyncio.Event()
+                started = 0
+
+                async def one(client, i):
+                    nonlocal started
+                    tokens = 0
+                    async for chunk in client.generate_stream(f"c{i}", max_new_tokens=12,
+                                                              temperature=0.0, ignore_eos=True):
+                        tokens += chunk.token is not None
+                        if tokens == 1:
+                            started += 1
+                            if started == count:
+                                all_started.set()
+                            # Hold this stream open until every stream has its first token:
+                            # then all 1000 are open on the server at the same time.
+                            await asyncio.wait_for(all_started.wait(), 120)
+                    return tokens
+
+                async with blossom_client.AsyncBlossomClient(server.grpc, timeout=180) as c:
+                    return await asyncio.gather(*(one(c, i) for i in range(count)))
+
+            results = asyncio.run(run())
+            self.assertEqual(results, [12] * count)
+            wait_idle(server)
+        finally:
+            server.stop()
+
+
+def make_certificates(directory):
+    """A throw-away CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "1", "-subj", "/CN=blossom-test-ca")
+    with open(os.path.join(directory, "san.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "1", "-extfile", "san.cnf")
+    read = lambda n: open(os.path.join(directory, n), "rb").read()
+    return {n: read(n) for n in ("ca.pem", "client.key", "client.pem")}
+
+
+class TlsTest(unittest.TestCase):
+    def test_tls_and_mutual_tls(self):
+        if shutil.which("openssl") is None:
+            self.fail("openssl is missing")
+        work = tempfile.mkdtemp()
+        certs = make_certificates(work)
+        server_flags = ["--tls_cert", os.path.join(work, "server.pem"),
+                        "--tls_key", os.path.join(work, "server.key")]
+        tls = grpc.ssl_channel_credentials(root_certificates=certs["ca.pem"])
+        server = start_server("server-tls", *server_flags, credentials=tls, host="localhost")
+        try:
+            with blossom_client.BlossomClient(server.grpc, timeout=30, credentials=tls) as c:
+                self.assertEqual(c.generate("secure", max_new_tokens=3,
+                                            ignore_eos=True).usage.generated_tokens, 3)
+            with blossom_client.BlossomClient(server.grpc, timeout=5) as plain:
+                with self.assertRaises(blossom_errors.BlossomError):
+                    plain.health()
+        finally:
+            server.stop()
+
+        mutual = grpc.ssl_channel_credentials(root_certificates=certs["ca.pem"],
+                                              private_key=certs["client.key"],
+                                              certificate_chain=certs["client.pem"])
+        server = start_server("server-mtls", *server_flags, "--tls_client_ca",
+                              os.path.join(work, "ca.pem"), credentials=mutual, host="localhost")
+        try:
+            with blossom_client.BlossomClient(server.grpc, timeout=30, credentials=mutual) as c:
+                self.assertEqual(c.health(), "SERVING")
+            with blossom_client.BlossomClient(server.grpc, timeout=5, credentials=tls) as no_cert:
+                with self.assertRaises(blossom_errors.BlossomError):
+                    no_cert.health()
+        finally:
+            server.stop()
 
 
 class DrainTest(unittest.TestCase):
