@@ -352,50 +352,17 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     return;
   }
 
-  struct State {
-    openai::CompletionRequest request;
-    std::unique_ptr<openai::StreamEncoder> encoder;
-    bool started = false;  // touched only by the stream's (serialised) callbacks
-  };
-  auto state = std::make_shared<State>();
-  state->request = std::move(*parsed);
-  state->encoder = std::make_unique<openai::StreamEncoder>(state->request, id, created);
-  auto start_stream = [state, writer] {
-    if (state->started) return true;
-    state->started = true;
-    return writer->StartStream(200, SseHeaders()) && writer->WriteChunk(state->encoder->Start());
-  };
-  auto call = std::make_shared<StreamCall>(
-      [state, writer, start_stream](const blossom::v1::GenerateStreamResponse& message) {
-        // Headers go out with the first message, so early failures still get a real status.
-        return start_stream() && writer->WriteChunk(state->encoder->OnMessage(message)) &&
-               (!message.has_final() || writer->EndStream());
-      },
-      [this, state, writer, start_stream](const grpc::Status& status) {
-        if (!status.ok()) {
-          absl::Status s = FromGrpc(status);
-          if (!state->started) {
-            writer->Send(ErrorResponse(ApiFlavor::kOpenAI, s));
-          } else {
-            writer->WriteChunk(state->encoder->Error(HttpStatusFor(s, ApiFlavor::kOpenAI), s.message()));
-            writer->EndStream();
-          }
-        } else {
-          start_stream();
-          writer->EndStream();  // no-op if the final message already ended it
-        }
-        metrics_.AddInFlight(-1);
-        CallFinished();
-      });
-  SetupContext(request, options_.request_timeout, call->context());
-  std::weak_ptr<StreamCall> weak = call;
-  writer->OnClose([this, weak] {
-    if (auto c = weak.lock()) {
-      metrics_.RecordCancelled();
-      c->Cancel();
-    }
-  });
-  call->Start(stub_.get(), state->request.request);
+  // The encoder refers to the parsed request, so the lambdas keep both alive together.
+  auto parsed_request = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
+  auto encoder = std::make_shared<openai::StreamEncoder>(*parsed_request, id, created);
+  StreamAsSse(request, writer, ApiFlavor::kOpenAI, parsed_request->request,
+              {[encoder] { return encoder->Start(); },
+               [encoder, parsed_request](const blossom::v1::GenerateStreamResponse& m) {
+                 return encoder->OnMessage(m);
+               },
+               [encoder](int status, absl::string_view message) {
+                 return encoder->Error(status, message);
+               }});
 }
 
 void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
@@ -436,36 +403,49 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
     return;
   }
 
-  struct State {
-    tgi::GenerateRequest request;
-    std::unique_ptr<tgi::StreamEncoder> encoder;
-    bool started = false;
-  };
-  auto state = std::make_shared<State>();
-  state->request = std::move(*parsed);
-  state->encoder = std::make_unique<tgi::StreamEncoder>(state->request);
-  auto start_stream = [state, writer] {
-    if (state->started) return true;
-    state->started = true;
-    return writer->StartStream(200, SseHeaders());
+  auto parsed_request = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
+  auto encoder = std::make_shared<tgi::StreamEncoder>(*parsed_request);
+  StreamAsSse(request, writer, ApiFlavor::kTgi, parsed_request->request,
+              {[] { return std::string(); },
+               [encoder, parsed_request](const blossom::v1::GenerateStreamResponse& m) {
+                 return encoder->OnMessage(m);
+               },
+               [encoder](int status, absl::string_view message) {
+                 return encoder->Error(status, message);
+               }});
+}
+
+void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                          ApiFlavor flavor, blossom::v1::GenerateRequest grpc_request,
+                          SseEncoder encoder) {
+  // Headers go out with the first message, so a request refused by the server still gets a
+  // real HTTP status instead of a 200 followed by an error event.
+  auto started = std::make_shared<bool>(false);  // touched only by the serialised callbacks
+  auto shared_encoder = std::make_shared<SseEncoder>(std::move(encoder));
+  auto start_stream = [started, writer, shared_encoder] {
+    if (*started) return true;
+    *started = true;
+    if (!writer->StartStream(200, SseHeaders())) return false;
+    const std::string preamble = shared_encoder->preamble();
+    return preamble.empty() || writer->WriteChunk(preamble);
   };
   auto call = std::make_shared<StreamCall>(
-      [state, writer, start_stream](const blossom::v1::GenerateStreamResponse& message) {
-        return start_stream() && writer->WriteChunk(state->encoder->OnMessage(message)) &&
+      [writer, start_stream, shared_encoder](const blossom::v1::GenerateStreamResponse& message) {
+        return start_stream() && writer->WriteChunk(shared_encoder->encode(message)) &&
                (!message.has_final() || writer->EndStream());
       },
-      [this, state, writer, start_stream](const grpc::Status& status) {
+      [this, flavor, started, writer, start_stream, shared_encoder](const grpc::Status& status) {
         if (!status.ok()) {
           absl::Status s = FromGrpc(status);
-          if (!state->started) {
-            writer->Send(ErrorResponse(ApiFlavor::kTgi, s));
+          if (!*started) {
+            writer->Send(ErrorResponse(flavor, s));
           } else {
-            writer->WriteChunk(state->encoder->Error(HttpStatusFor(s, ApiFlavor::kTgi), s.message()));
+            writer->WriteChunk(shared_encoder->encode_error(HttpStatusFor(s, flavor), s.message()));
             writer->EndStream();
           }
         } else {
           start_stream();
-          writer->EndStream();
+          writer->EndStream();  // no-op if the final message already ended it
         }
         metrics_.AddInFlight(-1);
         CallFinished();
@@ -478,7 +458,7 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
       c->Cancel();
     }
   });
-  call->Start(stub_.get(), state->request.request);
+  call->Start(stub_.get(), std::move(grpc_request));
 }
 
 }  // namespace blossom::gateway

@@ -2,12 +2,15 @@
 #ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
 #define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <condition_variable>
 #include <string>
 
 #include "absl/time/time.h"
+#include "absl/strings/string_view.h"
+#include "clients/gateway/api_errors.h"
 #include "clients/gateway/auth.h"
 #include "clients/gateway/metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -69,6 +72,18 @@ class Gateway {
   void HandleCompletions(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool chat);
   // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
+  // Runs one GenerateStream call and relays it as server-sent events. `preamble` is written
+  // right after the headers; `encode` turns each message into SSE bytes; `encode_error` formats
+  // an error that happens after the headers went out (before that, a plain error response in
+  // `flavor`'s shape is sent). The encoders are called from the call's serialised callbacks.
+  struct SseEncoder {
+    std::function<std::string()> preamble;
+    std::function<std::string(const blossom::v1::GenerateStreamResponse&)> encode;
+    std::function<std::string(int http_status, absl::string_view message)> encode_error;
+  };
+  void StreamAsSse(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                   ApiFlavor flavor, blossom::v1::GenerateRequest grpc_request,
+                   SseEncoder encoder);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool stream, bool as_list);
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
