@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# Runs Blossom's GPU benchmarks from the bundle made by benchmarks/gpu/bundle_bench.sh, on the
+# lent GPU machine (no Bazel, no git, no internet; CUDA 13, PyTorch and transformers installed).
+#
+# Usage (device tool, carry=[".device/bench"]; the script finds its bundle beside itself):
+#   bash .device/bench/run_bench_on_device.sh [PHASE ...]
+# Phases, run in the order given ("all" = probe checkpoint sweep hf):
+#   probe       the CUDA probe's own test: copy bandwidth and bf16/f16/f32 GEMM rates (~10 s)
+#   checkpoint  a random BLOOM checkpoint (BLOSSOM_SHAPE, default 7b1, bf16) on local disk, unless
+#               one is there already from an earlier call on this (still warm) machine (~1-2 min)
+#   sweep       blossom-bench sweep --backend cuda over the batch sizes, with the roofline from the
+#               CUDA probe: blossom_sweep.{json,md,log}, blossom_sweep-*.svg (~1-3 min)
+#   hf          Hugging Face transformers on the same checkpoint, merged with the sweep's results
+#               into side_by_side.{json,md} and side_by_side-throughput.svg (~2-5 min)
+#   serve       blossom-server --backend cuda on the checkpoint + blossom-bench serve against it:
+#               serve.{json,md}, serve-*.svg (~1-2 min; not part of "all")
+#
+# Every call copies what the results folder holds so far to $OUT/bench_results (7 files at most:
+# the device tool returns 8): summary.md, side_by_side.json, side_by_side-throughput.svg,
+# blossom_sweep.json, serve.json, run.log, all.tgz (everything, logs and SVGs included).
+#
+# State kept between calls while the machine stays warm (30 s after a call): the checkpoint and
+# the results folder under BLOSSOM_STATE_DIR. A fresh machine regenerates the checkpoint; an "hf"
+# phase on a fresh machine without the sweep's JSON uses $BUNDLE/prev/blossom_sweep.json if you
+# put the returned one there, else runs HF alone (the table then has HF columns only).
+#
+# Environment knobs (defaults in brackets):
+#   BLOSSOM_DEADLINE_S [560]        wall-clock budget of this call (the device tool kills at 600);
+#                                   a phase that cannot fit is skipped and says so
+#   BLOSSOM_SHAPE [7b1]             make-random-checkpoint --shape
+#   BLOSSOM_MODEL_DIR []            use this existing HF BLOOM directory instead of a random one
+#   BLOSSOM_BATCH_SIZES [1,2,4,8,16,32,64]    sweep batch sizes
+#   BLOSSOM_HF_BATCH_SIZES [= BLOSSOM_BATCH_SIZES]
+#   BLOSSOM_MAX_NEW_TOKENS [100]  BLOSSOM_WARMUP [1]  BLOSSOM_CYCLES [5]
+#   BLOSSOM_SWEEP_ARGS []           extra blossom-bench sweep flags (e.g. "--gpu-memory-fraction 0.8")
+#   BLOSSOM_SERVE_ARGS []           extra blossom-bench serve flags
+#   BLOSSOM_STATE_DIR []            default: the first of /tmp, /var/tmp, $HOME with 40 GB free
+#   BLOSSOM_CHECKPOINT_ARGS []      extra make-random-checkpoint flags (e.g. "--layers 8")
+#   BLOSSOM_PYTHON [python3]        the interpreter with torch + transformers
+#   BLOSSOM_DEVICE [cuda]           cpu: HF on the CPU and blossom-bench --backend cpu, for a dry
+#                                   run of this script on a machine without a GPU (README.md)
+# Exit status: 0 when every phase asked for ran and succeeded, 1 otherwise.
+
+# The phase functions and the EXIT trap are called indirectly ("phase_$p", trap).
+# shellcheck disable=SC2317
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+START=$(date +%s)
+BUDGET="${BLOSSOM_DEADLINE_S:-560}"
+left() { echo $(( START + BUDGET - $(date +%s) )); }
+
+PHASES=("$@")
+[[ ${#PHASES[@]} -eq 0 ]] && PHASES=(all)
+EXPANDED=()
+for p in "${PHASES[@]}"; do
+  case "$p" in
+    all) EXPANDED+=(probe checkpoint sweep hf) ;;
+    probe|checkpoint|sweep|hf|serve) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|all)" >&2; exit 2 ;;
+  esac
+done
+
+PY="${BLOSSOM_PYTHON:-python3}"
+DEVICE="${BLOSSOM_DEVICE:-cuda}"
+SHAPE="${BLOSSOM_SHAPE:-7b1}"
+BATCH_SIZES="${BLOSSOM_BATCH_SIZES:-1,2,4,8,16,32,64}"
+HF_BATCH_SIZES="${BLOSSOM_HF_BATCH_SIZES:-$BATCH_SIZES}"
+MAX_NEW="${BLOSSOM_MAX_NEW_TOKENS:-100}"
+WARMUP="${BLOSSOM_WARMUP:-1}"
+CYCLES="${BLOSSOM_CYCLES:-5}"
+OUT_DIR="${OUT:+$OUT/bench_results}"
+OUT_DIR="${OUT_DIR:-$PWD/bench_results}"
+mkdir -p "$OUT_DIR"
+
+# ---- State folder: the checkpoint is 14 GB for 7b1 (bf16); pick a disk with room. ----
+pick_state_dir() {
+  local d
+  for d in /tmp /var/tmp "${HOME:-/root}" "$PWD"; do
+    [[ -d "$d" && -w "$d" ]] || continue
+    local free_kb
+    free_kb=$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')
+    if [[ -n "$free_kb" ]] && (( free_kb > 40 * 1024 * 1024 )); then echo "$d/blossom_bench"; return; fi
+  done
+  echo "/tmp/blossom_bench"
+}
+STATE="${BLOSSOM_STATE_DIR:-$(pick_state_dir)}"
+RESULTS="$STATE/results"
+mkdir -p "$RESULTS"
+LOG="$RESULTS/run.log"
+exec > >(tee -a "$LOG") 2>&1
+echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) run_bench_on_device.sh ${PHASES[*]} (budget ${BUDGET}s, state $STATE)"
+
+MANIFEST="$HERE/manifest.json"
+# The build's commit, marked "-dirty" when the tree it was built from had uncommitted changes.
+COMMIT=$("$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); print(m.get('commit','') + ('-dirty' if m.get('uncommitted_changes') else ''))" "$MANIFEST" 2>/dev/null || echo "")
+GPU_INFO=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
+GPU_NAME="${GPU_INFO%%,*}"
+MACHINE="1x ${GPU_NAME:-unknown GPU}, $(nproc) CPU cores"
+echo "GPU: ${GPU_INFO:-unknown (nvidia-smi failed)}; commit ${COMMIT:-unknown}; machine: $MACHINE"
+df -h "$STATE" | tail -1 || true
+
+# ---- Libraries for Blossom's binaries only (wrap/* read BLOSSOM_BENCH_LD_PATH). ----
+find_lib_dir() {  # prints the folder holding $1, or nothing
+  local name="$1" d
+  for d in "$HERE/lib" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 /usr/local/lib; do
+    [[ -e "$d/$name" ]] && { echo "$d"; return; }
+  done
+  d=$("$PY" - "$name" <<'EOF' 2>/dev/null || true
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for p in glob.glob(os.path.join(r, "nvidia", "**", sys.argv[1]), recursive=True):
+        print(os.path.dirname(p)); sys.exit(0)
+EOF
+)
+  [[ -n "$d" ]] && { echo "$d"; return; }
+  d=$(timeout 60 find / -xdev -name "$name" -not -path '/proc/*' 2>/dev/null | head -1 || true)
+  [[ -n "$d" ]] && dirname "$d"
+  return 0
+}
+LIB_PATH="$HERE/lib"
+EXPECTED=$("$PY" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['libraries_expected_on_device']))" "$MANIFEST" 2>/dev/null || echo "libcublas.so.13 libcublasLt.so.13 libnccl.so.2")
+for lib in $EXPECTED libcudart.so.13; do
+  dir=$(find_lib_dir "$lib")
+  if [[ -n "$dir" ]]; then
+    [[ ":$LIB_PATH:" == *":$dir:"* ]] || LIB_PATH="$LIB_PATH:$dir"
+  else
+    echo "WARNING: $lib not found on this machine" >&2
+  fi
+done
+if LD_LIBRARY_PATH="$LIB_PATH" ldd "$HERE/bin/blossom-bench" 2>&1 | grep -q "GLIBCXX\|CXXABI\|libstdc++.*not found"; then
+  LIB_PATH="$LIB_PATH:$HERE/lib/compat"
+  echo "using the bundled libstdc++ (lib/compat)"
+fi
+export BLOSSOM_BENCH_LD_PATH="$LIB_PATH"
+echo "Blossom LD_LIBRARY_PATH=$LIB_PATH"
+for b in "$HERE"/bin/*; do
+  problems=$(LD_LIBRARY_PATH="$LIB_PATH" ldd "$b" 2>&1 | grep -E "not found" || true)
+  [[ -n "$problems" ]] && { echo "unresolved libraries of $(basename "$b"):"; echo "$problems"; }
+done
+
+# ---- Collecting results into $OUT (on every exit, also after a failure). ----
+collect() {
+  set +e
+  {
+    echo "# Blossom GPU benchmark run"
+    echo
+    echo "- date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ); phases: ${PHASES[*]}; commit: ${COMMIT:-unknown}"
+    echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
+    echo "- phase results: ${PHASE_STATUS[*]:-none}"
+    echo
+    for f in probe.txt side_by_side.md blossom_sweep.md serve.md; do
+      [[ -f "$RESULTS/$f" ]] || continue
+      echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
+    done
+  } > "$RESULTS/summary.md"
+  for f in summary.md side_by_side.json side_by_side-throughput.svg blossom_sweep.json serve.json run.log; do
+    [[ -f "$RESULTS/$f" ]] && cp "$RESULTS/$f" "$OUT_DIR/$f"
+  done
+  tar -C "$RESULTS" -czf "$OUT_DIR/all.tgz" . 2>/dev/null
+  ls -la "$OUT_DIR"
+}
+PHASE_STATUS=()
+trap collect EXIT
+
+FAILED=0
+record() { PHASE_STATUS+=("$1=$2"); [[ "$2" == ok ]] || FAILED=1; echo "=== phase $1: $2 ($(left) s left)"; }
+
+MODEL_DIR="${BLOSSOM_MODEL_DIR:-$STATE/bloom-$SHAPE-random-bf16}"
+
+phase_probe() {
+  if (( $(left) < 40 )); then record probe "skipped (time)"; return; fi
+  local rc=0
+  timeout $(( $(left) - 20 )) "$HERE/wrap/cuda_hardware_probe_test" > "$RESULTS/probe.log" 2>&1 || rc=$?
+  tail -5 "$RESULTS/probe.log"
+  {
+    echo "## CUDA hardware probe (cuda_hardware_probe_test)"
+    echo
+    echo "copy bandwidth counts bytes read + written (1 GiB device-to-device cudaMemcpyAsync, best of 10);"
+    echo "GEMM: cuBLASLt 8192^3, fp32 accumulation, random operands, best of 10."
+    echo
+    grep '^BLOSSOM_PROBE' "$RESULTS/probe.log" | sed 's/^BLOSSOM_PROBE /- /' || echo "- no numbers (see probe.log)"
+  } > "$RESULTS/probe.txt"
+  cat "$RESULTS/probe.txt"
+  if (( rc == 0 )) && grep -q '^BLOSSOM_PROBE' "$RESULTS/probe.log"; then
+    record probe ok
+  elif grep -q 'SKIPPED' "$RESULTS/probe.log"; then
+    record probe "failed: SKIPPED, $(grep -m1 'no GPU' "$RESULTS/probe.log" || echo 'no GPU seen')"
+  else
+    record probe "failed rc=$rc"
+  fi
+}
+
+phase_checkpoint() {
+  if [[ -n "${BLOSSOM_MODEL_DIR:-}" ]]; then
+    if [[ -f "$MODEL_DIR/config.json" ]]; then record checkpoint ok; else record checkpoint "failed: no $MODEL_DIR/config.json"; fi
+    return
+  fi
+  if [[ -f "$MODEL_DIR/.complete" ]]; then
+    echo "checkpoint $MODEL_DIR is there already (from an earlier call)"
+    record checkpoint ok
+    return
+  fi
+  if (( $(left) < 150 )); then record checkpoint "skipped (time)"; return; fi
+  rm -rf "$MODEL_DIR"  # a half-written one from an interrupted call
+  local t0 rc=0
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout $(( $(left) - 20 )) "$HERE/wrap/make-random-checkpoint" --shape "$SHAPE" --dtype bf16 \
+      --out "$MODEL_DIR" --tokenizer-dir "$HERE/tokenizer" --threads "$(nproc)" \
+      ${BLOSSOM_CHECKPOINT_ARGS:-} || rc=$?
+  if (( rc == 0 )); then
+    touch "$MODEL_DIR/.complete"
+    echo "checkpoint written in $(( $(date +%s) - t0 )) s: $(du -sh "$MODEL_DIR" | cut -f1)"
+    record checkpoint ok
+  else
+    record checkpoint "failed rc=$rc"
+  fi
+}
+
+side_by_side() {  # common flags of hf_side_by_side.py, then the phase's own
+  PYTHONUNBUFFERED=1 "$PY" "$HERE/hf_side_by_side.py" --model "$MODEL_DIR" --out-dir "$RESULTS" \
+    --device "$DEVICE" --dtype bf16 --max-new-tokens "$MAX_NEW" --warmup "$WARMUP" --cycles "$CYCLES" \
+    --commit "$COMMIT" --machine "$MACHINE" "$@"
+}
+
+phase_sweep() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record sweep "skipped (no checkpoint)"; return; fi
+  if (( $(left) < 90 )); then record sweep "skipped (time)"; return; fi
+  local rc=0
+  side_by_side --skip-hf --stem sweep_only --batch-sizes "$BATCH_SIZES" \
+    --blossom-bench "$HERE/wrap/blossom-bench" --blossom-backend "$DEVICE" \
+    --blossom-args "${BLOSSOM_SWEEP_ARGS:-}" --deadline-s $(( $(left) - 20 )) || rc=$?
+  if (( rc == 0 )) && [[ -f "$RESULTS/blossom_sweep.json" ]]; then record sweep ok; else record sweep "failed rc=$rc"; fi
+}
+
+phase_hf() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record hf "skipped (no checkpoint)"; return; fi
+  if (( $(left) < 120 )); then record hf "skipped (time)"; return; fi
+  if ! "$PY" -c "import torch, transformers; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" 2>"$RESULTS/hf_import.err"; then
+    cat "$RESULTS/hf_import.err"; record hf "failed: $PY lacks torch+transformers or a GPU"; return
+  fi
+  local prev=() rc=0
+  if [[ -f "$RESULTS/blossom_sweep.json" ]]; then
+    prev=(--blossom-json "$RESULTS/blossom_sweep.json")
+  elif [[ -f "$HERE/prev/blossom_sweep.json" ]]; then
+    cp "$HERE/prev/blossom_sweep.json" "$RESULTS/blossom_sweep.json"
+    prev=(--blossom-json "$RESULTS/blossom_sweep.json")
+  else
+    prev=(--skip-blossom)
+    echo "no sweep results on this machine: HF alone"
+  fi
+  side_by_side "${prev[@]}" --batch-sizes "$HF_BATCH_SIZES" --deadline-s $(( $(left) - 20 )) || rc=$?
+  if (( rc == 0 )); then record hf ok; else record hf "failed or incomplete rc=$rc"; fi
+}
+
+phase_serve() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record serve "skipped (no checkpoint)"; return; fi
+  if (( $(left) < 150 )); then record serve "skipped (time)"; return; fi
+  local port=18033 rc=0 pid
+  "$HERE/wrap/blossom-server" --model "$MODEL_DIR" --backend "$DEVICE" --host 127.0.0.1 --port "$port" \
+      --metrics_port -1 --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
+  pid=$!
+  local waited=0
+  until grep -q "serving " "$RESULTS/serve_server.log" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null || (( waited > 240 || $(left) < 60 )); then
+      tail -20 "$RESULTS/serve_server.log"
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      record serve "failed: the server did not come up"
+      return
+    fi
+    sleep 2; waited=$(( waited + 2 ))
+  done
+  echo "server up after ${waited} s"
+  # shellcheck disable=SC2086
+  timeout $(( $(left) - 30 )) "$HERE/wrap/blossom-bench" serve --target "grpc://127.0.0.1:$port" \
+      --num-requests 256 --request-rate inf --max-concurrency 64 --prompt-len-dist fixed:128 \
+      --output-len-dist fixed:128 --prompt-kind ids --corpus "$HERE/corpus.txt" \
+      --json "$RESULTS/serve.json" --markdown "$RESULTS/serve.md" --svg-prefix "$RESULTS/serve" \
+      --commit "$COMMIT" --machine "$MACHINE" ${BLOSSOM_SERVE_ARGS:-} || rc=$?
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  if (( rc == 0 )); then record serve ok; else record serve "failed rc=$rc"; fi
+}
+
+for p in "${EXPANDED[@]}"; do
+  echo "=== phase $p ($(left) s left)"
+  "phase_$p"
+done
+echo "=== done: ${PHASE_STATUS[*]} ($(( $(date +%s) - START )) s)"
+exit "$FAILED"
