@@ -5,35 +5,73 @@
 //       [--markdown PATH] [--mem-bandwidth-gbs G] [--peak-tflops T] [--commit SHA]
 //       [--machine TEXT] [--ignore-eos=false]
 //
-// `sweep` is the seed's batch-size benchmark (see benchmarks/README.md for every number). The
-// serving load generator will be a second command here. Exit code 1 on errors, 2 on usage errors.
+//   blossom-bench serve --target grpc://HOST:PORT|http://HOST:PORT [--api-key K]
+//       [--num-requests 100] [--request-rate inf] [--arrival poisson|gamma] [--burstiness 1]
+//       [--max-concurrency 0] [--prompt-len-dist fixed:128] [--output-len-dist fixed:128]
+//       [--prompt-kind text|ids] [--http-api tgi|openai] [--seed 0] [--slo-ttft-ms X]
+//       [--slo-tpot-ms Y] [--slo-e2e-ms Z] [--json PATH] [--svg-prefix PREFIX] [--markdown PATH]
+//       [--model NAME] [--corpus tests/fixtures/corpus.txt] [--commit SHA] [--machine TEXT]
+//
+// `sweep` is the seed's batch-size benchmark; `serve` is the serving load generator (see
+// benchmarks/README.md for every number). Exit code 1 on errors, 2 on usage errors.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "benchmarks/serve_command.h"
 #include "benchmarks/sweep_command.h"
 
-ABSL_FLAG(std::string, model, "", "Model directory (config.json, *.safetensors, tokenizer.json).");
+ABSL_FLAG(std::string, model, "",
+          "sweep: model directory (config.json, *.safetensors, tokenizer.json); "
+          "serve: the served model's name sent with each request (\"\" = whatever is served).");
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32,64,128,256", "Batch sizes, comma separated.");
 ABSL_FLAG(int32_t, max_new_tokens, 100, "New tokens per sequence (greedy).");
 ABSL_FLAG(int32_t, cycles, 5, "Timed generate() calls per batch size (the seed's 5).");
 ABSL_FLAG(int32_t, warmup, 1, "Untimed generate() calls per batch size before timing.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (CPU: threads in one process).");
+ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUDA builds).");
+ABSL_FLAG(double, gpu_memory_fraction, 0.90,
+          "sweep, cuda: fraction of GPU memory for weights, activations and the KV cache.");
 ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_new_tokens per sequence.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
-ABSL_FLAG(std::string, svg_prefix, "", "Write PREFIX-{throughput,latency,roofline}.svg.");
+ABSL_FLAG(std::string, svg_prefix, "",
+          "Write PREFIX-{throughput,latency,roofline}.svg (sweep) or "
+          "PREFIX-{latency-cdf,tpot-cdf,timeline}.svg (serve).");
 ABSL_FLAG(std::string, markdown, "", "Write a markdown table of the results here.");
 ABSL_FLAG(double, mem_bandwidth_gbs, 0.0, "Memory bandwidth for the roofline (0 = measure).");
 ABSL_FLAG(double, peak_tflops, 0.0, "GEMM rate for the roofline (0 = measure).");
 ABSL_FLAG(std::string, commit, "", "Git commit to record (e.g. $(git rev-parse --short HEAD)).");
 ABSL_FLAG(std::string, machine, "", "Machine description to record.");
+// serve
+ABSL_FLAG(std::string, target, "", "serve: grpc://HOST:PORT (Blossom) or http://HOST:PORT (gateway).");
+ABSL_FLAG(std::string, api_key, "", "serve: sent as 'Bearer' authorization.");
+ABSL_FLAG(int32_t, num_requests, 100, "serve: requests to send.");
+ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (inf = all at once).");
+ABSL_FLAG(std::string, arrival, "poisson", "serve: poisson or gamma inter-arrival times.");
+ABSL_FLAG(double, burstiness, 1.0, "serve: gamma shape (1 = poisson; < 1 burstier).");
+ABSL_FLAG(int32_t, max_concurrency, 0, "serve: most requests in flight (0 = unlimited).");
+ABSL_FLAG(std::string, prompt_len_dist, "fixed:128",
+          "serve: prompt tokens: fixed:N, uniform:LO:HI or normal:MEAN:STD.");
+ABSL_FLAG(std::string, output_len_dist, "fixed:128", "serve: output tokens (exact: ignore_eos).");
+ABSL_FLAG(std::string, prompt_kind, "text", "serve: text prompts, or ids (gRPC token_ids).");
+ABSL_FLAG(std::string, http_api, "tgi", "serve over http: tgi (/generate_stream) or openai.");
+ABSL_FLAG(uint64_t, seed, 0, "serve: seed of lengths, prompts and arrivals.");
+ABSL_FLAG(double, slo_ttft_ms, 0, "serve: goodput objective on TTFT (0 = none).");
+ABSL_FLAG(double, slo_tpot_ms, 0, "serve: goodput objective on TPOT (0 = none).");
+ABSL_FLAG(double, slo_e2e_ms, 0, "serve: goodput objective on end-to-end latency (0 = none).");
+ABSL_FLAG(std::string, corpus, "tests/fixtures/corpus.txt", "serve: text the prompts are cut from.");
+ABSL_FLAG(double, request_timeout, 600, "serve: seconds before a request is failed.");
 
 namespace {
 
@@ -44,6 +82,8 @@ int RunSweep(const std::string& command_line) {
   blossom::SweepCommandOptions options;
   options.process_start = kProcessStart;
   options.model_dir = absl::GetFlag(FLAGS_model);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   auto sizes = blossom::ParseBatchSizes(absl::GetFlag(FLAGS_batch_sizes));
@@ -72,13 +112,59 @@ int RunSweep(const std::string& command_line) {
   return 0;
 }
 
+int RunServe(const std::string& command_line) {
+  blossom::ServeCommandOptions options;
+  blossom::ServeSettings& s = options.settings;
+  s.target = absl::GetFlag(FLAGS_target);
+  s.model = absl::GetFlag(FLAGS_model);
+  s.num_requests = absl::GetFlag(FLAGS_num_requests);
+  const std::string rate = absl::AsciiStrToLower(absl::GetFlag(FLAGS_request_rate));
+  if (rate == "inf") {
+    s.request_rate = std::numeric_limits<double>::infinity();
+  } else if (!absl::SimpleAtod(rate, &s.request_rate) || !(s.request_rate > 0)) {
+    std::cerr << "blossom-bench: error: --request-rate '" << rate
+              << "': expected a number > 0 or inf" << std::endl;
+    return 2;
+  }
+  s.arrival = absl::GetFlag(FLAGS_arrival);
+  s.burstiness = absl::GetFlag(FLAGS_burstiness);
+  s.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
+  s.prompt_len_dist = absl::GetFlag(FLAGS_prompt_len_dist);
+  s.output_len_dist = absl::GetFlag(FLAGS_output_len_dist);
+  s.prompt_kind = absl::GetFlag(FLAGS_prompt_kind);
+  s.http_api = absl::GetFlag(FLAGS_http_api);
+  s.seed = absl::GetFlag(FLAGS_seed);
+  s.slo.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms);
+  s.slo.tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms);
+  s.slo.e2e_ms = absl::GetFlag(FLAGS_slo_e2e_ms);
+  s.corpus = absl::GetFlag(FLAGS_corpus);
+  options.api_key = absl::GetFlag(FLAGS_api_key);
+  options.request_timeout_s = absl::GetFlag(FLAGS_request_timeout);
+  options.outputs.json = absl::GetFlag(FLAGS_json);
+  options.outputs.svg_prefix = absl::GetFlag(FLAGS_svg_prefix);
+  options.outputs.markdown = absl::GetFlag(FLAGS_markdown);
+  options.commit = absl::GetFlag(FLAGS_commit);
+  options.machine = absl::GetFlag(FLAGS_machine);
+  options.command = command_line;
+  auto report = blossom::RunServeCommand(options, &std::cout);
+  if (!report.ok()) {
+    std::cerr << "blossom-bench: error: " << report.status().message() << std::endl;
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom-bench sweep --model DIR [--batch-sizes 1,2,4] [--max-new-tokens 100] "
       "[--cycles 5] [--warmup 1] [--json PATH] [--svg-prefix PREFIX] [--markdown PATH] "
-      "[--mem-bandwidth-gbs G] [--peak-tflops T] [--commit SHA] [--machine TEXT]");
+      "[--mem-bandwidth-gbs G] [--peak-tflops T] [--commit SHA] [--machine TEXT]\n"
+      "blossom-bench serve --target grpc://HOST:PORT|http://HOST:PORT [--num-requests N] "
+      "[--request-rate R|inf] [--arrival poisson|gamma] [--burstiness B] [--max-concurrency C] "
+      "[--prompt-len-dist fixed:128] [--output-len-dist fixed:128] [--seed S] "
+      "[--slo-ttft-ms X] [--slo-tpot-ms Y] [--slo-e2e-ms Z] [--json PATH] [--svg-prefix P]");
   // Recorded in the results; quoted so it can be pasted back into a shell.
   const std::string command_line =
       absl::StrJoin(argv, argv + argc, " ", [](std::string* out, const char* arg) {
@@ -109,6 +195,8 @@ int main(int argc, char** argv) {
   }
   const std::string command = positional[1];
   if (command == "sweep") return RunSweep(command_line);
-  std::cerr << "blossom-bench: unknown command '" << command << "' (expected: sweep)" << std::endl;
+  if (command == "serve") return RunServe(command_line);
+  std::cerr << "blossom-bench: unknown command '" << command << "' (expected: sweep or serve)"
+            << std::endl;
   return 2;
 }

@@ -1,5 +1,6 @@
 #include "benchmarks/sweep_command.h"
 
+#include "benchmarks/gpu/hardware_probe_factory.h"
 #include <algorithm>
 #include <ctime>
 #include <memory>
@@ -80,7 +81,8 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   const auto load_start = std::chrono::steady_clock::now();
   ModelRunnerOptions runner_options;
   runner_options.model_dir = options.model_dir;
-  runner_options.backend = "cpu";
+  runner_options.backend = options.backend;
+  runner_options.gpu_memory_fraction = options.gpu_memory_fraction;
   runner_options.tensor_parallel_size = options.tensor_parallel_size;
   runner_options.threads_per_rank = options.threads;
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
@@ -110,11 +112,15 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   }
 
   // Hardware rates after loading, so the probes do not compete with the page-in.
-  CpuProbeOptions probe_options = options.probe;
-  probe_options.threads = context.threads;
-  CpuHardwareProbe probe(probe_options);
-  BLOSSOM_ASSIGN_OR_RETURN(context.rates,
-                           ResolveHardwareRates(&probe, context.weight_dtype, options.overrides));
+  HardwareProbeFactoryOptions probe_options;
+  probe_options.cpu = options.probe;
+  probe_options.cpu.threads = context.threads;
+  std::unique_ptr<HardwareProbe> probe;  // none needed when both rates are given
+  if (options.overrides.mem_bandwidth_gbs <= 0.0 || options.overrides.peak_tflops <= 0.0) {
+    BLOSSOM_ASSIGN_OR_RETURN(probe, MakeHardwareProbe(context.backend, probe_options));
+  }
+  BLOSSOM_ASSIGN_OR_RETURN(
+      context.rates, ResolveHardwareRates(probe.get(), context.weight_dtype, options.overrides));
   if (log != nullptr) {
     *log << "[blossom-bench] roofline rates: " << context.rates.mem_bytes_per_s / 1e9 << " GB/s ("
          << context.rates.mem_source << "), " << context.rates.gemm_flops_per_s / 1e9

@@ -24,6 +24,8 @@ namespace blossom {
 
 struct SweepCommandOptions {
   std::string model_dir;
+  std::string backend = "cpu";  // "cpu" or "cuda" (CUDA builds)
+  double gpu_memory_fraction = 0.90;
   int tensor_parallel_size = 1;
   int threads = 0;  // CPU threads per rank (0 = all cores / tp)
   SweepOptions sweep;

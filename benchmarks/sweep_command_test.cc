@@ -133,5 +133,14 @@ TEST(SweepCommandTest, MissingModelIsAnError) {
   EXPECT_NE(s.message().find("does not exist"), std::string::npos) << s;
 }
 
+TEST(SweepCommandTest, UnknownBackendIsAnError) {
+  SweepCommandOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.backend = "tpu";
+  absl::Status s = RunSweepCommand(options, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("tpu"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace blossom
