@@ -3,7 +3,7 @@
 #include "benchmarks/grpc_load_client.h"
 
 #include "benchmarks/arrivals.h"
-#include "benchmarks/in_process_server.h"
+#include "server/testing/in_process_server.h"
 #include "benchmarks/load_runner.h"
 #include "gtest/gtest.h"
 

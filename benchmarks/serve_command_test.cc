@@ -5,7 +5,7 @@
 #include <limits>
 #include <sstream>
 
-#include "benchmarks/in_process_server.h"
+#include "server/testing/in_process_server.h"
 #include "engine/loader/file_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

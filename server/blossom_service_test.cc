@@ -6,82 +6,23 @@
 #include <atomic>
 #include <thread>
 
-#include "engine/model/model_runner.h"
 #include "gtest/gtest.h"
-#include "server/metrics/metrics.h"
-#include "tests/util/fixture_path.h"
+#include "server/testing/in_process_server.h"
 
 namespace blossom {
 namespace {
 
-ServiceOptions WithModelName(ServiceOptions options) {
-  options.limits.served_model_name = "bloom-tiny-h4";
-  return options;
-}
-
-class ServiceFixture {
+// The real service on loopback with a client stub.
+class ServiceFixture : public testing::InProcessServer {
  public:
   explicit ServiceFixture(ServiceOptions options = {}, EngineConfig engine_config = {})
-      : metrics_(&registry_), service_(WithModelName(std::move(options)), &metrics_) {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = v1::Blossom::NewStub(channel_);
-    engine_config_ = engine_config;
-  }
-  ~ServiceFixture() {
-    if (engine_) engine_->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  }
-
-  void Load() {
-    ModelRunnerOptions options;
-    options.model_dir = FixturePath("models/bloom-tiny-h4");
-    options.threads_per_rank = 1;
-    auto runner = ModelRunner::Create(options);
-    ASSERT_TRUE(runner.ok()) << runner.status();
-    runner_ = std::move(*runner);
-    auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = std::move(*tokenizer);
-    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), engine_config_, &metrics_);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    v1::ModelInfo info;
-    info.set_model_id("bloom-tiny-h4");
-    service_.SetEngine(engine_.get(), tokenizer_.get(), info);
-  }
-
+      : InProcessServer(std::move(options), engine_config),
+        stub_(v1::Blossom::NewStub(
+            grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()))) {}
   v1::Blossom::Stub& stub() { return *stub_; }
-  BlossomService& service() { return service_; }
-  Engine& engine() { return *engine_; }
-  metrics::Registry& registry() { return registry_; }
-  const Tokenizer& tokenizer() { return *tokenizer_; }
-
-  // Waits until the engine holds no request (cancellations are asynchronous to the client).
-  bool WaitForIdle() {
-    for (int i = 0; i < 500; ++i) {
-      if (engine_->num_unfinished() == 0 && engine_->scheduler_stats().blocks_used == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
 
  private:
-  metrics::Registry registry_;
-  ServerMetrics metrics_;
-  BlossomService service_;
-  EngineConfig engine_config_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Blossom::Stub> stub_;
-  std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<Engine> engine_;
 };
 
 v1::GenerateRequest Greedy(const std::string& text, int max_new_tokens) {
