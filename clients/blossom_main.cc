@@ -2,6 +2,7 @@
 //
 //   blossom generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--stop STR,...] [--threads N] [--tp N]
+//                    [--launcher mpi]   (under `mpirun -np N`, with --tp N)
 //
 // Runs the engine in-process on the CPU backend, streams the completion to stdout as it is
 // generated, then prints timings (load, prefill, ms per token) to stderr.
@@ -48,6 +49,9 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma separated.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating after the end-of-sequence token.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
+ABSL_FLAG(std::string, launcher, "threads",
+          "generate: threads (ranks are threads) or mpi (`mpirun -np <tp> blossom generate "
+          "--launcher mpi ...`: a process per rank; rank 0 prints the completion).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -74,12 +78,18 @@ int RunGenerate() {
   ModelRunnerOptions runner_options;
   runner_options.model_dir = model_dir;
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
+  runner_options.launcher = absl::GetFlag(FLAGS_launcher);
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);
   }
   auto model = ModelRunner::Create(runner_options);
   if (!model.ok()) return Fail(model.status());
+  if (!(*model)->is_leader()) {
+    // --launcher mpi, rank > 0: compute this rank's slice of rank 0's steps until it is done.
+    const absl::Status served = (*model)->RunFollower();
+    return served.ok() ? 0 : Fail(served);
+  }
   auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   auto ids = (*tokenizer)->Encode(prompt);

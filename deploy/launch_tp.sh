@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Launches one process per GPU for NCCL tensor parallelism (Open MPI's mpirun; the NCCL unique id
-# is broadcast over MPI by kernels/nccl:nccl_mpi_bootstrap, so the ranks may span machines).
+# Launches one process per tensor-parallel rank with Open MPI's mpirun, optionally across
+# machines: blossom-server / blossom generate with `--launcher mpi --tp N` (rank 0 serves and
+# schedules, the others execute its step plans; on CUDA the NCCL unique id is broadcast over MPI).
 #
-#   deploy/launch_tp.sh --np N [--hostfile FILE] [--check] [-- COMMAND ARGS...]
+#   deploy/launch_tp.sh --np N [--hostfile FILE] [--grace S] [--check] [-- COMMAND ARGS...]
 #
-#   --np N         total ranks = GPUs (required)
-#   --hostfile F   Open MPI hostfile ("host slots=GPUs" per line) for several machines
+#   --np N         total ranks (required); COMMAND's --tp must be the same N
+#   --hostfile F   Open MPI hostfile ("host slots=ranks" per line) for several machines
+#   --grace S      seconds (at least) mpirun lets the ranks drain after forwarding SIGTERM/SIGINT,
+#                  before SIGKILL (default 60; keep it above blossom-server's --drain_timeout)
 #   --check        first run kernels/nccl:nccl_mpi_check (all-reduce + all-gather on every GPU)
 #   COMMAND        the per-rank program (each process picks its GPU from its local rank)
+#
+# Example: deploy/launch_tp.sh --np 2 --hostfile hosts.txt -- \
+#            blossom-server --model /models/bloom --launcher mpi --tp 2
+# To drain, send SIGTERM to rank 0's process (then every process exits 0) or to this script's
+# mpirun (forwarded to every rank; mpirun then exits non-zero).
 #
 # Needs: apt-get install -y libopenmpi-dev openmpi-bin (on every machine), and the binaries at the
 # same path on every machine. Environment passed to every rank: NCCL_* and CUDA_VISIBLE_DEVICES.
@@ -15,14 +23,16 @@ set -euo pipefail
 
 np=""
 hostfile=""
+grace=60
 check=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --np) np="$2"; shift 2 ;;
     --hostfile) hostfile="$2"; shift 2 ;;
+    --grace) grace="$2"; shift 2 ;;
     --check) check=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "launch_tp.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +45,13 @@ if ! command -v mpirun >/dev/null; then
   exit 1
 fi
 
-mpi_args=(-np "$np" --bind-to none)
+if [[ ! "$grace" =~ ^[0-9]+$ ]]; then
+  echo "launch_tp.sh: --grace S takes whole seconds" >&2
+  exit 2
+fi
+
+# odls_base_sigkill_timeout: how long mpirun waits after forwarding SIGTERM before SIGKILL.
+mpi_args=(-np "$np" --bind-to none --mca odls_base_sigkill_timeout "$grace")
 # Running as root inside a container is common for GPU jobs; Open MPI refuses it unless asked.
 if [[ "$(id -u)" == 0 ]]; then mpi_args+=(--allow-run-as-root); fi
 if [[ -n "$hostfile" ]]; then mpi_args+=(--hostfile "$hostfile"); fi

@@ -1,6 +1,10 @@
 // `blossom-server`: the gRPC inference server.
 //
 //   blossom-server --model DIR [--port 8033] [--metrics-port 9090] [--tp N] ...
+//   mpirun -np N blossom-server --model DIR --launcher mpi --tp N ...   (a process per rank)
+//
+// With --launcher mpi, rank 0 is the server described here; ranks > 0 open no port and only
+// execute rank 0's step plans, exiting 0 when rank 0 stops (send SIGTERM to rank 0 to drain).
 //
 // Start-up order: the gRPC port opens first with health NOT_SERVING (calls get UNAVAILABLE
 // "the model is loading"), then the model loads, then health turns SERVING. SIGTERM or SIGINT
@@ -46,6 +50,12 @@ ABSL_FLAG(std::string, served_model_name, "",
           "Name clients use for the model (default: the model directory's base name).");
 ABSL_FLAG(std::string, backend, "cpu", "Compute backend: cpu (cuda when built in).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel size (ranks).");
+ABSL_FLAG(std::string, launcher, "threads",
+          "How the tensor-parallel ranks run: threads (one process) or mpi (one process per rank "
+          "under `mpirun -np <tp>`; rank 0 serves, the others execute its step plans).");
+ABSL_FLAG(double, collective_timeout, 300.0,
+          "--launcher mpi: seconds a rank waits for the others in one collective before the step "
+          "fails (a rank that died or hangs).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
@@ -172,11 +182,48 @@ sigset_t BlockShutdownSignals() {
   return set;
 }
 
+// A rank > 0 of --launcher mpi: no ports and no engine; it loads its slice and executes the
+// leader's step plans until the leader shuts down, then exits 0. SIGTERM and SIGINT stay blocked
+// (mpirun forwards them to every rank, but a follower must keep computing while the leader
+// drains); only if the leader has not released it within --drain_timeout + 30 s of a signal does
+// it give up and exit 1.
+int RunFollower(const ModelRunnerOptions& options, const sigset_t& signals) {
+  std::thread([signals] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    const double grace = absl::GetFlag(FLAGS_drain_timeout) + 30.0;
+    spdlog::info("received {}: waiting up to {} s for the leader (rank 0) to drain and stop",
+                 signal_number == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    spdlog::critical("the leader did not stop this rank within {} s of the signal; exiting", grace);
+    std::_Exit(1);
+  }).detach();
+  auto runner = ModelRunner::Create(options);
+  if (!runner.ok()) return Fail(runner.status());
+  const absl::Status served = (*runner)->RunFollower();
+  runner->reset();
+  if (!served.ok()) return Fail(served);
+  spdlog::info("stopped (the leader shut down)");
+  return 0;
+}
+
 int Run() {
   const sigset_t signals = BlockShutdownSignals();
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  ModelRunnerOptions runner_options;
+  runner_options.model_dir = model_dir;
+  runner_options.backend = absl::GetFlag(FLAGS_backend);
+  runner_options.launcher = absl::GetFlag(FLAGS_launcher);
+  runner_options.collective_timeout_seconds = absl::GetFlag(FLAGS_collective_timeout);
+  runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
+  runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
+  runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  // Only rank 0 serves (--launcher mpi); the others follow it.
+  auto process_rank = ModelRunner::ProcessRank(runner_options);
+  if (!process_rank.ok()) return Fail(process_rank.status());
+  if (*process_rank != 0) return RunFollower(runner_options, signals);
   const std::string served_name = absl::GetFlag(FLAGS_served_model_name).empty()
                                       ? BaseName(model_dir)
                                       : absl::GetFlag(FLAGS_served_model_name);
@@ -254,12 +301,6 @@ int Run() {
   std::cout << "blossom-server listening grpc_port=" << bound_port
             << " metrics_port=" << (metrics_server ? metrics_server->port() : -1) << std::endl;
 
-  ModelRunnerOptions runner_options;
-  runner_options.model_dir = model_dir;
-  runner_options.backend = absl::GetFlag(FLAGS_backend);
-  runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
-  runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
-  runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   auto runner = ModelRunner::Create(runner_options);
   if (!runner.ok()) return Fail(runner.status());
   auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");

@@ -5,6 +5,8 @@ PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms pkg-config g++ python3
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  # Multi-process tensor parallelism (kernels/mpi, mpirun in tests/mpi).
+  libopenmpi-dev openmpi-bin
   # End-to-end tests: a venv for the Python clients, curl, and a real Prometheus server.
   python3-venv curl prometheus
 )

@@ -16,6 +16,20 @@
 // caused the abort); the group is re-armed afterwards (NCCL: new communicators), once every rank
 // has returned, so the next step can run.
 //
+// Launcher "mpi" (one process per rank, started by Open MPI's mpirun, on one machine or
+// several): every process calls Create with the same options and becomes rank r of
+// MPI_COMM_WORLD, holding only its own slice. Rank 0, the leader (is_leader()), is driven like
+// any runner: before running each AllocateKvCache, KvCacheBytesFromMemory (CUDA) and Forward on
+// its slice it broadcasts the step plan over MPI, so the scheduler runs once, in the leader's
+// process. The other ranks, the followers, call RunFollower, which executes those plans (the
+// model's collectives pair up with the leader's: MPI for "cpu", NCCL with the unique id
+// broadcast over MPI for "cuda") until the leader's runner is destroyed. Start-up and KV
+// allocation failures reach every rank (the first failing rank's error); a bad step fails on
+// every rank alike and the next works; a rank that dies or hangs inside a step makes the
+// leader's Forward fail when the collective times out (an MPI/NCCL error sooner), after which
+// every Forward fails with FailedPrecondition (the job must be restarted). Plain mpirun ends the
+// whole job as soon as one process dies.
+//
 // "cuda" needs a build with the CUDA backend (the default where /usr/local/cuda exists); a build
 // with --config=nocuda or without the toolkit refuses it with Unimplemented.
 //
@@ -47,19 +61,30 @@ struct ModelRunnerOptions {
   // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
   // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
   double gpu_memory_fraction = 0.90;
+  // How the ranks run: "threads" (one process, a thread per rank) or "mpi" (a process per rank
+  // under mpirun; tensor_parallel_size must equal the MPI world size).
+  std::string launcher = "threads";
+  // Launcher "mpi": how long a rank waits in one collective for the others (a rank that died or
+  // hangs) before the step fails. Larger than the slowest step's compute imbalance. > 0.
+  double collective_timeout_seconds = 300.0;
 };
 
 class ModelRunner {
  public:
-  // Loads the model for every rank. InvalidArgument for an unknown backend, a non-positive tp,
-  // a gpu_memory_fraction outside (0, 1] ("cuda"), or a model whose heads do not divide by tp.
-  // "cuda": FailedPrecondition when fewer than tp GPUs are visible (with CUDA's reason when
-  // none is), checked before any weight is read; Unimplemented in a build without the CUDA
-  // backend.
+  // Loads the model for every rank (launcher "mpi": for this process's rank; every process of
+  // the job must call it). InvalidArgument for an unknown backend or launcher, a non-positive
+  // tp, a tp other than the MPI world size (launcher "mpi"), a gpu_memory_fraction outside
+  // (0, 1] ("cuda"), or a model whose heads do not divide by tp. "cuda": FailedPrecondition
+  // when fewer than tp GPUs are visible (launcher "mpi": no GPU in some process), with CUDA's
+  // reason when none is, checked before any weight is read; Unimplemented in a build without
+  // the CUDA backend.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelRunnerOptions& options);
   // A single-rank runner around an existing model (tests, tools that build their own backend).
   // `model` is not owned and must outlive the runner; the runner owns the KV cache it allocates.
   static std::unique_ptr<ModelRunner> ForModel(BloomModel* model);
+  // This process's rank under options.launcher, before Create (a server opens its ports only on
+  // rank 0): 0 for "threads"; for "mpi" the MPI_COMM_WORLD rank (initialising MPI).
+  static absl::StatusOr<int> ProcessRank(const ModelRunnerOptions& options);
 
   virtual ~ModelRunner();
 
@@ -86,6 +111,14 @@ class ModelRunner {
   // All ranks run the step; full logits ([logit_rows, vocab]) from rank 0.
   // FailedPrecondition before AllocateKvCache.
   virtual absl::Status Forward(const StepBatch& batch, float* logits) = 0;
+
+  // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward).
+  // Only launcher "mpi" has followers (ranks > 0), which call RunFollower instead and get
+  // FailedPrecondition from those.
+  virtual bool is_leader() const { return true; }
+  // Followers: executes the leader's step plans until the leader's runner is destroyed (OK), or
+  // the plan channel fails (an error; the job is broken). Leaders: FailedPrecondition.
+  virtual absl::Status RunFollower();
 
   int64_t vocab_size() const { return config().vocab_size; }
 };

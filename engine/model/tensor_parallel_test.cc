@@ -20,6 +20,7 @@
 #include "engine/loader/safetensors_test_util.h"
 #include "engine/model/bloom_model.h"
 #include "engine/model/model_runner.h"
+#include "engine/model/tp_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_communicator.h"
@@ -29,18 +30,13 @@
 namespace blossom {
 namespace {
 
+using tp_test::GreedyAll;
+using tp_test::kBlockSize;
+using tp_test::MaxAbsDiff;
+using tp_test::PrefillAll;
+
 constexpr float kTpTolerance = 1e-5f;      // vs TP = 1
 constexpr float kGoldenTolerance = 1e-4f;  // vs Hugging Face, as in bloom_model_test
-constexpr int32_t kBlockSize = 4;
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0.0f;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 std::unique_ptr<ModelRunner> MakeRunner(const std::string& model, int tp) {
   ModelRunnerOptions options;
   options.model_dir = FixturePath("models/" + model);
@@ -52,69 +48,6 @@ std::unique_ptr<ModelRunner> MakeRunner(const std::string& model, int tp) {
   return runner.ok() ? std::move(*runner) : nullptr;
 }
 
-// Prefills every prompt together in one step (each with its own blocks) and returns all-token
-// logits per prompt.
-std::vector<std::vector<float>> PrefillAll(ModelRunner& runner,
-                                           const std::vector<std::vector<int32_t>>& prompts) {
-  const int64_t V = runner.vocab_size();
-  int32_t blocks_per_seq = 1;
-  for (const auto& p : prompts)
-    blocks_per_seq = std::max<int32_t>(blocks_per_seq, p.size() / kBlockSize + 1);
-  EXPECT_TRUE(runner.AllocateKvCache(blocks_per_seq * prompts.size(), kBlockSize).ok());
-  StepBatch batch;
-  batch.max_blocks_per_seq = blocks_per_seq;
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    std::vector<int32_t> table(blocks_per_seq);
-    for (int32_t b = 0; b < blocks_per_seq; ++b) table[b] = s * blocks_per_seq + b;
-    batch.AddSequence(prompts[s], 0, table, true, /*all_logits=*/true);
-  }
-  std::vector<float> logits(batch.logit_rows.size() * V);
-  absl::Status status = runner.Forward(batch, logits.data());
-  EXPECT_TRUE(status.ok()) << status;
-  std::vector<std::vector<float>> out;
-  size_t row = 0;
-  for (const auto& p : prompts) {
-    out.emplace_back(logits.begin() + row * V, logits.begin() + (row + p.size()) * V);
-    row += p.size();
-  }
-  return out;
-}
-
-// Greedy continuation of all prompts decoded together, argmax over the full vocabulary.
-std::vector<std::vector<int32_t>> GreedyAll(ModelRunner& runner,
-                                            const std::vector<std::vector<int32_t>>& prompts,
-                                            int new_tokens) {
-  const int64_t V = runner.vocab_size();
-  const int32_t n = prompts.size();
-  int32_t blocks_per_seq = 1;
-  for (const auto& p : prompts)
-    blocks_per_seq = std::max<int32_t>(blocks_per_seq, (p.size() + new_tokens) / kBlockSize + 1);
-  EXPECT_TRUE(runner.AllocateKvCache(blocks_per_seq * n, kBlockSize).ok());
-  auto table_of = [&](int32_t s) {
-    std::vector<int32_t> table(blocks_per_seq);
-    for (int32_t b = 0; b < blocks_per_seq; ++b) table[b] = s * blocks_per_seq + b;
-    return table;
-  };
-  std::vector<std::vector<int32_t>> generated(n);
-  StepBatch batch;
-  batch.max_blocks_per_seq = blocks_per_seq;
-  for (int32_t s = 0; s < n; ++s) batch.AddSequence(prompts[s], 0, table_of(s), true);
-  std::vector<float> logits(n * V);
-  for (int step = 0; step < new_tokens; ++step) {
-    absl::Status status = runner.Forward(batch, logits.data());
-    EXPECT_TRUE(status.ok()) << status;
-    if (!status.ok()) return generated;
-    batch.Clear();
-    for (int32_t s = 0; s < n; ++s) {
-      const float* row = logits.data() + s * V;
-      const int32_t next = std::max_element(row, row + V) - row;
-      generated[s].push_back(next);
-      batch.AddSequence({next}, prompts[s].size() + step, table_of(s), true);
-    }
-  }
-  return generated;
-}
-
 struct TpCase {
   std::string model;
   int tp;
@@ -123,52 +56,32 @@ struct TpCase {
 class TensorParallelGolden : public ::testing::TestWithParam<TpCase> {
  protected:
   void SetUp() override {
-    const std::string golden_dir = FixturePath("goldens/" + GetParam().model);
-    golden_ = nlohmann::json::parse(ReadFileOrEmpty(golden_dir + "/golden.json"), nullptr, false);
-    ASSERT_FALSE(golden_.is_discarded()) << "cannot read " << golden_dir << "/golden.json";
-    auto file = SafetensorsFile::Open(golden_dir + "/golden.safetensors");
-    ASSERT_TRUE(file.ok()) << file.status();
-    logits_file_ = std::move(*file);
+    golden_ = tp_test::LoadGolden(GetParam().model);
+    ASSERT_FALSE(golden_.json.is_discarded());
     reference_ = MakeRunner(GetParam().model, 1);
     runner_ = MakeRunner(GetParam().model, GetParam().tp);
     ASSERT_NE(reference_, nullptr);
     ASSERT_NE(runner_, nullptr);
   }
 
-  std::vector<float> GoldenTensor(const std::string& name) {
-    const TensorEntry* e = logits_file_->Find(name);
-    EXPECT_NE(e, nullptr) << name;
-    if (e == nullptr) return {};
-    auto view = logits_file_->View(*e);
-    EXPECT_TRUE(view.ok());
-    const float* p = view->as<const float>();
-    return std::vector<float>(p, p + view->numel());
-  }
-
-  nlohmann::json golden_;
-  std::unique_ptr<SafetensorsFile> logits_file_;
+  tp_test::Golden golden_;
   std::unique_ptr<ModelRunner> reference_, runner_;
 };
 
 TEST_P(TensorParallelGolden, LogitsMatchSingleRankAndTransformers) {
   EXPECT_EQ(runner_->world_size(), GetParam().tp);
   EXPECT_EQ(runner_->info().world_size, GetParam().tp);
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> names;
-  for (const auto& item : golden_["logits"]) {
-    prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
-    names.push_back(item["name"].get<std::string>());
-  }
+  const std::vector<std::vector<int32_t>>& prompts = golden_.logit_prompts;
   ASSERT_GE(prompts.size(), 5u);
   std::vector<std::vector<float>> tp1 = PrefillAll(*reference_, prompts);
   std::vector<std::vector<float>> tpn = PrefillAll(*runner_, prompts);
   float worst_tp = 0.0f, worst_golden = 0.0f;
   for (size_t i = 0; i < prompts.size(); ++i) {
     worst_tp = std::max(worst_tp, MaxAbsDiff(tpn[i], tp1[i]));
-    worst_golden = std::max(worst_golden, MaxAbsDiff(tpn[i], GoldenTensor(names[i])));
+    worst_golden = std::max(worst_golden, MaxAbsDiff(tpn[i], golden_.Tensor(golden_.logit_names[i])));
   }
   const float tolerance =
-      std::max(kTpTolerance, golden_.value("batch_vs_single_max_abs_diff", 0.0f));
+      std::max(kTpTolerance, golden_.json.value("batch_vs_single_max_abs_diff", 0.0f));
   EXPECT_LE(worst_tp, tolerance);
   EXPECT_LE(worst_golden, kGoldenTolerance);
   std::printf("[tp] %s TP=%d: max |logits - TP1| = %.3g, max |logits - HF| = %.3g\n",
@@ -177,11 +90,8 @@ TEST_P(TensorParallelGolden, LogitsMatchSingleRankAndTransformers) {
 }
 
 TEST_P(TensorParallelGolden, GreedyContinuationsMatchTransformers) {
-  std::vector<std::vector<int32_t>> prompts, expected;
-  for (const auto& item : golden_["greedy"]) {
-    prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
-    expected.push_back(item["new_ids"].get<std::vector<int32_t>>());
-  }
+  const std::vector<std::vector<int32_t>>& prompts = golden_.greedy_prompts;
+  const std::vector<std::vector<int32_t>>& expected = golden_.greedy_new_ids;
   ASSERT_GE(prompts.size(), 4u);
   EXPECT_EQ(GreedyAll(*runner_, prompts, static_cast<int>(expected[0].size())), expected);
 }
