@@ -25,6 +25,17 @@ inline Vec8 Load8(const float* p) {
 // any fp32 GEMM it is compared with.
 typedef double Vec4d __attribute__((vector_size(32), aligned(8)));
 
+// An AVX2 clone and a baseline clone, picked at load time by an ifunc resolver. Not under
+// ThreadSanitizer: GCC instruments the generated resolver (it calls __tsan_func_entry), and the
+// dynamic loader runs it while relocating this library, before the TSan runtime has set up the
+// thread, which crashes every binary at load (SIGSEGV in libtsan). TSan builds use the baseline
+// clone only; it is the same source with the same per-lane operation order (see Vec8).
+#if defined(__SANITIZE_THREAD__)
+#define BLOSSOM_MICROKERNEL_CLONES
+#else
+#define BLOSSOM_MICROKERNEL_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 inline Vec4d Low(Vec8 v) { return Vec4d{v[0], v[1], v[2], v[3]}; }
 inline Vec4d High(Vec8 v) { return Vec4d{v[4], v[5], v[6], v[7]}; }
 
@@ -38,7 +49,7 @@ inline float Reduce(Vec4d lo, Vec4d hi, double tail) {
 // Dot products of `rows` x rows with kColTile w rows. Every element follows exactly the
 // operation order of the single-row case, so tiling never changes a result.
 template <int kRows>
-__attribute__((target_clones("avx2", "default"))) void MicroKernel(
+BLOSSOM_MICROKERNEL_CLONES void MicroKernel(
     const float* x, int64_t ldx, const float* w, int64_t k, float* dots /*[kRows][kColTile]*/) {
   Vec4d lo[kRows][kColTile], hi[kRows][kColTile];
   for (int r = 0; r < kRows; ++r)

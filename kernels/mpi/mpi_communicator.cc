@@ -382,7 +382,12 @@ absl::Status MpiCommunicator::AgreeOnStatus(const absl::Status& mine) {
   const int32_t code = static_cast<int32_t>(mine.code());
   std::memcpy(record, &code, sizeof(code));
   const size_t room = kStatusRecordBytes - sizeof(code) - 1;
-  std::memcpy(record + sizeof(code), mine.message().data(), std::min(room, mine.message().size()));
+  // An OK status's message is an empty string_view whose data() is null, and memcpy from null is
+  // undefined even for 0 bytes (UBSan: "null pointer passed as argument 2").
+  if (!mine.message().empty()) {
+    std::memcpy(record + sizeof(code), mine.message().data(),
+                std::min(room, mine.message().size()));
+  }
   if (world > 1) {
     s = impl_->GatherInPlace(kOp, kStatusRecordBytes, impl_->timeout);
     if (!s.ok()) return s;

@@ -244,7 +244,7 @@ internal::FamilyBase* Registry::Add(
     std::vector<std::string> label_names,
     const std::function<std::unique_ptr<internal::FamilyBase>(
         const std::string&, std::vector<std::string>)>& make_family) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // Why a name is not exportable; empty if it is.
   std::string problem;
   if (!IsValidName(name, /*allow_colon=*/true)) {
@@ -329,27 +329,27 @@ Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
 }
 
 std::vector<std::string> Registry::errors() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return errors_;
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   hooks_.push_back(std::move(hook));
 }
 
 std::string Registry::Render() const {
-  absl::MutexLock collect_lock(&collect_mu_);
+  std::lock_guard<std::mutex> collect_lock(collect_mu_);
   std::vector<std::function<void()>> hooks;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     hooks = hooks_;
   }
   // Without mu_ held: hooks update families (family locks only) and may even register new ones.
   for (const auto& hook : hooks) hook();
 
   std::string out;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [name, entry] : exported_) {
     // client_golang omits an empty HELP too.
     if (!entry.help.empty()) {

@@ -32,12 +32,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 namespace blossom::metrics {
 
@@ -175,7 +174,7 @@ class Family : public internal::FamilyBase {
   }
 
   void RenderSamples(std::string* out) const override {
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);
     for (const auto& [values, child] : children_) {
       internal::RenderChild(name_, label_names_, values, *child, out);
     }
@@ -184,20 +183,23 @@ class Family : public internal::FamilyBase {
  private:
   T& GetExact(const std::vector<std::string>& values) {
     {
-      absl::ReaderMutexLock lock(&mu_);
+      std::shared_lock<std::shared_mutex> lock(mu_);
       auto it = children_.find(values);
       if (it != children_.end()) return *it->second;
     }
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::shared_mutex> lock(mu_);
     auto& slot = children_[values];
     if (slot == nullptr) slot = make_child_();
     return *slot;
   }
 
   const std::function<std::unique_ptr<T>()> make_child_;
-  mutable absl::Mutex mu_;
-  // std::map: rendering order is deterministic (sorted by label values).
-  std::map<std::vector<std::string>, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
+  // Standard (pthread) locks rather than absl::Mutex in this library: ThreadSanitizer sees
+  // pthread locks through its interceptors, but not the system Abseil's Mutex (not instrumented),
+  // so with absl::Mutex every access it guards is reported as a race under --config=tsan.
+  mutable std::shared_mutex mu_;
+  // Guarded by mu_. std::map: rendering order is deterministic (sorted by label values).
+  std::map<std::vector<std::string>, std::unique_ptr<T>> children_;
 };
 
 // Owns metric families and renders them. Thread-safe: registration, Get, updates and Render may
@@ -241,17 +243,19 @@ class Registry {
                             std::vector<double> bounds, std::vector<std::string> label_names,
                             const std::function<std::unique_ptr<internal::FamilyBase>(
                                 const std::string&, std::vector<std::string>)>& make_family);
-  void RecordError(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordError(std::string message);  // requires mu_
 
-  mutable absl::Mutex mu_;
-  std::map<std::string, Entry> exported_ ABSL_GUARDED_BY(mu_);
+  // std::mutex, not absl::Mutex: see Family::mu_.
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::map<std::string, Entry> exported_;
   // Families returned for invalid registrations: usable, never rendered.
-  std::vector<std::unique_ptr<internal::FamilyBase>> unexported_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
-  // Serialises hook runs, so hooks need not be reentrant; never held together with mu_ while a
-  // hook runs (hooks may call Get/Add*, which take mu_ or family locks).
-  mutable absl::Mutex collect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<std::unique_ptr<internal::FamilyBase>> unexported_;
+  std::vector<std::string> errors_;
+  std::vector<std::function<void()>> hooks_;
+  // Serialises hook runs, so hooks need not be reentrant; acquired before mu_, and never held
+  // together with mu_ while a hook runs (hooks may call Get/Add*, which take mu_ or family locks).
+  mutable std::mutex collect_mu_;
 };
 
 }  // namespace blossom::metrics
