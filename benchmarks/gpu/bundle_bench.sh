@@ -31,6 +31,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+# shellcheck source=tools/gpu/bundle_libs.sh
+source "$ROOT/tools/gpu/bundle_libs.sh"
 BUNDLE="${1:-$ROOT/.device/bench}"
 case "$BUNDLE" in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 MAX_LIB_MB="${BLOSSOM_MAX_LIB_MB:-16}"
@@ -61,21 +63,7 @@ for target in "${TARGETS[@]}"; do
   done < <(ldd "$bin" | awk '/=>/ && $3 ~ /^\// {print $1, $3} /not found/ {print $1, "NOT_FOUND"}')
 done
 
-SYSTEM_RE='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libutil\.so|libresolv\.so)'
-COMPAT_RE='^(libstdc\+\+\.so|libgcc_s\.so)'
-for lib in $(printf '%s\n' "${!LIBS[@]}" | sort); do
-  path="${LIBS[$lib]}"
-  if [[ "$path" == NOT_FOUND ]]; then echo "ldd: $lib not found on this machine" >&2; exit 1; fi
-  if [[ "$lib" =~ $SYSTEM_RE ]]; then continue; fi
-  if [[ "$lib" =~ $COMPAT_RE ]]; then cp -L "$path" "$BUNDLE/lib/compat/$lib"; continue; fi
-  size_mb=$(( $(stat -L -c %s "$path") / 1048576 ))
-  if (( size_mb > MAX_LIB_MB )); then
-    LEFT_TO_DEVICE+=("$lib")
-    continue
-  fi
-  cp -L "$path" "$BUNDLE/lib/$lib"
-done
-chmod -R u+w "$BUNDLE/lib"
+bundle_shared_libs
 
 # Wrappers: the bundled libraries go on LD_LIBRARY_PATH for Blossom's binaries only.
 # run_bench_on_device.sh exports the path it resolved as BLOSSOM_BENCH_LD_PATH; run by hand, a

@@ -30,6 +30,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+# shellcheck source=tools/gpu/bundle_libs.sh
+source "$ROOT/tools/gpu/bundle_libs.sh"
 BUNDLE="${1:-$ROOT/.device/gpu_suite}"
 case "$BUNDLE" in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 MAX_LIB_MB="${BLOSSOM_MAX_LIB_MB:-16}"
@@ -77,21 +79,7 @@ if [[ ! -d "$BUNDLE/runfiles/blossom/tests/fixtures" ]]; then
   cp -r tests/fixtures/models tests/fixtures/goldens "$BUNDLE/runfiles/blossom/tests/fixtures/"
 fi
 
-SYSTEM_RE='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libutil\.so|libresolv\.so)'
-COMPAT_RE='^(libstdc\+\+\.so|libgcc_s\.so)'
-for lib in $(printf '%s\n' "${!LIBS[@]}" | sort); do
-  path="${LIBS[$lib]}"
-  if [[ "$path" == NOT_FOUND ]]; then echo "ldd: $lib not found on this machine" >&2; exit 1; fi
-  if [[ "$lib" =~ $SYSTEM_RE ]]; then continue; fi
-  if [[ "$lib" =~ $COMPAT_RE ]]; then cp -L "$path" "$BUNDLE/lib/compat/$lib"; continue; fi
-  size_mb=$(( $(stat -L -c %s "$path") / 1048576 ))
-  if (( size_mb > MAX_LIB_MB )); then
-    LEFT_TO_DEVICE+=("$lib")
-    continue
-  fi
-  cp -L "$path" "$BUNDLE/lib/$lib"
-done
-chmod -R u+w "$BUNDLE/lib"
+bundle_shared_libs
 cp tools/gpu/run_on_device.sh "$BUNDLE/run_on_device.sh"
 chmod +x "$BUNDLE/run_on_device.sh"
 
