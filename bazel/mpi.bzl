@@ -13,3 +13,10 @@ MPI_COPTS = [
     "/usr/include/aarch64-linux-gnu/mpi",
     "-DOMPI_SKIP_MPICXX",
 ]
+
+# target_compatible_with for targets that need a real MPI (tests that run under mpirun):
+# skipped in a `--config=nompi` build.
+MPI_COMPAT = select({
+    "//:mpi_off": ["@platforms//:incompatible"],
+    "//conditions:default": [],
+})

@@ -41,9 +41,11 @@ TARGETS=(//benchmarks:blossom-bench //benchmarks:make-random-checkpoint //server
 
 if [[ "${BLOSSOM_BUNDLE_NO_BUILD:-0}" != 1 ]]; then
   echo "== building ${TARGETS[*]}"
-  bazel build "${TARGETS[@]}"
+  # Without Open MPI: Debian's libmpi pulls libevent, which needs glibc 2.36, and the GPU image
+  # may be older (single-process launches never use MPI).
+  bazel build --config=nompi "${TARGETS[@]}"
 fi
-BIN_ROOT="$(bazel info bazel-bin 2>/dev/null || echo "$ROOT/bazel-bin")"
+BIN_ROOT="$(bazel info --config=nompi bazel-bin 2>/dev/null || echo "$ROOT/bazel-bin")"
 
 echo "== bundling into $BUNDLE"
 rm -rf "$BUNDLE"
@@ -58,12 +60,11 @@ for target in "${TARGETS[@]}"; do
   cp -L "$bin" "$BUNDLE/bin/$name"
   chmod u+w "$BUNDLE/bin/$name"
   NAMES+=("$name")
-  while read -r lib path; do
-    LIBS["$lib"]="$path"
-  done < <(ldd "$bin" | awk '/=>/ && $3 ~ /^\// {print $1, $3} /not found/ {print $1, "NOT_FOUND"}')
+  collect_libs "$bin"
 done
 
 bundle_shared_libs
+check_bundle_glibc
 
 # Wrappers: the bundled libraries go on LD_LIBRARY_PATH for Blossom's binaries only.
 # run_bench_on_device.sh exports the path it resolved as BLOSSOM_BENCH_LD_PATH; run by hand, a
@@ -87,9 +88,12 @@ chmod +x "$BUNDLE/run_bench_on_device.sh" "$BUNDLE/hf_side_by_side.py"
 
 # Whether this blossom-bench can run the CUDA backend at all (absl's --helpfull exits 1).
 HAS_BACKEND=false
-if "$BUNDLE/bin/blossom-bench" --helpfull 2>&1 | grep -Eq '^\s*--backend\b'; then HAS_BACKEND=true; fi
+# (The help text goes into a variable first: grep -q closing the pipe early would fail the
+# pipeline under pipefail.)
+BENCH_HELP="$(LD_LIBRARY_PATH="$BUNDLE/lib" "$BUNDLE/bin/blossom-bench" --helpfull 2>&1 || true)"
+if grep -Eq '^\s*--backend\b' <<< "$BENCH_HELP"; then HAS_BACKEND=true; fi
 COMMIT="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-DIRTY="$(git status --porcelain 2>/dev/null | wc -l | tr -d ' ')"
+DIRTY="$( (git status --porcelain 2>/dev/null || true) | wc -l | tr -d ' ')"
 NVCC="$(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1 || echo unknown)"
 {
   echo "{"
@@ -100,6 +104,7 @@ NVCC="$(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1 || echo unknown
   echo "  \"nvcc\": \"$NVCC\","
   echo "  \"targets\": [$(printf '"%s",' "${TARGETS[@]}" | sed 's/,$//')],"
   echo "  \"blossom_bench_has_backend_flag\": $HAS_BACKEND,"
+  echo "  \"glibc_needed\": \"${GLIBC_NEEDED:-}\","
   echo "  \"libraries_expected_on_device\": [$( ((${#LEFT_TO_DEVICE[@]})) && printf '"%s",' "${LEFT_TO_DEVICE[@]}" | sed 's/,$//')]"
   echo "}"
 } > "$BUNDLE/manifest.json"
@@ -112,10 +117,7 @@ if [[ "$HAS_BACKEND" != true ]]; then
   echo "WARNING: this blossom-bench has no --backend flag: the sweep cannot run on the GPU" \
        "(see benchmarks/gpu/README.md, 'Wiring')" >&2
 fi
-if (( SIZE_MB > 60 )); then
-  echo "ERROR: the device tool carries at most 64 MiB (with the rest of the tree); lower BLOSSOM_MAX_LIB_MB" >&2
-  exit 1
-fi
+check_travel_size
 REL="${BUNDLE#"$ROOT"/}"
 echo "== on the GPU machine (device tool, carry=[\"$REL\"]):"
 echo "   bash $REL/run_bench_on_device.sh all"

@@ -354,11 +354,15 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(AttentionArgs a
       }
       const float psum = WarpSum(p);
       p_s[qi * kKChunk + lane] = p;
+      // Every lane read m_s[qi] above; the shuffles order execution but not shared-memory
+      // accesses, so without this barrier lane 0's store may overtake another lane's load.
+      __syncwarp();
       if (lane == 0) {
         m_s[qi] = m_new;
         l_s[qi] = l_s[qi] * alpha + psum;
         alpha_s[qi] = alpha;
       }
+      __syncwarp();
     }
     __syncthreads();
     for (int32_t i = threadIdx.x; i < kQTile * d; i += blockDim.x) {

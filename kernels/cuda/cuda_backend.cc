@@ -1,17 +1,15 @@
 #include "kernels/cuda/cuda_backend.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/lt_gemm.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -36,14 +34,6 @@ absl::Status CudaError(const char* what, cudaError_t err) {
     if (blossom_cuda_err_ != cudaSuccess) return CudaError(#expr, blossom_cuda_err_); \
   } while (0)
 
-#define BLOSSOM_CUBLAS_RETURN_IF_ERROR(expr)                                               \
-  do {                                                                                     \
-    const cublasStatus_t blossom_cublas_st_ = (expr);                                      \
-    if (blossom_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                       \
-      return absl::InternalError(absl::StrCat("cuda backend: ", #expr, ": ",               \
-                                              cublasGetStatusString(blossom_cublas_st_))); \
-  } while (0)
-
 absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("cuda backend: ", op, ": ", what));
@@ -51,24 +41,8 @@ absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
 
 bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
 
-cudaDataType_t CudaType(DType d) {
-  switch (d) {
-    case DType::kF16:
-      return CUDA_R_16F;
-    case DType::kBF16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-// Largest power of two (<= 256) dividing the address: cuBLASLt picks kernels by alignment.
-uint32_t AlignmentOf(const void* p) {
-  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 256;
-  while (a > 1 && (v % a) != 0) a >>= 1;
-  return a;
-}
+// Slot of an activation dtype in CudaBackend::Impl::gelu_epilogue.
+int GeluSlot(DType dtype) { return dtype == DType::kF16 ? 1 : (dtype == DType::kBF16 ? 2 : 0); }
 
 float HostBloomGelu(float x) {
   return x * 0.5f * (1.0f + std::tanh(0.79788456f * x * (1.0f + 0.044715f * x * x)));
@@ -93,25 +67,6 @@ class CudaKvCache : public KvCache {
   cuda::KvLayout layout_;
 };
 
-// A cached cuBLASLt plan for one GEMM shape.
-struct GemmKey {
-  int64_t m, n, k;
-  int a_type, c_type, bias_type, epilogue;
-  uint32_t align_a, align_b, align_c, align_bias;
-  bool operator<(const GemmKey& o) const {
-    return std::tie(m, n, k, a_type, c_type, bias_type, epilogue, align_a, align_b, align_c, align_bias) <
-           std::tie(o.m, o.n, o.k, o.a_type, o.c_type, o.bias_type, o.epilogue, o.align_a, o.align_b,
-                    o.align_c, o.align_bias);
-  }
-};
-
-struct GemmPlan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo;
-  bool has_algo = false;
-};
-
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -119,8 +74,8 @@ struct CudaBackend::Impl {
   std::string device_name;
   cudaStream_t stream = nullptr;
   cudaStream_t copy_stream = nullptr;
-  cublasLtHandle_t lt = nullptr;
   void* gemm_workspace = nullptr;
+  std::unique_ptr<LtGemm> gemm;
   int* error_flag = nullptr;       // device
   int* host_error_flag = nullptr;  // pinned
   void* staging[2] = {nullptr, nullptr};
@@ -129,19 +84,13 @@ struct CudaBackend::Impl {
   cudaEvent_t weights_copied = nullptr;
   void* attention_workspace = nullptr;
   size_t attention_workspace_bytes = 0;
-  bool gelu_epilogue = false;
-  std::map<GemmKey, GemmPlan> plans;
+  // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
+  bool gelu_epilogue[3] = {false, false, false};
 
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
     if (copy_stream != nullptr) cudaStreamSynchronize(copy_stream);
-    for (auto& [key, plan] : plans) {
-      if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-      if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-      if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-      if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-    }
-    if (lt) cublasLtDestroy(lt);
+    gemm.reset();
     if (gemm_workspace) cudaFree(gemm_workspace);
     if (attention_workspace) cudaFree(attention_workspace);
     if (error_flag) cudaFree(error_flag);
@@ -183,10 +132,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& 
   impl->device_name = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->copy_stream, cudaStreamNonBlocking));
-  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->lt));
   if (options.gemm_workspace_bytes > 0) {
     BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->gemm_workspace, options.gemm_workspace_bytes));
   }
+  BLOSSOM_ASSIGN_OR_RETURN(impl->gemm,
+                           LtGemm::Create(impl->gemm_workspace, options.gemm_workspace_bytes, impl->stream));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->error_flag, sizeof(int)));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->error_flag, 0, sizeof(int), impl->stream));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&impl->host_error_flag), sizeof(int),
@@ -207,7 +157,9 @@ DType CudaBackend::activation_dtype(DType weight_dtype) const {
 }
 
 void* CudaBackend::stream() const { return impl_->stream; }
-bool CudaBackend::gelu_epilogue_in_use() const { return impl_->gelu_epilogue; }
+bool CudaBackend::gelu_epilogue_in_use(DType dtype) const {
+  return IsFloat(dtype) && impl_->gelu_epilogue[GeluSlot(dtype)];
+}
 std::string CudaBackend::device_name() const { return impl_->device_name; }
 
 absl::StatusOr<size_t> CudaBackend::FreeDeviceMemory() const {
@@ -399,90 +351,6 @@ absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const 
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                                   Tensor out, bool* done) {
-  *done = false;
-  Impl& im = *impl_;
-  const int64_t k = x.dim(-1), m = x.numel() / k, n = weight.dim(0);
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (!bias.empty()) epilogue = gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  else if (gelu) epilogue = CUBLASLT_EPILOGUE_GELU;
-  GemmKey key{m,
-              n,
-              k,
-              static_cast<int>(x.dtype),
-              static_cast<int>(out.dtype),
-              bias.empty() ? -1 : static_cast<int>(bias.dtype),
-              static_cast<int>(epilogue),
-              AlignmentOf(weight.data),
-              AlignmentOf(x.data),
-              AlignmentOf(out.data),
-              bias.empty() ? 256u : AlignmentOf(bias.data)};
-  auto it = im.plans.find(key);
-  if (it == im.plans.end()) {
-    GemmPlan plan;
-    // Row-major out[M,N] = x[M,K] w[N,K]^T is column-major out^T[N,M] = op(A) B with A = w
-    // seen as a K x N column-major matrix (transposed) and B = x seen as K x M.
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (!bias.empty()) {
-      const cudaDataType_t bt = CudaType(bias.dtype);
-      BLOSSOM_CUBLAS_RETURN_IF_ERROR(
-          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-    }
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, CudaType(weight.dtype), k, n, k));
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.b, CudaType(x.dtype), k, m, k));
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.c, CudaType(out.dtype), n, m, n));
-    cublasLtMatmulPreference_t pref = nullptr;
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = im.options.gemm_workspace_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
-                                         sizeof(uint32_t));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
-                                         sizeof(uint32_t));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
-                                         sizeof(uint32_t));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
-                                         sizeof(uint32_t));
-    cublasLtMatmulHeuristicResult_t result;
-    int returned = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im.lt, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                                             pref, 1, &result, &returned);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && returned > 0) {
-      plan.algo = result.algo;
-      plan.has_algo = true;
-    }
-    it = im.plans.emplace(key, plan).first;  // a miss is cached too: no retry per step
-  }
-  GemmPlan& plan = it->second;
-  if (!plan.has_algo) return absl::OkStatus();
-  if (!bias.empty()) {
-    const void* bias_ptr = bias.data;
-    BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                                  &bias_ptr, sizeof(bias_ptr)));
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st = cublasLtMatmul(im.lt, plan.desc, &alpha, weight.data, plan.a, x.data, plan.b, &beta,
-                                           out.data, plan.c, out.data, plan.c, &plan.algo, im.gemm_workspace,
-                                           im.options.gemm_workspace_bytes, im.stream);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-    // The heuristic's choice refused these operands after all: use the CUDA-core GEMM from now on.
-    it->second.has_algo = false;
-    return absl::OkStatus();
-  }
-  BLOSSOM_CUBLAS_RETURN_IF_ERROR(st);
-  *done = true;
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
                                  Tensor out) {
   const int64_t k = x.dim(-1), n = weight.dim(0);
@@ -497,55 +365,112 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
                                              ", out ", out.ShapeString(), " ", DTypeName(out.dtype))));
   if (m == 0 || n == 0) return absl::OkStatus();
   const bool gelu = activation == Activation::kBloomGelu;
-  // cuBLASLt applies the bias (and GELU) in its epilogue only when the bias shares the output
-  // dtype and the GELU epilogue passed the start-up check; else one fused pass adds them after.
-  // The bias must also be 16-byte aligned (cuBLASLt has no alignment preference for it).
-  const bool epilogue_ok =
-      (bias.empty() || (bias.dtype == out.dtype && AlignmentOf(bias.data) >= 16)) && (!gelu || impl_->gelu_epilogue);
-  bool done = false;
+  // cuBLASLt applies the bias only when it shares the output dtype and is 16-byte aligned
+  // (cuBLASLt has no alignment preference for it), and the GELU only where the start-up check
+  // passed for this dtype. Plans are tried from the most fused to the plainest, so a heuristic
+  // miss on the fused epilogue costs one extra elementwise pass, not the CUDA-core GEMM.
+  const bool bias_fusable = !bias.empty() && bias.dtype == out.dtype && LtGemm::AlignmentOf(bias.data) >= 16;
+  const bool gelu_fusable = gelu && impl_->gelu_epilogue[GeluSlot(out.dtype)] && (bias.empty() || bias_fusable);
+  struct Attempt {
+    bool with_bias, with_gelu;
+  };
+  std::vector<Attempt> attempts;
+  if (gelu_fusable) attempts.push_back({!bias.empty(), true});
+  if (bias_fusable) attempts.push_back({true, false});
+  attempts.push_back({false, false});
   if (k > 0) {
-    BLOSSOM_RETURN_IF_ERROR(
-        LinearLt(x, weight, epilogue_ok ? bias : Tensor(), epilogue_ok && gelu, out, &done));
+    for (const Attempt& attempt : attempts) {
+      bool done = false;
+      BLOSSOM_RETURN_IF_ERROR(impl_->gemm->Matmul(x, weight, attempt.with_bias ? bias : Tensor(), attempt.with_gelu,
+                                                  out, &done));
+      if (!done) continue;
+      const bool add_bias = !bias.empty() && !attempt.with_bias;
+      const bool add_gelu = gelu && !attempt.with_gelu;
+      if (add_bias || add_gelu) {
+        BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchBiasActivation(out.data, Elem(out.dtype),
+                                                                add_bias ? bias.data : nullptr,
+                                                                Elem(add_bias ? bias.dtype : out.dtype), add_gelu,
+                                                                m, n, impl_->stream));
+      }
+      return absl::OkStatus();
+    }
   }
-  if (!done) {
-    BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchFallbackGemm(
-        x.data, Elem(x.dtype), weight.data, Elem(weight.dtype), bias.data, Elem(bias.dtype), gelu, m, n, k,
-        out.data, Elem(out.dtype), impl_->stream));
-    return absl::OkStatus();
-  }
-  if (!epilogue_ok && (gelu || !bias.empty())) {
-    BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchBiasActivation(out.data, Elem(out.dtype), bias.data, Elem(bias.dtype),
-                                                            gelu, m, n, impl_->stream));
-  }
+  BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchFallbackGemm(x.data, Elem(x.dtype), weight.data, Elem(weight.dtype),
+                                                        bias.data, Elem(bias.dtype), gelu, m, n, k, out.data,
+                                                        Elem(out.dtype), impl_->stream));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CalibrateGeluEpilogue() {
-  impl_->gelu_epilogue = false;
+  for (bool& ok : impl_->gelu_epilogue) ok = false;
   if (!impl_->options.allow_gelu_epilogue) return absl::OkStatus();
-  // out[0, j] = gelu(w[j, 0] * 1 + 0): the epilogue's GELU sampled on [-6, 6].
-  constexpr int64_t kN = 64, kK = 8;
-  std::vector<float> x(kK, 0.0f), w(kN * kK, 0.0f), bias(kN, 0.0f), out(kN, 0.0f);
-  x[0] = 1.0f;
-  for (int64_t j = 0; j < kN; ++j) w[j * kK] = -6.0f + 12.0f * j / (kN - 1);
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dx, AllocateTensor(DType::kF32, {1, kK}));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dw, AllocateTensor(DType::kF32, {kN, kK}));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor db, AllocateTensor(DType::kF32, {kN}));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dout, AllocateTensor(DType::kF32, {1, kN}));
-  BLOSSOM_RETURN_IF_ERROR(CopyToDevice(x.data(), dx.tensor));
-  BLOSSOM_RETURN_IF_ERROR(CopyToDevice(w.data(), dw.tensor));
-  BLOSSOM_RETURN_IF_ERROR(CopyToDevice(bias.data(), db.tensor));
-  bool done = false;
-  BLOSSOM_RETURN_IF_ERROR(LinearLt(dx.tensor, dw.tensor, db.tensor, /*gelu=*/true, dout.tensor, &done));
-  if (!done) return absl::OkStatus();
-  BLOSSOM_RETURN_IF_ERROR(CopyToHost(dout.tensor, out.data()));
-  for (int64_t j = 0; j < kN; ++j) {
-    const float ref = HostBloomGelu(w[j * kK]);
-    // An erf GELU or a coarse tanh approximation differs by >1e-4 somewhere on [-6, 6].
-    if (!(std::fabs(out[j] - ref) <= 2e-6f * (1.0f + std::fabs(ref)))) return absl::OkStatus();
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    BLOSSOM_ASSIGN_OR_RETURN(impl_->gelu_epilogue[GeluSlot(dtype)], GeluEpilogueMatchesBloom(dtype));
   }
-  impl_->gelu_epilogue = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaBackend::GeluEpilogueMatchesBloom(DType dtype) {
+  // At a decode-sized M (cuBLASLt picks kernels, and so epilogue code, by shape): row i of x is
+  // (1, c_i, 0, ...) and row j of w is (v_j, 0.5, 0, ...), so out[i, j] = gelu(v_j + 0.5 c_i + b_j)
+  // samples the epilogue's GELU on about [-6.5, 6.5]. Inputs are rounded to `dtype` first and
+  // every product is exact, so the host reference sees the same pre-activations.
+  constexpr int64_t kM = 128, kN = 256, kK = 64;
+  std::vector<float> x(kM * kK, 0.0f), w(kN * kK, 0.0f), bias(kN, 0.0f);
+  for (int64_t i = 0; i < kM; ++i) {
+    x[i * kK] = 1.0f;
+    x[i * kK + 1] = 0.25f * static_cast<float>(i % 8) - 1.0f;
+  }
+  for (int64_t j = 0; j < kN; ++j) {
+    w[j * kK] = -6.0f + 12.0f * static_cast<float>(j) / (kN - 1);
+    w[j * kK + 1] = 0.5f;
+    bias[j] = 0.125f * static_cast<float>(j % 3) - 0.125f;
+  }
+  std::vector<uint16_t> half(std::max(x.size(), w.size()));
+  auto round_to_dtype = [&](std::vector<float>& v) {
+    if (dtype == DType::kF32) return;
+    ConvertFromF32(v.data(), half.data(), dtype, v.size());
+    ConvertToF32(half.data(), dtype, v.data(), v.size());
+  };
+  round_to_dtype(x);
+  round_to_dtype(w);
+  round_to_dtype(bias);
+  auto upload = [&](const std::vector<float>& v, const Tensor& dst) -> absl::Status {
+    if (dtype == DType::kF32) return CopyToDevice(v.data(), dst);
+    ConvertFromF32(v.data(), half.data(), dtype, v.size());
+    return CopyToDevice(half.data(), dst);
+  };
+  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dx, AllocateTensor(dtype, {kM, kK}));
+  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dw, AllocateTensor(dtype, {kN, kK}));
+  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor db, AllocateTensor(dtype, {kN}));
+  BLOSSOM_RETURN_IF_ERROR(upload(x, dx.tensor));
+  BLOSSOM_RETURN_IF_ERROR(upload(w, dw.tensor));
+  BLOSSOM_RETURN_IF_ERROR(upload(bias, db.tensor));
+  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dout, AllocateTensor(dtype, {kM, kN}));
+  bool done = false;
+  BLOSSOM_RETURN_IF_ERROR(impl_->gemm->Matmul(dx.tensor, dw.tensor, db.tensor, /*gelu=*/true, dout.tensor, &done));
+  if (!done) return false;
+  std::vector<float> out(kM * kN);
+  if (dtype == DType::kF32) {
+    BLOSSOM_RETURN_IF_ERROR(CopyToHost(dout.tensor, out.data()));
+  } else {
+    std::vector<uint16_t> raw(out.size());
+    BLOSSOM_RETURN_IF_ERROR(CopyToHost(dout.tensor, raw.data()));
+    ConvertToF32(raw.data(), dtype, out.data(), out.size());
+  }
+  // One unit of the output's last place, relative: an erf GELU or a coarse tanh approximation
+  // differs from BLOOM's by > 1e-4 somewhere on the range, which fp32 resolves; in 16 bits only
+  // differences above the format's own rounding matter.
+  const float rel = dtype == DType::kF32 ? 2e-6f : (dtype == DType::kF16 ? 1.0f / 1024 : 1.0f / 128);
+  for (int64_t i = 0; i < kM; ++i) {
+    for (int64_t j = 0; j < kN; ++j) {
+      const float pre = w[j * kK] * x[i * kK] + w[j * kK + 1] * x[i * kK + 1] + bias[j];
+      const float ref = HostBloomGelu(pre);
+      const float got = out[i * kN + j];
+      if (!(std::fabs(got - ref) <= rel * (1.0f + std::fabs(ref)))) return false;
+    }
+  }
+  return true;
 }
 
 absl::Status CudaBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) {
@@ -610,13 +535,15 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.error_flag = impl_->error_flag;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
+    // Grow geometrically (computed before the old size is reset): each growth costs a stream
+    // synchronisation, so a run of slightly longer steps must not reallocate every time.
+    const size_t grown = std::max(ws, 2 * impl_->attention_workspace_bytes);
     if (impl_->attention_workspace != nullptr) {
       BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
       cudaFree(impl_->attention_workspace);
       impl_->attention_workspace = nullptr;
       impl_->attention_workspace_bytes = 0;
     }
-    const size_t grown = std::max(ws, 2 * impl_->attention_workspace_bytes);
     if (cudaMalloc(&impl_->attention_workspace, grown) != cudaSuccess) {
       cudaGetLastError();
       impl_->attention_workspace = nullptr;

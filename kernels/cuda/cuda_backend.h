@@ -50,7 +50,8 @@ class CudaBackend : public Backend {
     size_t gemm_workspace_bytes = 32ull << 20;
     // Import F16/BF16 weights as F32 (activation_dtype() is then F32 for every weight dtype).
     bool upcast_weights_to_f32 = false;
-    // Allow cuBLASLt's GELU_BIAS epilogue when the start-up check finds it equal to BLOOM's gelu.
+    // Allow cuBLASLt's GELU_BIAS epilogue for a dtype when the start-up check finds it equal to
+    // BLOOM's gelu in that dtype.
     bool allow_gelu_epilogue = true;
   };
 
@@ -98,8 +99,9 @@ class CudaBackend : public Backend {
   // The compute stream (a cudaStream_t), for libraries that must order work with the backend's
   // ops (GPU sampling, NCCL).
   void* stream() const;
-  // Whether Linear fuses bias+GELU into cuBLASLt's epilogue (decided at Create()).
-  bool gelu_epilogue_in_use() const;
+  // Whether Linear fuses bias+GELU into cuBLASLt's epilogue for activations of `dtype` (decided
+  // at Create() by checking the epilogue against BLOOM's tanh GELU in that dtype).
+  bool gelu_epilogue_in_use(DType dtype) const;
   // Name and compute capability of the device, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
   std::string device_name() const;
 
@@ -110,9 +112,8 @@ class CudaBackend : public Backend {
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
   absl::Status CheckErrorFlag();
-  absl::Status LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                        Tensor out, bool* done);
   absl::Status CalibrateGeluEpilogue();
+  absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 
   std::unique_ptr<Impl> impl_;
 };

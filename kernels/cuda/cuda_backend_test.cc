@@ -134,6 +134,12 @@ Tensor HostI32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
   return Tensor(v.data(), DType::kI32, shape);
 }
 
+struct LinearCase {
+  int64_t m, k, n;
+};
+
+std::string Name(const char* op, DType dt) { return std::string(op) + "/" + DTypeName(dt); }
+
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -184,6 +190,25 @@ class CudaBackendTest : public ::testing::Test {
     return out;
   }
 
+  // gpu_->Linear against the CPU backend on random operands rounded to `dt` (seeds seed..seed+2).
+  void ExpectLinearMatchesCpu(const LinearCase& c, DType dt, bool with_bias, Activation act, uint32_t seed,
+                              const char* op) {
+    std::vector<float> x = RoundTo(Random(c.m * c.k, seed), dt);
+    std::vector<float> w = RoundTo(Random(c.n * c.k, seed + 1, 1.0f / std::sqrt(float(c.k))), dt);
+    std::vector<float> bias = RoundTo(Random(c.n, seed + 2), dt);
+    std::vector<char> w_raw = Encode(w, dt), b_raw = Encode(bias, dt);
+    std::vector<float> ref(c.m * c.n);
+    ASSERT_TRUE(cpu_.Linear(HostF32(x, {c.m, c.k}), Tensor(w_raw.data(), dt, {c.n, c.k}),
+                            with_bias ? Tensor(b_raw.data(), dt, {c.n}) : Tensor(), act, HostF32(ref, {c.m, c.n}))
+                    .ok());
+    Tensor out = Empty(dt, {c.m, c.n});
+    absl::Status s = gpu_->Linear(Upload(x, dt, {c.m, c.k}), Upload(w, dt, {c.n, c.k}),
+                                  with_bias ? Upload(bias, dt, {c.n}) : Tensor(), act, out);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(Near(Name(op, dt), Download(out), ref, Rtol(dt, true)))
+        << "m " << c.m << " k " << c.k << " n " << c.n << " bias " << with_bias;
+  }
+
   CpuBackend cpu_{4};
   std::unique_ptr<CudaBackend> gpu_;
   std::vector<OwnedTensor> keep_;
@@ -191,7 +216,6 @@ class CudaBackendTest : public ::testing::Test {
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-std::string Name(const char* op, DType dt) { return std::string(op) + "/" + DTypeName(dt); }
 
 // ---- Backend basics ----
 
@@ -200,8 +224,9 @@ TEST_F(CudaBackendTest, ReportsDeviceAndActivationDtypes) {
   EXPECT_EQ(gpu_->activation_dtype(DType::kBF16), DType::kBF16);
   EXPECT_EQ(gpu_->activation_dtype(DType::kF16), DType::kF16);
   EXPECT_EQ(gpu_->activation_dtype(DType::kF32), DType::kF32);
-  std::printf("device: %s, GELU epilogue in use: %d\n", gpu_->device_name().c_str(),
-              gpu_->gelu_epilogue_in_use() ? 1 : 0);
+  std::printf("device: %s, GELU epilogue in use: f32 %d, f16 %d, bf16 %d\n", gpu_->device_name().c_str(),
+              gpu_->gelu_epilogue_in_use(DType::kF32) ? 1 : 0, gpu_->gelu_epilogue_in_use(DType::kF16) ? 1 : 0,
+              gpu_->gelu_epilogue_in_use(DType::kBF16) ? 1 : 0);
 }
 
 TEST_F(CudaBackendTest, AllocationFailureIsResourceExhaustedNamingTheBytes) {
@@ -331,36 +356,37 @@ TEST_F(CudaBackendTest, LayerNormWithAndWithoutResidualMatchesCpu) {
 
 // ---- Linear ----
 
-struct LinearCase {
-  int64_t m, k, n;
-};
-
 TEST_F(CudaBackendTest, LinearWithBiasAndGeluMatchesCpu) {
   const LinearCase cases[] = {{1, 64, 64},    {7, 64, 192},     {129, 1024, 3072}, {7, 65, 67},
                               {129, 4096, 1024}, {1, 1024, 4096}, {33, 1000, 999},   {129, 80, 240}};
   for (DType dt : kFloatTypes) {
     for (const LinearCase& c : cases) {
       for (int variant = 0; variant < 3; ++variant) {  // no bias; bias; bias + gelu
-        const bool with_bias = variant >= 1;
         const Activation act = variant == 2 ? Activation::kBloomGelu : Activation::kNone;
-        std::vector<float> x = RoundTo(Random(c.m * c.k, 31), dt);
-        std::vector<float> w = RoundTo(Random(c.n * c.k, 32, 1.0f / std::sqrt(float(c.k))), dt);
-        std::vector<float> bias = RoundTo(Random(c.n, 33), dt);
-        std::vector<char> w_raw = Encode(w, dt), b_raw = Encode(bias, dt);
-        std::vector<float> ref(c.m * c.n);
-        ASSERT_TRUE(cpu_.Linear(HostF32(x, {c.m, c.k}), Tensor(w_raw.data(), dt, {c.n, c.k}),
-                                with_bias ? Tensor(b_raw.data(), dt, {c.n}) : Tensor(), act,
-                                HostF32(ref, {c.m, c.n}))
-                        .ok());
-        Tensor out = Empty(dt, {c.m, c.n});
-        absl::Status s = gpu_->Linear(Upload(x, dt, {c.m, c.k}), Upload(w, dt, {c.n, c.k}),
-                                      with_bias ? Upload(bias, dt, {c.n}) : Tensor(), act, out);
-        ASSERT_TRUE(s.ok()) << s;
-        EXPECT_TRUE(Near(Name(variant == 2 ? "Linear+gelu" : "Linear", dt), Download(out), ref, Rtol(dt, true)))
-            << "m " << c.m << " k " << c.k << " n " << c.n << " variant " << variant;
+        ExpectLinearMatchesCpu(c, dt, /*with_bias=*/variant >= 1, act, 31, variant == 2 ? "Linear+gelu" : "Linear");
       }
     }
   }
+}
+
+// With the GELU epilogue off, Linear takes its plainer plan (bias epilogue + the separate GELU
+// kernel): the path a dtype whose epilogue failed the start-up probe, or a heuristic miss, runs.
+TEST_F(CudaBackendTest, LinearWithoutTheGeluEpilogueMatchesCpu) {
+  CudaBackend::Options options;
+  options.allow_gelu_epilogue = false;
+  auto plain = CudaBackend::Create(options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::unique_ptr<CudaBackend> fused = std::move(gpu_);
+  gpu_ = std::move(*plain);
+  for (DType dt : kFloatTypes) EXPECT_FALSE(gpu_->gelu_epilogue_in_use(dt)) << DTypeName(dt);
+  const LinearCase cases[] = {{1, 1024, 4096}, {129, 1024, 3072}, {7, 65, 67}};
+  for (DType dt : kFloatTypes) {
+    for (const LinearCase& c : cases) {
+      ExpectLinearMatchesCpu(c, dt, /*with_bias=*/true, Activation::kBloomGelu, 41, "Linear+gelu(separate)");
+    }
+  }
+  keep_.clear();  // allocated from the plain backend, which goes now
+  gpu_ = std::move(fused);
 }
 
 TEST_F(CudaBackendTest, LinearHalfInputsWithF32OutputLikeTheLmHead) {
