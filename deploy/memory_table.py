@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prints the GPU memory arithmetic table of deploy/README.md (markdown), per BLOOM size and GPU.
 
-    python3 deploy/memory_table.py
+    python3 deploy/memory_table.py                          # print it
+    python3 deploy/memory_table.py --check deploy/README.md  # //deploy:memory_table_test
 
 Per rank with --backend cuda, bf16 weights (2 bytes), bf16 activations and KV cache:
   weights   = parameters x 2 / tp  (every large weight is split, the embedding by vocabulary)
@@ -13,6 +14,7 @@ Per rank with --backend cuda, bf16 weights (2 bytes), bf16 activations and KV ca
   KV/token  = 2 (K, V) x layers x hidden x 2 bytes / tp
 Parameters: V*h + 4h + L*(12h^2 + 13h) (tied embedding; layer norms, QKV, dense, MLP and biases).
 """
+import sys
 
 GIB = 1 << 30
 VOCAB = 250880
@@ -46,7 +48,9 @@ def reserve(h, tp):
     return 8192 * per_token + 512 * per_row + 512 * (1 << 20)
 
 
-def main():
+def table():
+    lines = []
+    print = lines.append  # noqa: A001 (the table is built line by line below)
     print("| model | parameters | weights (bf16) | KV per token | GPU | tp | weights / rank | "
           "reserve + context / rank | KV budget / rank | tokens of KV |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -73,7 +77,22 @@ def main():
                 print(f"| {name} | {p / 1e9:.2f} B | {p * 2 / 1e9:.1f} GB | "
                       f"{kv_token / (1 << 10):,.0f} KiB | {gpu} | - | does not fit in 16 GPUs "
                       "| | | |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    """No argument: print the table. --check README: exit 1 unless README holds it verbatim."""
+    if len(argv) == 2 and argv[0] == "--check":
+        with open(argv[1], encoding="utf-8") as f:
+            if table() not in f.read():
+                sys.stdout.write(f"FAIL: {argv[1]} does not hold the current table; paste the "
+                                 "output of python3 deploy/memory_table.py\n")
+                return 1
+        sys.stdout.write(f"memory_table: {argv[1]} holds the current table\n")
+        return 0
+    sys.stdout.write(table() + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -180,6 +180,14 @@ def main():
         loads = [(b, lib, path) for b in BINARIES[:3]
                  for lib, path in sorted(ldd(os.path.join(cpu, "usr/local/bin", b)).items())
                  if not lib.startswith("linux-vdso")]
+        # Where the CUDA toolkit exists, Bazel builds the CUDA backend into the test's binaries;
+        # the CPU image builds with --config=nocuda, so the toolkit's libraries are not its.
+        cuda_libs = sorted({lib for _, lib, path in loads
+                            if path and os.path.realpath(path).startswith("/usr/local/cuda")})
+        if cuda_libs:
+            print("CPU image: not counting the CUDA toolkit's", ", ".join(cuda_libs),
+                  "(these binaries were built with CUDA; the CPU image builds with --config=nocuda)")
+        loads = [x for x in loads if x[1] not in cuda_libs]
         owners = packages_of({path for _, _, path in loads if path})
         for b, lib, path in loads:
                 if path is None:

@@ -20,6 +20,8 @@ Rules (hadolint's numbers where one exists):
         by .dockerignore
   BL005 .dockerignore exists and excludes .git, bazel-* and .venv*
   BL006 a CUDA image (FROM nvidia/cuda) ends on a -runtime- image, never -devel-
+  BL007 the build stage (the one that runs `bazel build`) installs every build package of
+        tools/install_deps.sh (the list CI builds with), so the image cannot drift from CI
 """
 import argparse
 import fnmatch
@@ -31,6 +33,8 @@ BUILD_TOOLS = re.compile(r"\b(g\+\+|gcc|clang|bazel(-bootstrap)?|nvcc|cuda-nvcc[
                          r"[\w.+-]+-dev|build-essential|cuda-toolkit[\w.-]*)\b")
 VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Variables Docker defines itself (predefined build args and platform args).
+# tools/install_deps.sh packages that only the tests use.
+TEST_ONLY_PACKAGES = {"python3-venv", "curl", "prometheus"}
 PREDEFINED = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
               "ftp_proxy", "no_proxy", "TARGETPLATFORM", "TARGETOS", "TARGETARCH",
               "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
@@ -206,6 +210,27 @@ def lint(dockerfile, context):
     if any(i.startswith("nvidia/cuda") for i in images):
         if "-runtime-" not in final["image"]:
             bad(final["line"], "BL006", f"CUDA image ends on {final['image']}, not a -runtime- image")
+    deps = os.path.join(context, "tools/install_deps.sh")
+    if not os.path.exists(deps):
+        bad(1, "BL007", f"{deps} not found (the build packages cannot be compared)")
+    else:
+        with open(deps, encoding="utf-8") as f:
+            block = re.search(r"PACKAGES=\((.*?)\n\)", f.read(), re.S).group(1)
+        wanted = set()
+        for line in block.splitlines():
+            line = line.split("#")[0]
+            wanted |= set(line.split())
+        wanted -= TEST_ONLY_PACKAGES
+        for st in stages:
+            runs = " ".join(a for _, a in st["runs"])
+            if "bazel build" not in runs:
+                continue
+            installed = set()
+            for m in re.finditer(r"apt-get\s+(?:-\S+\s+)*install\b([^;&|]*)", runs):
+                installed |= {w for w in m.group(1).split() if not w.startswith("-")}
+            for pkg in sorted(wanted - installed):
+                bad(st["line"], "BL007", f"the build stage does not install {pkg}, which "
+                    "tools/install_deps.sh installs for the build")
     for m in re.finditer(r"--build-arg[ =]([A-Za-z_][A-Za-z0-9_]*)|"
                          r"\b([A-Z][A-Z0-9_]{2,}) (?:build )?argument", text):
         name = m.group(1) or m.group(2)
