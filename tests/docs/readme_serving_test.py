@@ -10,6 +10,7 @@
   gateway, then Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to
   the script alone stops both processes and the script exits 0; a process that dies on its own
   makes the script stop the other and exit 1.
+- The series deploy/'s alert rules and dashboard query are in the live server's /metrics.
 """
 import json
 import os
@@ -144,6 +145,44 @@ class ReadmeServingCommandsTest(unittest.TestCase):
             for log in logs:
                 log.close()
         self.assertEqual(codes, [0, 0], "gateway and server exit 0 on SIGTERM")
+
+
+class LiveMetricsTest(unittest.TestCase):
+    """The series the alert rules and the dashboard query exist in a real server's /metrics
+    (names, and the le="2.048" TTFT bucket the SLO alerts use), not only in the source."""
+
+    def test_rules_and_dashboard_series_are_exported(self):
+        run = next(l for b in serving_blocks() for l in b
+                   if l.startswith("bazel-bin/server/blossom-server"))
+        ports = {8033: free_port(), 8080: free_port(), 9090: free_port()}
+        argv = shlex.split(ports_for(run, ports))
+        argv[0] = os.path.join(ROOT, argv[0][len("bazel-bin/"):])
+        log = open(os.path.join(OUT_DIR, "live_metrics_server.log"), "wb")
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log)
+        try:
+            wait_http_ok(f"http://127.0.0.1:{ports[9090]}/health", 120, [proc])
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[9090]}/metrics", timeout=10) as r:
+                exposition = r.read().decode()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            log.close()
+        series = set(re.findall(r"^(blossom_[a-z_]+)", exposition, re.M))
+        used = set()
+        for path in ("deploy/prometheus/blossom-alerts.yaml", "deploy/grafana/blossom-dashboard.json"):
+            with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+                used |= {m for m in re.findall(r"\b(blossom_[a-z_]+)", f.read())
+                         if not m.startswith("blossom_gateway_")}
+        self.assertTrue(used, "no blossom_ series found in the rules and dashboard")
+        self.assertEqual(sorted(used - series), [],
+                         "queried by deploy/ but not in the server's /metrics")
+        for le in set(re.findall(r'le="([^"]+)"', open(os.path.join(
+                ROOT, "deploy/prometheus/blossom-alerts.yaml"), encoding="utf-8").read())):
+            # Any other labels (e.g. model_name) may come before le.
+            pattern = rf'^blossom_time_to_first_token_seconds_bucket{{[^}}]*le="{re.escape(le)}"'
+            self.assertTrue(re.search(pattern, exposition, re.M),
+                            f'no TTFT bucket le="{le}" in the server\'s /metrics (the SLO alerts '
+                            "use it; the buckets are 1 ms x 2^k)")
 
 
 class ServeDemoTest(unittest.TestCase):
