@@ -16,6 +16,15 @@ else
   echo "warning: clients/python/setup_venv.sh failed (see /tmp/blossom-setup-venv.log);" \
        "the Python end-to-end tests will report SKIPPED" >&2
 fi
+# The Kubernetes manifest check validates with kubernetes-validate (PyPI) from its own venv; it
+# reports SKIPPED with the reason if PyPI cannot be reached.
+DEPLOY_VENV="$PWD/.venv-deploy"
+if deploy/setup_venv.sh "$DEPLOY_VENV" >/tmp/blossom-setup-deploy-venv.log 2>&1; then
+  export BLOSSOM_DEPLOY_PYTHON="$DEPLOY_VENV/bin/python"
+else
+  echo "warning: deploy/setup_venv.sh failed (see /tmp/blossom-setup-deploy-venv.log);" \
+       "//deploy:k8s_manifests_test will report SKIPPED" >&2
+fi
 rm -rf bazel-testlogs/ 2>/dev/null || true
 bazel test "${CONFIG[@]}" //...; rc=$?
 # A build without CUDA must work too (the CPU-only server).
