@@ -13,7 +13,8 @@
 # See benchmarks/gpu/README.md for the calls in order and what comes back.
 #
 # What goes in the bundle:
-#   bin/                blossom-bench, make-random-checkpoint, blossom-server, cuda_hardware_probe_test
+#   bin/                blossom-bench, make-random-checkpoint, blossom-server, cuda_hardware_probe_test,
+#                       model-parity-dump, blossom-gateway
 #   wrap/               one wrapper per binary that sets LD_LIBRARY_PATH for it alone (so the
 #                       Python/torch process never sees the bundled libraries)
 #   lib/                every non-system shared library they load (grpc, protobuf, abseil, ssl,
@@ -21,7 +22,7 @@
 #   lib/compat/         this machine's libstdc++/libgcc_s, used only if the device's are older
 #   tokenizer/          tests/fixtures/tokenizer (make-random-checkpoint copies it into checkpoints)
 #   corpus.txt          tests/fixtures/corpus.txt (blossom-bench serve cuts prompts from it)
-#   hf_side_by_side.py, side_by_side_report.py, run_bench_on_device.sh
+#   hf_side_by_side.py, side_by_side_report.py, model_parity.py, serve_check.py, run_bench_on_device.sh
 #   manifest.json       commit, dirty flag, build time, binaries, whether blossom-bench has --backend,
 #                       libraries left to the device
 # cuBLAS/cuBLASLt/NCCL (hundreds of MB) exceed the 64 MiB carry limit and are NOT bundled: the GPU
@@ -37,7 +38,8 @@ BUNDLE="${1:-$ROOT/.device/bench}"
 case "$BUNDLE" in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 MAX_LIB_MB="${BLOSSOM_MAX_LIB_MB:-16}"
 TARGETS=(//benchmarks:blossom-bench //benchmarks:make-random-checkpoint //server:blossom-server
-         //benchmarks/gpu:cuda_hardware_probe_test)
+         //benchmarks/gpu:cuda_hardware_probe_test //benchmarks/gpu:model-parity-dump
+         //clients/gateway:blossom-gateway)
 
 if [[ "${BLOSSOM_BUNDLE_NO_BUILD:-0}" != 1 ]]; then
   echo "== building ${TARGETS[*]}"
@@ -82,7 +84,7 @@ done
 cp tests/fixtures/tokenizer/tokenizer.json tests/fixtures/tokenizer/tokenizer_config.json \
    tests/fixtures/tokenizer/special_tokens_map.json "$BUNDLE/tokenizer/"
 cp tests/fixtures/corpus.txt "$BUNDLE/corpus.txt"
-cp benchmarks/gpu/hf_side_by_side.py benchmarks/gpu/side_by_side_report.py \
+cp benchmarks/gpu/hf_side_by_side.py benchmarks/gpu/side_by_side_report.py benchmarks/gpu/model_parity.py benchmarks/gpu/serve_check.py \
    benchmarks/gpu/run_bench_on_device.sh "$BUNDLE/"
 chmod +x "$BUNDLE/run_bench_on_device.sh" "$BUNDLE/hf_side_by_side.py"
 

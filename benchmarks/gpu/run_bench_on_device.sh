@@ -14,6 +14,13 @@
 #               into side_by_side.{json,md} and side_by_side-throughput.svg (~2-5 min)
 #   serve       blossom-server --backend cuda on the checkpoint + blossom-bench serve against it:
 #               serve.{json,md}, serve-*.svg (~1-2 min; not part of "all")
+#   parity      whole-model parity with HF transformers fp32/fp64 on random bloom-560m-shaped bf16
+#               and f16 checkpoints: CPU fp32, CUDA fp32 and CUDA native 16-bit dumps
+#               (model-parity-dump + model_parity.py): parity_*/parity.{json,md} (~2-4 min; not
+#               part of "all")
+#   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
+#               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
+#               servecheck.json (~1-2 min; not part of "all")
 #
 # Every call copies what the results folder holds so far to $OUT/bench_results (7 files at most:
 # the device tool returns 8): summary.md, side_by_side.json, side_by_side-throughput.svg,
@@ -56,8 +63,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -151,11 +158,12 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md serve.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md serve.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
   } > "$RESULTS/summary.md"
+  [[ -f "$RESULTS/servecheck.json" ]] && { echo; echo "## servecheck.json"; echo; echo '```'; cat "$RESULTS/servecheck.json"; echo '```'; } >> "$RESULTS/summary.md"
   for f in summary.md side_by_side.json side_by_side-throughput.svg blossom_sweep.json serve.json run.log; do
     [[ -f "$RESULTS/$f" ]] && cp "$RESULTS/$f" "$OUT_DIR/$f"
   done
@@ -284,6 +292,84 @@ phase_serve() {
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   if (( rc == 0 )); then record serve ok; else record serve "failed rc=$rc"; fi
+}
+
+# Whole-model parity (GPU bring-up): random bloom-560m-shaped checkpoints in bf16 and f16 (seed 7),
+# four fixed id prompts (5, 17, 64, 200 tokens), dumps from the CPU backend (fp32), the CUDA
+# backend in fp32 (--upcast) and natively in the checkpoint's dtype; model_parity.py compares each
+# with HF transformers fp32 and fp64 on this GPU: parity_<dtype>/parity.{json,md}.
+# Prints the folder of a random bloom-560m-shaped checkpoint in dtype $1 (seed 7), made once.
+small_checkpoint() {
+  local ckpt="$STATE/parity/bloom-560m-$1"
+  if [[ ! -f "$ckpt/.complete" ]]; then
+    rm -rf "$ckpt"
+    "$HERE/wrap/make-random-checkpoint" --shape 560m --dtype "$1" --seed 7 --out "$ckpt" \
+        --tokenizer-dir "$HERE/tokenizer" --threads "$(nproc)" >&2 && touch "$ckpt/.complete" || return 1
+  fi
+  echo "$ckpt"
+}
+
+phase_parity() {
+  if (( $(left) < 200 )); then record parity "skipped (time)"; return; fi
+  local dir="$STATE/parity" rc=0 dt ckpt
+  mkdir -p "$dir"
+  "$PY" -c 'import json, random, sys; r = random.Random(0); json.dump([[r.randrange(3, 250000) for _ in range(n)] for n in (5, 17, 64, 200)], open(sys.argv[1], "w"))' "$dir/ids.json"
+  for dt in bf16 f16; do
+    ckpt="$(small_checkpoint "$dt")" || { rc=1; continue; }
+    local dumps=()
+    local name backend_args kind
+    for name in cpu cuda_fp32 "cuda_$dt"; do
+      case "$name" in
+        cpu) backend_args=(--backend cpu); kind=fp32 ;;
+        cuda_fp32) backend_args=(--backend cuda --upcast); kind=fp32 ;;
+        *) backend_args=(--backend cuda); kind=half ;;
+      esac
+      if timeout $(( $(left) - 60 )) "$HERE/wrap/model-parity-dump" --model "$ckpt" --prompts "$dir/ids.json" \
+          --out "$dir/$dt-$name" --new-tokens 16 "${backend_args[@]}" > "$RESULTS/parity_dump_$dt-$name.log" 2>&1; then
+        dumps+=("--dump=$name=$dir/$dt-$name:$kind")
+      else
+        echo "model-parity-dump $name ($dt) failed:"; tail -5 "$RESULTS/parity_dump_$dt-$name.log"; rc=1
+      fi
+    done
+    if (( ${#dumps[@]} )); then
+      PYTHONUNBUFFERED=1 timeout $(( $(left) - 20 )) "$PY" "$HERE/model_parity.py" --model "$ckpt" \
+          --prompts "$dir/ids.json" --out-dir "$RESULTS/parity_$dt" --new-tokens 16 --device "$DEVICE" \
+          --commit "$COMMIT" --machine "$MACHINE" "${dumps[@]}" || rc=1
+    fi
+  done
+  if (( rc == 0 )); then record parity ok; else record parity "failed (see parity_*/parity.md and the logs)"; fi
+}
+
+
+# Serving correctness on the GPU (bring-up): blossom-server --backend cuda on the bf16 560m
+# checkpoint behind blossom-gateway; serve_check.py sends 300 streaming completions, 64 at a
+# time, 10% dropped mid-stream, and checks exact completions and an idle server with no KV
+# blocks in use afterwards: servecheck.json.
+phase_servecheck() {
+  if (( $(left) < 120 )); then record servecheck "skipped (time)"; return; fi
+  local ckpt rc=0 spid gpid grpc=18133 http=18180 metrics=18190
+  ckpt="$(small_checkpoint bf16)" || { record servecheck "failed: no checkpoint"; return; }
+  "$HERE/wrap/blossom-server" --model "$ckpt" --backend "$DEVICE" --host 127.0.0.1 --port "$grpc" \
+      --metrics_port "$metrics" --max_batch_size 64 > "$RESULTS/servecheck_server.log" 2>&1 &
+  spid=$!
+  local waited=0
+  until grep -q "serving " "$RESULTS/servecheck_server.log" 2>/dev/null; do
+    if ! kill -0 "$spid" 2>/dev/null || (( waited > 180 || $(left) < 60 )); then
+      tail -20 "$RESULTS/servecheck_server.log"; kill "$spid" 2>/dev/null || true
+      record servecheck "failed: the server did not come up"; return
+    fi
+    sleep 2; waited=$(( waited + 2 ))
+  done
+  "$HERE/wrap/blossom-gateway" --host 127.0.0.1 --port "$http" --backend "127.0.0.1:$grpc" \
+      > "$RESULTS/servecheck_gateway.log" 2>&1 &
+  gpid=$!
+  sleep 2
+  PYTHONUNBUFFERED=1 timeout $(( $(left) - 20 )) "$PY" "$HERE/serve_check.py" --port "$http" \
+      --metrics-port "$metrics" --requests 300 --concurrency 64 --max-tokens 64 --cancel-fraction 0.1 \
+      --json "$RESULTS/servecheck.json" || rc=$?
+  kill -TERM "$gpid" "$spid" 2>/dev/null || true
+  wait "$gpid" "$spid" 2>/dev/null || true
+  if (( rc == 0 )); then record servecheck ok; else record servecheck "failed rc=$rc (servecheck.json)"; fi
 }
 
 for p in "${EXPANDED[@]}"; do

@@ -28,6 +28,7 @@
 
 #include "engine/loader/safetensors.h"
 #include "engine/model/bloom_model.h"
+#include "engine/model/forward_driver.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -52,100 +53,42 @@ std::string ConfigName(const Config& c) {
   return name;
 }
 
-struct BlockAssigner {
-  int32_t blocks_per_seq;
-  int32_t num_seqs;
-  std::vector<int32_t> TableFor(int32_t seq) const {
-    std::vector<int32_t> table(blocks_per_seq);
-    for (int32_t i = 0; i < blocks_per_seq; ++i) table[i] = num_seqs * blocks_per_seq - 1 - (i * num_seqs + seq);
-    return table;
-  }
-};
-
-// A model on one backend plus the prefill / greedy drivers of engine/model/bloom_model_test.
+// A model on one backend, driven by engine/model:forward_driver.
 class Runner {
  public:
   Runner(std::unique_ptr<Backend> backend, const std::string& dir) : backend_(std::move(backend)) {
     auto model = BloomModel::Load(dir, backend_.get(), nullptr);
     status_ = model.status();
-    if (model.ok()) model_ = std::move(*model);
+    if (model.ok()) {
+      model_ = std::move(*model);
+      driver_ = std::make_unique<ForwardDriver>(model_.get(), kBlockSize);
+    }
   }
   const absl::Status& status() const { return status_; }
   BloomModel& model() { return *model_; }
 
   std::vector<std::vector<float>> Prefill(const std::vector<std::vector<int32_t>>& seqs, size_t chunk,
-                                          KvCache* cache, const BlockAssigner& blocks) {
-    const int64_t V = model_->vocab_size();
-    std::vector<std::vector<float>> out(seqs.size());
-    size_t max_len = 0;
-    for (const auto& s : seqs) max_len = std::max(max_len, s.size());
-    for (size_t begin = 0; begin < max_len; begin += chunk) {
-      StepBatch batch;
-      batch.max_blocks_per_seq = blocks.blocks_per_seq;
-      std::vector<size_t> members;
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        if (begin >= seqs[s].size()) continue;
-        const size_t end = std::min(seqs[s].size(), begin + chunk);
-        std::vector<int32_t> table = blocks.TableFor(static_cast<int32_t>(s));
-        batch.AddSequence(absl::MakeConstSpan(seqs[s].data() + begin, end - begin), static_cast<int32_t>(begin),
-                          table, true, /*all_logits=*/true);
-        members.push_back(s);
-      }
-      std::vector<float> logits(batch.logit_rows.size() * V);
-      absl::Status status = model_->Forward(batch, *cache, logits.data());
-      EXPECT_TRUE(status.ok()) << status;
-      size_t row = 0;
-      for (size_t s : members) {
-        const size_t n = std::min(seqs[s].size(), begin + chunk) - begin;
-        out[s].insert(out[s].end(), logits.begin() + row * V, logits.begin() + (row + n) * V);
-        row += n;
-      }
-    }
-    return out;
+                                          KvCache* cache, const ScatteredBlocks& blocks) {
+    auto out = driver_->Prefill(seqs, chunk, cache, blocks);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? std::move(*out) : std::vector<std::vector<float>>();
   }
 
   // Greedy continuation of prompts decoded together. If step_logits is given it receives the
   // logits each token was chosen from: [step][prompt][vocab], step 0 being the prefill's last row.
   std::vector<std::vector<int32_t>> Greedy(const std::vector<std::vector<int32_t>>& prompts, int new_tokens,
                                            std::vector<float>* step_logits = nullptr) {
-    const int64_t V = model_->vocab_size();
-    BlockAssigner blocks{static_cast<int32_t>((64 + new_tokens) / kBlockSize + 1), static_cast<int32_t>(prompts.size())};
-    auto cache = model_->CreateKvCache(blocks.blocks_per_seq * blocks.num_seqs, kBlockSize);
-    EXPECT_TRUE(cache.ok()) << cache.status();
-    if (!cache.ok()) return {};
-    std::vector<std::vector<float>> prefill = Prefill(prompts, 1 << 20, cache->get(), blocks);
-    std::vector<std::vector<int32_t>> generated(prompts.size());
-    std::vector<int32_t> next(prompts.size());
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      const float* last = prefill[s].data() + (prompts[s].size() - 1) * V;
-      next[s] = static_cast<int32_t>(std::max_element(last, last + V) - last);
-      if (step_logits != nullptr) step_logits->insert(step_logits->end(), last, last + V);
-    }
-    for (int step = 0; step < new_tokens; ++step) {
-      StepBatch batch;
-      batch.max_blocks_per_seq = blocks.blocks_per_seq;
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        generated[s].push_back(next[s]);
-        if (step + 1 == new_tokens) continue;
-        std::vector<int32_t> table = blocks.TableFor(static_cast<int32_t>(s));
-        batch.AddSequence({next[s]}, static_cast<int32_t>(prompts[s].size() + step), table, true);
-      }
-      if (step + 1 == new_tokens) break;
-      std::vector<float> logits(prompts.size() * V);
-      absl::Status status = model_->Forward(batch, **cache, logits.data());
-      EXPECT_TRUE(status.ok()) << status;
-      if (step_logits != nullptr) step_logits->insert(step_logits->end(), logits.begin(), logits.end());
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        const float* row = logits.data() + s * V;
-        next[s] = static_cast<int32_t>(std::max_element(row, row + V) - row);
-      }
-    }
-    return generated;
+    auto out = driver_->Greedy(prompts, new_tokens, step_logits != nullptr);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return {};
+    if (step_logits != nullptr) *step_logits = std::move(out->step_logits);
+    return std::move(out->tokens);
   }
 
  private:
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<BloomModel> model_;
+  std::unique_ptr<ForwardDriver> driver_;
   absl::Status status_;
 };
 
@@ -235,7 +178,7 @@ TEST_P(BloomCudaTest, PrefillLogitsMatchCpuBackendAndGoldens) {
   float worst_cpu = 0.0f, worst_golden = 0.0f, tol_used = 0.0f;
   for (const auto& item : golden_["logits"]) {
     const std::vector<int32_t> ids = item["input_ids"].get<std::vector<int32_t>>();
-    BlockAssigner blocks{static_cast<int32_t>(ids.size() / kBlockSize + 1), 1};
+    ScatteredBlocks blocks{static_cast<int32_t>(ids.size() / kBlockSize + 1), 1};
     auto gc = gpu_->model().CreateKvCache(blocks.blocks_per_seq, kBlockSize);
     auto cc = cpu_->model().CreateKvCache(blocks.blocks_per_seq, kBlockSize);
     ASSERT_TRUE(gc.ok() && cc.ok());
@@ -262,7 +205,7 @@ TEST_P(BloomCudaTest, PrefillLogitsMatchCpuBackendAndGoldens) {
 TEST_P(BloomCudaTest, ChunkedPrefillMatchesOneShot) {
   const auto& item = golden_["logits"].back();
   const std::vector<int32_t> ids = item["input_ids"].get<std::vector<int32_t>>();
-  BlockAssigner blocks{static_cast<int32_t>(ids.size() / kBlockSize + 1), 1};
+  ScatteredBlocks blocks{static_cast<int32_t>(ids.size() / kBlockSize + 1), 1};
   auto c1 = gpu_->model().CreateKvCache(blocks.blocks_per_seq, kBlockSize);
   auto c2 = gpu_->model().CreateKvCache(blocks.blocks_per_seq, kBlockSize);
   ASSERT_TRUE(c1.ok() && c2.ok());
@@ -286,7 +229,7 @@ TEST_P(BloomCudaTest, LeftPaddedBatchMatchesCpu) {
     const int64_t first = std::find(mask[b].begin(), mask[b].end(), 1) - mask[b].begin();
     seqs[b].assign(input_ids[b].begin() + first, input_ids[b].end());
   }
-  BlockAssigner blocks{static_cast<int32_t>(S / kBlockSize + 1), static_cast<int32_t>(B)};
+  ScatteredBlocks blocks{static_cast<int32_t>(S / kBlockSize + 1), static_cast<int32_t>(B)};
   auto gc = gpu_->model().CreateKvCache(blocks.blocks_per_seq * B, kBlockSize);
   auto cc = cpu_->model().CreateKvCache(blocks.blocks_per_seq * B, kBlockSize);
   ASSERT_TRUE(gc.ok() && cc.ok());
