@@ -7,6 +7,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   # Multi-process tensor parallelism (kernels/mpi, mpirun in tests/mpi).
   libopenmpi-dev openmpi-bin
+  # Fuzzing (tools/fuzz/run.sh): clang and libFuzzer.
+  clang-14 libfuzzer-14-dev
   # End-to-end tests: a venv for the Python clients, curl, and a real Prometheus server.
   python3-venv curl prometheus
 )

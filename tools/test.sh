@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, runs every test (CUDA code is compiled when
 # /usr/local/cuda exists; GPU tests report SKIPPED without a GPU), checks the CPU-only build,
-# and prints "N passed, N failed, N skipped" last.
+# fuzzes every libFuzzer target for a minute, and prints "N passed, N failed, N skipped" last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -25,11 +25,15 @@ else
   echo "warning: deploy/setup_venv.sh failed (see /tmp/blossom-setup-deploy-venv.log);" \
        "//deploy:k8s_manifests_test will report SKIPPED" >&2
 fi
-rm -rf bazel-testlogs/ 2>/dev/null || true
+rm -rf bazel-testlogs/ .fuzz-results/ 2>/dev/null || true
 bazel test "${CONFIG[@]}" //...; rc=$?
 # A build without CUDA must work too (the CPU-only server).
 if [ -d /usr/local/cuda ]; then
   bazel build "${CONFIG[@]}" --config=nocuda //... || rc=1
 fi
+# Fuzzing: every libFuzzer target for BLOSSOM_FUZZ_SECONDS (default 60) from its corpus, built
+# with clang-14 in its own output base (tools/fuzz/run.sh); counted in the summary below.
+bazel shutdown >/dev/null 2>&1  # the fuzz build runs its own Bazel server: free this one's memory
+tools/fuzz/run.sh "${BLOSSOM_FUZZ_SECONDS:-60}" || rc=1
 python3 tools/test_summary.py || rc=1
 exit $rc
