@@ -13,6 +13,7 @@
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/backend_channel.h"
 #include "clients/gateway/json_fields.h"
+#include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/tgi_api.h"
 #include "spdlog/spdlog.h"
@@ -131,6 +132,30 @@ struct Gateway::Route {
   ApiFlavor flavor;
 };
 
+const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
+  static const auto* routes = new std::map<std::string, Route>{
+      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
+      {"/live", {"live", "GET", ApiFlavor::kTgi}},
+      {"/health", {"health", "GET", ApiFlavor::kTgi}},
+      {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
+      {"/openapi.json", {"openapi", "GET", ApiFlavor::kTgi}},
+      {"/info", {"info", "GET", ApiFlavor::kTgi}},
+      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
+      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
+      {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
+      {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
+      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
+      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
+  };
+  return *routes;
+}
+
+std::vector<Gateway::RouteSpec> Gateway::Routes() {
+  std::vector<RouteSpec> out;
+  for (const auto& [path, route] : RouteTable()) out.push_back({path, route.name, route.method});
+  return out;
+}
+
 Gateway::Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions options)
     : options_(std::move(options)),
       channel_(channel),
@@ -216,19 +241,7 @@ http::Response Gateway::ProtocolErrorResponse(int status, const std::string& mes
 }
 
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
-  static const std::map<std::string, Route>* routes = new std::map<std::string, Route>{
-      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
-      {"/live", {"live", "GET", ApiFlavor::kTgi}},
-      {"/health", {"health", "GET", ApiFlavor::kTgi}},
-      {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
-      {"/info", {"info", "GET", ApiFlavor::kTgi}},
-      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
-      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
-      {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
-      {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
-      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
-      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
-  };
+  const std::map<std::string, Route>* routes = &RouteTable();
   auto it = routes->find(request.path);
   const ApiFlavor flavor = absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
   auto writer = std::make_shared<MeteredWriter>(
@@ -268,6 +281,8 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   const std::string name = route.name;
   if (name == "metrics") {
     writer->Send(Response{200, {{"Content-Type", "text/plain; version=0.0.4"}}, metrics_.Text()});
+  } else if (name == "openapi") {
+    writer->Send(Response{200, {{"Content-Type", "application/json"}}, OpenApiJson()});
   } else if (name == "health") {
     HandleHealth(request, writer);
   } else if (name == "info" || name == "models") {

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <condition_variable>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +46,7 @@ struct GatewayOptions {
 //                                 blossom.v1.Blossom is SERVING (so it is 503 while the server
 //                                 loads or drains) and GetModelInfo answers, else 503
 //   GET  /metrics                 the gateway's Prometheus metrics
+//   GET  /openapi.json            the OpenAPI 3.0 description of these routes (openapi.cc)
 //   GET  /v1/models               POST /v1/completions   POST /v1/chat/completions
 //   POST /generate                POST /generate_stream  POST /tokenize   GET /info
 //   POST /                        TGI's compatibility route ("stream": true -> /generate_stream,
@@ -67,6 +70,12 @@ class Gateway {
 
   const GatewayMetrics& metrics() const { return metrics_; }
 
+  struct RouteSpec {
+    std::string path, name, method;  // name: the fixed label used in metrics
+  };
+  // Every route Handle() serves: what /openapi.json documents (openapi_test compares them).
+  static std::vector<RouteSpec> Routes();
+
   // Drain (SIGTERM): /health turns 503 so load balancers stop sending, every new request but
   // /live and /metrics gets 503, and requests in flight run on. Irreversible.
   void StartDraining() { draining_.store(true); }
@@ -80,6 +89,7 @@ class Gateway {
 
  private:
   struct Route;
+  static const std::map<std::string, Route>& RouteTable();
   template <typename Req, typename Resp>
   struct UnaryCall;
 
