@@ -746,6 +746,29 @@ class TlsTest(unittest.TestCase):
 
 
 class DrainTest(unittest.TestCase):
+    def test_gateway_sigterm_finishes_streams_and_refuses_new_work(self):
+        gateway = start_gateway("gateway-drain", SRV, "--drain_timeout", "60")
+        body = json.dumps({"inputs": "drain", "parameters": {
+            "max_new_tokens": 900, "do_sample": False, "ignore_eos": True}}).encode()
+        req = urllib.request.Request(gateway.url + "/generate_stream", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        events = []
+        with urllib.request.urlopen(req, timeout=60) as stream:
+            events.append(stream.readline())  # the first event: the stream is in flight
+            gateway.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: http_status(gateway.url + "/health") == 503, timeout=10,
+                       interval=0.005, what="gateway /health 503 while draining")
+            late = urllib.request.Request(gateway.url + "/generate", data=body, method="POST",
+                                          headers={"Content-Type": "application/json"})
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(late, timeout=10)
+            self.assertEqual(refused.exception.code, 503)
+            events += stream.read().split(b"\n\n")
+        # TGI's last event carries generated_text; index counts from 0.
+        final = [e for e in events if b'"index":899' in e and b'"generated_text":null' not in e]
+        self.assertTrue(final, events[-3:])  # the in-flight stream ran to its end
+        self.assertEqual(gateway.proc.wait(timeout=30), 0)
+
     def test_sigterm_loses_no_stream(self):
         server = start_server("server-drain", "--drain_timeout", "60")
         wants = [300 + 10 * i for i in range(20)]
