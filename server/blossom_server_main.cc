@@ -38,6 +38,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/dtype.h"
 #include "kernels/status_macros.h"
+#include "server/auth/api_keys.h"
 #include "server/blossom_service.h"
 #include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
@@ -60,6 +61,9 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the metrics port binds. It serves /metrics and /health without an API key, "
+          "so it is loopback-only unless a scraper elsewhere needs it (e.g. 0.0.0.0 in a pod).");
 ABSL_FLAG(int64_t, kv_cache_mb, 256,
           "KV cache budget per rank in MiB (CPU backend; GPU backends size it from memory).");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -96,20 +100,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) 
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
-  BLOSSOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path, "api_keys_file"));
-  std::vector<std::string> keys;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    keys.emplace_back(line);
-  }
-  if (keys.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--api_keys_file ", path, " has no keys"));
-  }
-  return keys;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
@@ -232,7 +222,7 @@ int Run() {
   service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   service_options.limits.served_model_name = served_name;
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
-    auto keys = ReadApiKeys(absl::GetFlag(FLAGS_api_keys_file));
+    auto keys = auth::ApiKeys::LoadFile(absl::GetFlag(FLAGS_api_keys_file));
     if (!keys.ok()) return Fail(keys.status());
     service_options.api_keys = std::move(*keys);
   }
@@ -270,7 +260,7 @@ int Run() {
   std::unique_ptr<http::Server> metrics_server;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     http::ServerOptions http_options;
-    http_options.host = absl::GetFlag(FLAGS_host);
+    http_options.host = absl::GetFlag(FLAGS_metrics_host);
     http_options.port = absl::GetFlag(FLAGS_metrics_port);
     http_options.handler_threads = 1;
     auto started = http::Server::Start(
@@ -294,7 +284,7 @@ int Run() {
         });
     if (!started.ok()) return Fail(started.status());
     metrics_server = std::move(*started);
-    spdlog::info("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_host),
+    spdlog::info("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host),
                  metrics_server->port());
   }
   // Machine-readable line for launchers and tests that ask for port 0.

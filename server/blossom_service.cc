@@ -6,11 +6,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom {
 namespace {
+
+// Longest client-influenced text in one log line.
+constexpr size_t kMaxLoggedMessageBytes = 300;
 
 double SecondsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
@@ -32,7 +36,7 @@ void LogFinished(const std::string& request_id, const char* kind, const EngineEv
       t.first_scheduled == Clock::time_point{} ? 0.0 : SecondsBetween(t.arrival, t.first_scheduled),
       t.first_token == Clock::time_point{} ? 0.0 : SecondsBetween(t.arrival, t.first_token),
       SecondsBetween(t.arrival, t.finished), t.num_preemptions, event.status.ok() ? "" : " error=",
-      event.status.ok() ? "" : std::string(event.status.message()));
+      event.status.ok() ? "" : SanitizeForMessage(event.status.message(), kMaxLoggedMessageBytes));
 }
 
 // The status a call ends with, given its final engine event.
@@ -100,8 +104,10 @@ class GenerationCall {
       engine_request = stream.status();
     }
     const absl::Status& status = engine_request.status();
+    // Messages may quote client input (a model name): escaped and cut, so that a "\n" cannot
+    // forge a log line and a huge input cannot make a huge one.
     spdlog::info("request_id={} refused: {} {}", request_id_, StatusCodeLabel(status.code()),
-                 std::string(status.message()));
+                 SanitizeForMessage(status.message(), kMaxLoggedMessageBytes));
     outcome_ = RefusalLabel(status);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -345,19 +351,6 @@ class RefusedStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateS
   void OnDone() override { delete this; }
 };
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  // Compares every byte of the longer input so the time does not reveal the matching prefix
-  // length; the length difference is folded into the result.
-  const size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
-
 }  // namespace
 
 BlossomService::BlossomService(ServiceOptions options, ServerMetrics* metrics)
@@ -375,22 +368,14 @@ void BlossomService::StartDraining() {
   state_.store(static_cast<int>(State::kDraining), std::memory_order_release);
 }
 
-bool BlossomService::KeyAllowed(absl::string_view presented) const {
-  bool allowed = false;
-  // No early exit: every configured key is compared.
-  for (const std::string& key : options_.api_keys) allowed |= ConstantTimeEquals(presented, key);
-  return allowed;
-}
-
 absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool generation) const {
-  if (!options_.api_keys.empty()) {
+  if (options_.api_keys.enabled()) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
       return absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata");
     }
-    absl::string_view value(it->second.data(), it->second.size());
-    if (!absl::StartsWith(value, "Bearer ") || !KeyAllowed(value.substr(7))) {
+    if (!options_.api_keys.Allows(absl::string_view(it->second.data(), it->second.size()))) {
       return absl::UnauthenticatedError("invalid API key");
     }
   }
@@ -465,6 +450,14 @@ grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* 
   }
   auto ids = tokenizer_->Encode(request->text());
   if (!ids.ok()) return new ImmediateReactor(ToGrpcStatus(ids.status()));
+  // The reply is ~10x the text (a 600 KB text made a 10.7 MB reply, past gRPC's 4 MB default
+  // and a 10x memory amplification in the gateway): the prompt limit applies here too, as
+  // OUT_OF_RANGE "too long" like an oversized prompt.
+  if (static_cast<int64_t>(ids->size()) > options_.limits.max_input_tokens) {
+    return new ImmediateReactor(ToGrpcStatus(absl::OutOfRangeError(
+        absl::StrCat("text is too long: ", ids->size(), " tokens, max_input_tokens is ",
+                     options_.limits.max_input_tokens))));
+  }
   // Byte offsets from each token's decoded bytes: exact for byte-level BPE, whose decode
   // reproduces the input; if it does not (a normalizer changed the text) offsets are omitted.
   std::string rebuilt;

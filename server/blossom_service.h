@@ -11,7 +11,7 @@
 // request so its KV blocks are freed at once.
 //
 // Authentication: when API keys are configured, every call must carry the metadata
-// `authorization: Bearer <key>`; keys are compared in constant time.
+// `authorization: Bearer <key>` (checked by //server/auth:api_keys, as in the gateway).
 //
 // Thread-safety: all public methods may be called from any thread. SetEngine happens once,
 // before any call is admitted (release/acquire on state_).
@@ -27,6 +27,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "server/auth/api_keys.h"
 #include "server/request_convert.h"
 #include "server/server_metrics.h"
 
@@ -34,7 +35,7 @@ namespace blossom {
 
 struct ServiceOptions {
   RequestLimits limits;
-  std::vector<std::string> api_keys;  // empty: no authentication
+  auth::ApiKeys api_keys;  // empty: no authentication
 };
 
 class BlossomService final : public v1::Blossom::CallbackService {
@@ -73,7 +74,6 @@ class BlossomService final : public v1::Blossom::CallbackService {
  private:
   // OK, or the status a call must be refused with (auth, loading, draining).
   absl::Status Admit(grpc::CallbackServerContext* context, bool generation) const;
-  bool KeyAllowed(absl::string_view presented) const;
   std::string RequestIdFor(grpc::CallbackServerContext* context,
                            const v1::GenerateRequest& request);
 

@@ -4,10 +4,16 @@
 #include "server/blossom_service.h"
 
 #include <atomic>
+#include <memory>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "server/testing/in_process_server.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace blossom {
 namespace {
@@ -156,6 +162,12 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
        grpc::StatusCode::INVALID_ARGUMENT, "stop"},
       {[](v1::GenerateRequest* r) { r->set_model("gpt-9"); }, grpc::StatusCode::NOT_FOUND,
        "gpt-9"},
+      // Issue 14: an 8,000-character name was echoed into the status, overflowing gRPC's
+      // metadata into RESOURCE_EXHAUSTED; a newline in it reached the logs raw.
+      {[](v1::GenerateRequest* r) { r->set_model(std::string(8000, 'm')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "model: longer than 256 bytes"},
+      {[](v1::GenerateRequest* r) { r->set_model("x\n[critical] forged"); },
+       grpc::StatusCode::NOT_FOUND, "x\\x0a[critical] forged"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::GenerateRequest request = Greedy("Hello", 4);
@@ -231,7 +243,7 @@ TEST(BlossomServiceTest, DrainingRefusesNewGenerationsButFinishesOldOnes) {
 
 TEST(BlossomServiceTest, ApiKeysAreRequired) {
   ServiceOptions options;
-  options.api_keys = {"secret-one", "secret-two"};
+  options.api_keys = auth::ApiKeys({"secret-one", "secret-two"});
   ServiceFixture fixture(options);
   fixture.Load();
   auto call = [&](const std::string& header) {
@@ -246,6 +258,9 @@ TEST(BlossomServiceTest, ApiKeysAreRequired) {
   EXPECT_EQ(call("Bearer secret-on"), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(call("secret-two"), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(call("Bearer secret-two"), grpc::StatusCode::OK);
+  // RFC 9110: the scheme is case-insensitive, as in the gateway (issue 14, defect 4).
+  EXPECT_EQ(call("bearer secret-two"), grpc::StatusCode::OK);
+  EXPECT_EQ(call("BEARER  secret-one"), grpc::StatusCode::OK);
 }
 
 TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
@@ -266,6 +281,51 @@ TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
                                      response.offsets(i).end() - response.offsets(i).start());
   }
   EXPECT_EQ(rebuilt, request.text());
+}
+
+// Issue 14: the model name was logged raw: a "\n" forged a separate [critical] line and a
+// 1 MB name made a 1 MB log line.
+TEST(BlossomServiceTest, LogLinesEscapeAndCutClientInput) {
+  std::ostringstream log;
+  auto logger = std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  {
+    ServiceFixture fixture;
+    fixture.Load();
+    for (const std::string& model :
+         {std::string("evil\n[critical] forged"), std::string(200, 'n') + std::string(1 << 20, '\n')}) {
+      v1::GenerateRequest request = Greedy("Hello", 2);
+      request.set_model(model);
+      grpc::ClientContext context;
+      v1::GenerateResponse response;
+      EXPECT_FALSE(fixture.stub().Generate(&context, request, &response).ok());
+    }
+  }
+  spdlog::set_default_logger(previous);
+  const std::string text = log.str();
+  EXPECT_EQ(text.find("\n[critical]"), std::string::npos) << text;
+  EXPECT_NE(text.find("evil\\x0a[critical] forged"), std::string::npos) << text;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) EXPECT_LT(line.size(), 2000u);
+}
+
+// Issue 14: max_input_tokens did not apply to Tokenize, so a 600 KB text made a 10.7 MB reply.
+TEST(BlossomServiceTest, TokenizeIsBoundedByMaxInputTokens) {
+  ServiceOptions options;
+  options.limits.max_input_tokens = 64;
+  ServiceFixture fixture(options);
+  fixture.Load();
+  std::string text;
+  for (int i = 0; i < 500; ++i) absl::StrAppend(&text, i, " ");
+  grpc::ClientContext context;
+  v1::TokenizeRequest request;
+  request.set_text(text);
+  v1::TokenizeResponse response;
+  grpc::Status status = fixture.stub().Tokenize(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
+  EXPECT_NE(status.error_message().find("too long"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("max_input_tokens is 64"), std::string::npos);
 }
 
 TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind) {

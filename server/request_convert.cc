@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
 
 namespace blossom {
@@ -19,11 +20,17 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits) {
+  // A name that can never match is refused without echoing it: error messages travel as gRPC
+  // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
+  if (request.model().size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: longer than ", kMaxModelNameBytes, " bytes"));
+  }
   if (!request.model().empty() && !limits.served_model_name.empty() &&
       request.model() != limits.served_model_name) {
-    return absl::NotFoundError(absl::StrCat("model '", request.model(),
-                                            "' is not served here; this server serves '",
-                                            limits.served_model_name, "'"));
+    return absl::NotFoundError(absl::StrCat(
+        "model '", SanitizeForMessage(request.model(), kMaxModelNameBytes),
+        "' is not served here; this server serves '", limits.served_model_name, "'"));
   }
   EngineRequest out;
   switch (request.prompt_case()) {
@@ -139,7 +146,16 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  absl::string_view message = status.message();
+  if (message.size() > kMaxStatusMessageBytes) {
+    // Whatever a message quotes, it stays far below gRPC's metadata limit; cut at a UTF-8
+    // character boundary.
+    size_t cut = kMaxStatusMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        absl::StrCat(message.substr(0, cut), "..."));
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
 }
 
 }  // namespace blossom

@@ -20,6 +20,11 @@
 
 namespace blossom {
 
+// Longest model name accepted in a request (longer ones are INVALID_ARGUMENT, never echoed).
+inline constexpr size_t kMaxModelNameBytes = 256;
+// Longest message of a status sent to a client (ToGrpcStatus cuts longer ones).
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+
 struct RequestLimits {
   int32_t max_input_tokens = 1024;
   std::string served_model_name;
@@ -41,7 +46,8 @@ void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_lo
 void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id,
                    v1::FinalInfo* out);
 
-// The edge conversion: same code, same message. (absl and gRPC share the canonical codes.)
+// The edge conversion: same code, same message, cut to kMaxStatusMessageBytes. (absl and gRPC
+// share the canonical codes.)
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace blossom

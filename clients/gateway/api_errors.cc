@@ -52,7 +52,9 @@ int HttpStatusFor(const absl::Status& status, ApiFlavor flavor) {
     case absl::StatusCode::kUnauthenticated: return 401;
     case absl::StatusCode::kPermissionDenied: return 403;
     case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kResourceExhausted:
+      // gRPC's own refusal of an oversized message can never succeed on retry: not a 429.
+      return absl::StrContains(status.message(), "message larger than max") ? 413 : 429;
     case absl::StatusCode::kCancelled: return 499;
     case absl::StatusCode::kUnimplemented: return 501;
     case absl::StatusCode::kUnavailable: return 503;

@@ -19,6 +19,8 @@ TEST(ApiErrorsTest, MapsStatusCodes) {
       {absl::UnauthenticatedError("x"), 401, 401},
       {absl::NotFoundError("x"), 404, 404},
       {absl::ResourceExhaustedError("x"), 429, 429},
+      // Issue 14: gRPC's own size refusal is no retry invitation.
+      {absl::ResourceExhaustedError("Received message larger than max (5000000 vs. 4194304)"), 413, 413},
       {absl::UnavailableError("x"), 503, 503},
       {absl::DeadlineExceededError("x"), 504, 504},
       {absl::InternalError("x"), 500, 500},

@@ -1,5 +1,6 @@
 #include "clients/gateway/gateway.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -10,7 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/backend_channel.h"
 #include "clients/gateway/json_fields.h"
+#include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/tgi_api.h"
 #include "spdlog/spdlog.h"
@@ -34,6 +37,15 @@ Response JsonResponse(int status, const Json& body) {
 }
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
+
+// What gRPC accepts in an ASCII metadata value (visible characters and space); anything else
+// trips a precondition that aborts the process ("Illegal header value").
+bool IsValidMetadataValue(absl::string_view value) {
+  for (char c : value) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
 
 // Records each response's status by route for /metrics; forwards everything else.
 class MeteredWriter : public ResponseWriter {
@@ -120,8 +132,35 @@ struct Gateway::Route {
   ApiFlavor flavor;
 };
 
+const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
+  static const auto* routes = new std::map<std::string, Route>{
+      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
+      {"/live", {"live", "GET", ApiFlavor::kTgi}},
+      {"/health", {"health", "GET", ApiFlavor::kTgi}},
+      {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
+      {"/openapi.json", {"openapi", "GET", ApiFlavor::kTgi}},
+      {"/info", {"info", "GET", ApiFlavor::kTgi}},
+      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
+      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
+      {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
+      {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
+      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
+      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
+  };
+  return *routes;
+}
+
+std::vector<Gateway::RouteSpec> Gateway::Routes() {
+  std::vector<RouteSpec> out;
+  for (const auto& [path, route] : RouteTable()) out.push_back({path, route.name, route.method});
+  return out;
+}
+
 Gateway::Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions options)
-    : options_(std::move(options)), stub_(blossom::v1::Blossom::NewStub(channel)) {}
+    : options_(std::move(options)),
+      channel_(channel),
+      stub_(blossom::v1::Blossom::NewStub(channel)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel)) {}
 
 Gateway::~Gateway() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -131,6 +170,11 @@ Gateway::~Gateway() {
 void Gateway::CallStarted() {
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_calls_;
+}
+
+int Gateway::pending_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_calls_;
 }
 
 void Gateway::CallFinished() {
@@ -160,13 +204,33 @@ void Gateway::RememberModelId(const std::string& model_id) {
   model_id_ = model_id;
 }
 
+absl::StatusOr<std::string> Gateway::ForwardedAuthorization(const http::Request& request) const {
+  if (!options_.backend_api_key.empty()) return absl::StrCat("Bearer ", options_.backend_api_key);
+  const std::string* value = request.Header("authorization");
+  if (value == nullptr) return std::string();
+  if (value->size() > kMaxForwardedAuthorizationBytes) {
+    return absl::OutOfRangeError(absl::StrCat("Authorization header is longer than ",
+                                              kMaxForwardedAuthorizationBytes, " bytes"));
+  }
+  // The server accepts what the gateway accepts ("bearer", extra spaces), but a canonical form
+  // also keeps a tab between scheme and token out of the metadata.
+  absl::optional<absl::string_view> token = auth::BearerToken(*value);
+  std::string forwarded = token ? absl::StrCat("Bearer ", *token) : *value;
+  if (!IsValidMetadataValue(forwarded)) {
+    return absl::InvalidArgumentError(
+        "Authorization header may only hold printable ASCII characters");
+  }
+  return forwarded;
+}
+
 void Gateway::SetupContext(const http::Request& request, absl::Duration timeout,
                            grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  if (!options_.backend_api_key.empty()) {
-    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.backend_api_key));
-  } else if (const std::string* auth = request.Header("authorization")) {
-    context->AddMetadata("authorization", *auth);
+  // Handle() refused the request already if this fails: gRPC aborts the process on a value it
+  // cannot carry, so only a checked value is ever added.
+  absl::StatusOr<std::string> authorization = ForwardedAuthorization(request);
+  if (authorization.ok() && !authorization->empty()) {
+    context->AddMetadata("authorization", *authorization);
   }
 }
 
@@ -177,19 +241,7 @@ http::Response Gateway::ProtocolErrorResponse(int status, const std::string& mes
 }
 
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
-  static const std::map<std::string, Route>* routes = new std::map<std::string, Route>{
-      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
-      {"/live", {"live", "GET", ApiFlavor::kTgi}},
-      {"/health", {"health", "GET", ApiFlavor::kTgi}},
-      {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
-      {"/info", {"info", "GET", ApiFlavor::kTgi}},
-      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
-      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
-      {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
-      {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
-      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
-      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
-  };
+  const std::map<std::string, Route>* routes = &RouteTable();
   auto it = routes->find(request.path);
   const ApiFlavor flavor = absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
   auto writer = std::make_shared<MeteredWriter>(
@@ -203,10 +255,20 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     writer->Send(Response{200, {{"Content-Type", "text/plain"}}, "ok\n"});
     return;
   }
+  if (draining_.load() && route.name != std::string("metrics")) {
+    writer->Send(ErrorResponse(flavor, 503, "the gateway is shutting down"));
+    return;
+  }
   if (!options_.api_keys.Allows(request.Header("authorization"))) {
     Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
     response.headers.emplace_back("WWW-Authenticate", "Bearer");
     writer->Send(std::move(response));
+    return;
+  }
+  if (absl::StatusOr<std::string> forwarded = ForwardedAuthorization(request); !forwarded.ok()) {
+    const absl::Status& error = forwarded.status();
+    writer->Send(ErrorResponse(flavor, error.code() == absl::StatusCode::kOutOfRange ? 431 : 400,
+                               error.message()));
     return;
   }
   const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";
@@ -219,7 +281,11 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   const std::string name = route.name;
   if (name == "metrics") {
     writer->Send(Response{200, {{"Content-Type", "text/plain; version=0.0.4"}}, metrics_.Text()});
-  } else if (name == "health" || name == "info" || name == "models") {
+  } else if (name == "openapi") {
+    writer->Send(Response{200, {{"Content-Type", "application/json"}}, OpenApiJson()});
+  } else if (name == "health") {
+    HandleHealth(request, writer);
+  } else if (name == "info" || name == "models") {
     HandleModelInfo(request, writer, name);
   } else if (name == "completions" || name == "chat_completions") {
     HandleCompletions(request, writer, name == "chat_completions");
@@ -276,6 +342,36 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                         {"root", call->response.model_id()},
                         {"max_model_len", call->response.limits().max_total_tokens()}};
           writer->Send(JsonResponse(200, {{"object", "list"}, {"data", Json::array({entry})}}));
+        }
+        CallFinished();
+      });
+}
+
+void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
+  // A probe must not report a recovered backend as down because the channel is waiting out a
+  // reconnect backoff; and it waits (briefly) for the connection instead of failing fast.
+  ReconnectNowIfFailing(channel_.get());
+  auto call = std::make_shared<
+      UnaryCall<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse>>();
+  call->request.set_service(blossom::v1::Blossom::service_full_name());
+  SetupContext(request, std::min(options_.health_timeout, absl::Seconds(2)), &call->context);
+  call->context.set_wait_for_ready(true);
+  CallStarted();
+  health_stub_->async()->Check(
+      &call->context, &call->request, &call->response,
+      [this, call, writer, request](grpc::Status status) {
+        using Serving = grpc::health::v1::HealthCheckResponse;
+        if (status.ok() && call->response.status() != Serving::SERVING) {
+          writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
+                                     "backend not ready: it is loading or draining"));
+        } else if (!status.ok() && status.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
+                   status.error_code() != grpc::StatusCode::NOT_FOUND) {
+          writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
+                                     absl::StrCat("backend not ready: ", status.error_message())));
+        } else {
+          // SERVING, or a backend without the health service: GetModelInfo also checks the
+          // key and that the model answers.
+          HandleModelInfo(request, writer, "health");
         }
         CallFinished();
       });

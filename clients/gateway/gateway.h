@@ -2,22 +2,30 @@
 #ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
 #define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
 
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <condition_variable>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "absl/strings/string_view.h"
 #include "clients/gateway/api_errors.h"
-#include "clients/gateway/auth.h"
 #include "clients/gateway/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "server/auth/api_keys.h"
 #include "server/http/http_server.h"
 
 namespace blossom::gateway {
+
+// Longest client Authorization value forwarded to the backend (a 9,000-byte one overflowed
+// gRPC's metadata and came back as a misleading 429).
+inline constexpr size_t kMaxForwardedAuthorizationBytes = 1024;
 
 struct GatewayOptions {
   // When set, the only model name accepted in requests (others get 404) and the name reported
@@ -29,13 +37,16 @@ struct GatewayOptions {
   // Sent to the backend as "authorization: Bearer <key>". When empty, the client's own
   // Authorization header (if any) is forwarded instead.
   std::string backend_api_key;
-  ApiKeys api_keys;  // empty: no authentication
+  auth::ApiKeys api_keys;  // empty: no authentication
 };
 
 // Routes:
 //   GET  /live                    liveness, never authenticated
-//   GET  /health                  readiness: 200 if the backend answers GetModelInfo, else 503
+//   GET  /health                  readiness: 200 if the backend's grpc.health.v1 status for
+//                                 blossom.v1.Blossom is SERVING (so it is 503 while the server
+//                                 loads or drains) and GetModelInfo answers, else 503
 //   GET  /metrics                 the gateway's Prometheus metrics
+//   GET  /openapi.json            the OpenAPI 3.0 description of these routes (openapi.cc)
 //   GET  /v1/models               POST /v1/completions   POST /v1/chat/completions
 //   POST /generate                POST /generate_stream  POST /tokenize   GET /info
 //   POST /                        TGI's compatibility route ("stream": true -> /generate_stream,
@@ -59,6 +70,18 @@ class Gateway {
 
   const GatewayMetrics& metrics() const { return metrics_; }
 
+  struct RouteSpec {
+    std::string path, name, method;  // name: the fixed label used in metrics
+  };
+  // Every route Handle() serves: what /openapi.json documents (openapi_test compares them).
+  static std::vector<RouteSpec> Routes();
+
+  // Drain (SIGTERM): /health turns 503 so load balancers stop sending, every new request but
+  // /live and /metrics gets 503, and requests in flight run on. Irreversible.
+  void StartDraining() { draining_.store(true); }
+  // gRPC calls started and not finished (generations, streams, probes).
+  int pending_calls() const;
+
   // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, ...)
   // in the OpenAI shape on /v1/ targets and TGI's elsewhere.
   static http::Response ProtocolErrorResponse(int status, const std::string& message,
@@ -66,6 +89,7 @@ class Gateway {
 
  private:
   struct Route;
+  static const std::map<std::string, Route>& RouteTable();
   template <typename Req, typename Resp>
   struct UnaryCall;
 
@@ -90,7 +114,14 @@ class Gateway {
   // GET routes answered from GetModelInfo: /health, /v1/models, /info.
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                        const std::string& route);
+  // /health: the backend's health status first, then HandleModelInfo.
+  void HandleHealth(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
+  // The authorization metadata for the backend: "Bearer <backend_api_key>", else the client's
+  // Authorization (a Bearer credential in canonical form), else "". The client's value must
+  // fit in metadata: OutOfRange over kMaxForwardedAuthorizationBytes (-> 431), InvalidArgument
+  // for bytes gRPC cannot carry (-> 400).
+  absl::StatusOr<std::string> ForwardedAuthorization(const http::Request& request) const;
   void SetupContext(const http::Request& request, absl::Duration timeout,
                     grpc::ClientContext* context) const;
   std::string NextRequestId();
@@ -100,9 +131,12 @@ class Gateway {
   void CallFinished();
 
   const GatewayOptions options_;
+  const std::shared_ptr<grpc::ChannelInterface> channel_;
   const std::unique_ptr<blossom::v1::Blossom::Stub> stub_;
+  const std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
   GatewayMetrics metrics_;
 
+  std::atomic<bool> draining_{false};
   mutable std::mutex mu_;
   std::condition_variable calls_done_;
   int pending_calls_ = 0;      // guarded by mu_

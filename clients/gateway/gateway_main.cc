@@ -2,10 +2,11 @@
 //
 //   blossom-gateway --backend=127.0.0.1:50051 --port=8080 [--api-keys-file=FILE]
 //       [--backend-api-key=KEY] [--served-model-name=NAME] [--request-timeout=600]
-//       [--max-body-bytes=1048576] [--host=127.0.0.1]
+//       [--max-body-bytes=1048576] [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]]
 //
-// Flags may be spelled with dashes or underscores. SIGINT/SIGTERM stop it: new connections are
-// refused, in-flight requests are cancelled on the backend.
+// Flags may be spelled with dashes or underscores. SIGINT/SIGTERM drain it: /health turns 503,
+// new requests get 503, in-flight ones get --drain-timeout to finish, then the rest are
+// cancelled on the backend and it exits 0.
 #include <signal.h>
 
 #include <cstdlib>
@@ -16,9 +17,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "clients/gateway/auth.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "clients/gateway/backend_channel.h"
 #include "clients/gateway/gateway.h"
 #include "grpcpp/grpcpp.h"
+#include "server/auth/api_keys.h"
 #include "server/http/http_server.h"
 #include "spdlog/spdlog.h"
 #include "tools/cli/dashed_flags.h"
@@ -26,6 +30,12 @@
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all).");
 ABSL_FLAG(int, port, 8080, "HTTP port (0 = ephemeral).");
 ABSL_FLAG(std::string, backend, "127.0.0.1:50051", "host:port of the Blossom gRPC server.");
+ABSL_FLAG(bool, backend_tls, false, "Connect to the backend over TLS.");
+ABSL_FLAG(std::string, backend_ca_file, "",
+          "PEM CA bundle that signs the backend's certificate (--backend-tls; default: the "
+          "system roots).");
+ABSL_FLAG(int, max_reconnect_backoff_ms, 1000,
+          "Longest wait between reconnect attempts to a backend that went away.");
 ABSL_FLAG(std::string, api_keys_file, "",
           "File with one API key per line; if set, every route but /live needs "
           "'Authorization: Bearer <key>'.");
@@ -38,6 +48,9 @@ ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "Largest accepted request body (413 
 ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "Largest accepted request head (431 above).");
 ABSL_FLAG(int, max_connections, 4096, "Concurrent HTTP connections (503 above).");
 ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
+ABSL_FLAG(double, drain_timeout, 30,
+          "On SIGTERM, seconds in-flight requests get to finish (new ones get 503) before the "
+          "rest are cancelled.");
 
 
 int main(int argc, char** argv) {
@@ -55,6 +68,12 @@ int main(int argc, char** argv) {
   blossom::gateway::GatewayOptions options;
   options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   options.backend_api_key = absl::GetFlag(FLAGS_backend_api_key);
+  for (char c : options.backend_api_key) {
+    if (c < 0x21 || c > 0x7e) {  // it is sent as gRPC metadata, which aborts on anything else
+      spdlog::error("--backend-api-key may only hold printable ASCII without spaces");
+      return 2;
+    }
+  }
   const double timeout = absl::GetFlag(FLAGS_request_timeout);
   if (!(timeout > 0)) {
     spdlog::error("--request-timeout must be positive");
@@ -62,7 +81,7 @@ int main(int argc, char** argv) {
   }
   options.request_timeout = absl::Seconds(timeout);
   if (const std::string path = absl::GetFlag(FLAGS_api_keys_file); !path.empty()) {
-    auto keys = blossom::gateway::ApiKeys::LoadFile(path);
+    auto keys = blossom::auth::ApiKeys::LoadFile(path);
     if (!keys.ok()) {
       spdlog::error("{}", keys.status().ToString());
       return 2;
@@ -70,8 +89,17 @@ int main(int argc, char** argv) {
     options.api_keys = std::move(*keys);
   }
 
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_backend), grpc::InsecureChannelCredentials());
-  auto gateway = std::make_unique<blossom::gateway::Gateway>(channel, std::move(options));
+  blossom::gateway::BackendChannelOptions channel_options;
+  channel_options.target = absl::GetFlag(FLAGS_backend);
+  channel_options.tls = absl::GetFlag(FLAGS_backend_tls);
+  channel_options.ca_file = absl::GetFlag(FLAGS_backend_ca_file);
+  channel_options.max_reconnect_backoff_ms = absl::GetFlag(FLAGS_max_reconnect_backoff_ms);
+  auto channel = blossom::gateway::MakeBackendChannel(channel_options);
+  if (!channel.ok()) {
+    spdlog::error("{}", channel.status().ToString());
+    return 2;
+  }
+  auto gateway = std::make_unique<blossom::gateway::Gateway>(*channel, std::move(options));
 
   blossom::http::ServerOptions http_options;
   http_options.host = absl::GetFlag(FLAGS_host);
@@ -95,8 +123,16 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  spdlog::info("signal {}: stopping", signal_number);
-  (*server)->Stop();  // cancels in-flight requests through OnClose
+  const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  spdlog::info("signal {}: draining ({} calls in flight, timeout {} s)", signal_number,
+               gateway->pending_calls(), drain_timeout);
+  gateway->StartDraining();
+  const absl::Time deadline = absl::Now() + absl::Seconds(drain_timeout);
+  while (gateway->pending_calls() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  if (gateway->pending_calls() > 0) {
+    spdlog::warn("drain timeout: cancelling {} calls", gateway->pending_calls());
+  }
+  (*server)->Stop();  // cancels what is left through OnClose
   gateway.reset();    // waits for the cancelled gRPC calls to finish
   return 0;
 }

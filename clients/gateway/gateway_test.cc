@@ -213,12 +213,14 @@ class FakeBlossom : public v1::Blossom::CallbackService {
 class GatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &grpc_port_);
     builder.RegisterService(&fake_);
     grpc_server_ = builder.BuildAndStart();
     ASSERT_NE(grpc_server_, nullptr);
     ASSERT_GT(grpc_port_, 0);
+    SetBackendServing(true);
   }
 
   void StartGateway(GatewayOptions options, int backend_port = 0) {
@@ -234,6 +236,11 @@ class GatewayTest : public ::testing::Test {
     });
     ASSERT_TRUE(server.ok()) << server.status();
     http_ = std::move(*server);
+  }
+
+  // The backend's grpc.health.v1 status, as blossom-server sets it (false: loading/draining).
+  void SetBackendServing(bool serving) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(v1::Blossom::service_full_name(), serving);
   }
 
   void TearDown() override {
@@ -422,7 +429,7 @@ TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
 
 TEST_F(GatewayTest, AuthOnEveryRouteButLive) {
   GatewayOptions options;
-  options.api_keys = ApiKeys({"good-key"});
+  options.api_keys = auth::ApiKeys({"good-key"});
   options.backend_api_key = "backend-secret";
   StartGateway(options);
   EXPECT_EQ(Request("GET", "/live", "").status, 200);
@@ -447,6 +454,57 @@ TEST_F(GatewayTest, ForwardsClientAuthorizationWithoutBackendKey) {
   Client::Reply reply = Request("POST", "/generate", R"({"inputs":"hi"})", "Authorization: Bearer client-key\r\n");
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(fake_.last_authorization(), "Bearer client-key");
+}
+
+// Issue 14: an Authorization value gRPC cannot carry was forwarded as metadata and gRPC
+// aborted the process; a 9,000-byte one overflowed the metadata into a 429.
+TEST_F(GatewayTest, ForwardedAuthorizationIsCheckedBeforeGrpc) {
+  StartGateway({});
+  for (const char* header : {"Authorization: Bearer \xc3\xa9\r\n", "Authorization: Bearer a\tb\r\n",
+                             "Authorization: \x7f\r\n"}) {
+    Client::Reply reply = Request("GET", "/health", "", header);
+    EXPECT_TRUE(reply.status == 400) << header << " -> " << reply.status;
+    EXPECT_EQ(Request("POST", "/generate", R"({"inputs":"hi"})", header).status, 400) << header;
+  }
+  Client::Reply huge = Request("GET", "/health", "", absl::StrCat("Authorization: Bearer ",
+                                                                   std::string(9000, 'k'), "\r\n"));
+  EXPECT_EQ(huge.status, 431);
+  EXPECT_TRUE(absl::StrContains(huge.body, "longer than 1024 bytes")) << huge.body;
+  EXPECT_EQ(fake_.requests(), 0);
+  // A tab or extra spaces between scheme and key are tolerated and sent in canonical form.
+  EXPECT_EQ(Request("POST", "/generate", R"({"inputs":"hi"})", "Authorization: bearer\t  k1\r\n").status, 200);
+  EXPECT_EQ(fake_.last_authorization(), "Bearer k1");
+  EXPECT_EQ(Request("GET", "/live", "", "Authorization: \xc3\xa9\r\n").status, 200);
+}
+
+// Issue 14: the gateway said 200 while the server drained and refused every completion.
+TEST_F(GatewayTest, HealthFollowsTheBackendsHealthStatus) {
+  StartGateway({});
+  EXPECT_EQ(Request("GET", "/health", "").status, 200);
+  SetBackendServing(false);  // what blossom-server does on SIGTERM
+  Client::Reply draining = Request("GET", "/health", "");
+  EXPECT_EQ(draining.status, 503);
+  EXPECT_TRUE(absl::StrContains(draining.body, "loading or draining")) << draining.body;
+  SetBackendServing(true);
+  EXPECT_EQ(Request("GET", "/health", "").status, 200);
+}
+
+TEST_F(GatewayTest, DrainRefusesNewRequestsAndLetsStreamsRun) {
+  StartGateway({});
+  Client stream(http_->port());
+  const std::string body = R"({"prompt":"hang","stream":true})";
+  ASSERT_TRUE(stream.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nContent-Length: ", body.size(),
+                                       "\r\n\r\n", body)));
+  Client::Reply head;
+  ASSERT_TRUE(stream.ReadHead(&head));
+  std::string chunk;
+  ASSERT_TRUE(stream.ReadChunk(&chunk));
+  gateway_->StartDraining();
+  EXPECT_EQ(Request("GET", "/health", "").status, 503);
+  EXPECT_EQ(Request("POST", "/v1/completions", R"({"prompt":"hi"})").status, 503);
+  EXPECT_EQ(Request("GET", "/live", "").status, 200);
+  EXPECT_EQ(gateway_->pending_calls(), 1);  // the stream runs on
+  EXPECT_EQ(fake_.cancelled(), 0);
 }
 
 TEST_F(GatewayTest, ClientDisconnectCancelsStreamingCall) {

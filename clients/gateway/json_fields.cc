@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "engine/loader/json_util.h"
 #include "engine/text/utf8.h"
 
 namespace blossom::gateway {
@@ -28,12 +29,11 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body) {
     return absl::InvalidArgumentError(
         absl::StrCat("request body is not valid UTF-8 (byte ", bad, ")"));
   }
-  Json json;
-  try {
-    json = Json::parse(body.begin(), body.end());
-  } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e999
-    return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", e.what()));
-  }
+  // The one strict JSON entry point (also used for checkpoints): rejects a NUL byte (where
+  // nlohmann's lexer would stop, accepting "{}\0garbage") and duplicate keys (ambiguous).
+  absl::StatusOr<Json> parsed = ParseJsonStrict(body, "request body");
+  if (!parsed.ok()) return parsed.status();
+  Json json = std::move(*parsed);
   if (!json.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
   return json;
 }

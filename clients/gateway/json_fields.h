@@ -16,6 +16,11 @@ namespace blossom::gateway {
 
 using Json = nlohmann::json;
 
+// Limits on request fields shared by the OpenAI and TGI routes (and reported by /info).
+inline constexpr size_t kMaxStopSequences = 4;
+// A longer model name can never match; refused here so it is never echoed (issue 14).
+inline constexpr size_t kMaxModelNameBytes = 256;
+
 // InvalidArgument "<field>: <message>" carrying the field name as a payload (see ParamOf), so
 // the HTTP edge can fill OpenAI's "param".
 absl::Status FieldError(absl::string_view field, absl::string_view message);

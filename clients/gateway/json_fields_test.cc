@@ -1,5 +1,6 @@
 #include "clients/gateway/json_fields.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace blossom::gateway {
@@ -40,6 +41,14 @@ TEST(JsonFieldsTest, ParseJsonObjectIsStrict) {
   EXPECT_FALSE(ParseJsonObject(R"({"a":-Infinity})").ok());
   EXPECT_FALSE(ParseJsonObject("{\"a\":\"\xc3\x28\"}").ok());
   EXPECT_FALSE(ParseJsonObject(R"({"a":1} trailing)").ok());
+  // Issue 14: nlohmann's lexer stops at NUL, so "{...}\0garbage" used to be accepted; and a
+  // duplicated key silently kept the last value.
+  absl::StatusOr<Json> nul = ParseJsonObject(std::string("{\"a\":1}\0garbage", 15));
+  ASSERT_FALSE(nul.ok());
+  EXPECT_TRUE(absl::StrContains(nul.status().message(), "NUL")) << nul.status();
+  absl::StatusOr<Json> dup = ParseJsonObject(R"({"prompt":"a","prompt":"b"})");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_TRUE(absl::StrContains(dup.status().message(), "duplicate key 'prompt'")) << dup.status();
 }
 
 TEST(JsonFieldsTest, CheckRangeBounds) {

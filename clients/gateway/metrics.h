@@ -1,32 +1,34 @@
-// The gateway's own Prometheus metrics: requests by route and HTTP status, requests in flight.
+// The gateway's own Prometheus metrics: requests by route and HTTP status, requests in flight,
+// client disconnects. Rendered by //server/metrics, the server's exposition library.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_METRICS_H_
 #define BLOSSOM_CLIENTS_GATEWAY_METRICS_H_
 
-#include <atomic>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
 #include "absl/strings/string_view.h"
+#include "server/metrics/metrics.h"
 
 namespace blossom::gateway {
 
 // Thread-safe.
 class GatewayMetrics {
  public:
+  GatewayMetrics();
+  GatewayMetrics(const GatewayMetrics&) = delete;
+  GatewayMetrics& operator=(const GatewayMetrics&) = delete;
+
   // route should be a fixed route name (not the raw path) to keep label cardinality bounded.
   void RecordRequest(absl::string_view route, int status);
-  void AddInFlight(int delta) { in_flight_ += delta; }
-  void RecordCancelled() { ++cancelled_; }
+  void AddInFlight(int delta) { in_flight_.Get().Add(delta); }
+  void RecordCancelled() { cancelled_.Get().Increment(); }
   // Prometheus text exposition format (version 0.0.4).
-  std::string Text() const;
+  std::string Text() const { return registry_.Render(); }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> requests_;  // guarded by mu_
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<uint64_t> cancelled_{0};
+  metrics::Registry registry_;
+  metrics::Family<metrics::Counter>& requests_;
+  metrics::Family<metrics::Gauge>& in_flight_;
+  metrics::Family<metrics::Counter>& cancelled_;
 };
 
 }  // namespace blossom::gateway

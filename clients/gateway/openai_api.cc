@@ -15,7 +15,6 @@ using blossom::v1::GenerateRequest;
 using blossom::v1::Token;
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-constexpr size_t kMaxStop = 4;
 constexpr int kMaxLogprobs = 20;
 
 absl::Status Unsupported(const char* field, absl::string_view what) {
@@ -31,6 +30,9 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<std::string> model;
   BLOSSOM_RETURN_IF_ERROR(GetString(body, "model", &model));
   if (model) {
+    if (model->size() > kMaxModelNameBytes) {
+      return FieldError("model", absl::StrCat("longer than ", kMaxModelNameBytes, " bytes"));
+    }
     out->model = *model;
     req.set_model(*model);
   }
@@ -80,7 +82,7 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
 
   std::vector<std::string> stop;
-  BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxStop, &stop));
+  BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxStopSequences, &stop));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   auto ids = body.find("stop_token_ids");
   if (ids != body.end() && !ids->is_null()) {

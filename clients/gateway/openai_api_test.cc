@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/gateway/api_errors.h"
 #include "gtest/gtest.h"
@@ -55,6 +56,9 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","stream":true,"stream_options":{"include_usage":1}})", "must be a boolean", "stream_options.include_usage"},
       {false, R"({"prompt":"a","seed":"x"})", "must be an integer", "seed"},
       {false, R"({"prompt":"a","model":7})", "must be a string", "model"},
+      // Issue 14: an 8,000-character name reached the server and came back as a 429.
+      {false, absl::StrCat(R"({"prompt":"a","model":")", std::string(8000, 'm'), R"("})"),
+       "longer than 256 bytes", "model"},
       {false, R"({"prompt":"a","logit_bias":{"1":5}})", "logit_bias", "logit_bias"},
       {false, R"({"prompt":"a","suffix":"x"})", "suffix", "suffix"},
       {false, R"({"prompt":"a","user":1})", "must be a string", "user"},

@@ -1,5 +1,6 @@
 #include "clients/gateway/tgi_api.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -14,7 +15,6 @@ using blossom::v1::FinishReason;
 using blossom::v1::Token;
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-constexpr size_t kMaxStop = 4;
 
 // Fields we cannot honour: absent, null, false or 0 are fine, anything else is refused.
 absl::Status RejectIfSet(const Json& params, const char* field) {
@@ -109,7 +109,7 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "details", &details)));
   BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "return_full_text", &return_full_text)));
   std::vector<std::string> stop;
-  BLOSSOM_RETURN_IF_ERROR(InParams(GetStringList(params, "stop", kMaxStop, &stop)));
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetStringList(params, "stop", kMaxStopSequences, &stop)));
 
   const bool sample = do_sample.value_or(false) || temperature || top_k || top_p || typical_p;
   if (!sample) {
@@ -219,7 +219,11 @@ Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id) {
           {"model_pipeline_tag", "text-generation"},
           {"max_concurrent_requests", limits.max_batch_size() + limits.max_waiting_requests()},
           {"max_best_of", 1},
-          {"max_stop_sequences", limits.max_stop_strings() > 0 ? limits.max_stop_strings() : 4},
+          // What these routes accept: the gateway's own limit unless the server's is lower.
+          {"max_stop_sequences",
+           limits.max_stop_strings() > 0
+               ? std::min<int64_t>(limits.max_stop_strings(), kMaxStopSequences)
+               : static_cast<int64_t>(kMaxStopSequences)},
           {"max_input_tokens", limits.max_input_tokens()},
           {"max_input_length", limits.max_input_tokens()},
           {"max_total_tokens", limits.max_total_tokens()},

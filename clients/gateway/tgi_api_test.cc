@@ -9,6 +9,20 @@
 namespace blossom::gateway::tgi {
 namespace {
 
+// Issue 14: /info said 16 (the server's limit) while the routes reject more than 4.
+TEST(TgiApiTest, InfoReportsTheStopLimitTheRoutesEnforce) {
+  blossom::v1::ModelInfo info;
+  info.mutable_limits()->set_max_stop_strings(16);
+  EXPECT_EQ(InfoJson(info, "m")["max_stop_sequences"], 4);
+  info.mutable_limits()->set_max_stop_strings(2);
+  EXPECT_EQ(InfoJson(info, "m")["max_stop_sequences"], 2);
+  // And exactly that many are accepted.
+  EXPECT_TRUE(ParseGenerateRequest(
+                  R"({"inputs":"x","parameters":{"stop":["a","b","c","d"]}})").ok());
+  EXPECT_FALSE(ParseGenerateRequest(
+                   R"({"inputs":"x","parameters":{"stop":["a","b","c","d","e"]}})").ok());
+}
+
 TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
   struct Case {
     std::string body, message, param;

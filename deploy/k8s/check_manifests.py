@@ -49,10 +49,6 @@ BINARIES = {"blossom-server", "blossom-gateway", "blossom", "launch_tp.sh", "/us
 FLAG_SOURCES = {"blossom-server": "server/blossom_server_main.cc",
                 "blossom-gateway": "clients/gateway/gateway_main.cc",
                 "launch_tp.sh": "deploy/launch_tp.sh"}
-# Flags the manifests pass that land with changes made in parallel to this one (the server's
-# --metrics-host, the gateway's SIGTERM drain). While a source lacks one, it is reported as a
-# note, not a failure; once the flag exists it is checked like any other. Empty this at merge.
-PENDING_FLAGS = {("blossom-server", "metrics_host"), ("blossom-gateway", "drain_timeout")}
 KNOWN_KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "secretGenerator",
                               "images", "patches"}
 
@@ -438,10 +434,6 @@ def check_flags(overlay, objs, flags, findings, notes):
                         continue
                     name = a[2:].split("=", 1)[0].replace("-", "_")
                     if name in flags[program]:
-                        continue
-                    if (program, name) in PENDING_FLAGS:
-                        notes.add(f"note: {program} --{name} is not defined yet here (pending "
-                                  "change); checked once it is")
                         continue
                     findings.append(f"{overlay}: {where}/{c['name']}: {program} has no flag "
                                     f"--{name} ({FLAG_SOURCES[program]})")

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/text/sanitize.h"  // SanitizeForMessage, used with these messages
 #include "nlohmann/json.hpp"
 
 namespace blossom {
@@ -28,10 +29,6 @@ bool JsonToUint64(const nlohmann::json& value, uint64_t* out);
 
 // "string \"abc\"", "number 1.5", "array", ... for "expected X, got Y" messages.
 std::string DescribeJsonValue(const nlohmann::json& value);
-
-// Makes untrusted text safe to embed in an error message: control and non-ASCII bytes become
-// \xNN, and long text is cut to `max_len` bytes with "..." appended.
-std::string SanitizeForMessage(absl::string_view text, size_t max_len = 120);
 
 }  // namespace blossom
 

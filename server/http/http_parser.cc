@@ -100,6 +100,23 @@ RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
   }
   request_.method = std::string(parts[0]);
   request_.target = std::string(parts[1]);
+  // Absolute form (RFC 9112 3.2.2: a server must accept it): "http://host/path?q" is routed
+  // as "/path?q"; the authority is dropped (this server has one origin).
+  if (request_.target[0] != '/') {
+    absl::string_view target = request_.target;
+    size_t scheme_end = target.find("://");
+    absl::string_view scheme = target.substr(0, scheme_end);
+    if (scheme_end != absl::string_view::npos &&
+        (absl::EqualsIgnoreCase(scheme, "http") || absl::EqualsIgnoreCase(scheme, "https"))) {
+      absl::string_view rest = target.substr(scheme_end + 3);
+      size_t path_start = rest.find_first_of("/?");
+      if (rest.empty() || path_start == 0) return Fail(400, "absolute request target without a host");
+      std::string origin_form =
+          path_start == absl::string_view::npos ? "/" : std::string(rest.substr(path_start));
+      if (origin_form[0] == '?') origin_form.insert(0, "/");
+      request_.target = std::move(origin_form);
+    }
+  }
   size_t q = request_.target.find('?');
   request_.path = request_.target.substr(0, q);
   if (q != std::string::npos) request_.query = request_.target.substr(q + 1);
@@ -133,6 +150,10 @@ RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
     }
   }
   // A missing Host is accepted (RFC 9112 3.2 says 400), since hand-written clients omit it.
+  // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means the framing is faulty.
+  if (has_te && request_.version_minor == 0) {
+    return Fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+  }
   if (content_length && has_te) {
     return Fail(400, "both Content-Length and Transfer-Encoding");
   }
@@ -184,6 +205,13 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
         }
         if (skip > 0) buffer->erase(0, skip);
         size_t end = buffer->find("\r\n\r\n");
+        // Lines must end in CRLF; a bare LF would otherwise leave the head unterminated until a
+        // timeout. Rejected (RFC 9112 2.2 allows that) rather than guessed at.
+        const size_t scan_end = end == std::string::npos ? buffer->size() : end;
+        for (size_t lf = buffer->find('\n'); lf != std::string::npos && lf < scan_end;
+             lf = buffer->find('\n', lf + 1)) {
+          if (lf == 0 || (*buffer)[lf - 1] != '\r') return Fail(400, "bare LF in request head");
+        }
         if (end == std::string::npos) {
           if (buffer->size() > limits_.max_header_bytes) {
             return Fail(431, "request header fields too large");

@@ -13,7 +13,9 @@ namespace blossom::http {
 
 // One parsed request. Header names are lower-cased; values have surrounding whitespace trimmed.
 struct Request {
-  std::string method, target, path, query;  // path has no query string; query without '?'
+  // target is in origin form ("/path?query"; an absolute-form target has its scheme and
+  // authority removed); path has no query string; query is without '?'.
+  std::string method, target, path, query;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
   std::string peer;  // "ip:port"
@@ -56,6 +58,11 @@ class RequestParser {
   bool keep_alive() const { return keep_alive_; }
   // The client sent "Expect: 100-continue" and the body has not arrived yet.
   bool expects_continue() const { return expect_continue_; }
+  // The head is complete and the body (or a chunk of it) is still being read.
+  bool reading_body() const {
+    return state_ == State::kBody || state_ == State::kChunkSize || state_ == State::kChunkData ||
+           state_ == State::kChunkDataEnd || state_ == State::kTrailers;
+  }
 
  private:
   enum class State { kHead, kBody, kChunkSize, kChunkData, kChunkDataEnd, kTrailers, kDone, kError };

@@ -1,6 +1,7 @@
 #include "server/http/http_parser.h"
 
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -91,6 +92,13 @@ TEST(HttpParserTest, RejectsMalformedRequests) {
       {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY", 400},
       {"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 413},
       {"POST / HTTP/1.1\r\nExpect: magic\r\n\r\n", 417},
+      // Bare LF line ends are refused at once instead of waiting for a CRLF CRLF.
+      {"GET / HTTP/1.1\n\n", 400},
+      {"GET / HTTP/1.1\r\nHost: x\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: x\r\n\n", 400},
+      // HTTP/1.0 has no chunked framing (RFC 9112 6.1).
+      {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+      {"GET http:///x HTTP/1.1\r\n\r\n", 400},
   };
   for (const BadCase& c : cases) {
     RequestParser parser({});
@@ -101,6 +109,26 @@ TEST(HttpParserTest, RejectsMalformedRequests) {
     } while (r == Result::kHeadersComplete);
     ASSERT_EQ(r, Result::kError) << c.input;
     EXPECT_EQ(parser.error_status(), c.status) << c.input << ": " << parser.error_message();
+  }
+}
+
+TEST(HttpParserTest, AbsoluteFormTargetsAreRoutedByPath) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"http://example.com/live", "/live"},
+      {"HTTP://example.com:8080/v1/models?x=1", "/v1/models?x=1"},
+      {"https://example.com", "/"},
+      {"http://example.com?q", "/?q"},
+  };
+  for (const auto& [target, want] : cases) {
+    RequestParser parser({});
+    std::string buffer = std::string("GET ") + target + " HTTP/1.1\r\nHost: example.com\r\n\r\n";
+    Result r;
+    do {
+      r = parser.Parse(&buffer);
+    } while (r == Result::kHeadersComplete);
+    ASSERT_EQ(r, Result::kComplete) << target << ": " << parser.error_message();
+    EXPECT_EQ(parser.request().target, want) << target;
+    EXPECT_EQ(parser.request().path, std::string(want).substr(0, std::string(want).find('?')));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -25,13 +26,24 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/text/sanitize.h"
+#include "server/http/connection.h"
+#include "server/http/worker_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom::http {
+
+using internal::Connection;
+using internal::ErrorResponse;
+using internal::Exchange;
+using internal::kHighWater;
+using internal::Loop;
+using internal::NowMs;
+using internal::SerializeClosing;
+using internal::WorkerPool;
+
 namespace {
 
-// Unsent output above which WriteChunk blocks; writers wake again below half of it.
-constexpr size_t kHighWater = 4 << 20;
 // While a request is in flight the I/O thread keeps reading (to notice a disconnect) but stops
 // buffering pipelined input beyond this much over the request limits.
 constexpr size_t kInputSlack = 64 << 10;
@@ -40,291 +52,6 @@ constexpr size_t kInputSlack = 64 << 10;
 constexpr int64_t kLingerMs = 2000;
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kEventId = 1;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-bool IsReservedHeader(absl::string_view name) {
-  return absl::EqualsIgnoreCase(name, "content-length") ||
-         absl::EqualsIgnoreCase(name, "transfer-encoding") ||
-         absl::EqualsIgnoreCase(name, "connection");
-}
-
-// Header names and values from handlers must not smuggle CR/LF into the response.
-bool IsSafeHeader(absl::string_view name, absl::string_view value) {
-  if (name.empty()) return false;
-  for (char c : name) {
-    if (c == '\r' || c == '\n' || c == ':' || c == ' ') return false;
-  }
-  for (char c : value) {
-    if (c == '\r' || c == '\n') return false;
-  }
-  return true;
-}
-
-std::string ResponseHead(int status, const std::vector<std::pair<std::string, std::string>>& headers,
-                         bool close, bool http10) {
-  std::string head = absl::StrFormat("HTTP/1.1 %d %s\r\n", status, ReasonPhrase(status));
-  absl::StrAppend(&head, "Server: blossom\r\n");
-  for (const auto& [name, value] : headers) {
-    if (IsReservedHeader(name) || !IsSafeHeader(name, value)) continue;
-    absl::StrAppend(&head, name, ": ", value, "\r\n");
-  }
-  if (close) {
-    absl::StrAppend(&head, "Connection: close\r\n");
-  } else if (http10) {
-    absl::StrAppend(&head, "Connection: keep-alive\r\n");
-  }
-  return head;
-}
-
-// A complete response that closes the connection.
-std::string SerializeClosing(const Response& response) {
-  return absl::StrCat(ResponseHead(response.status, response.headers, /*close=*/true, /*http10=*/false),
-                      "Content-Length: ", response.body.size(), "\r\n\r\n", response.body);
-}
-
-Response PlainError(int status, absl::string_view message) {
-  return Response{status, {{"Content-Type", "text/plain; charset=utf-8"}}, absl::StrCat(message, "\n")};
-}
-
-std::string ErrorResponse(int status, absl::string_view message) {
-  return SerializeClosing(PlainError(status, message));
-}
-
-// A fixed-size pool running handlers in submission order.
-class WorkerPool {
- public:
-  explicit WorkerPool(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) {
-      threads_.emplace_back([this] { Run(); });
-    }
-  }
-  ~WorkerPool() { Stop(); }
-
-  void Submit(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return;
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
-  // Drops queued tasks and joins the threads (running tasks finish first).
-  void Stop() {
-    std::deque<std::function<void()>> dropped;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopped_ = true;
-      dropped.swap(tasks_);
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-    // Dropped tasks are destroyed here, outside the lock: their writers may call back in.
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopped_ || !tasks_.empty(); });
-        if (stopped_) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopped_ = false;
-  std::vector<std::thread> threads_;
-};
-
-// One request/response exchange. Fields are guarded by the owning Connection's mu, except the
-// ones marked immutable.
-struct Exchange {
-  enum class Phase { kIdle, kStreaming, kDone };
-  Phase phase = Phase::kIdle;
-  bool close_after = false;  // close the connection once the response is flushed
-  bool http10 = false;       // immutable
-  bool head = false;         // immutable: HEAD request, no body is sent
-  bool on_close_done = false;
-  std::function<void()> on_close;
-};
-
-struct Connection {
-  Connection(uint64_t id, int fd, std::string peer, ParserLimits limits)
-      : id(id), peer(std::move(peer)), fd(fd), parser(limits) {}
-
-  const uint64_t id;
-  const std::string peer;
-
-  // I/O thread only.
-  int fd;
-  std::string in;
-  RequestParser parser;
-  std::shared_ptr<Exchange> current;  // the exchange in flight, if any
-  bool reading = true;                // EPOLLIN registered
-  bool writing = false;               // EPOLLOUT registered
-  bool close_after_response = false;  // no further requests on this connection
-  bool lingering = false;             // write side shut down; draining input until EOF
-  int64_t linger_deadline = 0;
-  int64_t last_activity = NowMs();
-
-  // Guarded by mu.
-  std::mutex mu;
-  std::condition_variable drained;  // signalled when unsent output falls low or on close
-  std::string out;
-  size_t out_offset = 0;
-  int64_t last_write_progress = NowMs();
-  bool closed = false;
-};
-
-// The wake-up channel shared by the I/O thread and every writer; outlives the server while a
-// writer holds it, so late writer calls are harmless.
-struct Loop {
-  ~Loop() {
-    if (event_fd >= 0) close(event_fd);
-  }
-  void Wake(std::shared_ptr<Connection> conn) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (stopped) return;
-      dirty.push_back(std::move(conn));
-    }
-    uint64_t one = 1;
-    ssize_t ignored = write(event_fd, &one, sizeof(one));
-    (void)ignored;  // the counter saturating is fine: the I/O thread drains the whole list
-  }
-
-  int event_fd = -1;
-  std::mutex mu;
-  std::vector<std::shared_ptr<Connection>> dirty;  // guarded by mu
-  bool stopped = false;                            // guarded by mu
-};
-
-class Writer : public ResponseWriter {
- public:
-  Writer(std::shared_ptr<Loop> loop, std::shared_ptr<Connection> conn,
-         std::shared_ptr<Exchange> ex)
-      : loop_(std::move(loop)), conn_(std::move(conn)), ex_(std::move(ex)) {}
-
-  // A handler that forgot to answer gets a 500; an unfinished stream is cut off by closing the
-  // connection, so the client sees a truncated response rather than a hang.
-  ~Writer() override {
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(conn_->mu);
-      if (!conn_->closed && ex_->phase == Exchange::Phase::kIdle) {
-        ex_->close_after = true;
-        conn_->out += ErrorResponse(500, "handler produced no response");
-        ex_->phase = Exchange::Phase::kDone;
-        wake = true;
-      } else if (!conn_->closed && ex_->phase == Exchange::Phase::kStreaming) {
-        ex_->close_after = true;
-        ex_->phase = Exchange::Phase::kDone;
-        wake = true;
-      }
-    }
-    if (wake) loop_->Wake(conn_);
-  }
-
-  bool Send(Response response) override {
-    bool http10 = ex_->http10;
-    std::string data;
-    {
-      std::lock_guard<std::mutex> lock(conn_->mu);
-      if (conn_->closed || ex_->phase != Exchange::Phase::kIdle) return false;
-      data = ResponseHead(response.status, response.headers, ex_->close_after, http10);
-      absl::StrAppend(&data, "Content-Length: ", response.body.size(), "\r\n\r\n");
-      if (!ex_->head) data += response.body;
-      conn_->out += data;
-      ex_->phase = Exchange::Phase::kDone;
-    }
-    loop_->Wake(conn_);
-    return true;
-  }
-
-  bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
-    {
-      std::lock_guard<std::mutex> lock(conn_->mu);
-      if (conn_->closed || ex_->phase != Exchange::Phase::kIdle) return false;
-      // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
-      if (ex_->http10) ex_->close_after = true;
-      std::string head = ResponseHead(status, headers, ex_->close_after, ex_->http10);
-      if (!ex_->http10) head += "Transfer-Encoding: chunked\r\n";
-      head += "\r\n";
-      conn_->out += head;
-      ex_->phase = Exchange::Phase::kStreaming;
-    }
-    loop_->Wake(conn_);
-    return true;
-  }
-
-  bool WriteChunk(std::string data) override {
-    {
-      std::unique_lock<std::mutex> lock(conn_->mu);
-      conn_->drained.wait(lock, [this] {
-        return conn_->closed || conn_->out.size() - conn_->out_offset <= kHighWater;
-      });
-      if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
-      if (data.empty()) return true;  // an empty chunk would end the stream
-      if (ex_->head) return true;
-      if (ex_->http10) {
-        conn_->out += data;
-      } else {
-        absl::StrAppend(&conn_->out, absl::Hex(data.size()), "\r\n", data, "\r\n");
-      }
-    }
-    loop_->Wake(conn_);
-    return true;
-  }
-
-  bool EndStream() override {
-    {
-      std::lock_guard<std::mutex> lock(conn_->mu);
-      if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
-      if (!ex_->http10 && !ex_->head) conn_->out += "0\r\n\r\n";
-      ex_->phase = Exchange::Phase::kDone;
-    }
-    loop_->Wake(conn_);
-    return true;
-  }
-
-  void OnClose(std::function<void()> callback) override {
-    {
-      std::lock_guard<std::mutex> lock(conn_->mu);
-      if (ex_->on_close_done || ex_->phase == Exchange::Phase::kDone) return;
-      if (!conn_->closed) {
-        ex_->on_close = std::move(callback);
-        return;
-      }
-      ex_->on_close_done = true;
-    }
-    callback();
-  }
-
-  bool closed() const override {
-    std::lock_guard<std::mutex> lock(conn_->mu);
-    return conn_->closed;
-  }
-
- private:
-  const std::shared_ptr<Loop> loop_;
-  const std::shared_ptr<Connection> conn_;
-  const std::shared_ptr<Exchange> ex_;
-};
 
 std::string PeerName(const sockaddr_storage& addr) {
   char buf[INET6_ADDRSTRLEN] = {0};
@@ -469,7 +196,40 @@ class Server::Impl {
   }
 
   int64_t SweepIntervalMs() const {
-    return std::max<int64_t>(10, std::min<int64_t>(250, options_.idle_timeout_ms / 4));
+    const int64_t shortest = std::min({options_.idle_timeout_ms, options_.header_timeout_ms,
+                                       options_.body_timeout_ms});
+    return std::max<int64_t>(10, std::min<int64_t>(250, shortest / 4));
+  }
+
+  // The connection a new one may replace at max_connections: one already closing, else the
+  // one with no request in flight that has waited longest (an unfinished head before an idle
+  // keep-alive connection). Null if every connection has a request in flight.
+  std::shared_ptr<Connection> EvictionVictim() {
+    std::shared_ptr<Connection> best;
+    // Lower rank wins: 0 lingering, 1 unfinished head or body, 2 idle; then the oldest.
+    int best_rank = 3;
+    int64_t best_since = 0;
+    for (auto& [id, conn] : conns_) {
+      if (conn->current) continue;
+      int rank;
+      int64_t since;
+      if (conn->lingering) {
+        rank = 0;
+        since = conn->linger_deadline;
+      } else if (conn->head_start != 0 || conn->body_start != 0) {
+        rank = 1;
+        since = conn->head_start != 0 ? conn->head_start : conn->body_start;
+      } else {
+        rank = 2;
+        since = conn->last_activity;
+      }
+      if (rank < best_rank || (rank == best_rank && since < best_since)) {
+        best = conn;
+        best_rank = rank;
+        best_since = since;
+      }
+    }
+    return best;
   }
 
   void Accept() {
@@ -484,6 +244,16 @@ class Server::Impl {
           spdlog::warn("http: accept: {}", strerror(errno));
         }
         return;
+      }
+      if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+        if (std::shared_ptr<Connection> victim = EvictionVictim()) {
+          if (!victim->lingering && (victim->head_start != 0 || victim->body_start != 0)) {
+            std::string reply = ProtocolError(408, "request not completed in time", "");
+            ssize_t ignored = send(victim->fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+            (void)ignored;
+          }
+          Close(victim);
+        }
       }
       if (static_cast<int>(conns_.size()) >= options_.max_connections) {
         // Best effort: the reply fits any socket buffer; the client may already be gone.
@@ -512,28 +282,28 @@ class Server::Impl {
   }
 
   void UpdateInterest(const std::shared_ptr<Connection>& conn, bool reading, bool writing) {
-    if (conn->fd < 0 || (conn->reading == reading && conn->writing == writing)) return;
+    if (conn->fd < 0) return;
     conn->reading = reading;
     conn->writing = writing;
+    // After the peer's FIN, input events would fire forever (level-triggered); a reset still
+    // shows up as EPOLLERR/EPOLLHUP, which epoll always reports.
+    const uint32_t interest = (conn->peer_eof ? 0u : EPOLLRDHUP | (reading ? EPOLLIN : 0u)) |
+                              (writing ? EPOLLOUT : 0u);
+    if (interest == conn->interest) return;
+    conn->interest = interest;
     epoll_event ev{};
-    ev.events = EPOLLRDHUP | (reading ? EPOLLIN : 0u) | (writing ? EPOLLOUT : 0u);
+    ev.events = interest;
     ev.data.u64 = conn->id;
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, &ev);
   }
 
   void HandleEvent(std::shared_ptr<Connection> conn, uint32_t events) {
-    if (events & EPOLLERR) {
+    if (events & (EPOLLERR | EPOLLHUP)) {  // reset, or both directions closed
       Close(conn);
       return;
     }
-    if (events & (EPOLLRDHUP | EPOLLHUP)) {
-      // The peer closed or half-closed. A half-closed peer is treated as gone, as most servers
-      // do: it is how a disconnect during a long response is noticed.
-      Close(conn);
-      return;
-    }
-    if (events & EPOLLIN) {
-      bool eof = false;
+    if (events & (EPOLLIN | EPOLLRDHUP)) {
+      bool eof = false, full = false;
       char buf[64 << 10];
       for (;;) {
         ssize_t n = recv(conn->fd, buf, sizeof(buf), 0);
@@ -541,6 +311,7 @@ class Server::Impl {
           conn->last_activity = NowMs();
           if (!conn->lingering) conn->in.append(buf, static_cast<size_t>(n));
           if (conn->in.size() > options_.max_header_bytes + options_.max_body_bytes + kInputSlack) {
+            full = true;
             break;  // enough buffered; ProcessInput or the interest update below deals with it
           }
           continue;
@@ -550,12 +321,17 @@ class Server::Impl {
         } else if (errno == EINTR) {
           continue;
         } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          eof = true;  // reset
+          Close(conn);  // reset
+          return;
         }
         break;
       }
-      if (eof) {
-        Close(conn);
+      if (eof || (full && (events & EPOLLRDHUP))) {
+        if (conn->lingering || full) {
+          Close(conn);
+        } else {
+          OnPeerEof(conn);
+        }
         return;
       }
       ProcessInput(conn);
@@ -563,6 +339,34 @@ class Server::Impl {
     }
     if (events & EPOLLOUT) {
       FlushAndAdvance(conn);
+    }
+  }
+
+  // The peer shut down its sending side (see "Half-close" in http_server.h).
+  void OnPeerEof(const std::shared_ptr<Connection>& conn) {
+    conn->peer_eof = true;
+    if (!conn->current) {
+      ProcessInput(conn);  // answers what arrived before the FIN, or closes
+      if (conn->fd < 0 || !conn->current) return;
+    }
+    {
+      bool probe = false, gone = false;
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        if (conn->current->phase == Exchange::Phase::kIdle) {
+          // HTTP/1.0 has no 1xx responses: its peer is assumed to wait for the answer.
+          probe = !conn->current->http10;
+          if (probe) conn->out += "HTTP/1.1 100 Continue\r\n\r\n";
+        } else if (conn->current->phase == Exchange::Phase::kStreaming) {
+          gone = true;
+        }
+      }
+      if (gone) {
+        Close(conn);
+        return;
+      }
+      UpdateInterest(conn, false, conn->writing);
+      if (probe) FlushAndAdvance(conn);
     }
   }
 
@@ -582,9 +386,25 @@ class Server::Impl {
 
   void ProcessInput(const std::shared_ptr<Connection>& conn) {
     while (conn->fd >= 0 && !conn->current && !conn->close_after_response && !conn->lingering) {
+      if (!conn->in.empty() && conn->head_start == 0 && !conn->parser.reading_body()) {
+        conn->head_start = NowMs();
+      }
       RequestParser::Result r = conn->parser.Parse(&conn->in);
-      if (r == RequestParser::Result::kNeedMore) break;
+      if (r == RequestParser::Result::kNeedMore) {
+        if (conn->peer_eof) {
+          // Nothing more will come: an unfinished request gets an answer, not silence.
+          if (conn->head_start != 0 || conn->body_start != 0) {
+            std::lock_guard<std::mutex> lock(conn->mu);
+            conn->out += ProtocolError(400, "connection closed before the request was complete",
+                                       conn->parser.request().target);
+          }
+          conn->close_after_response = true;
+        }
+        break;
+      }
       if (r == RequestParser::Result::kHeadersComplete) {
+        conn->head_start = 0;
+        conn->body_start = NowMs();
         // Only ask for the body if the client has not started sending it already.
         if (conn->parser.expects_continue() && conn->in.empty()) {
           std::lock_guard<std::mutex> lock(conn->mu);
@@ -601,6 +421,8 @@ class Server::Impl {
         conn->close_after_response = true;
         break;
       }
+      conn->head_start = 0;
+      conn->body_start = 0;
       Dispatch(conn);
     }
     // Stop reading pipelined input while a request is in flight and plenty is buffered; EPOLLRDHUP
@@ -621,12 +443,13 @@ class Server::Impl {
     ex->head = request.method == "HEAD";
     ex->close_after = !keep_alive;
     conn->current = ex;
-    auto writer = std::make_shared<Writer>(loop_, conn, ex);
+    auto writer = internal::MakeWriter(loop_, conn, ex);
     workers_->Submit([this, request = std::move(request), writer = std::move(writer)]() mutable {
       try {
         handler_(request, writer);
       } catch (const std::exception& e) {
-        spdlog::error("http: handler for {} {} threw: {}", request.method, request.path, e.what());
+        spdlog::error("http: handler for {} {} threw: {}", request.method,
+                      SanitizeForMessage(request.path, 200), SanitizeForMessage(e.what(), 300));
         writer->Send(Response{500, {{"Content-Type", "text/plain"}}, "internal error\n"});
       }
     });
@@ -679,6 +502,10 @@ class Server::Impl {
     UpdateInterest(conn, conn->reading, pending > 0);
     if (pending > 0) return;
     if (conn->close_after_response && !conn->current) {
+      if (conn->peer_eof) {
+        Close(conn);  // all sent; the peer has nothing more to say, so no reset can follow
+        return;
+      }
       if (!conn->lingering) {
         // Half-close and drain, so a client still sending (a body we refused, pipelined
         // requests) reads our response instead of a reset.
@@ -690,7 +517,13 @@ class Server::Impl {
       }
       return;
     }
-    if (done) ProcessInput(conn);
+    if (done) {
+      ProcessInput(conn);  // the next pipelined request; after the peer's FIN, closes when none
+      if (conn->fd >= 0 && conn->peer_eof && !conn->current) {
+        conn->close_after_response = true;
+        FlushAndAdvance(conn);
+      }
+    }
   }
 
   void Close(const std::shared_ptr<Connection>& conn) {
@@ -718,7 +551,7 @@ class Server::Impl {
 
   void Sweep() {
     int64_t now = NowMs();
-    std::vector<std::shared_ptr<Connection>> expired;
+    std::vector<std::shared_ptr<Connection>> expired, late;
     for (auto& [id, conn] : conns_) {
       if (conn->lingering) {
         if (now >= conn->linger_deadline) expired.push_back(conn);
@@ -731,9 +564,31 @@ class Server::Impl {
                   now - conn->last_write_progress > options_.idle_timeout_ms;
       }
       bool idle = !conn->current && now - conn->last_activity > options_.idle_timeout_ms;
-      if (stalled || idle) expired.push_back(conn);
+      if (stalled || idle) {
+        expired.push_back(conn);
+      } else if (!conn->current && !conn->close_after_response &&
+                 ((conn->head_start != 0 && now - conn->head_start > options_.header_timeout_ms) ||
+                  (conn->body_start != 0 && now - conn->body_start > options_.body_timeout_ms))) {
+        late.push_back(conn);
+      }
     }
     for (auto& conn : expired) Close(conn);
+    for (auto& conn : late) {
+      if (conn->fd < 0) continue;
+      const bool head = conn->head_start != 0;
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        conn->out += ProtocolError(
+            408,
+            absl::StrCat(head ? "request head" : "request body", " not received within ",
+                         (head ? options_.header_timeout_ms : options_.body_timeout_ms) / 1000.0,
+                         " s"),
+            conn->parser.request().target);
+      }
+      conn->head_start = conn->body_start = 0;
+      conn->close_after_response = true;
+      FlushAndAdvance(conn);
+    }
   }
 
   const ServerOptions options_;

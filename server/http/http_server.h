@@ -56,7 +56,12 @@ struct ServerOptions {
   // A connection with no request in flight and no input, or whose output made no progress,
   // for this long is closed. A handler still computing its response is never timed out here.
   int idle_timeout_ms = 60000;
-  // Formats the server's own error responses (400, 413, 417, 431, 501, 503, 505), e.g. as JSON
+  // Whole-request deadlines, counted from the first byte of a request head and from the end of
+  // the head, however the bytes trickle in (a slowloris defence: bytes do not reset them).
+  // Answered with 408 and the connection closed.
+  int header_timeout_ms = 10000;
+  int body_timeout_ms = 30000;
+  // Formats the server's own error responses (400, 408, 413, 417, 431, 501, 503, 505), e.g. as JSON
   // in an API's error shape. `target` is the request target when the request line was parsed,
   // else "". Runs on the I/O thread; must be quick and thread-safe. Default: text/plain.
   // Content-Length and "Connection: close" are added by the server.
@@ -64,6 +69,18 @@ struct ServerOptions {
       error_response;
 };
 
+// Connections: at max_connections, a new connection evicts the connection with no request in
+// flight that has waited longest (an unfinished head first, then idle keep-alive); only when
+// every connection has a request in flight is the new one refused with 503. So slow or idle
+// clients can never lock out a client that sends its request promptly.
+//
+// Half-close: a peer that sends a request and then shuts down its sending side still gets the
+// response, then the connection closes. To tell that apart from a peer that closed completely
+// (whose request should be cancelled), an HTTP/1.1 request whose response has not started gets
+// an interim "100 Continue" when the peer's FIN arrives: a closed peer answers it with a reset,
+// which closes the connection and runs OnClose. A FIN during a response that already started
+// is taken as a disconnect.
+//
 // Threading: one I/O thread owns every socket (epoll); handlers run on a pool of
 // handler_threads workers, one request per connection at a time (pipelined requests are
 // answered in order). Writers append to a per-connection buffer under its lock and wake the

@@ -327,24 +327,7 @@ TEST(HttpServerTest, ServesAThousandConcurrentConnections) {
   }
 }
 
-TEST(HttpServerTest, RefusesConnectionsOverTheLimitWith503) {
-  ServerOptions options;
-  options.max_connections = 2;
-  auto server = StartServer(EchoHandler, options);
-  Client a(server->port()), b(server->port());
-  // Make sure both are accepted before the third connects.
-  for (Client* c : {&a, &b}) {
-    ASSERT_TRUE(c->Send("GET / HTTP/1.1\r\n\r\n"));
-    Client::Reply reply;
-    ASSERT_TRUE(c->ReadReply(&reply));
-    EXPECT_EQ(reply.status, 200);
-  }
-  Client c(server->port());
-  Client::Reply reply;
-  ASSERT_TRUE(c.ReadReply(&reply));
-  EXPECT_EQ(reply.status, 503);
-  EXPECT_TRUE(c.WaitClosed());
-}
+// Connection limits, deadlines and half-close: http_server_robustness_test.cc.
 
 TEST(HttpServerTest, IdleConnectionsAreClosed) {
   ServerOptions options;

@@ -115,8 +115,10 @@ class Client {
     return ReadExactly(size, chunk) && ReadExactly(2, &crlf);
   }
 
-  bool ReadReply(Reply* reply) {
-    if (!ReadHead(reply)) return false;
+  bool ReadReply(Reply* reply) { return ReadHead(reply) && ReadBody(reply); }
+
+  // The body of a reply whose head was read.
+  bool ReadBody(Reply* reply) {
     if (reply->headers.count("transfer-encoding")) {
       std::string chunk;
       while (ReadChunk(&chunk)) {
@@ -134,6 +136,19 @@ class Client {
     buf_.clear();
     return true;
   }
+
+  // Like ReadReply, but skips interim (1xx) responses.
+  bool ReadFinalReply(Reply* reply) {
+    for (;;) {
+      *reply = Reply();
+      if (!ReadHead(reply)) return false;
+      if (reply->status >= 200) break;
+    }
+    return ReadBody(reply);
+  }
+
+  // Sends FIN: the client will send nothing more but still reads.
+  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
 
   // True if the server closes the connection (EOF or reset) within the timeout, with no
   // unread data left.

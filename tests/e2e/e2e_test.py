@@ -71,6 +71,16 @@ def metric(server, name):
     raise KeyError(name)
 
 
+def http_status(url, timeout=10):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def wait_idle(server):
     wait_until(lambda: metric(server, "blossom_kv_cache_blocks_used") == 0
                and metric(server, "blossom_num_requests_running") == 0
@@ -502,6 +512,11 @@ class MalformedRequestTest(unittest.TestCase):
         ("POST", "/v1/completions", b'{"model":"x","prompt":"' + b"a" * (2 << 20) + b'"}', None,
          413, ""),
         ("GET", "/v1/nonexistent", None, None, 404, ""),
+        # Issue 14: inputs that can never succeed were answered 429 + Retry-After.
+        ("POST", "/v1/completions", {"model": "m" * 8000, "prompt": "x"}, None, 400, "256 bytes"),
+        ("POST", "/tokenize", {"inputs": "word " * 2000}, None, 413, "max_input_tokens"),
+        ("POST", "/generate", b'{"inputs":"x"}\x00garbage', None, 422, "NUL"),
+        ("POST", "/generate", b'{"inputs":"x","inputs":"y"}', None, 422, "duplicate"),
     ]
 
     def test_each_malformed_request(self):
@@ -522,6 +537,82 @@ class MalformedRequestTest(unittest.TestCase):
         status, _, _ = http_call("GET", "/health")
         self.assertEqual(status, 200)
         self.assertEqual(grpc_greedy("still alive", 3).usage.generated_tokens, 3)
+
+
+def raw_exchange(url, data, shutdown_write=False, timeout=10):
+    """Sends raw bytes to an HTTP server and returns everything it answers until it closes."""
+    host, port = url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(data)
+        if shutdown_write:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def final_status(reply):
+    """The status code of the last response head in raw bytes (skipping interim 1xx)."""
+    codes = [int(line.split()[1]) for line in reply.split(b"\r\n") if line.startswith(b"HTTP/1.")]
+    finals = [c for c in codes if c >= 200]
+    return finals[0] if finals else None
+
+
+class HostileClientTest(unittest.TestCase):
+    """Issue 14, against the real gateway binary without --api-keys-file."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = start_gateway("gateway-open", SRV)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+
+    def test_unsendable_authorization_is_400_not_a_crash(self):
+        for value in (b"Bearer \xc3\xa9", b"Bearer a\tb"):
+            reply = raw_exchange(self.gw.url, b"GET /health HTTP/1.1\r\nAuthorization: " + value +
+                                 b"\r\nConnection: close\r\n\r\n")
+            self.assertEqual(final_status(reply), 400, reply[:300])
+        reply = raw_exchange(self.gw.url, b"GET /health HTTP/1.1\r\nAuthorization: Bearer " +
+                             b"k" * 9000 + b"\r\nConnection: close\r\n\r\n")
+        self.assertEqual(final_status(reply), 431, reply[:300])
+        self.assertIn(b"1024 bytes", reply)
+        self.assertIsNone(self.gw.proc.poll(), "the gateway died")
+        reply = raw_exchange(self.gw.url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+        self.assertEqual(final_status(reply), 200, reply[:300])
+
+    def test_half_close_absolute_form_and_bare_lf(self):
+        reply = raw_exchange(self.gw.url, b"GET /live HTTP/1.1\r\n\r\n", shutdown_write=True)
+        self.assertEqual(final_status(reply), 200, reply[:300])
+        reply = raw_exchange(self.gw.url, b"GET http://example.com/live HTTP/1.1\r\n"
+                             b"Host: example.com\r\nConnection: close\r\n\r\n")
+        self.assertEqual(final_status(reply), 200, reply[:300])
+        start = time.monotonic()
+        reply = raw_exchange(self.gw.url, b"GET /live HTTP/1.1\nHost: x\n\n")
+        self.assertEqual(final_status(reply), 400, reply[:300])
+        self.assertLess(time.monotonic() - start, 5)
+
+    def test_server_metrics_port_is_loopback_by_default(self):
+        # gRPC on every address, but the unauthenticated metrics port stays on loopback.
+        server = start_server("server-any-host", "--host", "0.0.0.0")
+        try:
+            port = int(server.metrics.rsplit(":", 1)[1])
+            addresses = set()
+            for line in open("/proc/net/tcp").read().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.split(":")[1], 16) == port:  # LISTEN
+                    addresses.add(local.split(":")[0])
+            self.assertEqual(addresses, {"0100007F"})  # 127.0.0.1 only
+        finally:
+            server.stop()
 
 
 class GrpcProtocolTest(unittest.TestCase):
@@ -617,6 +708,25 @@ class TlsTest(unittest.TestCase):
             with blossom_client.BlossomClient(server.grpc, timeout=5) as plain:
                 with self.assertRaises(blossom_errors.BlossomError):
                     plain.health()
+            # The gateway reaches a TLS server with --backend_tls and the CA (issue 14).
+            gateway = start_gateway("gateway-tls", server, "--backend_tls", "--backend_ca_file",
+                                    os.path.join(work, "ca.pem"))
+            try:
+                wait_until(lambda: http_status(gateway.url + "/health") == 200,
+                           what="gateway-tls /health 200")
+                req = urllib.request.Request(gateway.url + "/generate", method="POST",
+                                             data=json.dumps({"inputs": "secure", "parameters": {
+                                                 "max_new_tokens": 2}}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    self.assertEqual(r.status, 200)
+            finally:
+                gateway.stop()
+            plain_gateway = start_gateway("gateway-plain-to-tls", server)
+            try:
+                self.assertEqual(http_status(plain_gateway.url + "/health"), 503)
+            finally:
+                plain_gateway.stop()
         finally:
             server.stop()
 
@@ -636,6 +746,29 @@ class TlsTest(unittest.TestCase):
 
 
 class DrainTest(unittest.TestCase):
+    def test_gateway_sigterm_finishes_streams_and_refuses_new_work(self):
+        gateway = start_gateway("gateway-drain", SRV, "--drain_timeout", "60")
+        body = json.dumps({"inputs": "drain", "parameters": {
+            "max_new_tokens": 900, "do_sample": False, "ignore_eos": True}}).encode()
+        req = urllib.request.Request(gateway.url + "/generate_stream", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        events = []
+        with urllib.request.urlopen(req, timeout=60) as stream:
+            events.append(stream.readline())  # the first event: the stream is in flight
+            gateway.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: http_status(gateway.url + "/health") == 503, timeout=10,
+                       interval=0.005, what="gateway /health 503 while draining")
+            late = urllib.request.Request(gateway.url + "/generate", data=body, method="POST",
+                                          headers={"Content-Type": "application/json"})
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(late, timeout=10)
+            self.assertEqual(refused.exception.code, 503)
+            events += stream.read().split(b"\n\n")
+        # TGI's last event carries generated_text; index counts from 0.
+        final = [e for e in events if b'"index":899' in e and b'"generated_text":null' not in e]
+        self.assertTrue(final, events[-3:])  # the in-flight stream ran to its end
+        self.assertEqual(gateway.proc.wait(timeout=30), 0)
+
     def test_sigterm_loses_no_stream(self):
         server = start_server("server-drain", "--drain_timeout", "60")
         wants = [300 + 10 * i for i in range(20)]

@@ -1,0 +1,37 @@
+// The gateway's gRPC channel to the Blossom server: credentials (plaintext or TLS) and the
+// reconnect policy.
+#ifndef BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
+#define BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace blossom::gateway {
+
+struct BackendChannelOptions {
+  std::string target;  // host:port
+  bool tls = false;
+  std::string ca_file;  // PEM roots for TLS; empty: the system roots
+  // Upper bound of gRPC's reconnect backoff. gRPC's default grows to 120 s, so after an outage
+  // of a few minutes a restarted server stayed unreachable for up to that long (issue 14).
+  int max_reconnect_backoff_ms = 1000;
+};
+
+// The channel arguments: reconnect backoff starting at 250 ms (gRPC: 1 s) and capped at
+// max_reconnect_backoff_ms, so a restarted backend is found within about that long.
+grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& options);
+
+// A channel to options.target. InvalidArgument when the CA file cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeBackendChannel(
+    const BackendChannelOptions& options);
+
+// Makes a channel waiting out its reconnect backoff try again now (a health probe calls it, so
+// a readiness check never reports a recovered backend as down). No-op on other channels.
+void ReconnectNowIfFailing(grpc::ChannelInterface* channel);
+
+}  // namespace blossom::gateway
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_

@@ -1,0 +1,86 @@
+#include "clients/gateway/openapi.h"
+
+namespace blossom::gateway {
+
+const std::string& OpenApiJson() {
+  // Schemas list the fields the gateway reads; unknown fields are ignored (see README.md).
+  static const std::string* document = new std::string(R"json({
+  "openapi": "3.0.3",
+  "info": {
+    "title": "blossom-gateway",
+    "version": "1",
+    "description": "OpenAI- and TGI-compatible HTTP in front of the Blossom gRPC server. Every route but /live needs 'Authorization: Bearer <key>' when the gateway has API keys."
+  },
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "schemas": {
+      "OpenAIError": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": "string", "nullable": true}, "code": {"type": "string", "nullable": true}}}}},
+      "TgiError": {"type": "object", "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}}},
+      "Stop": {"oneOf": [{"type": "string"}, {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}}]},
+      "CompletionRequest": {"type": "object", "required": ["prompt"], "properties": {
+        "model": {"type": "string", "maxLength": 256},
+        "prompt": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string"}}]},
+        "max_tokens": {"type": "integer", "minimum": 1}, "temperature": {"type": "number"},
+        "top_p": {"type": "number"}, "top_k": {"type": "integer"}, "min_p": {"type": "number"},
+        "frequency_penalty": {"type": "number"}, "presence_penalty": {"type": "number"},
+        "repetition_penalty": {"type": "number"}, "seed": {"type": "integer"},
+        "stop": {"$ref": "#/components/schemas/Stop"}, "logprobs": {"type": "integer", "maximum": 20},
+        "stream": {"type": "boolean"},
+        "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
+      "ChatRequest": {"type": "object", "required": ["messages"], "properties": {
+        "model": {"type": "string", "maxLength": 256},
+        "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
+          "properties": {"role": {"type": "string", "enum": ["system", "user", "assistant"]}, "content": {"type": "string"}}}},
+        "max_tokens": {"type": "integer", "minimum": 1}, "temperature": {"type": "number"},
+        "top_p": {"type": "number"}, "seed": {"type": "integer"},
+        "stop": {"$ref": "#/components/schemas/Stop"}, "stream": {"type": "boolean"},
+        "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
+      "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {
+        "inputs": {"type": "string"}, "stream": {"type": "boolean"},
+        "parameters": {"type": "object", "properties": {
+          "max_new_tokens": {"type": "integer", "minimum": 1}, "temperature": {"type": "number"},
+          "top_k": {"type": "integer"}, "top_p": {"type": "number"}, "typical_p": {"type": "number"},
+          "repetition_penalty": {"type": "number"}, "do_sample": {"type": "boolean"},
+          "seed": {"type": "integer"}, "stop": {"type": "array", "maxItems": 4, "items": {"type": "string"}},
+          "details": {"type": "boolean"}, "return_full_text": {"type": "boolean"}}}}},
+      "TokenizeRequest": {"type": "object", "required": ["inputs"], "properties": {"inputs": {"type": "string"}}}
+    },
+    "responses": {
+      "OpenAIError": {"description": "Error (400, 401, 404, 413, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
+      "TgiError": {"description": "Error (400, 401, 413, 422, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}}
+    }
+  },
+  "security": [{"bearer": []}],
+  "paths": {
+    "/live": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "The process is up"}}}},
+    "/health": {"get": {"summary": "Readiness: the backend is SERVING and answers", "responses": {"200": {"description": "Ready"}, "503": {"$ref": "#/components/responses/TgiError"}}}},
+    "/metrics": {"get": {"summary": "Prometheus metrics of the gateway", "responses": {"200": {"description": "Text format 0.0.4", "content": {"text/plain": {}}}}}},
+    "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.0", "content": {"application/json": {}}}}}},
+    "/info": {"get": {"summary": "TGI model information and limits", "responses": {"200": {"description": "Model info", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+    "/v1/models": {"get": {"summary": "OpenAI model list", "responses": {"200": {"description": "One model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+    "/v1/completions": {"post": {"summary": "OpenAI completion (SSE when stream is true)",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
+      "responses": {"200": {"description": "Completion", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+    "/v1/chat/completions": {"post": {"summary": "OpenAI chat completion (SSE when stream is true)",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}}},
+      "responses": {"200": {"description": "Chat completion", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+    "/generate": {"post": {"summary": "TGI generate",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
+      "responses": {"200": {"description": "Generated text", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+    "/generate_stream": {"post": {"summary": "TGI generate as server-sent events",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
+      "responses": {"200": {"description": "Token events", "content": {"text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+    "/": {"post": {"summary": "TGI compatibility route: /generate_stream when stream is true, else /generate answered as a list of one",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
+      "responses": {"200": {"description": "Generated text or token events", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+    "/tokenize": {"post": {"summary": "TGI tokenize (at most max_input_tokens tokens)",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
+      "responses": {"200": {"description": "Tokens with ids and byte offsets", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}}
+  }
+})json");
+  return *document;
+}
+
+}  // namespace blossom::gateway

@@ -1,0 +1,184 @@
+#include "server/http/connection.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace blossom::http::internal {
+namespace {
+
+bool IsReservedHeader(absl::string_view name) {
+  return absl::EqualsIgnoreCase(name, "content-length") ||
+         absl::EqualsIgnoreCase(name, "transfer-encoding") ||
+         absl::EqualsIgnoreCase(name, "connection");
+}
+
+// Header names and values from handlers must not smuggle CR/LF into the response.
+bool IsSafeHeader(absl::string_view name, absl::string_view value) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (c == '\r' || c == '\n' || c == ':' || c == ' ') return false;
+  }
+  for (char c : value) {
+    if (c == '\r' || c == '\n') return false;
+  }
+  return true;
+}
+
+std::string ResponseHead(int status, const std::vector<std::pair<std::string, std::string>>& headers,
+                         bool close, bool http10) {
+  std::string head = absl::StrFormat("HTTP/1.1 %d %s\r\n", status, ReasonPhrase(status));
+  absl::StrAppend(&head, "Server: blossom\r\n");
+  for (const auto& [name, value] : headers) {
+    if (IsReservedHeader(name) || !IsSafeHeader(name, value)) continue;
+    absl::StrAppend(&head, name, ": ", value, "\r\n");
+  }
+  if (close) {
+    absl::StrAppend(&head, "Connection: close\r\n");
+  } else if (http10) {
+    absl::StrAppend(&head, "Connection: keep-alive\r\n");
+  }
+  return head;
+}
+
+}  // namespace
+
+std::string SerializeClosing(const Response& response) {
+  return absl::StrCat(ResponseHead(response.status, response.headers, /*close=*/true, /*http10=*/false),
+                      "Content-Length: ", response.body.size(), "\r\n\r\n", response.body);
+}
+
+Response PlainError(int status, absl::string_view message) {
+  return Response{status, {{"Content-Type", "text/plain; charset=utf-8"}}, absl::StrCat(message, "\n")};
+}
+
+std::string ErrorResponse(int status, absl::string_view message) {
+  return SerializeClosing(PlainError(status, message));
+}
+
+namespace {
+
+class Writer : public ResponseWriter {
+ public:
+  Writer(std::shared_ptr<Loop> loop, std::shared_ptr<Connection> conn,
+         std::shared_ptr<Exchange> ex)
+      : loop_(std::move(loop)), conn_(std::move(conn)), ex_(std::move(ex)) {}
+
+  // A handler that forgot to answer gets a 500; an unfinished stream is cut off by closing the
+  // connection, so the client sees a truncated response rather than a hang.
+  ~Writer() override {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (!conn_->closed && ex_->phase == Exchange::Phase::kIdle) {
+        ex_->close_after = true;
+        conn_->out += ErrorResponse(500, "handler produced no response");
+        ex_->phase = Exchange::Phase::kDone;
+        wake = true;
+      } else if (!conn_->closed && ex_->phase == Exchange::Phase::kStreaming) {
+        ex_->close_after = true;
+        ex_->phase = Exchange::Phase::kDone;
+        wake = true;
+      }
+    }
+    if (wake) loop_->Wake(conn_);
+  }
+
+  bool Send(Response response) override {
+    bool http10 = ex_->http10;
+    std::string data;
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (conn_->closed || ex_->phase != Exchange::Phase::kIdle) return false;
+      data = ResponseHead(response.status, response.headers, ex_->close_after, http10);
+      absl::StrAppend(&data, "Content-Length: ", response.body.size(), "\r\n\r\n");
+      if (!ex_->head) data += response.body;
+      conn_->out += data;
+      ex_->phase = Exchange::Phase::kDone;
+    }
+    loop_->Wake(conn_);
+    return true;
+  }
+
+  bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (conn_->closed || ex_->phase != Exchange::Phase::kIdle) return false;
+      // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+      if (ex_->http10) ex_->close_after = true;
+      std::string head = ResponseHead(status, headers, ex_->close_after, ex_->http10);
+      if (!ex_->http10) head += "Transfer-Encoding: chunked\r\n";
+      head += "\r\n";
+      conn_->out += head;
+      ex_->phase = Exchange::Phase::kStreaming;
+    }
+    loop_->Wake(conn_);
+    return true;
+  }
+
+  bool WriteChunk(std::string data) override {
+    {
+      std::unique_lock<std::mutex> lock(conn_->mu);
+      conn_->drained.wait(lock, [this] {
+        return conn_->closed || conn_->out.size() - conn_->out_offset <= kHighWater;
+      });
+      if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
+      if (data.empty()) return true;  // an empty chunk would end the stream
+      if (ex_->head) return true;
+      if (ex_->http10) {
+        conn_->out += data;
+      } else {
+        absl::StrAppend(&conn_->out, absl::Hex(data.size()), "\r\n", data, "\r\n");
+      }
+    }
+    loop_->Wake(conn_);
+    return true;
+  }
+
+  bool EndStream() override {
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
+      if (!ex_->http10 && !ex_->head) conn_->out += "0\r\n\r\n";
+      ex_->phase = Exchange::Phase::kDone;
+    }
+    loop_->Wake(conn_);
+    return true;
+  }
+
+  void OnClose(std::function<void()> callback) override {
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (ex_->on_close_done || ex_->phase == Exchange::Phase::kDone) return;
+      if (!conn_->closed) {
+        ex_->on_close = std::move(callback);
+        return;
+      }
+      ex_->on_close_done = true;
+    }
+    callback();
+  }
+
+  bool closed() const override {
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    return conn_->closed;
+  }
+
+ private:
+  const std::shared_ptr<Loop> loop_;
+  const std::shared_ptr<Connection> conn_;
+  const std::shared_ptr<Exchange> ex_;
+};
+
+}  // namespace
+
+std::shared_ptr<ResponseWriter> MakeWriter(std::shared_ptr<Loop> loop,
+                                           std::shared_ptr<Connection> conn,
+                                           std::shared_ptr<Exchange> ex) {
+  return std::make_shared<Writer>(std::move(loop), std::move(conn), std::move(ex));
+}
+
+}  // namespace blossom::http::internal
