@@ -251,6 +251,15 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     return;
   }
   const Route& route = it->second;
+  // The method first, for every route (/live too): a method a route does not have is 405 with
+  // Allow, whoever asks and whatever state the gateway is in.
+  const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";
+  if (request.method != route.method && !head_ok) {
+    Response response = ErrorResponse(flavor, 405, absl::StrCat("use ", route.method, " for ", request.path));
+    response.headers.emplace_back("Allow", route.method);
+    writer->Send(std::move(response));
+    return;
+  }
   if (route.name == std::string("live")) {
     writer->Send(Response{200, {{"Content-Type", "text/plain"}}, "ok\n"});
     return;
@@ -269,13 +278,6 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     const absl::Status& error = forwarded.status();
     writer->Send(ErrorResponse(flavor, error.code() == absl::StatusCode::kOutOfRange ? 431 : 400,
                                error.message()));
-    return;
-  }
-  const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";
-  if (request.method != route.method && !head_ok) {
-    Response response = ErrorResponse(flavor, 405, absl::StrCat("use ", route.method, " for ", request.path));
-    response.headers.emplace_back("Allow", route.method);
-    writer->Send(std::move(response));
     return;
   }
   const std::string name = route.name;

@@ -413,6 +413,10 @@ TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {
   EXPECT_EQ(fake_.requests(), 0);
   EXPECT_EQ(Request("GET", "/nope", "").status, 404);
   EXPECT_EQ(Request("GET", "/v1/completions", "").status, 405);
+  // /live answers GET and HEAD only (schemathesis found TRACE answered 200).
+  EXPECT_EQ(Request("TRACE", "/live", "").status, 405);
+  EXPECT_EQ(Request("POST", "/live", "").status, 405);
+  EXPECT_EQ(Request("GET", "/live", "").status, 200);
 }
 
 TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {

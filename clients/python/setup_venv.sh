@@ -16,6 +16,8 @@ OPENAI_VERSION=3.54.0
 TEXT_GENERATION_VERSION=0.7.0
 # For the end-to-end check that the server registers gRPC reflection (matches grpcio).
 GRPCIO_REFLECTION_VERSION=1.85.1
+# Property-based requests against the gateway's /openapi.json (tests/e2e/openapi_schemathesis_test.py).
+SCHEMATHESIS_VERSION=4.32.5
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${1:-$repo/.venv-e2e}"
@@ -32,7 +34,7 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 # Pinned third-party clients (no-ops when already at these versions).
 "${pip[@]}" install --quiet "openai==$OPENAI_VERSION" "text-generation==$TEXT_GENERATION_VERSION" \
-  "grpcio-reflection==$GRPCIO_REFLECTION_VERSION"
+  "grpcio-reflection==$GRPCIO_REFLECTION_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
 # blossom-client: dependencies resolved normally, then the package itself rebuilt from the tree
 # even if the version number did not change. The build runs in-tree (it reads ../../proto).
 "${pip[@]}" install --quiet "$repo/clients/python"

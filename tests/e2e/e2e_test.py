@@ -26,40 +26,12 @@ import openai
 import text_generation
 from blossom_client import errors as blossom_errors
 
-from procs import Process, runfile, wait_until
+from procs import (GATEWAY, MODEL_DIR, SERVER, Process, free_port, runfile, start_gateway, start_server,
+                   wait_until)
 
-SERVER = runfile("server/blossom-server")
-GATEWAY = runfile("clients/gateway/blossom-gateway")
 CLI = runfile("clients/blossom")
-MODEL_DIR = runfile("tests/fixtures/models/bloom-tiny-h4")
 MODEL = "bloom-tiny-h4"
 API_KEY = "e2e-key-5b1f0c"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(name, *extra, credentials=None, host="127.0.0.1"):
-    proc = Process(name, [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
-                          "--metrics_port", "0", "--threads", "1", "--max_input_tokens", "256",
-                          "--max_total_tokens", "1024", *extra],
-                   r"grpc_port=(\d+) metrics_port=(-?\d+)")
-    proc.grpc = f"{host}:{proc.match.group(1)}"
-    proc.metrics = f"http://127.0.0.1:{proc.match.group(2)}"
-    client = blossom_client.BlossomClient(proc.grpc, timeout=5, credentials=credentials)
-    wait_until(lambda: client.health() == "SERVING", what=f"{name} health SERVING")
-    client.close()
-    return proc
-
-
-def start_gateway(name, server, *extra):
-    proc = Process(name, [GATEWAY, "--host", "127.0.0.1", "--port", "0", "--backend", server.grpc,
-                          *extra], r"listening on [^ ]*:(\d+)")
-    proc.url = f"http://127.0.0.1:{proc.match.group(1)}"
-    return proc
 
 
 def metric(server, name):

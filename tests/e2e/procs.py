@@ -7,6 +7,7 @@ stop() sends SIGTERM and waits, killing only as a last resort.
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -86,3 +87,38 @@ def wait_until(predicate, timeout=30.0, interval=0.05, what="condition"):
             last = e
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+
+
+SERVER = runfile("server/blossom-server")
+GATEWAY = runfile("clients/gateway/blossom-gateway")
+MODEL_DIR = runfile("tests/fixtures/models/bloom-tiny-h4")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(name, *extra, credentials=None, host="127.0.0.1"):
+    """blossom-server on the fixture model with ephemeral ports, once its health is SERVING."""
+    import blossom_client  # from the e2e venv; imported here so procs.py loads without it
+
+    proc = Process(name, [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
+                          "--metrics_port", "0", "--threads", "1", "--max_input_tokens", "256",
+                          "--max_total_tokens", "1024", *extra],
+                   r"grpc_port=(\d+) metrics_port=(-?\d+)")
+    proc.grpc = f"{host}:{proc.match.group(1)}"
+    proc.metrics = f"http://127.0.0.1:{proc.match.group(2)}"
+    client = blossom_client.BlossomClient(proc.grpc, timeout=5, credentials=credentials)
+    wait_until(lambda: client.health() == "SERVING", what=f"{name} health SERVING")
+    client.close()
+    return proc
+
+
+def start_gateway(name, server, *extra):
+    """blossom-gateway in front of `server`, on an ephemeral port (proc.url)."""
+    proc = Process(name, [GATEWAY, "--host", "127.0.0.1", "--port", "0", "--backend", server.grpc,
+                          *extra], r"listening on [^ ]*:(\d+)")
+    proc.url = f"http://127.0.0.1:{proc.match.group(1)}"
+    return proc
