@@ -268,7 +268,9 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     writer->Send(ErrorResponse(flavor, 503, "the gateway is shutting down"));
     return;
   }
-  if (!options_.api_keys.Allows(request.Header("authorization"))) {
+  // /health is open like /live (vLLM's convention): a kubelet readiness probe cannot send a key,
+  // and the answer reveals only whether this gateway and its backend are serving.
+  if (route.name != std::string("health") && !options_.api_keys.Allows(request.Header("authorization"))) {
     Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
     response.headers.emplace_back("WWW-Authenticate", "Bearer");
     writer->Send(std::move(response));

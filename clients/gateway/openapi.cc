@@ -9,7 +9,7 @@ const std::string& OpenApiJson() {
   "info": {
     "title": "blossom-gateway",
     "version": "1",
-    "description": "OpenAI- and TGI-compatible HTTP in front of the Blossom gRPC server. Every route but /live needs 'Authorization: Bearer <key>' when the gateway has API keys."
+    "description": "OpenAI- and TGI-compatible HTTP in front of the Blossom gRPC server. Every route but /live and /health needs 'Authorization: Bearer <key>' when the gateway has API keys."
   },
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -62,7 +62,7 @@ const std::string& OpenApiJson() {
   "security": [{"bearer": []}],
   "paths": {
     "/live": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "The process is up"}}}},
-    "/health": {"get": {"summary": "Readiness: the backend is SERVING and answers", "responses": {"200": {"description": "Ready"}, "401": {"$ref": "#/components/responses/TgiError"}, "503": {"$ref": "#/components/responses/TgiError"}}}},
+    "/health": {"get": {"summary": "Readiness: the gateway is not draining and the backend is SERVING and answers", "security": [], "responses": {"200": {"description": "Ready"}, "503": {"$ref": "#/components/responses/TgiError"}}}},
     "/metrics": {"get": {"summary": "Prometheus metrics of the gateway", "responses": {"200": {"description": "Text format 0.0.4", "content": {"text/plain": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
     "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.0", "content": {"application/json": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
     "/info": {"get": {"summary": "TGI model information and limits", "responses": {"200": {"description": "Model info", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},

@@ -294,8 +294,9 @@ def check(overlay, objs, metric_names, version, findings):
                             bad(f"{cw}: {probe} uses port {port}, which no container of the pod opens")
             if runs_gateway:
                 ready = c.get("readinessProbe", {})
-                if ready.get("httpGet", {}).get("path") == "/live":
-                    bad(f"{cw}: the gateway's readiness probe is /live (it never checks the backend)")
+                if ready.get("httpGet", {}).get("path") != "/health":
+                    bad(f"{cw}: the gateway's readiness probe is not its /health (only /health "
+                        "goes false while the gateway drains or the server is not serving)")
             if runs_server or runs_gateway:
                 pre = c.get("lifecycle", {}).get("preStop")
                 if not pre:
