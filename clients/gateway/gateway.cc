@@ -372,9 +372,12 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
                    status.error_code() != grpc::StatusCode::NOT_FOUND) {
           writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
                                      absl::StrCat("backend not ready: ", status.error_message())));
+        } else if (status.ok()) {
+          // SERVING: ready. No key is needed for this (the probe carries none), so no call that
+          // checks one (GetModelInfo) may decide readiness.
+          writer->Send(Response{200, {}, ""});
         } else {
-          // SERVING, or a backend without the health service: GetModelInfo also checks the
-          // key and that the model answers.
+          // A backend without the health service: GetModelInfo shows that it answers.
           HandleModelInfo(request, writer, "health");
         }
         CallFinished();

@@ -75,9 +75,16 @@ class FakeBlossom : public v1::Blossom::CallbackService {
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest*, v1::ModelInfo* info) override {
+    bool authorized = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_authorization_ = Authorization(context);
+      authorized = required_authorization_.empty() || last_authorization_ == required_authorization_;
+    }
+    if (!authorized) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid API key"));
+      return reactor;
     }
     info->set_model_id("bloom-test");
     info->set_dtype("float32");
@@ -110,6 +117,11 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     return last_authorization_;
   }
+  // GetModelInfo answers UNAUTHENTICATED unless its authorization metadata is this ("": any).
+  void set_required_authorization(std::string value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    required_authorization_ = std::move(value);
+  }
   std::atomic<bool> ready_{true};
 
   // Guarded by mu_; public for WaitFor predicates.
@@ -117,6 +129,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   std::condition_variable cv_;
   int cancelled_ = 0;
   int requests_ = 0;
+  std::string required_authorization_;
 
  private:
   class UnaryReactor : public grpc::ServerUnaryReactor {
@@ -440,7 +453,9 @@ TEST_F(GatewayTest, AuthOnEveryRouteButLive) {
   Client::Reply denied = Request("GET", "/v1/models", "");
   EXPECT_EQ(denied.status, 401);
   EXPECT_EQ(Json::parse(denied.body)["error"]["type"], "authentication_error");
-  // /health is open (readiness probes send no key), with a wrong key or none.
+  // /health is open (readiness probes send no key), with a wrong key or none, also when the
+  // backend checks keys on its own calls.
+  fake_.set_required_authorization("Bearer backend-secret");
   EXPECT_EQ(Request("GET", "/health", "", "Authorization: Bearer bad-key\r\n").status, 200);
   EXPECT_EQ(Request("GET", "/health", "").status, 200);
   Client::Reply tgi = Request("POST", "/generate", R"({"inputs":"hi"})");
@@ -551,6 +566,7 @@ TEST_F(GatewayTest, DeadlineGives504) {
 TEST_F(GatewayTest, HealthAndMetrics) {
   StartGateway({});
   EXPECT_EQ(Request("GET", "/health", "").status, 200);
+  SetBackendServing(false);  // a loading blossom-server: NOT_SERVING, and its calls fail
   fake_.ready_ = false;
   EXPECT_EQ(Request("GET", "/health", "").status, 503);
   Request("POST", "/v1/completions", R"({"prompt":"hi"})");
