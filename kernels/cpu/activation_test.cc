@@ -20,7 +20,7 @@ std::vector<float> Inputs() {
   return v;
 }
 
-// Against HF's tanh formula in double: a few ulp, relative to |x| (the function is ~x or ~0).
+// Against HF's tanh formula in double: a few ulp of x * (1 + tanh(u)) / 2, i.e. relative to |x|.
 TEST(ActivationTest, PortableMatchesTanhFormula) {
   std::vector<float> v = Inputs(), out = v;
   BloomGeluInPlace(out.data(), static_cast<int64_t>(out.size()), false);
