@@ -74,8 +74,9 @@ def markdown(report):
         "- command: `%s`" % report["command"],
         "- %d runs per engine, alternating; medians (min to max in brackets); %d threads" % (
             s["runs"], s["threads"]),
-        "- decode: batch 1 after a %d-token prompt, median step of %d; batch %d: decode tokens/s "
-        "(%d-token prompts)" % (s["prompt_tokens"], s["decode_tokens"], s["batch"], 16),
+        "- decode: batch 1 after a %d-token prompt, median of its %d decode steps (the first of "
+        "%d new tokens comes from the prefill); batch %d: decode tokens/s (16-token prompts)" % (
+            s["prompt_tokens"], s["decode_tokens"] - 1, s["decode_tokens"], s["batch"]),
         "- floor: weight bytes / measured read bandwidth (one multi-threaded read, bytes read only)",
         "",
         "| engine | weights | decode ms/token, batch 1 | floor ms | x floor | %d-token prefill, ms "
