@@ -9,6 +9,8 @@
 //   s = (lane0 + lane2) + (lane1 + lane3);
 //   s = fma(double(x[i]), double(w[i]), s)                        for i = k4 .. k-1, in order;
 //   result = float(s).
+// The product of two fp32 values is exact in fp64, so an FMA and a multiply-then-add give the
+// same bits: the AVX2 path uses FMA, the portable path multiplies and adds (no software fma).
 // Every tile shape and every path computes each element exactly this way, so a result depends
 // only on its two rows, never on the tile it landed in, the batch size or the thread count.
 //
@@ -53,8 +55,9 @@ bool DotTileAvx2Supported();
 inline float FinishDot(const double lanes[4], const float* x, const void* w, DType w_dtype,
                        int64_t k4, int64_t k) {
   double s = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+  // The product is exact in fp64, so this is the same single rounding as an FMA.
   for (int64_t i = k4; i < k; ++i)
-    s = std::fma(static_cast<double>(x[i]), static_cast<double>(LoadAsFloat(w, w_dtype, i)), s);
+    s += static_cast<double>(x[i]) * static_cast<double>(LoadAsFloat(w, w_dtype, i));
   return static_cast<float>(s);
 }
 
