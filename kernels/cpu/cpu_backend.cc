@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vector_ops.h"
 
 namespace blossom {
 namespace {
@@ -20,6 +22,24 @@ absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
 }
 
 bool IsF32(const Tensor& t) { return t.dtype == DType::kF32 && t.data != nullptr; }
+
+// Per-thread scratch that keeps its capacity between ops, so a steady-state step allocates
+// nothing. Each op uses its own slot (the index) and only for its duration.
+template <typename T>
+std::vector<T>& Scratch(int slot, size_t size) {
+  thread_local std::vector<T> buffers[3];
+  std::vector<T>& v = buffers[slot];
+  v.resize(size);
+  return v;
+}
+
+// fp32 weights of a small vector (layernorm gamma/beta, a bias), converted once per op.
+const float* AsF32(const Tensor& t, int slot) {
+  if (t.dtype == DType::kF32) return t.as<const float>();
+  std::vector<float>& v = Scratch<float>(slot, static_cast<size_t>(t.numel()));
+  ConvertToF32(t.data, t.dtype, v.data(), v.size());
+  return v.data();
+}
 
 // Host KV storage: per layer, K and V each [num_blocks, block_size, heads, head_dim] in fp32.
 class CpuKvCache : public KvCache {
@@ -133,11 +153,8 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
                      "LayerNorm", "bad shapes or dtypes");
       !s.ok())
     return s;
-  std::vector<float> g(hidden), bt(hidden);
-  for (int64_t i = 0; i < hidden; ++i) {
-    g[i] = LoadAsFloat(gamma.data, gamma.dtype, i);
-    bt[i] = LoadAsFloat(beta.data, beta.dtype, i);
-  }
+  const float* g = AsF32(gamma, 0);
+  const float* bt = AsF32(beta, 1);
   pool_->ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* in = x.as<const float>() + r * hidden;
@@ -198,11 +215,8 @@ absl::Status CpuBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Ten
                      "AddBiasResidual", "bad shapes or dtypes");
       !s.ok())
     return s;
-  std::vector<float> b(cols, 0.0f);
-  for (int64_t i = 0; i < cols && !bias.empty(); ++i) {
-    b[i] = LoadAsFloat(bias.data, bias.dtype, i);
-  }
   const bool has_bias = !bias.empty();
+  const float* b = has_bias ? AsF32(bias, 0) : nullptr;
   pool_->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* v = x.as<float>() + r * cols;
@@ -263,7 +277,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
   const int32_t* context_len = md.context_len.as<const int32_t>();
   const int32_t* tables = md.block_tables.as<const int32_t>();
   // Map each token row to its sequence once.
-  std::vector<int32_t> seq_of(md.num_tokens);
+  std::vector<int32_t>& seq_of = Scratch<int32_t>(0, md.num_tokens);
   for (int32_t s = 0; s < md.num_seqs; ++s) {
     const int32_t num_new = query_start[s + 1] - query_start[s];
     if (num_new < 0 || context_len[s] < num_new ||
@@ -273,8 +287,9 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
     for (int32_t t = query_start[s]; t < query_start[s + 1]; ++t) seq_of[t] = s;
   }
   const float* slope = slopes.as<const float>();
+  const bool avx2 = CpuHasAvx2Fma();
   pool_->ParallelFor(static_cast<int64_t>(md.num_tokens) * heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores;
+    std::vector<float>& scores = Scratch<float>(2, 0);
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / heads, h = item % heads;
       const int32_t s = seq_of[t];
@@ -288,8 +303,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
       for (int64_t j = 0; j <= pos; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
         const float* kv_k = kv.Key(layer, slot) + h * d;
-        float dot = 0.0f;
-        for (int64_t i = 0; i < d; ++i) dot += qv[i] * kv_k[i];
+        const float dot = DotF32(qv, kv_k, d, avx2);
         // Hugging Face: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d)).
         const float score = slope[h] * static_cast<float>(j) + dot * scale;
         scores[j] = score;
@@ -306,8 +320,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
       for (int64_t j = 0; j <= pos; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
         const float* kv_v = kv.Value(layer, slot) + h * d;
-        const float p = scores[j] * inv_sum;
-        for (int64_t i = 0; i < d; ++i) o[i] += p * kv_v[i];
+        AxpyF32(scores[j] * inv_sum, kv_v, o, d, avx2);
       }
     }
   });

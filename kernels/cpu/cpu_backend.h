@@ -2,7 +2,8 @@
 //
 // This is the numerical reference the CUDA backend is tested against, and it runs every test on
 // every machine. Weights are zero-copy views of the memory-mapped checkpoint (F32, F16 or BF16),
-// converted to fp32 a tile at a time inside the GEMM. Activations and the KV cache are fp32.
+// widened to fp32 in registers inside the GEMM's micro-kernels (kernels/cpu/dot_tile.h).
+// Activations and the KV cache are fp32.
 //
 // Every op computes each output row from its own input row only, with an operation order that
 // does not depend on the batch, so a sequence's results are bit-identical alone or batched.

@@ -2,139 +2,124 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dot_tile.h"
 
 namespace blossom {
 namespace {
 
-// 8 fp32 lanes. GCC lowers vector types to AVX (or SSE registers on the baseline target); the
-// arithmetic per lane is the same either way, so results do not depend on the instruction set.
-typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
+// Weight bytes of one column block: kept in L2 (512 KiB per core on Zen 3) while all x rows of a
+// prefill pass over it, with room left for the x rows and the output.
+constexpr int64_t kColumnBlockBytes = 192 * 1024;
+// Work (multiply-adds) below which a chunk is not worth handing to another thread.
+constexpr int64_t kMinChunkMacs = 64 * 1024;
 
-constexpr int kRowTile = 4;  // x rows per micro-kernel
-constexpr int kColTile = 4;  // w rows (output columns) per tile
-
-inline Vec8 Load8(const float* p) {
-  Vec8 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// fp64 accumulators, 4 lanes per vector: products of fp32 values are exact in fp64, so the only
-// rounding is in the (long) sums, and the CPU reference stays far closer to the exact result than
-// any fp32 GEMM it is compared with.
-typedef double Vec4d __attribute__((vector_size(32), aligned(8)));
-
-// An AVX2 clone and a baseline clone, picked at load time by an ifunc resolver. Not under
-// ThreadSanitizer: GCC instruments the generated resolver (it calls __tsan_func_entry), and the
-// dynamic loader runs it while relocating this library, before the TSan runtime has set up the
-// thread, which crashes every binary at load (SIGSEGV in libtsan). TSan builds use the baseline
-// clone only; it is the same source with the same per-lane operation order (see Vec8).
-#if defined(__SANITIZE_THREAD__)
-#define BLOSSOM_MICROKERNEL_CLONES
-#else
-#define BLOSSOM_MICROKERNEL_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-
-inline Vec4d Low(Vec8 v) { return Vec4d{v[0], v[1], v[2], v[3]}; }
-inline Vec4d High(Vec8 v) { return Vec4d{v[4], v[5], v[6], v[7]}; }
-
-// The one reduction every element uses: a fixed tree over the 8 lanes, then the scalar tail.
-inline float Reduce(Vec4d lo, Vec4d hi, double tail) {
-  double a = (lo[0] + lo[1]) + (lo[2] + lo[3]);
-  double b = (hi[0] + hi[1]) + (hi[2] + hi[3]);
-  return static_cast<float>((a + b) + tail);
-}
-
-// Dot products of `rows` x rows with kColTile w rows. Every element follows exactly the
-// operation order of the single-row case, so tiling never changes a result.
-template <int kRows>
-BLOSSOM_MICROKERNEL_CLONES void MicroKernel(
-    const float* x, int64_t ldx, const float* w, int64_t k, float* dots /*[kRows][kColTile]*/) {
-  Vec4d lo[kRows][kColTile], hi[kRows][kColTile];
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < kColTile; ++c) lo[r][c] = hi[r][c] = Vec4d{0, 0, 0, 0};
-  int64_t k8 = k & ~int64_t{7};
-  for (int64_t i = 0; i < k8; i += 8) {
-    Vec4d w_lo[kColTile], w_hi[kColTile];
-    for (int c = 0; c < kColTile; ++c) {
-      Vec8 wv = Load8(w + c * k + i);
-      w_lo[c] = Low(wv);
-      w_hi[c] = High(wv);
-    }
-    for (int r = 0; r < kRows; ++r) {
-      Vec8 xv = Load8(x + r * ldx + i);
-      Vec4d x_lo = Low(xv), x_hi = High(xv);
-      for (int c = 0; c < kColTile; ++c) {
-        lo[r][c] += x_lo * w_lo[c];
-        hi[r][c] += x_hi * w_hi[c];
-      }
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    for (int c = 0; c < kColTile; ++c) {
-      double tail = 0.0;
-      for (int64_t i = k8; i < k; ++i) tail += double(x[r * ldx + i]) * double(w[c * k + i]);
-      dots[r * kColTile + c] = Reduce(lo[r][c], hi[r][c], tail);
-    }
-  }
+bool UseAvx2(GemmIsa isa) {
+  if (isa == GemmIsa::kAuto) isa = BestGemmIsa();
+  return isa == GemmIsa::kAvx2 && CpuHasAvx2Fma();
 }
 
 }  // namespace
 
-float BloomGelu(float x) {
-  return x * 0.5f * (1.0f + std::tanh(0.79788456f * x * (1.0f + 0.044715f * x * x)));
+const char* GemmIsaName(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kPortable:
+      return "portable";
+    case GemmIsa::kAvx2:
+      return "avx2";
+    default:
+      return "auto";
+  }
 }
 
-void GemmNT(const GemmArgs& a, ThreadPool* pool) {
-  const int64_t num_col_tiles = (a.n + kColTile - 1) / kColTile;
-  auto run_tiles = [&](int64_t tile_begin, int64_t tile_end) {
-    // Per-chunk scratch: one tile of w in fp32 (only used for half weights or a ragged last tile).
-    std::vector<float> w_tile(static_cast<size_t>(kColTile * a.k));
-    float dots[kRowTile * kColTile];
-    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-      const int64_t n0 = tile * kColTile;
-      const int64_t cols = std::min<int64_t>(kColTile, a.n - n0);
-      const float* w;
-      if (a.w_dtype == DType::kF32 && cols == kColTile) {
-        w = static_cast<const float*>(a.w) + n0 * a.k;  // zero copy
-      } else {
-        ConvertToF32(static_cast<const char*>(a.w) + n0 * a.k * DTypeSize(a.w_dtype), a.w_dtype,
-                     w_tile.data(), static_cast<size_t>(cols * a.k));
-        std::fill(w_tile.begin() + cols * a.k, w_tile.end(), 0.0f);
-        w = w_tile.data();
+bool GemmIsaSupported(GemmIsa isa) {
+  return isa != GemmIsa::kAvx2 || CpuHasAvx2Fma();
+}
+
+GemmIsa BestGemmIsa() {
+  return CpuHasAvx2Fma() ? GemmIsa::kAvx2 : GemmIsa::kPortable;
+}
+
+float BloomGelu(float x) {
+  float v = x;
+  BloomGeluInPlace(&v, 1, false);
+  return v;
+}
+
+void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
+  if (a.m <= 0 || a.n <= 0) return;
+  const bool avx2 = UseAvx2(isa);
+  const DotTileFn tile = avx2 ? &DotTileAvx2 : &DotTilePortable;
+  const size_t w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
+  const char* w_base = static_cast<const char*>(a.w);
+  // Decode-sized batches run one x row against 8 weight rows (a weight element is used once per
+  // row anyway); larger ones 4 x rows against 3 weight rows, so each widened weight vector feeds
+  // four FMAs. Tile shapes never change a result (dot_tile.h).
+  const bool row_at_a_time = a.m < kMaxTileRows;
+  const int64_t width = row_at_a_time ? 8 : 3;
+  const int64_t groups = (a.n + width - 1) / width;
+  const int64_t block_cols = std::max<int64_t>(
+      width, kColumnBlockBytes / static_cast<int64_t>(std::max<size_t>(1, w_row_bytes)) / width * width);
+
+  auto store = [&](int64_t m0, int rows, int64_t n0, int cols, const float* dots) {
+    for (int r = 0; r < rows; ++r) {
+      float* out_row = a.out + (m0 + r) * a.n + n0;
+      for (int c = 0; c < cols; ++c) {
+        float v = dots[r * kMaxTileCols + c];
+        if (a.bias != nullptr) v += LoadAsFloat(a.bias, a.bias_dtype, n0 + c);
+        out_row[c] = v;
       }
-      float bias[kColTile] = {0, 0, 0, 0};
-      if (a.bias != nullptr)
-        for (int64_t c = 0; c < cols; ++c) bias[c] = LoadAsFloat(a.bias, a.bias_dtype, n0 + c);
-      auto store = [&](int64_t m0, int rows) {
-        for (int r = 0; r < rows; ++r) {
-          float* out_row = a.out + (m0 + r) * a.n + n0;
-          for (int64_t c = 0; c < cols; ++c) {
-            float v = dots[r * kColTile + c];
-            if (a.bias != nullptr) v += bias[c];
-            if (a.activation == Activation::kBloomGelu) v = BloomGelu(v);
-            out_row[c] = v;
-          }
-        }
-      };
+    }
+  };
+  // One row of x against columns [n_begin, n_end), widest tiles first.
+  auto row_tiles = [&](int64_t m0, int64_t n_begin, int64_t n_end, float* dots) {
+    for (int64_t n0 = n_begin; n0 < n_end;) {
+      const int64_t left = n_end - n0;
+      const int cols = left >= width ? static_cast<int>(width) : (left >= 3 ? 3 : 1);
+      tile(a.x + m0 * a.k, a.k, 1, w_base + n0 * w_row_bytes, a.w_dtype, cols, a.k, dots,
+           kMaxTileCols);
+      store(m0, 1, n0, cols, dots);
+      n0 += cols;
+    }
+  };
+  // The activation runs over each finished row segment (vectorised, still cache-hot).
+  auto activate = [&](int64_t m0, int rows, int64_t n_begin, int64_t n_end) {
+    if (a.activation != Activation::kBloomGelu) return;
+    for (int r = 0; r < rows; ++r) BloomGeluInPlace(a.out + (m0 + r) * a.n + n_begin, n_end - n_begin, avx2);
+  };
+  auto run_groups = [&](int64_t g_begin, int64_t g_end) {
+    float dots[kMaxTileRows * kMaxTileCols];
+    const int64_t n_begin = g_begin * width, n_end = std::min(a.n, g_end * width);
+    for (int64_t nb = n_begin; nb < n_end; nb += block_cols) {
+      const int64_t ne = std::min(n_end, nb + block_cols);
       int64_t m0 = 0;
-      for (; m0 + kRowTile <= a.m; m0 += kRowTile) {
-        MicroKernel<kRowTile>(a.x + m0 * a.k, a.k, w, a.k, dots);
-        store(m0, kRowTile);
+      if (!row_at_a_time) {
+        for (; m0 + kMaxTileRows <= a.m; m0 += kMaxTileRows) {
+          for (int64_t n0 = nb; n0 < ne;) {
+            const int cols = ne - n0 >= 3 ? 3 : 1;
+            tile(a.x + m0 * a.k, a.k, kMaxTileRows, w_base + n0 * w_row_bytes, a.w_dtype, cols,
+                 a.k, dots, kMaxTileCols);
+            store(m0, kMaxTileRows, n0, cols, dots);
+            n0 += cols;
+          }
+          activate(m0, kMaxTileRows, nb, ne);
+        }
       }
       for (; m0 < a.m; ++m0) {
-        MicroKernel<1>(a.x + m0 * a.k, a.k, w, a.k, dots);
-        store(m0, 1);
+        row_tiles(m0, nb, ne, dots);
+        activate(m0, 1, nb, ne);
       }
     }
   };
   // Split over output columns only: the split never touches an element's accumulation order.
-  int64_t min_tiles = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.k * std::max<int64_t>(1, a.m)));
+  const int64_t macs_per_group = std::max<int64_t>(1, a.k * a.m * width);
+  const int64_t min_groups = std::max<int64_t>(1, kMinChunkMacs / macs_per_group);
   if (pool != nullptr) {
-    pool->ParallelFor(num_col_tiles, min_tiles, run_tiles);
+    pool->ParallelFor(groups, min_groups, run_groups);
   } else {
-    run_tiles(0, num_col_tiles);
+    run_groups(0, groups);
   }
 }
 

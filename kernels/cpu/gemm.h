@@ -2,13 +2,19 @@
 //
 // Why our own kernel rather than BLAS: BLAS libraries pick different code paths for different M
 // (gemv for M = 1, other blockings for larger M), so a row's result changes with the batch it
-// is in. Here every output element is computed with one fixed sequence of operations (8 fp64 lane
-// partial sums over K in steps of 8, a scalar tail, a fixed reduction tree), whatever M, the
-// thread count or the tile it lands in. That makes a request's output bit-identical alone or in
-// any batch on the CPU backend.
+// is in. Here every output element is one dot product computed in the fixed order of
+// dot_tile.h (fp64 FMAs in 4 lanes over K, a fixed lane reduction, a scalar tail), whatever M,
+// the thread count, the tile it lands in or the instruction set. That makes a request's output
+// bit-identical alone or in any batch on the CPU backend.
 //
-// x and out are fp32; w may be F32, F16 or BF16 (converted to fp32 a tile at a time, so
-// half-precision weights are never expanded in full). Thread-safe: no shared mutable state.
+// Weights are used in place, row-major [N, K] as the checkpoint stores them: for dot-product
+// micro-kernels that layout already is the panel layout (each weight row is read once,
+// contiguously, per tile), so nothing is repacked at load time and the tied embedding stays one
+// zero-copy array shared by the lookup and the LM head. F16/BF16 rows are widened in registers.
+//
+// Threading: over output columns only (decode: 8 columns per tile; prefill: 4x3 tiles with a
+// block of weight rows kept in L2 while every x row passes over it). x and out are fp32.
+// Thread-safe: no shared mutable state, no allocation.
 #ifndef BLOSSOM_KERNELS_CPU_GEMM_H_
 #define BLOSSOM_KERNELS_CPU_GEMM_H_
 
@@ -31,9 +37,20 @@ struct GemmArgs {
   Activation activation = Activation::kNone;
 };
 
-void GemmNT(const GemmArgs& args, ThreadPool* pool);
+// Which micro-kernels run. Every path gives bit-identical results (same IEEE operations);
+// kAuto picks the fastest this CPU supports.
+enum class GemmIsa : uint8_t { kAuto = 0, kPortable = 1, kAvx2 = 2 };
+const char* GemmIsaName(GemmIsa isa);
+// True if this CPU can run `isa` (kAuto and kPortable always).
+bool GemmIsaSupported(GemmIsa isa);
+// The path kAuto resolves to on this CPU.
+GemmIsa BestGemmIsa();
 
-// bloom_gelu as in Hugging Face: x * 0.5 * (1 + tanh(0.79788456 * x * (1 + 0.044715 * x * x))).
+// isa must be supported (checked by the caller; an unsupported one falls back to kPortable).
+void GemmNT(const GemmArgs& args, ThreadPool* pool, GemmIsa isa = GemmIsa::kAuto);
+
+// bloom_gelu as in Hugging Face: x * 0.5 * (1 + tanh(0.79788456 * x * (1 + 0.044715 * x * x))),
+// the same function (same bits) the GEMM's epilogue applies (activation.h).
 float BloomGelu(float x);
 
 }  // namespace blossom

@@ -83,32 +83,54 @@ TEST_P(GemmShapes, MatchesReferenceForEveryWeightDtype) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
                          ::testing::Values(Shape{1, 1, 1}, Shape{1, 4, 8}, Shape{3, 5, 7},
                                            Shape{4, 4, 16}, Shape{5, 9, 33}, Shape{17, 31, 64},
-                                           Shape{2, 250, 96}, Shape{33, 65, 257}));
+                                           Shape{2, 250, 96}, Shape{33, 65, 257},
+                                           Shape{6, 19, 1000}));
 
-// Batch invariance: a row's result is bit-identical whatever the other rows and thread count.
-TEST(GemmTest, RowResultsIndependentOfBatchAndThreads) {
+// Batch invariance: a row's result is bit-identical whatever the other rows (M picks the tile
+// shapes: 1x8 below 4 rows, 4x3 from 4), the thread count and the instruction-set path. The
+// reference is each row alone, single-threaded, on the portable path.
+TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
-  const int64_t n = 37, k = 203;
-  std::vector<float> w = Random(n * k, rng), big_x = Random(13 * k, rng);
-  std::vector<float> batched(13 * n);
-  GemmArgs args;
-  args.w = w.data();
-  args.n = n;
-  args.k = k;
+  const int64_t n = 37, k = 203, max_m = 13;
+  std::vector<float> w = Random(n * k, rng), big_x = Random(max_m * k, rng), bias = Random(n, rng);
+  std::vector<GemmIsa> isas = {GemmIsa::kPortable};
+  if (GemmIsaSupported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
   ThreadPool pool4(4), pool1(1);
-  args.x = big_x.data();
-  args.out = batched.data();
-  args.m = 13;
-  GemmNT(args, &pool4);
-  for (int64_t row = 0; row < 13; ++row) {
-    std::vector<float> single(n);
-    args.x = big_x.data() + row * k;
-    args.out = single.data();
-    args.m = 1;
-    GemmNT(args, &pool1);
-    ASSERT_EQ(0, std::memcmp(single.data(), batched.data() + row * n, n * sizeof(float)))
-        << "row " << row;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> half(w.size());
+    ConvertFromF32(w.data(), half.data(), dtype == DType::kF32 ? DType::kBF16 : dtype, w.size());
+    GemmArgs args;
+    args.w = dtype == DType::kF32 ? static_cast<const void*>(w.data()) : half.data();
+    args.w_dtype = dtype;
+    args.bias = bias.data();
+    args.n = n;
+    args.k = k;
+    args.activation = Activation::kBloomGelu;
+    std::vector<float> solo(max_m * n);
+    for (int64_t row = 0; row < max_m; ++row) {
+      args.x = big_x.data() + row * k;
+      args.out = solo.data() + row * n;
+      args.m = 1;
+      GemmNT(args, &pool1, GemmIsa::kPortable);
+    }
+    for (GemmIsa isa : isas)
+      for (ThreadPool* pool : {&pool1, &pool4})
+        for (int64_t m = 1; m <= max_m; ++m) {
+          std::vector<float> batched(m * n);
+          args.x = big_x.data();
+          args.out = batched.data();
+          args.m = m;
+          GemmNT(args, pool, isa);
+          ASSERT_EQ(0, std::memcmp(solo.data(), batched.data(), m * n * sizeof(float)))
+              << DTypeName(dtype) << " isa " << GemmIsaName(isa) << " threads "
+              << pool->num_threads() << " m " << m;
+        }
   }
+}
+
+TEST(GemmTest, Avx2PathIsAvailableOrSkipped) {
+  if (!GemmIsaSupported(GemmIsa::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  EXPECT_EQ(BestGemmIsa(), GemmIsa::kAvx2);
 }
 
 TEST(GemmTest, BloomGeluMatchesFormula) {

@@ -11,12 +11,30 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace blossom {
+
+// A non-owning reference to a callable fn(begin, end). Unlike std::function it never allocates:
+// ParallelFor runs for nearly every op of every step, so a decode step should not touch the heap.
+// Valid only while the referenced callable lives (ParallelFor's duration).
+class ChunkFn {
+ public:
+  template <typename F,
+            typename = std::enable_if_t<!std::is_same<std::decay_t<F>, ChunkFn>::value>>
+  ChunkFn(const F& fn)  // NOLINT: implicit, so callers pass lambdas as before
+      : fn_(&fn), call_([](const void* f, int64_t b, int64_t e) {
+          (*static_cast<const F*>(f))(b, e);
+        }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(fn_, begin, end); }
+
+ private:
+  const void* fn_;
+  void (*call_)(const void*, int64_t, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -31,7 +49,7 @@ class ThreadPool {
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n), each at least min_chunk long
   // (except possibly the last). Returns when all chunks are done.
-  void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+  void ParallelFor(int64_t n, int64_t min_chunk, ChunkFn fn);
 
  private:
   void WorkerLoop();
@@ -47,7 +65,7 @@ class ThreadPool {
   bool stopping_ = false;
   uint64_t generation_ = 0;
   // The current job (valid while pending_ > 0 or workers are in it).
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const ChunkFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_chunk_ = 0;
   int64_t next_begin_ = 0;

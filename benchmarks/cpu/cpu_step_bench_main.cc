@@ -1,0 +1,161 @@
+// cpu-step-bench: Blossom's CPU step timings on one model, as one JSON object on stdout.
+//
+//   cpu-step-bench --model DIR [--threads 2] [--prompt-tokens 128] [--decode-tokens 32]
+//                  [--batch 8] [--bandwidth-mib 512]
+//
+// Measures, in this order, with exact token counts (prompt ids are fixed pseudo-random ids, so no
+// tokenizer is involved and every engine gets the same lengths):
+//   prefill_ms              one prompt of --prompt-tokens tokens, prompt -> first token
+//   decode_ms_per_token     batch 1 after that prompt: median wall time of one decode step
+//   batch_tokens_per_s      --batch such prompts decoded together: decode tokens / decode time
+//   read_bandwidth_gbs      a multi-threaded read of --bandwidth-mib MiB (best of 5; bytes read
+//                           only), so weight_bytes / it is the decode memory floor
+// cpu_bench.py runs this for each engine build, alternating, and takes medians over runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "engine/generate/batch_generator.h"
+#include "engine/model/model_runner.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tools/cli/dashed_flags.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory.");
+ABSL_FLAG(int32_t, threads, 2, "CPU threads.");
+ABSL_FLAG(int32_t, prompt_tokens, 128, "Prompt length for the prefill and batch-1 decode.");
+ABSL_FLAG(int32_t, decode_tokens, 32, "New tokens per sequence.");
+ABSL_FLAG(int32_t, batch, 8, "Sequences decoded together for the throughput point.");
+ABSL_FLAG(int32_t, batch_prompt_tokens, 16, "Prompt length of each sequence of the batch.");
+ABSL_FLAG(int32_t, bandwidth_mib, 512, "Buffer for the read-bandwidth probe (0 = skip).");
+
+namespace blossom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const absl::Status& status) {
+  std::cerr << "cpu-step-bench: error: " << status.message() << std::endl;
+  return 1;
+}
+
+std::vector<int32_t> PromptIds(int32_t n, uint32_t seed, int32_t vocab) {
+  std::vector<int32_t> ids(n);
+  uint32_t s = seed * 2654435761u + 1;
+  const int32_t hi = std::min<int32_t>(vocab, 2000);
+  for (int32_t& id : ids) {
+    s = s * 1664525u + 1013904223u;
+    id = 3 + static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(hi - 3));
+  }
+  return ids;
+}
+
+// Bytes read per second by `threads` threads summing disjoint parts of a buffer.
+double ReadBandwidthGbs(size_t bytes, int threads) {
+  const size_t words = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; ++i) buf[i] = i;
+  double best = 0;
+  std::vector<uint64_t> sums(threads);
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t b = words * t / threads, e = words * (t + 1) / threads;
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        size_t i = b;
+        for (; i + 4 <= e; i += 4) {
+          a0 += buf[i];
+          a1 += buf[i + 1];
+          a2 += buf[i + 2];
+          a3 += buf[i + 3];
+        }
+        for (; i < e; ++i) a0 += buf[i];
+        sums[t] = a0 + a1 + a2 + a3;
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, words * sizeof(uint64_t) / s / 1e9);
+  }
+  uint64_t all = 0;
+  for (uint64_t v : sums) all += v;
+  if (all == 1) std::cerr << "";  // keeps the sums observable
+  return best;
+}
+
+int Run() {
+  ModelRunnerOptions options;
+  options.model_dir = absl::GetFlag(FLAGS_model);
+  options.threads_per_rank = absl::GetFlag(FLAGS_threads);
+  if (options.model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  auto runner = ModelRunner::Create(options);
+  if (!runner.ok()) return Fail(runner.status());
+  auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  const int32_t vocab = static_cast<int32_t>((*runner)->config().vocab_size);
+  BatchGenerator generator(runner->get(), tokenizer->get());
+
+  auto request = [&](int32_t prompt_len, uint32_t seed) {
+    GenerateRequest r;
+    r.prompt = PromptIds(prompt_len, seed, vocab);
+    r.stopping.max_new_tokens = absl::GetFlag(FLAGS_decode_tokens);
+    r.stopping.ignore_eos = true;
+    return r;
+  };
+  // Warm-up (page faults, first-touch of the KV cache), untimed.
+  {
+    auto warm = generator.Generate({request(8, 99)});
+    if (!warm.ok()) return Fail(warm.status());
+  }
+  GenerateStats one;
+  auto single = generator.Generate({request(absl::GetFlag(FLAGS_prompt_tokens), 1)}, &one);
+  if (!single.ok()) return Fail(single.status());
+  std::vector<double> steps = one.decode_step_seconds;
+  std::sort(steps.begin(), steps.end());
+  const double decode_ms = steps.empty() ? 0.0 : steps[steps.size() / 2] * 1000.0;
+
+  std::vector<GenerateRequest> batch;
+  for (int32_t i = 0; i < absl::GetFlag(FLAGS_batch); ++i)
+    batch.push_back(request(absl::GetFlag(FLAGS_batch_prompt_tokens), 10 + i));
+  GenerateStats many;
+  auto batched = generator.Generate(batch, &many);
+  if (!batched.ok()) return Fail(batched.status());
+  const double batch_decode_tokens =
+      static_cast<double>(many.decode_step_seconds.size()) * absl::GetFlag(FLAGS_batch);
+
+  const double bandwidth =
+      absl::GetFlag(FLAGS_bandwidth_mib) > 0
+          ? ReadBandwidthGbs(static_cast<size_t>(absl::GetFlag(FLAGS_bandwidth_mib)) << 20,
+                             std::max(1, absl::GetFlag(FLAGS_threads)))
+          : 0.0;
+  const ModelInfo& info = (*runner)->info();
+  std::cout << absl::StrFormat(
+                   "{\"weight_dtype\": \"%s\", \"weight_bytes\": %d, \"threads\": %d, "
+                   "\"prompt_tokens\": %d, \"prefill_ms\": %.3f, \"decode_tokens\": %d, "
+                   "\"decode_ms_per_token\": %.3f, \"batch\": %d, \"batch_tokens_per_s\": %.3f, "
+                   "\"read_bandwidth_gbs\": %.3f}",
+                   DTypeName(info.weight_dtype), info.weight_bytes_this_rank,
+                   absl::GetFlag(FLAGS_threads), one.prompt_tokens, one.prefill_seconds * 1000.0,
+                   static_cast<int>(steps.size()), decode_ms, absl::GetFlag(FLAGS_batch),
+                   many.decode_seconds > 0 ? batch_decode_tokens / many.decode_seconds : 0.0,
+                   bandwidth)
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace blossom
+
+int main(int argc, char** argv) {
+  blossom::NormalizeDashedFlags(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  return blossom::Run();
+}

@@ -1,0 +1,107 @@
+// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h) alone, on the linear shapes of a BLOOM model, as
+// one JSON line per (dtype, M, shape): median milliseconds, weight GB/s and GFLOP/s.
+//
+//   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16]
+//              [--threads 2] [--reps 7] [--isa auto|portable|avx2]
+//
+// Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/gemm.h"
+#include "tools/cli/dashed_flags.h"
+
+ABSL_FLAG(int64_t, hidden, 1024, "Hidden size (bloom-560m: 1024).");
+ABSL_FLAG(int64_t, vocab, 250880, "Vocabulary rows of the LM head (0 = skip it).");
+ABSL_FLAG(std::vector<std::string>, ms, std::vector<std::string>({"1", "8", "128"}),
+          "Rows of x (tokens in the step).");
+ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf16", "f16"}),
+          "Weight dtypes.");
+ABSL_FLAG(int32_t, threads, 2, "Threads.");
+ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
+ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable or avx2.");
+
+namespace blossom {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+int Run() {
+  const int64_t h = absl::GetFlag(FLAGS_hidden);
+  std::vector<Shape> shapes = {{"qkv", 3 * h, h}, {"dense", h, h}, {"fc1", 4 * h, h},
+                               {"fc2", h, 4 * h}};
+  if (absl::GetFlag(FLAGS_vocab) > 0) shapes.push_back({"lm_head", absl::GetFlag(FLAGS_vocab), h});
+  const std::string isa_name = absl::GetFlag(FLAGS_isa);
+  const GemmIsa isa = isa_name == "portable" ? GemmIsa::kPortable
+                      : isa_name == "avx2"   ? GemmIsa::kAvx2
+                                             : GemmIsa::kAuto;
+  if (!GemmIsaSupported(isa)) {
+    std::cerr << "gemm-bench: this CPU cannot run --isa " << isa_name << std::endl;
+    return 2;
+  }
+  ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
+    absl::StatusOr<DType> dtype = ParseDType(dtype_name);
+    if (!dtype.ok()) {
+      std::cerr << "gemm-bench: " << dtype.status().message() << std::endl;
+      return 2;
+    }
+    for (const std::string& m_text : absl::GetFlag(FLAGS_ms)) {
+      const int64_t m = std::stoll(m_text);
+      for (const Shape& s : shapes) {
+        if (s.n * m > (int64_t{1} << 28)) continue;  // the LM head is only ever run for few rows
+        std::vector<float> x(m * s.k, 0.01f), out(m * s.n), w32(s.n * s.k);
+        for (size_t i = 0; i < w32.size(); ++i) w32[i] = 0.02f * static_cast<float>(i % 97) - 1.0f;
+        std::vector<char> w(w32.size() * DTypeSize(*dtype));
+        ConvertFromF32(w32.data(), w.data(), *dtype, w32.size());
+        w32 = {};
+        GemmArgs a;
+        a.x = x.data();
+        a.w = w.data();
+        a.w_dtype = *dtype;
+        a.out = out.data();
+        a.m = m;
+        a.n = s.n;
+        a.k = s.k;
+        a.activation = std::string(s.name) == "fc1" ? Activation::kBloomGelu : Activation::kNone;
+        GemmNT(a, &pool, isa);  // warm-up
+        std::vector<double> t;
+        for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+          const auto b = std::chrono::steady_clock::now();
+          GemmNT(a, &pool, isa);
+          t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - b).count());
+        }
+        std::sort(t.begin(), t.end());
+        const double sec = t[t.size() / 2];
+        std::cout << absl::StrFormat(
+                         "{\"isa\": \"%s\", \"dtype\": \"%s\", \"m\": %d, \"shape\": \"%s\", "
+                         "\"n\": %d, \"k\": %d, \"median_ms\": %.3f, \"weight_gbs\": %.2f, "
+                         "\"gflops\": %.2f}",
+                         GemmIsaName(isa == GemmIsa::kAuto ? BestGemmIsa() : isa), dtype_name, m,
+                         s.name, s.n, s.k, sec * 1e3, w.size() / sec / 1e9,
+                         2.0 * m * s.n * s.k / sec / 1e9)
+                  << std::endl;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace blossom
+
+int main(int argc, char** argv) {
+  blossom::NormalizeDashedFlags(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  return blossom::Run();
+}

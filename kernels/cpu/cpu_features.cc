@@ -1,0 +1,18 @@
+#include "kernels/cpu/cpu_features.h"
+
+namespace blossom {
+
+bool CpuHasAvx2Fma() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+}  // namespace blossom

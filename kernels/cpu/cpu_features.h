@@ -1,0 +1,14 @@
+// Run-time CPU feature checks for the kernels' instruction-set paths. Kernels are compiled for the
+// baseline x86-64 target plus per-function target attributes, and pick a path with these checks,
+// so one binary runs on every CPU (no ifunc resolvers: they break ThreadSanitizer builds).
+#ifndef BLOSSOM_KERNELS_CPU_CPU_FEATURES_H_
+#define BLOSSOM_KERNELS_CPU_CPU_FEATURES_H_
+
+namespace blossom {
+
+// AVX2 + FMA + F16C (Haswell, Zen and later). False on other architectures.
+bool CpuHasAvx2Fma();
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_CPU_FEATURES_H_

@@ -1,0 +1,109 @@
+#include "kernels/cpu/dot_tile.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+struct Case {
+  std::vector<float> x;      // kMaxTileRows rows of k
+  std::vector<uint16_t> w16; // kMaxTileCols rows of k (F16/BF16)
+  std::vector<float> w32;    // the same weights, exactly, as fp32
+};
+
+Case MakeCase(DType dtype, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Case c;
+  c.x.resize(kMaxTileRows * k);
+  for (float& v : c.x) v = dist(rng);
+  c.w32.resize(kMaxTileCols * k);
+  for (float& v : c.w32) v = dist(rng);
+  if (dtype != DType::kF32) {
+    c.w16.resize(c.w32.size());
+    ConvertFromF32(c.w32.data(), c.w16.data(), dtype, c.w32.size());
+    ConvertToF32(c.w16.data(), dtype, c.w32.data(), c.w32.size());
+  }
+  return c;
+}
+
+const void* Weights(const Case& c, DType dtype) {
+  return dtype == DType::kF32 ? static_cast<const void*>(c.w32.data()) : c.w16.data();
+}
+
+const int64_t kKs[] = {1, 7, 8, 9, 16, 64, 203, 1024};
+const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+// The portable path against a double-precision dot product: within fp32 rounding of the result.
+TEST(DotTileTest, PortableMatchesDoubleReference) {
+  for (DType dtype : kDtypes)
+    for (int64_t k : kKs) {
+      Case c = MakeCase(dtype, k, static_cast<uint32_t>(k));
+      for (TileShape s : kTileShapes) {
+        float dots[kMaxTileRows * kMaxTileCols];
+        DotTilePortable(c.x.data(), k, s.rows, Weights(c, dtype), dtype, s.cols, k, dots,
+                        kMaxTileCols);
+        for (int r = 0; r < s.rows; ++r)
+          for (int col = 0; col < s.cols; ++col) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              ref += double(c.x[r * k + i]) * c.w32[col * k + i];
+              mag += std::fabs(double(c.x[r * k + i]) * c.w32[col * k + i]);
+            }
+            ASSERT_NEAR(dots[r * kMaxTileCols + col], ref, 1e-7 * mag + 1e-30)
+                << DTypeName(dtype) << " k " << k << " tile " << s.rows << "x" << s.cols;
+          }
+      }
+    }
+}
+
+// Each element depends only on its two rows: every tile shape gives the 1x1 result.
+TEST(DotTileTest, EveryTileShapeGivesTheSameBits) {
+  for (DType dtype : kDtypes)
+    for (int64_t k : kKs) {
+      Case c = MakeCase(dtype, k, 7u + static_cast<uint32_t>(k));
+      const size_t row_bytes = k * DTypeSize(dtype);
+      for (TileShape s : kTileShapes) {
+        float dots[kMaxTileRows * kMaxTileCols];
+        DotTilePortable(c.x.data(), k, s.rows, Weights(c, dtype), dtype, s.cols, k, dots,
+                        kMaxTileCols);
+        for (int r = 0; r < s.rows; ++r)
+          for (int col = 0; col < s.cols; ++col) {
+            float one;
+            DotTilePortable(c.x.data() + r * k, k, 1,
+                            static_cast<const char*>(Weights(c, dtype)) + col * row_bytes, dtype,
+                            1, k, &one, 1);
+            ASSERT_EQ(0, std::memcmp(&one, &dots[r * kMaxTileCols + col], sizeof(float)))
+                << DTypeName(dtype) << " k " << k << " tile " << s.rows << "x" << s.cols;
+          }
+      }
+    }
+}
+
+// The AVX2 path must give exactly the portable path's bits, for every dtype, shape and K.
+TEST(DotTileTest, Avx2IsBitIdenticalToPortable) {
+  if (!DotTileAvx2Supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  for (DType dtype : kDtypes)
+    for (int64_t k : kKs) {
+      Case c = MakeCase(dtype, k, 99u + static_cast<uint32_t>(k));
+      for (TileShape s : kTileShapes) {
+        float want[kMaxTileRows * kMaxTileCols], got[kMaxTileRows * kMaxTileCols];
+        DotTilePortable(c.x.data(), k, s.rows, Weights(c, dtype), dtype, s.cols, k, want,
+                        kMaxTileCols);
+        DotTileAvx2(c.x.data(), k, s.rows, Weights(c, dtype), dtype, s.cols, k, got,
+                    kMaxTileCols);
+        for (int r = 0; r < s.rows; ++r)
+          ASSERT_EQ(0, std::memcmp(want + r * kMaxTileCols, got + r * kMaxTileCols,
+                                   s.cols * sizeof(float)))
+              << DTypeName(dtype) << " k " << k << " tile " << s.rows << "x" << s.cols;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,21 @@
+// Short fp32 vector primitives for attention (q.k dot products, p * v accumulation over head_dim),
+// with a portable path and an AVX2/FMA path that run the same IEEE operations (bit-identical).
+//
+// Dot order (as dot_tile.h): 8 FMA lanes over the vector, lanes reduced as
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then a scalar FMA tail. Each (token, head)
+// is computed from its own data only, so attention stays batch invariant.
+#ifndef BLOSSOM_KERNELS_CPU_VECTOR_OPS_H_
+#define BLOSSOM_KERNELS_CPU_VECTOR_OPS_H_
+
+#include <cstdint>
+
+namespace blossom {
+
+// sum a[i] * b[i], i < n. avx2: the caller checked CpuHasAvx2Fma().
+float DotF32(const float* a, const float* b, int64_t n, bool avx2);
+// y[i] = fma(alpha, x[i], y[i]) for i < n.
+void AxpyF32(float alpha, const float* x, float* y, int64_t n, bool avx2);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_VECTOR_OPS_H_

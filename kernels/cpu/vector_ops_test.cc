@@ -1,0 +1,55 @@
+#include "kernels/cpu/vector_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace blossom {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(VectorOpsTest, DotMatchesDouble) {
+  for (int64_t n : {0, 1, 7, 8, 9, 64, 80, 129}) {
+    std::vector<float> a = Random(n, 1 + n), b = Random(n, 2 + n);
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ref += double(a[i]) * b[i];
+      mag += std::fabs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(DotF32(a.data(), b.data(), n, false), ref, 1e-6 * mag + 1e-7) << n;
+  }
+}
+
+TEST(VectorOpsTest, AxpyIsFma) {
+  std::vector<float> x = Random(37, 3), y = Random(37, 4), want = y;
+  for (size_t i = 0; i < x.size(); ++i) want[i] = std::fma(0.3f, x[i], want[i]);
+  AxpyF32(0.3f, x.data(), y.data(), 37, false);
+  EXPECT_EQ(0, std::memcmp(want.data(), y.data(), y.size() * sizeof(float)));
+}
+
+TEST(VectorOpsTest, Avx2IsBitIdenticalToPortable) {
+  if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA";
+  for (int64_t n : {0, 1, 7, 8, 9, 64, 80, 129}) {
+    std::vector<float> a = Random(n, 5 + n), b = Random(n, 6 + n);
+    const float p = DotF32(a.data(), b.data(), n, false), v = DotF32(a.data(), b.data(), n, true);
+    EXPECT_EQ(0, std::memcmp(&p, &v, sizeof(float))) << n;
+    std::vector<float> y1 = b, y2 = b;
+    AxpyF32(-1.7f, a.data(), y1.data(), n, false);
+    AxpyF32(-1.7f, a.data(), y2.data(), n, true);
+    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), n * sizeof(float))) << n;
+  }
+}
+
+}  // namespace
+}  // namespace blossom
