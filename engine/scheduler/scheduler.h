@@ -42,6 +42,8 @@ struct SequenceSpec {
   std::vector<int32_t> prompt_tokens;
   int32_t max_new_tokens = 0;
   int32_t priority = 0;  // lower runs first; FCFS within a priority
+  // Compute every prompt position (no prefix-cache hits): the caller wants all prompt logits.
+  bool skip_prefix_cache = false;
 };
 
 // One sequence's work in a step: compute tokens [num_computed, num_computed + num_new) of
@@ -167,6 +169,7 @@ class Scheduler {
     int32_t num_computed = 0;
     int32_t prefill_len = 0;  // tokens.size() when last admitted: below it we are prefilling
     bool running = false;
+    bool skip_prefix_cache = false;
   };
   // (priority, queue_order, id): std::set gives the waiting order and O(log n) cancel.
   using WaitKey = std::tuple<int32_t, int64_t, SeqId>;

@@ -65,6 +65,14 @@ struct Usage {
   int32_t generated_tokens = 0;
 };
 
+// The logprob of one prompt token given the tokens before it, and the top alternatives there
+// (SamplingParams::prompt_logprobs).
+struct PromptLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
 struct EngineEvent {
   uint64_t request_id = 0;
   bool has_token = false;
@@ -76,6 +84,9 @@ struct EngineEvent {
   Usage usage;            // on the final event
   RequestTimings timings;  // on the final event
   uint64_t seed = 0;       // on the final event: the sampling seed used (drawn if none given)
+  // With sampling.prompt_logprobs >= 0, on the first event that has a token: prompt tokens 1 to
+  // n - 1 in order (the first prompt token has nothing before it, so no logprob).
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 // Receives events on the engine thread; must not block for long.
@@ -150,6 +161,10 @@ class Engine {
          EngineObserver* observer);
   void Loop();
   void Emit(Request& request, EngineEvent event);
+  // Scores the prompt tokens that this step's rows (the whole chunk of `s`) predict and that are
+  // not scored yet, into request.prompt_lp. Requires mutex_.
+  absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
+                                     absl::Span<const float> rows);
   // Marks `event` final and fills its usage and timings. Requires mutex_.
   void FinishLocked(Request& request, EngineEvent* event);
   // Ends a request before its stop rules did (cancel, failure, shutdown): frees its KV blocks,
