@@ -76,6 +76,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
     sp.logprobs = s.logprobs();
   }
+  if (s.has_prompt_logprobs()) {
+    if (s.prompt_logprobs() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.prompt_logprobs must be in [0, ",
+                                                     kMaxLogprobs, "], got ",
+                                                     s.prompt_logprobs()));
+    }
+    sp.prompt_logprobs = s.prompt_logprobs();
+  }
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;
@@ -112,6 +120,21 @@ void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_lo
     t->set_token_id(top.token);
     t->set_token(Utf8Lossy(tokenizer.DecodedBytes(top.token, false)));
     t->set_logprob(top.logprob);
+  }
+}
+
+void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogprob>& scored,
+                        const Tokenizer& tokenizer,
+                        google::protobuf::RepeatedPtrField<v1::Token>* out) {
+  v1::Token* first = out->Add();
+  first->set_id(first_prompt_token);
+  first->set_text(Utf8Lossy(tokenizer.DecodedBytes(first_prompt_token, false)));
+  for (const PromptLogprob& p : scored) {
+    TokenEvent token;
+    token.token = p.token;
+    token.logprob = p.logprob;
+    token.top_logprobs = p.top;
+    FillToken(token, tokenizer, /*with_logprobs=*/true, out->Add());
   }
 }
 
