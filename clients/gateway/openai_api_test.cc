@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "clients/gateway/api_errors.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace blossom::gateway::openai {
@@ -42,7 +43,7 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","top_p":1.1})", "top_p", "top_p"},
       {false, R"({"prompt":"a","n":2})", "only n=1", "n"},
       {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
-      {false, R"({"prompt":"a","echo":true})", "echo is not supported", "echo"},
+      {false, R"({"prompt":"a","echo":true,"stream":true})", "echo with stream=true", "echo"},
       {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
       {false, R"({"prompt":"a","stop":["a","b","c","d","e"]})", "at most 4", "stop"},
       {false, R"({"prompt":"a","stop":[""]})", "must not be empty", "stop"},
@@ -163,6 +164,41 @@ TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json({0, 2}));
   EXPECT_DOUBLE_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1][" there"].get<double>(), -1.0);
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
+}
+
+// echo + logprobs, as lm-evaluation-harness sends them for loglikelihood requests: prompt tokens
+// first in every list, the first one null.
+TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
+  auto r = ParseCompletionRequest(R"({"prompt":"Say","echo":true,"logprobs":1,"max_tokens":2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->echo);
+  EXPECT_EQ(r->request.sampling().prompt_logprobs(), 1);
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5
+                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
+      &response));
+  Json j = CompletionResponse(*r, response, "cmpl-1", 123);
+  const Json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(j["choices"][0]["text"], "SayHi there");
+  EXPECT_EQ(lp["tokens"], Json({"S", "ay", "Hi", " there"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(lp["token_logprobs"][1].get<double>(), -3.5);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(lp["top_logprobs"][1]["ee"].get<double>(), -0.5);
+  EXPECT_EQ(lp["text_offset"], Json({0, 1, 3, 5}));
+  // A token-id prompt has no text: the echoed prompt is its tokens' texts.
+  auto ids = ParseCompletionRequest(R"({"prompt":[5,6],"echo":true})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->request.sampling().prompt_logprobs(), 0);
+  Json k = CompletionResponse(*ids, response, "cmpl-2", 123);
+  EXPECT_EQ(k["choices"][0]["text"], "SayHi there");
+  EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
+  // Without echo nothing asks for prompt logprobs.
+  auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->request.sampling().has_prompt_logprobs());
 }
 
 TEST(OpenAIApiTest, EncodesChatResponse) {
