@@ -244,7 +244,7 @@ int Run() {
   }
 
   metrics::Registry registry;
-  ServerMetrics server_metrics(&registry);
+  ServerMetrics server_metrics(&registry, served_name, kVersion);
   BlossomService service(service_options, &server_metrics);
 
   // gRPC first, so health and UNAVAILABLE answers exist while the model loads.

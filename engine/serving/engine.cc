@@ -69,6 +69,7 @@ struct Engine::Request {
   std::unique_ptr<SequenceOutput> output;
   RequestTimings timings;
   int32_t prompt_tokens = 0;
+  int32_t max_new_tokens = 0;
   std::shared_ptr<Delivery> delivery;
   // Prompt logprobs (sampling.prompt_logprobs >= 0): the prompt, the entries computed so far
   // (sent with the first token) and the next prompt position still to score. Positions are
@@ -147,6 +148,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   req->timings.arrival = Clock::now();
   req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
   req->prompt_logprobs = request.sampling.prompt_logprobs;
+  req->max_new_tokens = request.stopping.max_new_tokens;
   if (req->prompt_logprobs >= 0) req->prompt = request.prompt_tokens;
   req->delivery = std::make_shared<Delivery>();
   req->delivery->sink = std::move(sink);
@@ -197,6 +199,7 @@ void Engine::FinishLocked(Request& request, EngineEvent* event) {
   event->usage.prompt_tokens = request.prompt_tokens;
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
   event->seed = request.output->seed();
+  event->max_new_tokens = request.max_new_tokens;
 }
 
 EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::Status status) {
@@ -358,7 +361,11 @@ void Engine::Loop() {
         EngineEvent event;
         event.request_id = r.id;
         event.time = step_end;
-        if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = step_end;
+        if (r.timings.first_token == Clock::time_point{}) {
+          r.timings.first_token = step_end;
+          step.finished_prompt_tokens += r.prompt_tokens;
+        }
+        ++step.generated_tokens;
         event.has_token = true;
         out.token = token->token;
         out.finished = token->finished;

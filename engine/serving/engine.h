@@ -87,6 +87,7 @@ struct EngineEvent {
   // With sampling.prompt_logprobs >= 0, on the first event that has a token: prompt tokens 1 to
   // n - 1 in order (the first prompt token has nothing before it, so no logprob).
   std::vector<PromptLogprob> prompt_logprobs;
+  int32_t max_new_tokens = 0;  // on the final event: the request's stopping.max_new_tokens
 };
 
 // Receives events on the engine thread; must not block for long.
@@ -116,6 +117,10 @@ struct StepStats {
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  // Tokens sampled this step, and the prompt tokens of requests whose first token came this step
+  // (their prefill is done): per-step token counts for smooth rate()s.
+  int32_t generated_tokens = 0;
+  int32_t finished_prompt_tokens = 0;
   double duration_seconds = 0.0;
   int64_t blocks_used = 0, blocks_total = 0;
   int32_t preemptions = 0;

@@ -63,11 +63,11 @@ def start_gateway(name, server, *extra):
 
 
 def metric(server, name):
-    """The value of an unlabelled sample in the server's /metrics."""
+    """The value of a sample in the server's /metrics with no labels but model_name."""
     with urllib.request.urlopen(server.metrics + "/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
+            if line.startswith(name + " ") or line.startswith(f'{name}{{model_name="{MODEL}"}} '):
+                return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
 
 
@@ -353,6 +353,7 @@ class PrometheusTest(unittest.TestCase):
             self.assertIn("+Inf", by_le)
             self.assertGreaterEqual(by_le["+Inf"], 3)
             self.assertEqual(result["series"][0]["metric"]["job"], "blossom")
+            self.assertEqual(result["series"][0]["metric"]["model_name"], MODEL)
         finally:
             proc.terminate()
             proc.wait(10)
