@@ -149,7 +149,7 @@ v1::ModelInfo DescribeModel(const ModelRunner& runner, const std::string& name,
   const ModelInfo& info = runner.info();
   v1::ModelInfo out;
   out.set_model_id(name);
-  out.set_model_dir(info.model_dir);
+  out.set_model_dir(BaseName(info.model_dir));  // never the server's filesystem path
   out.set_dtype(DTypeName(info.weight_dtype));
   out.set_backend(info.backend);
   out.set_tensor_parallel_size(runner.world_size());

@@ -135,11 +135,12 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   absl::optional<int64_t> top_n_tokens;
   BLOSSOM_RETURN_IF_ERROR(
       InParams(GetInt(params, "top_n_tokens", 0, kMaxTopNTokens, &top_n_tokens)));
-  absl::optional<int64_t> top_k, max_new_tokens, seed;
+  absl::optional<int64_t> top_k, max_new_tokens;
+  absl::optional<uint64_t> seed;  // TGI's seed is a u64: the whole range is accepted
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "top_k", 1, kInt32Max, &top_k)));
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "max_new_tokens", 1, kInt32Max, &max_new_tokens)));
   BLOSSOM_RETURN_IF_ERROR(
-      InParams(GetInt(params, "seed", 0, std::numeric_limits<int64_t>::max(), &seed)));
+      InParams(GetUint64(params, "seed", &seed)));
   // ignore_eos is an extension (vLLM accepts it too): benchmarks and tests need exact lengths.
   absl::optional<bool> do_sample, details, return_full_text, ignore_eos;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "ignore_eos", &ignore_eos)));
@@ -160,7 +161,7 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   if (typical_p) sampling->set_typical_p(static_cast<float>(*typical_p));
   if (repetition) sampling->set_repetition_penalty(static_cast<float>(*repetition));
   if (frequency) sampling->set_frequency_penalty(static_cast<float>(*frequency));
-  if (seed) sampling->set_seed(static_cast<uint64_t>(*seed));
+  if (seed) sampling->set_seed(*seed);
   if (max_new_tokens) stopping->set_max_new_tokens(static_cast<int32_t>(*max_new_tokens));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);

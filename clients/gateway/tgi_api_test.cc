@@ -145,6 +145,13 @@ TEST(TgiApiTest, DecoderInputDetailsAndTopNTokens) {
   EXPECT_FALSE(no_details->request.sampling().has_prompt_logprobs());
 }
 
+TEST(TgiApiTest, SeedTakesTheWholeU64Range) {
+  auto r = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"do_sample":true,"seed":18446744073709551615}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.sampling().seed(), 18446744073709551615ull);
+}
+
 TEST(TgiApiTest, Tokenize) {
   EXPECT_FALSE(ParseTokenizeRequest(R"({"inputs":3})").ok());
   auto r = ParseTokenizeRequest(R"({"inputs":"ab"})");

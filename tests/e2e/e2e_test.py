@@ -256,6 +256,7 @@ class GrpcClientTest(unittest.TestCase):
             self.assertEqual(c.health(), "SERVING")
             info = c.model_info()
             self.assertEqual(info.model_id, MODEL)
+            self.assertEqual(info.model_dir, MODEL)  # the base name, not the server's path
             self.assertEqual(info.num_heads, 4)
             r = c.generate("The server reads", max_new_tokens=8, temperature=0.0, ignore_eos=True)
             self.assertEqual(r.usage.generated_tokens, 8)
