@@ -147,6 +147,7 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
   v1::Usage* usage = out->mutable_usage();
   usage->set_prompt_tokens(final_event.usage.prompt_tokens);
   usage->set_generated_tokens(final_event.usage.generated_tokens);
+  usage->set_cached_prompt_tokens(final_event.usage.cached_prompt_tokens);
   const RequestTimings& t = final_event.timings;
   v1::Timings* timings = out->mutable_timings();
   timings->set_queue_seconds(Seconds(t.arrival, t.first_scheduled));

@@ -168,7 +168,8 @@ Json ChatTokenLogprob(const Token& token) {
 Json UsageJson(const blossom::v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.generated_tokens()},
-          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()}};
+          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens()}}}};
 }
 
 std::string Event(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }

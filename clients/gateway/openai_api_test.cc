@@ -179,7 +179,9 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
            prompt_logprobs { id: 6 text: "ay" logprob: -3.5
                              top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
       &response));
+  response.mutable_final()->mutable_usage()->set_cached_prompt_tokens(2);
   Json j = CompletionResponse(*r, response, "cmpl-1", 123);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
   const Json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(j["choices"][0]["text"], "SayHi there");
   EXPECT_EQ(lp["tokens"], Json({"S", "ay", "Hi", " there"}));

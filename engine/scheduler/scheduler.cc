@@ -171,6 +171,7 @@ StepPlan Scheduler::Schedule() {
     entry.num_new = num_new;
     entry.is_prefill = true;
     entry.sample = s->num_computed + num_new == known;
+    entry.num_cached = *hit;
     const absl::Span<const int32_t> table = blocks_.BlockTable(s->id);
     entry.block_table.assign(table.begin(), table.end());
     plan.num_prefill_tokens += num_new;

@@ -54,6 +54,7 @@ struct ScheduledSeq {
   int32_t num_new = 0;       // tokens computed this step (>= 1)
   bool is_prefill = false;   // part of a (re)prefill rather than a one-token decode
   bool sample = false;       // this chunk reaches the last known token: sample one token
+  int32_t num_cached = 0;    // on admission: leading tokens found in the prefix cache
   // A copy, covering at least num_computed + num_new tokens. Stays meaningful after a Cancel:
   // freed blocks are not handed out again before the next Schedule().
   std::vector<int32_t> block_table;

@@ -70,6 +70,7 @@ struct Engine::Request {
   RequestTimings timings;
   int32_t prompt_tokens = 0;
   int32_t max_new_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // prefix-cache hits at the first admission
   std::shared_ptr<Delivery> delivery;
   // Prompt logprobs (sampling.prompt_logprobs >= 0): the prompt, the entries computed so far
   // (sent with the first token) and the next prompt position still to score. Positions are
@@ -197,6 +198,7 @@ void Engine::FinishLocked(Request& request, EngineEvent* event) {
   request.timings.finished = event->time = Clock::now();
   event->timings = request.timings;
   event->usage.prompt_tokens = request.prompt_tokens;
+  event->usage.cached_prompt_tokens = request.cached_prompt_tokens;
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
   event->seed = request.output->seed();
   event->max_new_tokens = request.max_new_tokens;
@@ -288,8 +290,10 @@ void Engine::Loop() {
       prompt_rows_of.clear();
       for (const ScheduledSeq& s : plan.seqs) {
         auto it = requests_.find(s.id);
-        if (it != requests_.end() && it->second->timings.first_scheduled == Clock::time_point{})
+        if (it != requests_.end() && it->second->timings.first_scheduled == Clock::time_point{}) {
           it->second->timings.first_scheduled = now;
+          it->second->cached_prompt_tokens = s.num_cached;
+        }
         const bool prompt_rows = it != requests_.end() && it->second->WantsPromptRows(s);
         absl::Span<const int32_t> tokens = scheduler_->Tokens(s.id);
         batch.AddSequence(tokens.subspan(s.num_computed, s.num_new), s.num_computed,

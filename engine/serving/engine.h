@@ -63,6 +63,8 @@ struct RequestTimings {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache at the request's first admission.
+  int32_t cached_prompt_tokens = 0;
 };
 
 // The logprob of one prompt token given the tokens before it, and the top alternatives there
