@@ -78,6 +78,14 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<bool> ignore_eos;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "ignore_eos", &ignore_eos));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
+  // vLLM extensions: the matched stop string kept in the output, and the scheduling priority
+  // (lower runs first in both vLLM and Blossom).
+  absl::optional<bool> include_stop;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "include_stop_str_in_output", &include_stop));
+  if (include_stop) stopping->set_include_stop_in_output(*include_stop);
+  absl::optional<int64_t> priority;
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "priority", -kInt32Max, kInt32Max, &priority));
+  if (priority) out->request.set_priority(static_cast<int32_t>(*priority));
 
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxStop, &stop));

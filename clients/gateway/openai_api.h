@@ -9,7 +9,7 @@
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
-//   stop_token_ids.
+//   stop_token_ids, include_stop_str_in_output, priority (lower runs first).
 // - Chat has no template in BLOOM tokenizers, so messages become a prompt like this
 //   (system messages first, joined by newlines, then each turn on its own line):
 //       <system text>\n\n

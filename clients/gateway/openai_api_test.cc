@@ -51,6 +51,9 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","frequency_penalty":-2.5})", "frequency_penalty", "frequency_penalty"},
       {false, R"({"prompt":"a","logprobs":21})", "at most 20", "logprobs"},
       {false, R"({"prompt":"a","logprobs":true})", "must be an integer", "logprobs"},
+      {false, R"({"prompt":"a","priority":1.5})", "must be an integer", "priority"},
+      {false, R"({"prompt":"a","include_stop_str_in_output":1})", "must be a boolean",
+       "include_stop_str_in_output"},
       {false, R"({"prompt":"a","stream":"yes"})", "must be a boolean", "stream"},
       {false, R"({"prompt":"a","stream_options":{"include_usage":true}})", "only allowed with stream", "stream_options"},
       {false, R"({"prompt":"a","stream":true,"stream_options":{"include_usage":1}})", "must be a boolean", "stream_options.include_usage"},
@@ -91,7 +94,8 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   auto r = ParseCompletionRequest(
       R"({"model":"bloom","prompt":["Hello"],"max_tokens":7,"temperature":0.5,"top_p":0.9,
           "stop":"\n","seed":42,"presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":2,
-          "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true})");
+          "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true,
+          "priority":-3,"include_stop_str_in_output":true})");
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& req = r->request;
   EXPECT_EQ(req.text(), "Hello");
@@ -103,6 +107,8 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   EXPECT_EQ(req.sampling().logprobs(), 2);
   EXPECT_EQ(req.sampling().top_k(), 5);
   EXPECT_TRUE(req.stopping().ignore_eos());
+  EXPECT_EQ(req.priority(), -3);
+  EXPECT_TRUE(req.stopping().include_stop_in_output());
   ASSERT_EQ(req.stopping().stop_size(), 1);
   EXPECT_EQ(req.stopping().stop(0), "\n");
   EXPECT_FALSE(r->stream);
