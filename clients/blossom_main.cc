@@ -52,6 +52,8 @@ ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the 
 ABSL_FLAG(std::string, launcher, "threads",
           "generate: threads (ranks are threads) or mpi (`mpirun -np <tp> blossom generate "
           "--launcher mpi ...`: a process per rank; rank 0 prints the completion).");
+ABSL_FLAG(bool, strict_load, false,
+          "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -79,6 +81,7 @@ int RunGenerate() {
   runner_options.model_dir = model_dir;
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   runner_options.launcher = absl::GetFlag(FLAGS_launcher);
+  runner_options.strict_load = absl::GetFlag(FLAGS_strict_load);
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);

@@ -58,6 +58,8 @@ ABSL_FLAG(double, collective_timeout, 300.0,
           "--launcher mpi: seconds a rank waits for the others in one collective before the step "
           "fails (a rank that died or hangs).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
+ABSL_FLAG(bool, strict_load, false,
+          "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
@@ -137,7 +139,7 @@ v1::ModelInfo DescribeModel(const ModelRunner& runner, const std::string& name,
   const ModelInfo& info = runner.info();
   v1::ModelInfo out;
   out.set_model_id(name);
-  out.set_model_dir(info.model_dir);
+  out.set_model_dir(BaseName(info.model_dir));  // never the server's filesystem path
   out.set_dtype(DTypeName(info.weight_dtype));
   out.set_backend(info.backend);
   out.set_tensor_parallel_size(runner.world_size());
@@ -210,6 +212,7 @@ int Run() {
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
   runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  runner_options.strict_load = absl::GetFlag(FLAGS_strict_load);
   // Only rank 0 serves (--launcher mpi); the others follow it.
   auto process_rank = ModelRunner::ProcessRank(runner_options);
   if (!process_rank.ok()) return Fail(process_rank.status());
@@ -231,7 +234,7 @@ int Run() {
   }
 
   metrics::Registry registry;
-  ServerMetrics server_metrics(&registry);
+  ServerMetrics server_metrics(&registry, served_name, kVersion);
   BlossomService service(service_options, &server_metrics);
 
   // gRPC first, so health and UNAVAILABLE answers exist while the model loads.

@@ -87,6 +87,10 @@ class GenerationCall {
         ToEngineRequest(request, *service_->tokenizer(), limits_for_call());
     if (engine_request.ok()) {
       with_logprobs_ = engine_request->sampling.logprobs >= 0;
+      with_prompt_logprobs_ = engine_request->sampling.prompt_logprobs >= 0;
+      if (!engine_request->prompt_tokens.empty()) {
+        first_prompt_token_ = engine_request->prompt_tokens.front();
+      }
       auto stream = service_->engine()->Submit(
           std::move(*engine_request), [this](const EngineEvent& event) { OnEvent(event); });
       if (stream.ok()) {
@@ -146,6 +150,9 @@ class GenerationCall {
   grpc::Status final_status_;     // guarded by mutex_
   std::string outcome_ = "finished";
   bool with_logprobs_ = false;
+  // prompt_logprobs: sent once, with the first token; the engine's list starts at prompt token 1.
+  bool with_prompt_logprobs_ = false, prompt_logprobs_sent_ = false;
+  int32_t first_prompt_token_ = 0;
   Clock::time_point last_token_time_{};  // engine thread only
 };
 
@@ -182,6 +189,11 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
       }
       last_token_time_ = event.time;
       FillToken(event.token, *service_->tokenizer(), with_logprobs_, response_->add_tokens());
+    }
+    if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {
+      prompt_logprobs_sent_ = true;
+      FillPromptLogprobs(first_prompt_token_, event.prompt_logprobs, *service_->tokenizer(),
+                         response_->mutable_prompt_logprobs());
     }
     response_->mutable_text()->append(event.token.text_delta);
     if (!event.finished) return;
@@ -272,6 +284,11 @@ class StreamGenerateReactor final
       }
       last_token_time_ = event.time;
       FillToken(event.token, *service_->tokenizer(), with_logprobs_, message.mutable_token());
+    }
+    if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {
+      prompt_logprobs_sent_ = true;
+      FillPromptLogprobs(first_prompt_token_, event.prompt_logprobs, *service_->tokenizer(),
+                         message.mutable_prompt_logprobs());
     }
     message.set_text_delta(event.token.text_delta);
     if (event.finished) {

@@ -11,9 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "server/testing/in_process_server.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/util/fixture_path.h"
 
 namespace blossom {
 namespace {
@@ -38,6 +40,65 @@ v1::GenerateRequest Greedy(const std::string& text, int max_new_tokens) {
   request.mutable_stopping()->set_max_new_tokens(max_new_tokens);
   request.mutable_stopping()->set_ignore_eos(true);
   return request;
+}
+
+// prompt_logprobs over gRPC, unary and stream, against Hugging Face's log_softmax (golden.json).
+TEST(BlossomServiceTest, PromptLogprobsMatchTransformers) {
+  ServiceFixture fixture;
+  fixture.Load();
+  const nlohmann::json golden = nlohmann::json::parse(
+      ReadFileOrEmpty(FixturePath("goldens/bloom-tiny-h4/golden.json")), nullptr, false);
+  ASSERT_FALSE(golden.is_discarded());
+  const auto& item = golden["logits"][1];
+  const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+  const auto want = item["prompt_logprobs"].get<std::vector<double>>();
+  v1::GenerateRequest request = Greedy("", 3);
+  request.mutable_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  request.mutable_sampling()->set_prompt_logprobs(2);
+  auto check = [&](const google::protobuf::RepeatedPtrField<v1::Token>& got) {
+    ASSERT_EQ(got.size(), static_cast<int>(ids.size()));
+    EXPECT_EQ(got[0].id(), ids[0]);
+    EXPECT_FALSE(got[0].has_logprob());  // nothing precedes the first token
+    EXPECT_EQ(got[0].top_logprobs_size(), 0);
+    for (size_t p = 1; p < ids.size(); ++p) {
+      EXPECT_EQ(got[p].id(), ids[p]);
+      ASSERT_TRUE(got[p].has_logprob());
+      EXPECT_NEAR(got[p].logprob(), want[p - 1], 2e-4) << "position " << p;
+      EXPECT_EQ(got[p].top_logprobs_size(), 2);
+      EXPECT_EQ(got[p].text(), fixture.tokenizer().Decode({ids[p]}));
+    }
+  };
+  grpc::ClientContext unary_context;
+  v1::GenerateResponse unary;
+  ASSERT_TRUE(fixture.stub().Generate(&unary_context, request, &unary).ok());
+  check(unary.prompt_logprobs());
+
+  grpc::ClientContext stream_context;
+  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  v1::GenerateStreamResponse message;
+  int messages_with_prompt_logprobs = 0, tokens_before = 0;
+  while (reader->Read(&message)) {
+    if (message.prompt_logprobs_size() > 0) {
+      ++messages_with_prompt_logprobs;
+      EXPECT_EQ(tokens_before, 0) << "sent with the first token";
+      check(message.prompt_logprobs());
+    }
+    tokens_before += message.has_token();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(messages_with_prompt_logprobs, 1);
+
+  // Not requested: none; out of range: INVALID_ARGUMENT naming the field.
+  grpc::ClientContext plain_context, bad_context;
+  v1::GenerateResponse plain, bad;
+  request.mutable_sampling()->clear_prompt_logprobs();
+  ASSERT_TRUE(fixture.stub().Generate(&plain_context, request, &plain).ok());
+  EXPECT_EQ(plain.prompt_logprobs_size(), 0);
+  request.mutable_sampling()->set_prompt_logprobs(21);
+  grpc::Status status = fixture.stub().Generate(&bad_context, request, &bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("prompt_logprobs"), std::string::npos)
+      << status.error_message();
 }
 
 TEST(BlossomServiceTest, UnavailableWhileLoading) {
@@ -103,9 +164,11 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   EXPECT_EQ(finals, 1);
   EXPECT_TRUE(fixture.WaitForIdle());
   const std::string rendered = fixture.registry().Render();
-  EXPECT_NE(rendered.find("blossom_time_to_first_token_seconds_count 4"), std::string::npos)
-      << rendered;
-  EXPECT_NE(rendered.find("blossom_generation_tokens_total 36"), std::string::npos) << rendered;
+  for (const char* line :
+       {"blossom_time_to_first_token_seconds_count{model_name=\"bloom-tiny-h4\"} 4",
+        "blossom_generation_tokens_total{model_name=\"bloom-tiny-h4\"} 36"}) {
+    EXPECT_NE(rendered.find(line), std::string::npos) << line << "\n" << rendered;
+  }
 }
 
 TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {

@@ -83,6 +83,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
     sp.logprobs = s.logprobs();
   }
+  if (s.has_prompt_logprobs()) {
+    if (s.prompt_logprobs() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.prompt_logprobs must be in [0, ",
+                                                     kMaxLogprobs, "], got ",
+                                                     s.prompt_logprobs()));
+    }
+    sp.prompt_logprobs = s.prompt_logprobs();
+  }
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;
@@ -122,6 +130,21 @@ void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_lo
   }
 }
 
+void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogprob>& scored,
+                        const Tokenizer& tokenizer,
+                        google::protobuf::RepeatedPtrField<v1::Token>* out) {
+  v1::Token* first = out->Add();
+  first->set_id(first_prompt_token);
+  first->set_text(Utf8Lossy(tokenizer.DecodedBytes(first_prompt_token, false)));
+  for (const PromptLogprob& p : scored) {
+    TokenEvent token;
+    token.token = p.token;
+    token.logprob = p.logprob;
+    token.top_logprobs = p.top;
+    FillToken(token, tokenizer, /*with_logprobs=*/true, out->Add());
+  }
+}
+
 void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id,
                    v1::FinalInfo* out) {
   out->set_finish_reason(ToProtoFinishReason(final_event.finish_reason));
@@ -131,6 +154,7 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
   v1::Usage* usage = out->mutable_usage();
   usage->set_prompt_tokens(final_event.usage.prompt_tokens);
   usage->set_generated_tokens(final_event.usage.generated_tokens);
+  usage->set_cached_prompt_tokens(final_event.usage.cached_prompt_tokens);
   const RequestTimings& t = final_event.timings;
   v1::Timings* timings = out->mutable_timings();
   timings->set_queue_seconds(Seconds(t.arrival, t.first_scheduled));

@@ -42,6 +42,12 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason);
 void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_logprobs,
                v1::Token* out);
 
+// GenerateResponse.prompt_logprobs: the first prompt token without a logprob, then the engine's
+// scored prompt tokens.
+void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogprob>& scored,
+                        const Tokenizer& tokenizer,
+                        google::protobuf::RepeatedPtrField<v1::Token>* out);
+
 // Usage, timings and finish reason of a final engine event.
 void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id,
                    v1::FinalInfo* out);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
+
+#include "server/metrics/process_metrics.h"
 
 namespace blossom {
 namespace {
@@ -17,114 +20,166 @@ std::vector<double> TokenCountBuckets() { return metrics::ExponentialBuckets(1.0
 
 }  // namespace
 
-ServerMetrics::ServerMetrics(metrics::Registry* registry)
-    : registry_(registry),
+// Every series carries model_name first (vLLM's convention), then its own labels.
+std::vector<std::string> ServerMetrics::Labels(std::vector<std::string> rest) {
+  rest.insert(rest.begin(), "model_name");
+  return rest;
+}
+
+ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name,
+                             std::string version)
+    : model_(std::move(model_name)),
+      registry_(registry),
       ttft_(registry->AddHistogram("blossom_time_to_first_token_seconds",
-                                   "Arrival to first generated token.", LatencyBuckets())),
+                                   "Arrival to first generated token.", LatencyBuckets(),
+                                   Labels())),
       itl_(registry->AddHistogram("blossom_inter_token_latency_seconds",
                                   "Time between consecutive tokens of a request.",
-                                  metrics::ExponentialBuckets(0.0005, 2.0, 16))),
+                                  metrics::ExponentialBuckets(0.0005, 2.0, 16), Labels())),
       e2e_(registry->AddHistogram("blossom_e2e_request_latency_seconds",
-                                  "Arrival to final response.", LatencyBuckets())),
+                                  "Arrival to final response.", LatencyBuckets(), Labels())),
       queue_(registry->AddHistogram("blossom_request_queue_time_seconds",
-                                    "Arrival to first scheduling.", LatencyBuckets())),
-      step_(registry->AddHistogram("blossom_step_duration_seconds",
-                                   "Duration of one engine step, by phase.",
-                                   metrics::ExponentialBuckets(0.0005, 2.0, 16), {"phase"})),
-      batch_size_(registry->AddHistogram("blossom_batch_size",
-                                         "Sequences in one engine step.", TokenCountBuckets())),
+                                    "Arrival to first scheduling.", LatencyBuckets(), Labels())),
+      step_(registry->AddHistogram(
+          "blossom_step_duration_seconds", "Duration of one engine step, by phase.",
+          metrics::ExponentialBuckets(0.0005, 2.0, 16), Labels({"phase"}))),
+      batch_size_(registry->AddHistogram("blossom_batch_size", "Sequences in one engine step.",
+                                         TokenCountBuckets(), Labels())),
       prompt_len_(registry->AddHistogram("blossom_request_prompt_tokens",
-                                         "Prompt length of finished requests.",
-                                         TokenCountBuckets())),
+                                         "Prompt length of finished requests.", TokenCountBuckets(),
+                                         Labels())),
       output_len_(registry->AddHistogram("blossom_request_generated_tokens",
                                          "Generated tokens of finished requests.",
-                                         TokenCountBuckets())),
-      running_(registry->AddGauge("blossom_num_requests_running", "Sequences being computed.")),
-      waiting_(registry->AddGauge("blossom_num_requests_waiting", "Sequences in the queue.")),
+                                         TokenCountBuckets(), Labels())),
+      running_(registry->AddGauge("blossom_num_requests_running", "Sequences being computed.",
+                                  Labels())),
+      waiting_(
+          registry->AddGauge("blossom_num_requests_waiting", "Sequences in the queue.", Labels())),
       kv_usage_(registry->AddGauge("blossom_kv_cache_usage_ratio",
-                                   "Fraction of KV blocks in use (0-1).")),
-      kv_blocks_used_(registry->AddGauge("blossom_kv_cache_blocks_used", "KV blocks in use.")),
-      prompt_tokens_(registry->AddCounter("blossom_prompt_tokens_total",
-                                          "Prompt tokens of finished requests.")),
+                                   "Fraction of KV blocks in use (0-1).", Labels())),
+      kv_blocks_used_(
+          registry->AddGauge("blossom_kv_cache_blocks_used", "KV blocks in use.", Labels())),
+      prompt_tokens_(registry->AddCounter(
+          "blossom_prompt_tokens_total",
+          "Prompt tokens of requests whose prefill finished (counted at their first token).",
+          Labels())),
       generated_tokens_(registry->AddCounter("blossom_generation_tokens_total",
-                                             "Generated tokens of finished requests.")),
+                                             "Generated tokens (counted every step).", Labels())),
       preemptions_(registry->AddCounter("blossom_preemptions_total",
-                                        "Sequences preempted (by recompute).")),
-      prefix_queries_(registry->AddCounter("blossom_prefix_cache_queries_total",
-                                           "Prompt tokens looked up in the prefix cache.")),
-      prefix_hits_(registry->AddCounter("blossom_prefix_cache_hits_total",
-                                        "Prompt tokens found in the prefix cache.")),
+                                        "Sequences preempted (by recompute).", Labels())),
+      prefix_queries_(registry->AddCounter(
+          "blossom_prefix_cache_queries_total",
+          "Deprecated alias of blossom_prefix_cache_query_tokens_total.", Labels())),
+      prefix_hits_(registry->AddCounter(
+          "blossom_prefix_cache_hits_total",
+          "Deprecated alias of blossom_prefix_cache_hit_tokens_total.", Labels())),
       requests_(registry->AddCounter("blossom_requests_total", "Requests by outcome.",
-                                     {"outcome"})),
-      steps_(registry->AddCounter("blossom_steps_total", "Engine steps by phase.", {"phase"})) {
+                                     Labels({"outcome"}))),
+      steps_(
+          registry->AddCounter("blossom_steps_total", "Engine steps by phase.", Labels({"phase"}))),
+      prefill_time_(registry->AddHistogram("blossom_request_prefill_time_seconds",
+                                           "First scheduling to first token (the prefill).",
+                                           LatencyBuckets(), Labels())),
+      decode_time_(registry->AddHistogram("blossom_request_decode_time_seconds",
+                                          "First token to the last (the decode phase).",
+                                          LatencyBuckets(), Labels())),
+      max_tokens_(registry->AddHistogram("blossom_request_max_tokens",
+                                         "The max_new_tokens each request asked for.",
+                                         TokenCountBuckets(), Labels())),
+      prefix_query_tokens_(registry->AddCounter("blossom_prefix_cache_query_tokens_total",
+                                                "Prompt tokens looked up in the prefix cache.",
+                                                Labels())),
+      prefix_hit_tokens_(registry->AddCounter("blossom_prefix_cache_hit_tokens_total",
+                                              "Prompt tokens found in the prefix cache.",
+                                              Labels())) {
+  metrics::RegisterProcessMetrics(registry);
+  metrics::RegisterBuildInfo(registry, "blossom_build_info",
+                             "The running server: version and served model (value 1).",
+                             {{"model_name", model_}, {"version", version}});
   // Create the zero-valued children up front so dashboards see them before the first request.
-  for (const char* outcome : {"finished", "cancelled", "error"}) requests_.Get({outcome});
+  for (const char* outcome : {"finished", "cancelled", "error"}) requests_.Get({model_, outcome});
   for (const char* phase : {"prefill", "decode", "mixed"}) {
-    step_.Get({phase});
-    steps_.Get({phase});
+    step_.Get({model_, phase});
+    steps_.Get({model_, phase});
   }
-  for (auto* family : {&ttft_, &itl_, &e2e_, &queue_, &batch_size_, &prompt_len_, &output_len_}) {
-    family->Get({});
+  for (auto* family : {&ttft_, &itl_, &e2e_, &queue_, &batch_size_, &prompt_len_, &output_len_,
+                       &prefill_time_, &decode_time_, &max_tokens_}) {
+    family->Get({model_});
   }
-  for (auto* family : {&running_, &waiting_, &kv_usage_, &kv_blocks_used_}) family->Get({});
+  for (auto* family : {&running_, &waiting_, &kv_usage_, &kv_blocks_used_}) family->Get({model_});
   for (auto* family : {&prompt_tokens_, &generated_tokens_, &preemptions_, &prefix_queries_,
-                       &prefix_hits_}) {
-    family->Get({});
+                       &prefix_hits_, &prefix_query_tokens_, &prefix_hit_tokens_}) {
+    family->Get({model_});
   }
 }
 
 void ServerMetrics::OnStep(const StepStats& step) {
-  const char* phase = step.prefill_tokens > 0 ? (step.decode_tokens > 0 ? "mixed" : "prefill")
-                                              : "decode";
-  step_.Get({phase}).Observe(step.duration_seconds);
-  steps_.Get({phase}).Increment();
-  batch_size_.Get({}).Observe(step.batch_size);
-  running_.Get({}).Set(static_cast<double>(step.running));
-  waiting_.Get({}).Set(static_cast<double>(step.waiting));
-  kv_blocks_used_.Get({}).Set(static_cast<double>(step.blocks_used));
-  kv_usage_.Get({}).Set(step.blocks_total > 0 ? static_cast<double>(step.blocks_used) /
-                                                    static_cast<double>(step.blocks_total)
-                                              : 0.0);
+  const char* phase =
+      step.prefill_tokens > 0 ? (step.decode_tokens > 0 ? "mixed" : "prefill") : "decode";
+  step_.Get({model_, phase}).Observe(step.duration_seconds);
+  steps_.Get({model_, phase}).Increment();
+  batch_size_.Get({model_}).Observe(step.batch_size);
+  // Token counters advance every step (not at request end), so rate() over them is smooth.
+  if (step.finished_prompt_tokens > 0) {
+    prompt_tokens_.Get({model_}).Increment(step.finished_prompt_tokens);
+  }
+  if (step.generated_tokens > 0) generated_tokens_.Get({model_}).Increment(step.generated_tokens);
+  running_.Get({model_}).Set(static_cast<double>(step.running));
+  waiting_.Get({model_}).Set(static_cast<double>(step.waiting));
+  kv_blocks_used_.Get({model_}).Set(static_cast<double>(step.blocks_used));
+  kv_usage_.Get({model_}).Set(step.blocks_total > 0 ? static_cast<double>(step.blocks_used) /
+                                                          static_cast<double>(step.blocks_total)
+                                                    : 0.0);
 }
 
 void ServerMetrics::UpdateSchedulerTotals(const SchedulerStats& stats) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto advance = [](metrics::Family<metrics::Counter>& counter, int64_t now, int64_t before) {
-    if (now > before) counter.Get({}).Increment(static_cast<double>(now - before));
+  auto advance = [this](metrics::Family<metrics::Counter>& counter, int64_t now, int64_t before) {
+    if (now > before) counter.Get({model_}).Increment(static_cast<double>(now - before));
   };
   advance(preemptions_, stats.num_preemptions, last_totals_.num_preemptions);
   advance(prefix_queries_, stats.prefix_cache_queries_tokens,
           last_totals_.prefix_cache_queries_tokens);
   advance(prefix_hits_, stats.prefix_cache_hit_tokens, last_totals_.prefix_cache_hit_tokens);
-  running_.Get({}).Set(static_cast<double>(stats.running));
-  waiting_.Get({}).Set(static_cast<double>(stats.waiting));
-  kv_blocks_used_.Get({}).Set(static_cast<double>(stats.blocks_used));
-  kv_usage_.Get({}).Set(stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used) /
-                                                     static_cast<double>(stats.blocks_total)
-                                               : 0.0);
+  advance(prefix_query_tokens_, stats.prefix_cache_queries_tokens,
+          last_totals_.prefix_cache_queries_tokens);
+  advance(prefix_hit_tokens_, stats.prefix_cache_hit_tokens, last_totals_.prefix_cache_hit_tokens);
+  running_.Get({model_}).Set(static_cast<double>(stats.running));
+  waiting_.Get({model_}).Set(static_cast<double>(stats.waiting));
+  kv_blocks_used_.Get({model_}).Set(static_cast<double>(stats.blocks_used));
+  kv_usage_.Get({model_}).Set(stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used) /
+                                                           static_cast<double>(stats.blocks_total)
+                                                     : 0.0);
   last_totals_ = stats;
 }
 
 void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
   const RequestTimings& t = final_event.timings;
   const double ttft = Seconds(t.arrival, t.first_token);
-  if (ttft >= 0) ttft_.Get({}).Observe(ttft);
+  if (ttft >= 0) ttft_.Get({model_}).Observe(ttft);
   const double queue = Seconds(t.arrival, t.first_scheduled);
-  if (queue >= 0) queue_.Get({}).Observe(queue);
+  if (queue >= 0) queue_.Get({model_}).Observe(queue);
   const double e2e = Seconds(t.arrival, t.finished);
-  if (e2e >= 0) e2e_.Get({}).Observe(e2e);
-  prompt_tokens_.Get({}).Increment(final_event.usage.prompt_tokens);
-  generated_tokens_.Get({}).Increment(final_event.usage.generated_tokens);
-  prompt_len_.Get({}).Observe(final_event.usage.prompt_tokens);
-  output_len_.Get({}).Observe(final_event.usage.generated_tokens);
+  if (e2e >= 0) e2e_.Get({model_}).Observe(e2e);
+  const double prefill = Seconds(t.first_scheduled, t.first_token);
+  if (prefill >= 0) prefill_time_.Get({model_}).Observe(prefill);
+  const double decode = Seconds(t.first_token, t.finished);
+  if (decode >= 0) decode_time_.Get({model_}).Observe(decode);
+  if (final_event.max_new_tokens > 0) max_tokens_.Get({model_}).Observe(final_event.max_new_tokens);
+  prompt_len_.Get({model_}).Observe(final_event.usage.prompt_tokens);
+  output_len_.Get({model_}).Observe(final_event.usage.generated_tokens);
   const char* outcome = final_event.finish_reason == FinishReason::kCancelled ? "cancelled"
                         : final_event.finish_reason == FinishReason::kError   ? "error"
                                                                               : "finished";
-  requests_.Get({outcome}).Increment();
+  requests_.Get({model_, outcome}).Increment();
 }
 
-void ServerMetrics::ObserveInterTokenLatency(double seconds) { itl_.Get({}).Observe(seconds); }
+void ServerMetrics::ObserveInterTokenLatency(double seconds) {
+  itl_.Get({model_}).Observe(seconds);
+}
 
-void ServerMetrics::CountRequest(const std::string& outcome) { requests_.Get({outcome}).Increment(); }
+void ServerMetrics::CountRequest(const std::string& outcome) {
+  requests_.Get({model_, outcome}).Increment();
+}
 
 }  // namespace blossom

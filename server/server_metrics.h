@@ -2,7 +2,9 @@
 // and what the gRPC edge sees per request (latencies, outcomes).
 //
 // Names follow the vLLM/TGI conventions in ../shared/reference/serving.md, under the
-// `blossom_` prefix. Counters that mirror cumulative scheduler statistics (preemptions,
+// `blossom_` prefix, each with a model_name label (vLLM's convention). Token counters advance
+// every step; prefix-cache counters count tokens (the old *_queries_total / *_hits_total names
+// are kept as aliases). Counters that mirror cumulative scheduler statistics (preemptions,
 // prefix-cache queries and hits) are advanced by the difference since the previous step, so
 // they stay monotonic even though the scheduler only exposes totals.
 //
@@ -22,7 +24,10 @@ namespace blossom {
 
 class ServerMetrics : public EngineObserver {
  public:
-  explicit ServerMetrics(metrics::Registry* registry);
+  // Every blossom_ series is labelled model_name="<model_name>"; also registers the process_*
+  // metrics and blossom_build_info{model_name, version} on `registry`.
+  explicit ServerMetrics(metrics::Registry* registry, std::string model_name = "",
+                         std::string version = "");
 
   // Engine thread.
   void OnStep(const StepStats& step) override;
@@ -39,6 +44,9 @@ class ServerMetrics : public EngineObserver {
   metrics::Registry* registry() const { return registry_; }
 
  private:
+  static std::vector<std::string> Labels(std::vector<std::string> rest = {});
+
+  const std::string model_;  // first: the families' label lists are built from it
   metrics::Registry* registry_;
   metrics::Family<metrics::Histogram>& ttft_;
   metrics::Family<metrics::Histogram>& itl_;
@@ -59,6 +67,11 @@ class ServerMetrics : public EngineObserver {
   metrics::Family<metrics::Counter>& prefix_hits_;
   metrics::Family<metrics::Counter>& requests_;
   metrics::Family<metrics::Counter>& steps_;
+  metrics::Family<metrics::Histogram>& prefill_time_;
+  metrics::Family<metrics::Histogram>& decode_time_;
+  metrics::Family<metrics::Histogram>& max_tokens_;
+  metrics::Family<metrics::Counter>& prefix_query_tokens_;  // prefix_queries_/_hits_: old names
+  metrics::Family<metrics::Counter>& prefix_hit_tokens_;
 
   std::mutex mutex_;
   SchedulerStats last_totals_;  // guarded by mutex_

@@ -1,6 +1,7 @@
 #include "server/server_metrics.h"
 
 #include "gtest/gtest.h"
+#include "server/metrics/promtool_test_util.h"
 
 namespace blossom {
 namespace {
@@ -11,17 +12,30 @@ bool Contains(const std::string& text, const std::string& needle) {
 
 TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
   metrics::Registry registry;
-  ServerMetrics server_metrics(&registry);
+  ServerMetrics server_metrics(&registry, "m", "9.9");
   const std::string text = registry.Render();
   for (const char* line :
-       {"blossom_time_to_first_token_seconds_count 0", "blossom_inter_token_latency_seconds_count 0",
-        "blossom_e2e_request_latency_seconds_count 0", "blossom_request_queue_time_seconds_count 0",
-        "blossom_batch_size_count 0", "blossom_num_requests_running 0",
-        "blossom_num_requests_waiting 0", "blossom_kv_cache_usage_ratio 0",
-        "blossom_prompt_tokens_total 0", "blossom_generation_tokens_total 0",
-        "blossom_preemptions_total 0", "blossom_prefix_cache_queries_total 0",
-        "blossom_prefix_cache_hits_total 0", "blossom_requests_total{outcome=\"finished\"} 0",
-        "blossom_step_duration_seconds_count{phase=\"decode\"} 0"}) {
+       {"blossom_time_to_first_token_seconds_count{model_name=\"m\"} 0",
+        "blossom_inter_token_latency_seconds_count{model_name=\"m\"} 0",
+        "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 0",
+        "blossom_request_queue_time_seconds_count{model_name=\"m\"} 0",
+        "blossom_batch_size_count{model_name=\"m\"} 0",
+        "blossom_num_requests_running{model_name=\"m\"} 0",
+        "blossom_num_requests_waiting{model_name=\"m\"} 0",
+        "blossom_kv_cache_usage_ratio{model_name=\"m\"} 0",
+        "blossom_prompt_tokens_total{model_name=\"m\"} 0",
+        "blossom_generation_tokens_total{model_name=\"m\"} 0",
+        "blossom_preemptions_total{model_name=\"m\"} 0",
+        "blossom_prefix_cache_queries_total{model_name=\"m\"} 0",
+        "blossom_prefix_cache_hits_total{model_name=\"m\"} 0",
+        "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 0",
+        "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 0",
+        "blossom_prefix_cache_query_tokens_total{model_name=\"m\"} 0",
+        "blossom_request_prefill_time_seconds_count{model_name=\"m\"} 0",
+        "blossom_build_info{model_name=\"m\",version=\"9.9\"} 1",
+        "# TYPE process_cpu_seconds_total counter",
+        "process_resident_memory_bytes ",
+        "process_open_fds "}) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
   }
   EXPECT_TRUE(registry.errors().empty());
@@ -29,7 +43,7 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
 
 TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   metrics::Registry registry;
-  ServerMetrics server_metrics(&registry);
+  ServerMetrics server_metrics(&registry, "m", "9.9");
   StepStats step;
   step.batch_size = 3;
   step.prefill_tokens = 10;
@@ -39,8 +53,14 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   step.blocks_total = 20;
   step.running = 3;
   step.waiting = 1;
+  step.generated_tokens = 3;
+  step.finished_prompt_tokens = 14;
   server_metrics.OnStep(step);
+  // Counted per step, not at request end: already visible before any request finished.
+  EXPECT_TRUE(Contains(registry.Render(), "blossom_generation_tokens_total{model_name=\"m\"} 3"));
   step.prefill_tokens = 0;
+  step.generated_tokens = 5;
+  step.finished_prompt_tokens = 0;
   server_metrics.OnStep(step);
 
   EngineEvent final_event;
@@ -48,6 +68,7 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   final_event.finish_reason = FinishReason::kLength;
   final_event.usage.prompt_tokens = 7;
   final_event.usage.generated_tokens = 4;
+  final_event.max_new_tokens = 16;
   const Clock::time_point t0 = Clock::now();
   final_event.timings.arrival = t0;
   final_event.timings.first_scheduled = t0 + std::chrono::milliseconds(2);
@@ -74,20 +95,49 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
 
   const std::string text = registry.Render();
   for (const char* line :
-       {"blossom_step_duration_seconds_count{phase=\"mixed\"} 1",
-        "blossom_step_duration_seconds_count{phase=\"decode\"} 1",
-        "blossom_steps_total{phase=\"prefill\"} 0", "blossom_batch_size_count 2",
-        "blossom_kv_cache_usage_ratio 0.25", "blossom_num_requests_running 3",
-        "blossom_time_to_first_token_seconds_count 1",
-        "blossom_time_to_first_token_seconds_sum 0.03",
-        "blossom_e2e_request_latency_seconds_count 2", "blossom_prompt_tokens_total 14",
-        "blossom_generation_tokens_total 8", "blossom_requests_total{outcome=\"finished\"} 1",
-        "blossom_requests_total{outcome=\"cancelled\"} 1",
-        "blossom_requests_total{outcome=\"resource_exhausted\"} 1",
-        "blossom_inter_token_latency_seconds_count 1", "blossom_preemptions_total 5",
-        "blossom_prefix_cache_queries_total 100", "blossom_prefix_cache_hits_total 40"}) {
+       {"blossom_step_duration_seconds_count{model_name=\"m\",phase=\"mixed\"} 1",
+        "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 1",
+        "blossom_steps_total{model_name=\"m\",phase=\"prefill\"} 0",
+        "blossom_batch_size_count{model_name=\"m\"} 2",
+        "blossom_kv_cache_usage_ratio{model_name=\"m\"} 0.25",
+        "blossom_num_requests_running{model_name=\"m\"} 3",
+        "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 1",
+        "blossom_time_to_first_token_seconds_sum{model_name=\"m\"} 0.03",
+        "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 2",
+        "blossom_prompt_tokens_total{model_name=\"m\"} 14",
+        "blossom_generation_tokens_total{model_name=\"m\"} 8",
+        "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 1",
+        "blossom_requests_total{model_name=\"m\",outcome=\"cancelled\"} 1",
+        "blossom_requests_total{model_name=\"m\",outcome=\"resource_exhausted\"} 1",
+        "blossom_inter_token_latency_seconds_count{model_name=\"m\"} 1",
+        "blossom_preemptions_total{model_name=\"m\"} 5",
+        "blossom_prefix_cache_queries_total{model_name=\"m\"} 100",
+        "blossom_prefix_cache_hits_total{model_name=\"m\"} 40",
+        "blossom_prefix_cache_query_tokens_total{model_name=\"m\"} 100",
+        "blossom_prefix_cache_hit_tokens_total{model_name=\"m\"} 40",
+        "blossom_request_prefill_time_seconds_count{model_name=\"m\"} 1",
+        "blossom_request_prefill_time_seconds_sum{model_name=\"m\"} 0.028",
+        "blossom_request_decode_time_seconds_sum{model_name=\"m\"} 0.06",
+        "blossom_request_max_tokens_count{model_name=\"m\"} 2",
+        "blossom_request_max_tokens_sum{model_name=\"m\"} 32"}) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
   }
+}
+
+// What a server exposes (every series with model_name, process metrics, build info) passes
+// promtool's lint.
+TEST(ServerMetricsTest, ExpositionPassesPromtool) {
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry, "bloom-tiny-h4", "0.1.0");
+  StepStats step;
+  step.generated_tokens = 2;
+  server_metrics.OnStep(step);
+  const std::string text = registry.Render();
+  std::string out;
+  const int rc = metrics::RunPromtool(text, &out);
+  if (rc == -1) GTEST_SKIP() << "promtool not installed (Debian: apt-get install prometheus)";
+  EXPECT_EQ(rc, 0) << out << "\n--- input ---\n" << text;
+  EXPECT_EQ(out, "");
 }
 
 }  // namespace

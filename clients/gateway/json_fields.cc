@@ -70,6 +70,18 @@ absl::Status GetInt(const Json& obj, const char* field, int64_t min, int64_t max
   return absl::OkStatus();
 }
 
+absl::Status GetUint64(const Json& obj, const char* field, absl::optional<uint64_t>* out) {
+  out->reset();
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer()) return FieldError(field, "must be an integer");
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) {
+    return FieldError(field, "must be at least 0");
+  }
+  *out = it->get<uint64_t>();
+  return absl::OkStatus();
+}
+
 absl::Status GetBool(const Json& obj, const char* field, absl::optional<bool>* out) {
   out->reset();
   auto it = obj.find(field);

@@ -38,6 +38,8 @@ std::string Dump(const Json& json);
 absl::Status GetNumber(const Json& obj, const char* field, absl::optional<double>* out);
 absl::Status GetInt(const Json& obj, const char* field, int64_t min, int64_t max,
                     absl::optional<int64_t>* out);
+// Any integer in [0, 2^64 - 1] (seeds: TGI's is a u64).
+absl::Status GetUint64(const Json& obj, const char* field, absl::optional<uint64_t>* out);
 absl::Status GetBool(const Json& obj, const char* field, absl::optional<bool>* out);
 absl::Status GetString(const Json& obj, const char* field, absl::optional<std::string>* out);
 // A string or an array of strings (at most max_items, none empty).

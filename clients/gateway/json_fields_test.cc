@@ -21,6 +21,13 @@ TEST(JsonFieldsTest, TypedGettersNameTheField) {
   EXPECT_EQ(s.message(), "f: must be an integer");
   EXPECT_EQ(ParamOf(GetInt(obj, "big", 0, 10, &i)), "big");
   EXPECT_EQ(GetInt(obj, "i", 6, 10, &i).message(), "i: must be at least 6");
+  absl::optional<uint64_t> u;
+  EXPECT_TRUE(GetUint64(obj, "big", &u).ok());
+  EXPECT_EQ(*u, 18446744073709551615ull);
+  EXPECT_TRUE(GetUint64(obj, "i", &u).ok());
+  EXPECT_EQ(*u, 5u);
+  EXPECT_EQ(GetUint64(Json::parse(R"({"s":-1})"), "s", &u).message(), "s: must be at least 0");
+  EXPECT_EQ(GetUint64(obj, "f", &u).message(), "f: must be an integer");
   absl::optional<double> f;
   EXPECT_TRUE(GetNumber(obj, "i", &f).ok());  // integers are numbers
   EXPECT_EQ(*f, 5.0);

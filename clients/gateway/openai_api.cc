@@ -80,6 +80,14 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<bool> ignore_eos;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "ignore_eos", &ignore_eos));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
+  // vLLM extensions: the matched stop string kept in the output, and the scheduling priority
+  // (lower runs first in both vLLM and Blossom).
+  absl::optional<bool> include_stop;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "include_stop_str_in_output", &include_stop));
+  if (include_stop) stopping->set_include_stop_in_output(*include_stop);
+  absl::optional<int64_t> priority;
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "priority", -kInt32Max, kInt32Max, &priority));
+  if (priority) out->request.set_priority(static_cast<int32_t>(*priority));
 
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxStopSequences, &stop));
@@ -170,7 +178,8 @@ Json ChatTokenLogprob(const Token& token) {
 Json UsageJson(const blossom::v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.generated_tokens()},
-          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()}};
+          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens()}}}};
 }
 
 std::string Event(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
@@ -185,7 +194,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
   absl::optional<bool> echo;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "echo", &echo));
-  if (echo.value_or(false)) return Unsupported("echo", "echo");
+  out.echo = echo.value_or(false);
+  if (out.echo && out.stream) return Unsupported("echo", "echo with stream=true");
   absl::optional<int64_t> best_of, logprobs;
   BLOSSOM_RETURN_IF_ERROR(GetInt(json, "best_of", 1, kInt32Max, &best_of));
   if (best_of && *best_of != 1) return FieldError("best_of", "only best_of=1 is supported");
@@ -198,6 +208,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     out.top_logprobs = static_cast<int>(*logprobs);
     out.request.mutable_sampling()->set_logprobs(static_cast<int32_t>(*logprobs));
   }
+  // The echoed prompt tokens' texts (a token-id prompt has no text) and logprobs.
+  if (out.echo) out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
   return out;
 }
 
@@ -316,10 +328,26 @@ Json CompletionResponse(const CompletionRequest& request,
               {"finish_reason", finish}};
   } else {
     Json logprobs = nullptr;
+    std::string prompt_text;
+    if (request.echo) {
+      if (request.request.has_text()) {
+        prompt_text = request.request.text();
+      } else {
+        for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
+      }
+    }
     if (request.logprobs) {
       Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
            offsets = Json::array();
       size_t offset = 0;
+      // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
+      for (const Token& t : response.prompt_logprobs()) {
+        tokens.push_back(t.text());
+        token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
+        top.push_back(t.has_logprob() ? TopLogprobsMap(t) : Json(nullptr));
+        offsets.push_back(offset);
+        offset += t.text().size();
+      }
       for (const Token& t : response.tokens()) {
         tokens.push_back(t.text());
         token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
@@ -332,7 +360,10 @@ Json CompletionResponse(const CompletionRequest& request,
                   {"top_logprobs", top},
                   {"text_offset", offsets}};
     }
-    choice = {{"index", 0}, {"text", response.text()}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    choice = {{"index", 0},
+              {"text", prompt_text + response.text()},
+              {"logprobs", logprobs},
+              {"finish_reason", finish}};
   }
   return {{"id", id},
           {"object", request.chat ? "chat.completion" : "text_completion"},

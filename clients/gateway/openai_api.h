@@ -3,10 +3,13 @@
 //
 // Decisions (documented for clients):
 // - Unknown fields are ignored (as OpenAI and vLLM do); known fields are strictly typed.
-// - Unsupported features are a 400 naming the field: n != 1, best_of != 1, echo=true, suffix,
-//   logit_bias, tools, non-text content parts, response_format other than text.
+// - Unsupported features are a 400 naming the field: n != 1, best_of != 1, echo with stream,
+//   suffix, logit_bias, tools, non-text content parts, response_format other than text.
+// - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
+//   completion; with logprobs the prompt tokens come first in every logprobs list, the first
+//   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
-//   stop_token_ids.
+//   stop_token_ids, include_stop_str_in_output, priority (lower runs first).
 // - Chat has no template in BLOOM tokenizers, so messages become a prompt like this
 //   (system messages first, joined by newlines, then each turn on its own line):
 //       <system text>\n\n
@@ -36,6 +39,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // completions: logprobs given; chat: logprobs=true
   int top_logprobs = 0;
+  // completions: echo=true puts the prompt before the completion, in text and (with logprobs)
+  // in the logprobs lists, the first prompt token's logprob null (OpenAI, vLLM).
+  bool echo = false;
 };
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);

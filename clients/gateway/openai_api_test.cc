@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/gateway/api_errors.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace blossom::gateway::openai {
@@ -43,7 +44,7 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","top_p":1.1})", "top_p", "top_p"},
       {false, R"({"prompt":"a","n":2})", "only n=1", "n"},
       {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
-      {false, R"({"prompt":"a","echo":true})", "echo is not supported", "echo"},
+      {false, R"({"prompt":"a","echo":true,"stream":true})", "echo with stream=true", "echo"},
       {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
       {false, R"({"prompt":"a","stop":["a","b","c","d","e"]})", "at most 4", "stop"},
       {false, R"({"prompt":"a","stop":[""]})", "must not be empty", "stop"},
@@ -51,6 +52,9 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","frequency_penalty":-2.5})", "frequency_penalty", "frequency_penalty"},
       {false, R"({"prompt":"a","logprobs":21})", "at most 20", "logprobs"},
       {false, R"({"prompt":"a","logprobs":true})", "must be an integer", "logprobs"},
+      {false, R"({"prompt":"a","priority":1.5})", "must be an integer", "priority"},
+      {false, R"({"prompt":"a","include_stop_str_in_output":1})", "must be a boolean",
+       "include_stop_str_in_output"},
       {false, R"({"prompt":"a","stream":"yes"})", "must be a boolean", "stream"},
       {false, R"({"prompt":"a","stream_options":{"include_usage":true}})", "only allowed with stream", "stream_options"},
       {false, R"({"prompt":"a","stream":true,"stream_options":{"include_usage":1}})", "must be a boolean", "stream_options.include_usage"},
@@ -94,7 +98,8 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   auto r = ParseCompletionRequest(
       R"({"model":"bloom","prompt":["Hello"],"max_tokens":7,"temperature":0.5,"top_p":0.9,
           "stop":"\n","seed":42,"presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":2,
-          "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true})");
+          "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true,
+          "priority":-3,"include_stop_str_in_output":true})");
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& req = r->request;
   EXPECT_EQ(req.text(), "Hello");
@@ -106,6 +111,8 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   EXPECT_EQ(req.sampling().logprobs(), 2);
   EXPECT_EQ(req.sampling().top_k(), 5);
   EXPECT_TRUE(req.stopping().ignore_eos());
+  EXPECT_EQ(req.priority(), -3);
+  EXPECT_TRUE(req.stopping().include_stop_in_output());
   ASSERT_EQ(req.stopping().stop_size(), 1);
   EXPECT_EQ(req.stopping().stop(0), "\n");
   EXPECT_FALSE(r->stream);
@@ -167,6 +174,43 @@ TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json({0, 2}));
   EXPECT_DOUBLE_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1][" there"].get<double>(), -1.0);
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
+}
+
+// echo + logprobs, as lm-evaluation-harness sends them for loglikelihood requests: prompt tokens
+// first in every list, the first one null.
+TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
+  auto r = ParseCompletionRequest(R"({"prompt":"Say","echo":true,"logprobs":1,"max_tokens":2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->echo);
+  EXPECT_EQ(r->request.sampling().prompt_logprobs(), 1);
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5
+                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
+      &response));
+  response.mutable_final()->mutable_usage()->set_cached_prompt_tokens(2);
+  Json j = CompletionResponse(*r, response, "cmpl-1", 123);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  const Json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(j["choices"][0]["text"], "SayHi there");
+  EXPECT_EQ(lp["tokens"], Json({"S", "ay", "Hi", " there"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(lp["token_logprobs"][1].get<double>(), -3.5);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(lp["top_logprobs"][1]["ee"].get<double>(), -0.5);
+  EXPECT_EQ(lp["text_offset"], Json({0, 1, 3, 5}));
+  // A token-id prompt has no text: the echoed prompt is its tokens' texts.
+  auto ids = ParseCompletionRequest(R"({"prompt":[5,6],"echo":true})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->request.sampling().prompt_logprobs(), 0);
+  Json k = CompletionResponse(*ids, response, "cmpl-2", 123);
+  EXPECT_EQ(k["choices"][0]["text"], "SayHi there");
+  EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
+  // Without echo nothing asks for prompt logprobs.
+  auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->request.sampling().has_prompt_logprobs());
 }
 
 TEST(OpenAIApiTest, EncodesChatResponse) {

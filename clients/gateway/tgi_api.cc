@@ -40,6 +40,39 @@ Json TokenJson(const Token& token, bool special) {
           {"special", special}};
 }
 
+// The server's logprobs cap (SamplingParams: kMaxLogprobs).
+constexpr int kMaxTopNTokens = 20;
+
+// TGI's details.prefill: every prompt token, the first one's logprob null.
+Json PrefillJson(const blossom::v1::GenerateResponse& response) {
+  Json prefill = Json::array();
+  for (const Token& t : response.prompt_logprobs()) {
+    prefill.push_back({{"id", t.id()},
+                       {"text", t.text()},
+                       {"logprob", t.has_logprob() ? Json(t.logprob()) : Json(nullptr)}});
+  }
+  return prefill;
+}
+
+// One token's top_n_tokens alternatives, most likely first (TGI's top_tokens entry).
+Json TopTokenJson(const Token& token) {
+  Json top = Json::array();
+  for (const auto& t : token.top_logprobs()) {
+    top.push_back({{"id", t.token_id()}, {"text", t.token()}, {"logprob", t.logprob()},
+                   {"special", false}});
+  }
+  return top;
+}
+
+// details.top_tokens: one list per generated token; empty without top_n_tokens.
+Json TopTokensJson(const GenerateRequest& request,
+                   const google::protobuf::RepeatedPtrField<Token>& tokens) {
+  Json all = Json::array();
+  if (request.top_n_tokens <= 0) return all;
+  for (const Token& t : tokens) all.push_back(TopTokenJson(t));
+  return all;
+}
+
 // TGI reports a seed only when sampling (greedy decoding uses none).
 Json SeedJson(const GenerateRequest& request, uint64_t seed) {
   const auto& sampling = request.request.sampling();
@@ -77,8 +110,7 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   auto* sampling = out.request.mutable_sampling();
   auto* stopping = out.request.mutable_stopping();
 
-  for (const char* field : {"decoder_input_details", "watermark", "truncate", "top_n_tokens",
-                            "grammar", "adapter_id"}) {
+  for (const char* field : {"watermark", "truncate", "grammar", "adapter_id"}) {
     BLOSSOM_RETURN_IF_ERROR(RejectIfSet(params, field));
   }
   absl::optional<int64_t> best_of;
@@ -97,11 +129,18 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
       InParams(CheckRange("repetition_penalty", repetition, 0, true, 100, false)));
   BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "frequency_penalty", &frequency)));
   BLOSSOM_RETURN_IF_ERROR(InParams(CheckRange("frequency_penalty", frequency, -2, false, 2, false)));
-  absl::optional<int64_t> top_k, max_new_tokens, seed;
+  absl::optional<bool> decoder_input_details;
+  BLOSSOM_RETURN_IF_ERROR(
+      InParams(GetBool(params, "decoder_input_details", &decoder_input_details)));
+  absl::optional<int64_t> top_n_tokens;
+  BLOSSOM_RETURN_IF_ERROR(
+      InParams(GetInt(params, "top_n_tokens", 0, kMaxTopNTokens, &top_n_tokens)));
+  absl::optional<int64_t> top_k, max_new_tokens;
+  absl::optional<uint64_t> seed;  // TGI's seed is a u64: the whole range is accepted
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "top_k", 1, kInt32Max, &top_k)));
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "max_new_tokens", 1, kInt32Max, &max_new_tokens)));
   BLOSSOM_RETURN_IF_ERROR(
-      InParams(GetInt(params, "seed", 0, std::numeric_limits<int64_t>::max(), &seed)));
+      InParams(GetUint64(params, "seed", &seed)));
   // ignore_eos is an extension (vLLM accepts it too): benchmarks and tests need exact lengths.
   absl::optional<bool> do_sample, details, return_full_text, ignore_eos;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "ignore_eos", &ignore_eos)));
@@ -122,12 +161,17 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   if (typical_p) sampling->set_typical_p(static_cast<float>(*typical_p));
   if (repetition) sampling->set_repetition_penalty(static_cast<float>(*repetition));
   if (frequency) sampling->set_frequency_penalty(static_cast<float>(*frequency));
-  if (seed) sampling->set_seed(static_cast<uint64_t>(*seed));
+  if (seed) sampling->set_seed(*seed);
   if (max_new_tokens) stopping->set_max_new_tokens(static_cast<int32_t>(*max_new_tokens));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
   out.details = details.value_or(false);
   if (out.details) sampling->set_logprobs(0);  // details carry each token's logprob
+  out.top_n_tokens = static_cast<int>(top_n_tokens.value_or(0));
+  if (out.top_n_tokens > 0) sampling->set_logprobs(out.top_n_tokens);
+  // As TGI: the prefill list is part of details, so it needs details=true to be seen.
+  out.decoder_input_details = decoder_input_details.value_or(false) && out.details;
+  if (out.decoder_input_details) sampling->set_prompt_logprobs(0);
   out.return_full_text = return_full_text.value_or(false);
   return out;
 }
@@ -146,9 +190,9 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
     out["details"] = {{"finish_reason", FinishReasonString(final.finish_reason())},
                       {"generated_tokens", final.usage().generated_tokens()},
                       {"seed", SeedJson(request, final.seed())},
-                      {"prefill", Json::array()},
+                      {"prefill", PrefillJson(response)},
                       {"tokens", tokens},
-                      {"top_tokens", Json::array()}};
+                      {"top_tokens", TopTokensJson(request, response.tokens())}};
   }
   return out;
 }
@@ -165,7 +209,9 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
     // A final message without a token still needs a token in TGI's event shape.
     token = {{"id", 0}, {"text", ""}, {"logprob", nullptr}, {"special", true}};
   }
-  Json event = {{"index", index_++}, {"token", token}, {"top_tokens", nullptr},
+  Json top_tokens = nullptr;
+  if (request_.top_n_tokens > 0 && message.has_token()) top_tokens = TopTokenJson(message.token());
+  Json event = {{"index", index_++}, {"token", token}, {"top_tokens", top_tokens},
                 {"generated_text", nullptr}, {"details", nullptr}};
   if (final) {
     event["generated_text"] = request_.return_full_text ? request_.inputs + text_ : text_;

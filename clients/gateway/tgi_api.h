@@ -2,8 +2,10 @@
 // validation (TGI's rules: temperature > 0, top_k > 0, top_p and typical_p in (0, 1),
 // repetition_penalty > 0, max_new_tokens >= 1, at most 4 stop sequences) and response encoding.
 // Sampling is on when do_sample is true or any of temperature/top_k/top_p/typical_p is given;
-// otherwise decoding is greedy (TGI's default). Unsupported: decoder_input_details, watermark,
-// truncate, best_of > 1, top_n_tokens > 0, grammar, adapter_id (all 422 naming the field).
+// otherwise decoding is greedy (TGI's default). decoder_input_details (with details) fills
+// details.prefill with the prompt tokens' logprobs (the first null); top_n_tokens (<= 20) fills
+// details.top_tokens and each stream event's top_tokens. Unsupported: watermark, truncate,
+// best_of > 1, grammar, adapter_id (all 422 naming the field).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 
@@ -21,6 +23,8 @@ struct GenerateRequest {
   std::string inputs;
   bool details = false;
   bool return_full_text = false;
+  bool decoder_input_details = false;  // details.prefill: the prompt tokens with logprobs
+  int top_n_tokens = 0;                // details.top_tokens / each stream event's top_tokens
 };
 
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body);

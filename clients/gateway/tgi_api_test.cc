@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "clients/gateway/api_errors.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace blossom::gateway::tgi {
@@ -43,7 +44,8 @@ TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
       {R"({"inputs":"a","parameters":{"seed":-1}})", "at least 0", "parameters.seed"},
       {R"({"inputs":"a","parameters":{"do_sample":"true"}})", "must be a boolean", "parameters.do_sample"},
       {R"({"inputs":"a","parameters":{"stop":["a","b","c","d","e"]}})", "at most 4", "parameters.stop"},
-      {R"({"inputs":"a","parameters":{"decoder_input_details":true}})", "not supported", "parameters.decoder_input_details"},
+      {R"({"inputs":"a","parameters":{"decoder_input_details":1}})", "must be a boolean", "parameters.decoder_input_details"},
+      {R"({"inputs":"a","parameters":{"top_n_tokens":21}})", "at most 20", "parameters.top_n_tokens"},
       {R"({"inputs":"a","parameters":{"watermark":true}})", "not supported", "parameters.watermark"},
       {R"({"inputs":"a","parameters":{"best_of":2}})", "best_of", "parameters.best_of"},
       {R"({"inputs":"a","parameters":{"truncate":10}})", "not supported", "parameters.truncate"},
@@ -117,6 +119,51 @@ TEST(TgiApiTest, EncodesResponseAndStream) {
   EXPECT_EQ(j2["generated_text"], "Say hi");
   EXPECT_EQ(j2["token"]["special"], true);
   EXPECT_EQ(j2["details"]["finish_reason"], "length");
+}
+
+TEST(TgiApiTest, DecoderInputDetailsAndTopNTokens) {
+  auto r = ParseGenerateRequest(
+      R"({"inputs":"Say","parameters":{"details":true,"decoder_input_details":true,"top_n_tokens":2}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.sampling().prompt_logprobs(), 0);
+  EXPECT_EQ(r->request.sampling().logprobs(), 2);
+  // A response in text proto form: one generated token with one alternative, two prompt tokens.
+  blossom::v1::GenerateResponse response;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(text: " hi"
+           tokens { id: 9 text: " hi" logprob: -0.25
+                    top_logprobs { token_id: 9 token: " hi" logprob: -0.25 } }
+           prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -2.0 })pb",
+      &response));
+  const blossom::v1::Token* t = &response.tokens(0);
+  Json j = GenerateResponse(*r, response);
+  const Json& prefill = j["details"]["prefill"];
+  ASSERT_EQ(prefill.size(), 2u);
+  EXPECT_EQ(prefill[0]["id"], 5);
+  EXPECT_TRUE(prefill[0]["logprob"].is_null());
+  EXPECT_EQ(prefill[1]["text"], "ay");
+  EXPECT_DOUBLE_EQ(prefill[1]["logprob"].get<double>(), -2.0);
+  ASSERT_EQ(j["details"]["top_tokens"].size(), 1u);
+  EXPECT_EQ(j["details"]["top_tokens"][0][0]["id"], 9);
+  EXPECT_DOUBLE_EQ(j["details"]["top_tokens"][0][0]["logprob"].get<double>(), -0.25);
+
+  StreamEncoder encoder(*r);
+  blossom::v1::GenerateStreamResponse m1;
+  *m1.mutable_token() = *t;
+  Json j1 = Json::parse(encoder.OnMessage(m1).substr(5));
+  EXPECT_EQ(j1["top_tokens"][0]["text"], " hi");
+  // decoder_input_details without details asks for nothing (TGI shows prefill only in details).
+  auto no_details = ParseGenerateRequest(R"({"inputs":"Say","parameters":{"decoder_input_details":true}})");
+  ASSERT_TRUE(no_details.ok());
+  EXPECT_FALSE(no_details->request.sampling().has_prompt_logprobs());
+}
+
+TEST(TgiApiTest, SeedTakesTheWholeU64Range) {
+  auto r = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"do_sample":true,"seed":18446744073709551615}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.sampling().seed(), 18446744073709551615ull);
 }
 
 TEST(TgiApiTest, Tokenize) {

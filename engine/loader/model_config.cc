@@ -151,6 +151,10 @@ absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
     }
     config.apply_residual_connection_post_layernorm = b->get<bool>();
   }
+  if (const json* b = FindOptional(root, "tie_word_embeddings")) {
+    if (!b->is_boolean()) return WrongType(src, "tie_word_embeddings", "a boolean", *b);
+    config.tie_word_embeddings = b->get<bool>();
+  }
   for (auto [field, out] : {std::make_pair("bos_token_id", &config.bos_token_id),
                             std::make_pair("eos_token_id", &config.eos_token_id),
                             std::make_pair("pad_token_id", &config.pad_token_id)}) {

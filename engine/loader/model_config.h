@@ -26,6 +26,9 @@ struct BloomConfig {
   int64_t n_head = 0;
   double layer_norm_epsilon = 1e-5;
   bool apply_residual_connection_post_layernorm = false;
+  // HF's default (PretrainedConfig): the LM head is the word embedding matrix. false: the
+  // checkpoint must carry its own lm_head.weight.
+  bool tie_word_embeddings = true;
   int32_t bos_token_id = 1;
   int32_t eos_token_id = 2;
   int32_t pad_token_id = 3;

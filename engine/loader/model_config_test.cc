@@ -65,6 +65,19 @@ TEST(ModelConfigTest, ParsesBloom560m) {
   EXPECT_EQ(config->eos_token_id, 2);
   EXPECT_EQ(config->pad_token_id, 3);
   EXPECT_EQ(config->torch_dtype, "float16");
+  EXPECT_TRUE(config->tie_word_embeddings);  // absent: HF's default, tied
+}
+
+TEST(ModelConfigTest, ParsesTieWordEmbeddings) {
+  absl::StatusOr<BloomConfig> config = ParseBloomConfig(
+      R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+          "tie_word_embeddings": false})",
+      "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->tie_word_embeddings);
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "tie_word_embeddings": "false"})"),
+              AllOf(HasSubstr("'tie_word_embeddings'"), HasSubstr("must be a boolean")));
 }
 
 TEST(ModelConfigTest, ParsesAlternativeSpellingsAndDefaults) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/loader/progress_bar.h"
 #include "engine/model/alibi.h"
+#include "engine/model/bloom_tensor_names.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -150,7 +151,9 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   model->vocab_begin_ = vocab.begin;
   model->vocab_local_ = vocab.size();
   model->vocab_local_max_ = SliceForRank(config.vocab_size, 0, world).size();
-  absl::Status s = model->LoadWeights(*checkpoint);
+  absl::Status s = CheckUnexpectedTensors(*checkpoint, options.strict_load, /*log=*/rank == 0);
+  if (!s.ok()) return s;
+  s = model->LoadWeights(*checkpoint);
   if (!s.ok()) return s;
   model->checkpoint_ = std::move(checkpoint);
 
@@ -252,11 +255,24 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.bias", {h}, &emb_ln_beta_));
   BLOSSOM_RETURN_IF_ERROR(whole("ln_f.weight", {h}, &ln_f_gamma_));
   BLOSSOM_RETURN_IF_ERROR(whole("ln_f.bias", {h}, &ln_f_beta_));
-  if (ckpt.Has("lm_head.weight")) {
-    // BLOOM ties the LM head to the embeddings; an explicit copy must agree in shape. It is not
-    // loaded (the tied embedding is used), exactly as Hugging Face ties it on load.
-    absl::StatusOr<Tensor> lm_head = ckpt.Get("lm_head.weight", {v, h});
-    if (!lm_head.ok()) return lm_head.status();
+  if (!config_.tie_word_embeddings) {
+    // An untied head is its own matrix; serving the embeddings instead would silently change
+    // every logit, so a config that unties it without the tensor is an error.
+    if (!ckpt.Has("lm_head.weight")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt.model_dir(), ": config.json sets tie_word_embeddings: false but the checkpoint "
+          "has no 'lm_head.weight' (the untied LM head)"));
+    }
+    BLOSSOM_RETURN_IF_ERROR(rows("lm_head.weight", {v, h}, vocab_begin_,
+                                 vocab_begin_ + vocab_local_, &lm_head_));
+  } else {
+    if (ckpt.Has("lm_head.weight")) {
+      // Tied: an explicit copy must agree in shape. It is not loaded (the embedding is used),
+      // exactly as Hugging Face ties it on load.
+      absl::StatusOr<Tensor> lm_head = ckpt.Get("lm_head.weight", {v, h});
+      if (!lm_head.ok()) return lm_head.status();
+    }
+    lm_head_ = word_embeddings_;
   }
   layers_.resize(config_.n_layer);
   for (int64_t i = 0; i < config_.n_layer; ++i) {
@@ -507,7 +523,7 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
   }
   if (R == 0) return absl::OkStatus();
 
-  // Final layer norm and the tied LM head, only for the rows whose logits are wanted.
+  // Final layer norm and the LM head (tied or not), only for the rows whose logits are wanted.
   absl::StatusOr<Tensor> rows = upload(b.logit_rows, w.logit_rows, {R});
   if (!rows.ok()) return rows.status();
   Tensor gathered(w.gathered.tensor.data, w.gathered.tensor.dtype, {R, H}, w.gathered.tensor.device);
@@ -517,7 +533,7 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
                       w.logits_local.tensor.device);
   BLOSSOM_RETURN_IF_ERROR(backend_->GatherRows(hidden, *rows, gathered));
   BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(gathered, ln_f_gamma_, ln_f_beta_, eps, none, gathered_ln));
-  BLOSSOM_RETURN_IF_ERROR(backend_->Linear(gathered_ln, word_embeddings_, none, Activation::kNone, logits_local));
+  BLOSSOM_RETURN_IF_ERROR(backend_->Linear(gathered_ln, lm_head_, none, Activation::kNone, logits_local));
   if (world == 1) {
     if (logits == nullptr) return backend_->Synchronize();
     return backend_->CopyToHost(logits_local, logits);

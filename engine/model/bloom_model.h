@@ -10,7 +10,8 @@
 // the matching input slices of the attention-out and MLP-out projections (row parallel, bias
 // added once after the all-reduce) and a vocabulary slice of the tied embedding / LM head
 // (balanced: the first vocab_size % world ranks hold one row more, so any vocabulary size
-// works). Every rank runs the same steps; logits are all-gathered so every rank can see the full
+// works); an untied LM head (tie_word_embeddings: false, its own lm_head.weight) is split the
+// same way. Every rank runs the same steps; logits are all-gathered so every rank can see the full
 // row. Weights are views of (or, for column slices, copies of) this rank's slices only.
 //
 // Thread-safety: Forward is called by one thread at a time (the engine thread). Config and
@@ -74,6 +75,9 @@ struct ModelLoadOptions {
   // Touch every weight page once at load (with a progress bar on a terminal), so load time is
   // measured honestly and the first request does not pay for page faults.
   bool prefetch = true;
+  // Refuse a checkpoint holding tensors the model does not use (otherwise each is logged by
+  // name, once, by rank 0).
+  bool strict_load = false;
 };
 
 struct ModelInfo {
@@ -146,6 +150,7 @@ class BloomModel {
   int64_t vocab_local_max_ = 0;  // the largest rank's slice: the AllGather stride
 
   Tensor word_embeddings_, emb_ln_gamma_, emb_ln_beta_, ln_f_gamma_, ln_f_beta_;
+  Tensor lm_head_;  // this rank's vocabulary rows: word_embeddings_ when tied
   std::vector<LayerWeights> layers_;
   std::vector<OwnedTensor> owned_weights_;        // device copies (non-zero-copy backends)
   std::vector<std::vector<char>> host_slices_;    // row-parallel slices copied on the host

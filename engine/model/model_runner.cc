@@ -371,7 +371,8 @@ class MultiRankRunner : public ModelRunner {
 
   // Creates every rank's backend (on its thread), then the group, then loads the model slices.
   absl::Status Load(std::shared_ptr<const Checkpoint> checkpoint, double open_seconds,
-                    const BackendFactory& make_backend, const GroupFactory& make_group) {
+                    const BackendFactory& make_backend, const GroupFactory& make_group,
+                    bool strict_load) {
     BLOSSOM_RETURN_IF_ERROR(RunOnAllRanks(/*collective=*/false, [&](int r) -> absl::Status {
       BLOSSOM_ASSIGN_OR_RETURN(ranks_[r].backend, make_backend(r));
       return absl::OkStatus();
@@ -384,6 +385,7 @@ class MultiRankRunner : public ModelRunner {
       Rank& rank = ranks_[r];
       ModelLoadOptions options;
       options.prefetch = false;  // the shared mapping was prefetched once by Create
+      options.strict_load = strict_load;
       BLOSSOM_ASSIGN_OR_RETURN(rank.model, BloomModel::Load(checkpoint, rank.backend.get(),
                                                             group_->communicator(r), options));
       return absl::OkStatus();
@@ -939,6 +941,7 @@ class MpiRunner : public ModelRunner {
     }
     ModelLoadOptions load;
     load.prefetch = false;  // done above
+    load.strict_load = options.strict_load;
     BLOSSOM_ASSIGN_OR_RETURN(model_, BloomModel::Load(checkpoint, backend_.get(), communicator,
                                                       load));
     return absl::OkStatus();
@@ -1118,6 +1121,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(0));
     ModelLoadOptions load;
     load.prefetch = false;
+    load.strict_load = options.strict_load;
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
                              BloomModel::Load(checkpoint, backend.get(), nullptr, load));
     LogWeights(model->info());
@@ -1126,7 +1130,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
         std::move(backend), std::move(model), raw, open_seconds, options.gpu_memory_fraction));
   }
   auto runner = std::make_unique<MultiRankRunner>(tp, options.gpu_memory_fraction);
-  BLOSSOM_RETURN_IF_ERROR(runner->Load(checkpoint, open_seconds, make_backend, make_group));
+  BLOSSOM_RETURN_IF_ERROR(runner->Load(checkpoint, open_seconds, make_backend, make_group,
+                                       options.strict_load));
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -58,6 +58,8 @@ struct ModelRunnerOptions {
   int tensor_parallel_size = 1;
   int threads_per_rank = 0;  // 0 = hardware threads / tp
   bool prefetch = true;
+  // Refuse checkpoints with tensors a BLOOM model does not use (ModelLoadOptions::strict_load).
+  bool strict_load = false;
   // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
   // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
   double gpu_memory_fraction = 0.90;

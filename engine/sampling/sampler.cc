@@ -218,6 +218,13 @@ class SamplerImpl {
  public:
   using Candidate = SamplerScratch::Candidate;
 
+  static SampleResult RunRawLogprobs(absl::Span<const float> raw, int32_t token, int32_t n) {
+    SampleResult r;
+    r.token = token;
+    Logprobs(raw, n, r);
+    return r;
+  }
+
   static absl::StatusOr<SampleResult> RunSample(absl::Span<const float> logits,
                                                 const SamplingParams& params,
                                                 const SamplingContext& ctx, RequestRng& rng,
@@ -737,6 +744,18 @@ absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(absl::Span<co
                                                                    const SamplingContext& ctx,
                                                                    SamplerScratch& scratch) {
   return SamplerImpl::RunDistribution(logits, params, ctx, scratch);
+}
+
+absl::StatusOr<SampleResult> RawLogprobs(absl::Span<const float> logits, int32_t token,
+                                         int32_t top_n) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RawLogprobs: token ", token, " outside [0, ", logits.size(), ")"));
+  }
+  for (float v : logits) {
+    if (std::isnan(v) || v == kInf) return absl::InternalError("RawLogprobs: NaN or +inf logit");
+  }
+  return SamplerImpl::RunRawLogprobs(logits, token, std::max(0, top_n));
 }
 
 }  // namespace blossom

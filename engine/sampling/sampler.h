@@ -143,6 +143,13 @@ absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const Sampli
                                     const SamplingContext& ctx, RequestRng& rng,
                                     SamplerScratch& scratch);
 
+// The raw log-softmax of `token` in `logits` and the top_n most likely tokens, exactly as
+// Sample() reports logprobs (SampleResult::logprob and ::top; no sampling parameter applies).
+// For prompt logprobs: the row at prompt position p scored against the prompt token p + 1.
+// InvalidArgument for a token outside the row, Internal for a NaN or +inf logit.
+absl::StatusOr<SampleResult> RawLogprobs(absl::Span<const float> logits, int32_t token,
+                                         int32_t top_n);
+
 // The distribution Sample() draws from after steps 1-8: the tokens with nonzero probability, by
 // ascending id, probabilities summing to 1 (greedy: the argmax with probability 1). Same errors as
 // Sample(). For tests, debugging and callers that draw several tokens from one row.

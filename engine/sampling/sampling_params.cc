@@ -86,6 +86,10 @@ absl::Status Validate(const SamplingParams& p, int32_t vocab_size) {
     return OutOfRange("logprobs", absl::StrCat("in [-1, ", kMaxLogprobs, "] (-1 = none)"),
                       int64_t{p.logprobs});
   }
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxLogprobs) {
+    return OutOfRange("prompt_logprobs", absl::StrCat("in [-1, ", kMaxLogprobs, "] (-1 = none)"),
+                      int64_t{p.prompt_logprobs});
+  }
   return absl::OkStatus();
 }
 

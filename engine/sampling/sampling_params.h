@@ -52,6 +52,10 @@ struct SamplingParams {
   absl::optional<uint64_t> seed;
   // -1 = no logprobs; 0 = the chosen token's only; n = the chosen token's plus the top n tokens.
   int32_t logprobs = -1;
+  // The same for every prompt token after the first (vLLM's prompt_logprobs; what evaluation
+  // harnesses score): -1 = none. The request then computes its whole prompt (no prefix-cache
+  // hits), since a cached position has no logits.
+  int32_t prompt_logprobs = -1;
 };
 
 // When generation ends. Plain value type; not validated on construction: call Validate().

@@ -43,6 +43,7 @@ std::vector<SamplingCase> SamplingCases() {
       {"presence_high", [](SamplingParams& p) { p.presence_penalty = 2.0f; }, ""},
       {"logprobs_zero", [](SamplingParams& p) { p.logprobs = 0; }, ""},
       {"logprobs_max", [](SamplingParams& p) { p.logprobs = kMaxLogprobs; }, ""},
+      {"prompt_logprobs_max", [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs; }, ""},
       {"seed_max", [](SamplingParams& p) { p.seed = ~uint64_t{0}; }, ""},
       // Invalid values: each must name its field.
       {"temperature_negative", [](SamplingParams& p) { p.temperature = -0.1f; }, "temperature"},
@@ -83,6 +84,8 @@ std::vector<SamplingCase> SamplingCases() {
       {"presence_inf", [](SamplingParams& p) { p.presence_penalty = kInf; }, "presence_penalty"},
       {"logprobs_minus_two", [](SamplingParams& p) { p.logprobs = -2; }, "logprobs"},
       {"logprobs_above_max", [](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }, "logprobs"},
+      {"prompt_logprobs_above_max",
+       [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }, "prompt_logprobs"},
   };
 }
 

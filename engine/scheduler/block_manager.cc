@@ -85,14 +85,16 @@ BlockManager::PrefixMatch BlockManager::MatchPrefix(absl::Span<const int32_t> to
   return match;
 }
 
-int32_t BlockManager::CachedPrefixLength(absl::Span<const int32_t> tokens) const {
-  const int32_t max_blocks = MaxMatchableBlocks(static_cast<int32_t>(tokens.size()));
+int32_t BlockManager::CachedPrefixLength(absl::Span<const int32_t> tokens, bool use_cache) const {
+  const int32_t max_blocks =
+      use_cache ? MaxMatchableBlocks(static_cast<int32_t>(tokens.size())) : 0;
   if (max_blocks == 0) return 0;
   return static_cast<int32_t>(MatchPrefix(tokens, max_blocks).blocks.size()) * block_size_;
 }
 
 absl::StatusOr<int32_t> BlockManager::AllocatePrompt(SeqId id, absl::Span<const int32_t> tokens,
-                                                     int32_t num_tokens_to_allocate) {
+                                                     int32_t num_tokens_to_allocate,
+                                                     bool use_cache) {
   if (tokens.empty()) return absl::InvalidArgumentError("AllocatePrompt: empty token list");
   if (num_tokens_to_allocate < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -103,7 +105,7 @@ absl::StatusOr<int32_t> BlockManager::AllocatePrompt(SeqId id, absl::Span<const 
         absl::StrCat("AllocatePrompt: sequence ", id, " already has a block table"));
   }
   const int32_t num_tokens = static_cast<int32_t>(tokens.size());
-  const int32_t max_blocks = MaxMatchableBlocks(num_tokens);
+  const int32_t max_blocks = use_cache ? MaxMatchableBlocks(num_tokens) : 0;
   PrefixMatch match;
   if (max_blocks > 0) match = MatchPrefix(tokens, max_blocks);
   const int32_t num_hit = static_cast<int32_t>(match.blocks.size());

@@ -91,7 +91,8 @@ class BlockManager {
   // Number of leading tokens of `tokens` whose KV AllocatePrompt would find in the cache right
   // now: whole blocks only, and never all of `tokens` (the last token is always computed so that
   // its logits exist). Read-only: changes no state and no stats.
-  int32_t CachedPrefixLength(absl::Span<const int32_t> tokens) const;
+  // use_cache = false: 0 (a sequence that must compute every position, e.g. for prompt logprobs).
+  int32_t CachedPrefixLength(absl::Span<const int32_t> tokens, bool use_cache = true) const;
 
   // Creates the block table of `id`: references the longest cached prefix of full blocks of
   // `tokens` (as CachedPrefixLength) and allocates fresh blocks so the table covers
@@ -99,8 +100,10 @@ class BlockManager {
   // skips computing them). All-or-nothing: ResourceExhausted (no change at all) if there are not
   // enough free blocks; AlreadyExists if `id` already has a table; InvalidArgument if `tokens` is
   // empty or num_tokens_to_allocate < 1.
+  // use_cache = false: no cached prefix is referenced (all blocks fresh; the sequence's full
+  // blocks are still registered for others once computed).
   absl::StatusOr<int32_t> AllocatePrompt(SeqId id, absl::Span<const int32_t> tokens,
-                                         int32_t num_tokens_to_allocate);
+                                         int32_t num_tokens_to_allocate, bool use_cache = true);
 
   // Whether the table of `id` can grow to hold new_total_tokens (true if it already does).
   bool CanAppend(SeqId id, int32_t new_total_tokens) const;

@@ -85,6 +85,7 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   seq->num_prompt = static_cast<int32_t>(prompt);
   seq->max_new_tokens = spec.max_new_tokens;
   seq->priority = spec.priority;
+  seq->skip_prefix_cache = spec.skip_prefix_cache;
   seq->arrival = next_arrival_++;
   seq->queue_order = seq->arrival;
   Sequence* s = seq.get();
@@ -149,13 +150,14 @@ StepPlan Scheduler::Schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* s = seqs_.find(std::get<2>(*waiting_.begin()))->second.get();
     const int32_t known = static_cast<int32_t>(s->tokens.size());
-    const int32_t cached = blocks_.CachedPrefixLength(s->tokens);
+    const int32_t cached = blocks_.CachedPrefixLength(s->tokens, !s->skip_prefix_cache);
     int32_t num_new = known - cached;
     if (num_new > budget) {
       if (!config_.enable_chunked_prefill) break;  // strict FCFS: the head waits, nobody passes
       num_new = budget;
     }
-    absl::StatusOr<int32_t> hit = blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new);
+    absl::StatusOr<int32_t> hit =
+        blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new, !s->skip_prefix_cache);
     if (!hit.ok()) break;  // not enough free blocks: wait for running sequences to finish
     num_new = std::min(num_new, known - *hit);  // *hit == cached: nothing changed in between
     EraseWaiting(s);
@@ -169,6 +171,7 @@ StepPlan Scheduler::Schedule() {
     entry.num_new = num_new;
     entry.is_prefill = true;
     entry.sample = s->num_computed + num_new == known;
+    entry.num_cached = *hit;
     const absl::Span<const int32_t> table = blocks_.BlockTable(s->id);
     entry.block_table.assign(table.begin(), table.end());
     plan.num_prefill_tokens += num_new;

@@ -42,6 +42,8 @@ struct SequenceSpec {
   std::vector<int32_t> prompt_tokens;
   int32_t max_new_tokens = 0;
   int32_t priority = 0;  // lower runs first; FCFS within a priority
+  // Compute every prompt position (no prefix-cache hits): the caller wants all prompt logits.
+  bool skip_prefix_cache = false;
 };
 
 // One sequence's work in a step: compute tokens [num_computed, num_computed + num_new) of
@@ -52,6 +54,7 @@ struct ScheduledSeq {
   int32_t num_new = 0;       // tokens computed this step (>= 1)
   bool is_prefill = false;   // part of a (re)prefill rather than a one-token decode
   bool sample = false;       // this chunk reaches the last known token: sample one token
+  int32_t num_cached = 0;    // on admission: leading tokens found in the prefix cache
   // A copy, covering at least num_computed + num_new tokens. Stays meaningful after a Cancel:
   // freed blocks are not handed out again before the next Schedule().
   std::vector<int32_t> block_table;
@@ -167,6 +170,7 @@ class Scheduler {
     int32_t num_computed = 0;
     int32_t prefill_len = 0;  // tokens.size() when last admitted: below it we are prefilling
     bool running = false;
+    bool skip_prefix_cache = false;
   };
   // (priority, queue_order, id): std::set gives the waiting order and O(log n) cancel.
   using WaitKey = std::tuple<int32_t, int64_t, SeqId>;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/sampler.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -68,7 +69,24 @@ struct Engine::Request {
   std::unique_ptr<SequenceOutput> output;
   RequestTimings timings;
   int32_t prompt_tokens = 0;
+  int32_t max_new_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // prefix-cache hits at the first admission
   std::shared_ptr<Delivery> delivery;
+  // Prompt logprobs (sampling.prompt_logprobs >= 0): the prompt, the entries computed so far
+  // (sent with the first token) and the next prompt position still to score. Positions are
+  // scored once, so a recompute after preemption does not repeat them.
+  int32_t prompt_logprobs = -1;
+  std::vector<int32_t> prompt;
+  std::vector<PromptLogprob> prompt_lp;
+  int32_t prompt_lp_next = 1;
+  bool prompt_lp_sent = false;
+
+  // Whether this step's chunk [num_computed, num_computed + num_new) holds prompt positions
+  // whose logits score a prompt token not yet scored.
+  bool WantsPromptRows(const ScheduledSeq& s) const {
+    return prompt_logprobs >= 0 && prompt_lp_next < prompt_tokens &&
+           s.num_computed + s.num_new > prompt_lp_next - 1 && s.num_computed < prompt_tokens - 1;
+  }
 };
 
 namespace {
@@ -130,6 +148,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   auto req = std::make_unique<Request>();
   req->timings.arrival = Clock::now();
   req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
+  req->prompt_logprobs = request.sampling.prompt_logprobs;
+  req->max_new_tokens = request.stopping.max_new_tokens;
+  if (req->prompt_logprobs >= 0) req->prompt = request.prompt_tokens;
   req->delivery = std::make_shared<Delivery>();
   req->delivery->sink = std::move(sink);
   std::shared_ptr<RequestStream> stream;
@@ -144,6 +165,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     spec.prompt_tokens = request.prompt_tokens;
     spec.max_new_tokens = request.stopping.max_new_tokens;
     spec.priority = request.priority;
+    spec.skip_prefix_cache = request.sampling.prompt_logprobs >= 0;
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
@@ -154,14 +176,32 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   return stream;
 }
 
+absl::Status Engine::ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
+                                           absl::Span<const float> rows) {
+  const int64_t vocab = runner_->vocab_size();
+  for (int32_t i = 0; i < s.num_new; ++i) {
+    const int32_t target = s.num_computed + i + 1;  // the row at position p scores token p + 1
+    if (target < request.prompt_lp_next || target >= request.prompt_tokens) continue;
+    BLOSSOM_ASSIGN_OR_RETURN(
+        SampleResult scored,
+        RawLogprobs(rows.subspan(static_cast<size_t>(i) * vocab, vocab), request.prompt[target],
+                    request.prompt_logprobs));
+    request.prompt_lp.push_back({scored.token, scored.logprob, std::move(scored.top)});
+    request.prompt_lp_next = target + 1;
+  }
+  return absl::OkStatus();
+}
+
 void Engine::FinishLocked(Request& request, EngineEvent* event) {
   event->finished = true;
   event->request_id = request.id;
   request.timings.finished = event->time = Clock::now();
   event->timings = request.timings;
   event->usage.prompt_tokens = request.prompt_tokens;
+  event->usage.cached_prompt_tokens = request.cached_prompt_tokens;
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
   event->seed = request.output->seed();
+  event->max_new_tokens = request.max_new_tokens;
 }
 
 EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::Status status) {
@@ -223,6 +263,8 @@ void Engine::Loop() {
   StepBatch batch;
   std::vector<float> logits;
   std::vector<Pending> pending;
+  std::vector<int32_t> rows_of;        // logit rows per plan.seqs entry
+  std::vector<bool> prompt_rows_of;    // whether those rows are the whole chunk (prompt logprobs)
   const int64_t vocab = runner_->vocab_size();
   while (true) {
     StepPlan plan;
@@ -244,13 +286,20 @@ void Engine::Loop() {
       for (const ScheduledSeq& s : plan.seqs)
         max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(s.block_table.size()));
       batch.max_blocks_per_seq = max_blocks;
+      rows_of.clear();
+      prompt_rows_of.clear();
       for (const ScheduledSeq& s : plan.seqs) {
         auto it = requests_.find(s.id);
-        if (it != requests_.end() && it->second->timings.first_scheduled == Clock::time_point{})
+        if (it != requests_.end() && it->second->timings.first_scheduled == Clock::time_point{}) {
           it->second->timings.first_scheduled = now;
+          it->second->cached_prompt_tokens = s.num_cached;
+        }
+        const bool prompt_rows = it != requests_.end() && it->second->WantsPromptRows(s);
         absl::Span<const int32_t> tokens = scheduler_->Tokens(s.id);
         batch.AddSequence(tokens.subspan(s.num_computed, s.num_new), s.num_computed,
-                          s.block_table, s.sample);
+                          s.block_table, s.sample, /*all_logits=*/prompt_rows);
+        rows_of.push_back(prompt_rows ? s.num_new : (s.sample ? 1 : 0));
+        prompt_rows_of.push_back(prompt_rows);
       }
       for (uint64_t id : plan.preempted) {
         auto it = requests_.find(id);
@@ -269,10 +318,13 @@ void Engine::Loop() {
       std::vector<SeqOutput> outputs;
       outputs.reserve(plan.seqs.size());
       size_t row = 0;
-      for (const ScheduledSeq& s : plan.seqs) {
+      for (size_t k = 0; k < plan.seqs.size(); ++k) {
+        const ScheduledSeq& s = plan.seqs[k];
         SeqOutput out;
         out.id = s.id;
-        const size_t my_row = s.sample ? row++ : 0;
+        const size_t first_row = row;
+        row += rows_of[k];
+        const size_t my_row = s.sample ? row - 1 : 0;  // the chunk's last row
         auto it = requests_.find(s.id);
         if (it == requests_.end()) {  // cancelled during the forward pass
           outputs.push_back(out);
@@ -287,6 +339,16 @@ void Engine::Loop() {
           requests_.erase(it);
           outputs.push_back(out);
           continue;
+        }
+        if (prompt_rows_of[k]) {
+          absl::Status scored = ScorePromptRowsLocked(
+              r, s, absl::MakeConstSpan(logits.data() + first_row * vocab, rows_of[k] * vocab));
+          if (!scored.ok()) {
+            pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, scored)});
+            requests_.erase(it);
+            outputs.push_back(out);
+            continue;
+          }
         }
         if (!s.sample) {
           outputs.push_back(out);
@@ -303,12 +365,20 @@ void Engine::Loop() {
         EngineEvent event;
         event.request_id = r.id;
         event.time = step_end;
-        if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = step_end;
+        if (r.timings.first_token == Clock::time_point{}) {
+          r.timings.first_token = step_end;
+          step.finished_prompt_tokens += r.prompt_tokens;
+        }
+        ++step.generated_tokens;
         event.has_token = true;
         out.token = token->token;
         out.finished = token->finished;
         event.finish_reason = token->finish_reason;
         event.token = std::move(*token);
+        if (r.prompt_logprobs >= 0 && !r.prompt_lp_sent) {
+          event.prompt_logprobs = std::move(r.prompt_lp);
+          r.prompt_lp_sent = true;
+        }
         if (out.finished) FinishLocked(r, &event);
         if (event.finished && observer_) observer_->OnRequestFinished(event);
         pending.push_back({r.delivery, std::move(event)});

@@ -63,6 +63,16 @@ struct RequestTimings {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache at the request's first admission.
+  int32_t cached_prompt_tokens = 0;
+};
+
+// The logprob of one prompt token given the tokens before it, and the top alternatives there
+// (SamplingParams::prompt_logprobs).
+struct PromptLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
 };
 
 struct EngineEvent {
@@ -76,6 +86,10 @@ struct EngineEvent {
   Usage usage;            // on the final event
   RequestTimings timings;  // on the final event
   uint64_t seed = 0;       // on the final event: the sampling seed used (drawn if none given)
+  // With sampling.prompt_logprobs >= 0, on the first event that has a token: prompt tokens 1 to
+  // n - 1 in order (the first prompt token has nothing before it, so no logprob).
+  std::vector<PromptLogprob> prompt_logprobs;
+  int32_t max_new_tokens = 0;  // on the final event: the request's stopping.max_new_tokens
 };
 
 // Receives events on the engine thread; must not block for long.
@@ -105,6 +119,10 @@ struct StepStats {
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  // Tokens sampled this step, and the prompt tokens of requests whose first token came this step
+  // (their prefill is done): per-step token counts for smooth rate()s.
+  int32_t generated_tokens = 0;
+  int32_t finished_prompt_tokens = 0;
   double duration_seconds = 0.0;
   int64_t blocks_used = 0, blocks_total = 0;
   int32_t preemptions = 0;
@@ -150,6 +168,10 @@ class Engine {
          EngineObserver* observer);
   void Loop();
   void Emit(Request& request, EngineEvent event);
+  // Scores the prompt tokens that this step's rows (the whole chunk of `s`) predict and that are
+  // not scored yet, into request.prompt_lp. Requires mutex_.
+  absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
+                                     absl::Span<const float> rows);
   // Marks `event` final and fills its usage and timings. Requires mutex_.
   void FinishLocked(Request& request, EngineEvent* event);
   // Ends a request before its stop rules did (cancel, failure, shutdown): frees its KV blocks,

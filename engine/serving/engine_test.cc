@@ -120,6 +120,29 @@ TEST_F(EngineTest, GreedyRequestMatchesOfflineGeneration) {
   EXPECT_EQ(engine->scheduler_stats().blocks_used, 0) << "blocks released at finish";
 }
 
+// usage.cached_prompt_tokens: a repeated prompt reuses its full KV blocks (block size 4) from the
+// prefix cache and says how many tokens that was; the first run reused none.
+TEST_F(EngineTest, UsageReportsPrefixCacheHits) {
+  auto engine = MakeEngine(64);
+  EngineRequest r =
+      Greedy(*tokenizer_->Encode("The cache keeps the keys and values of the tokens."), 3);
+  ASSERT_GE(r.prompt_tokens.size(), 9u);
+  std::vector<int32_t> cached;
+  std::vector<std::vector<int32_t>> outputs;
+  for (int run = 0; run < 2; ++run) {
+    auto stream = engine->Submit(r);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    EngineEvent last;
+    outputs.push_back(Collect(**stream, &last));
+    cached.push_back(last.usage.cached_prompt_tokens);
+  }
+  EXPECT_EQ(cached[0], 0);
+  // Whole blocks only, and never the last prompt token (its logits must be computed).
+  const int32_t n = static_cast<int32_t>(r.prompt_tokens.size());
+  EXPECT_EQ(cached[1], (n - 1) / 4 * 4);
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
+
 // The engine over a two-rank runner: the scheduler runs once, both ranks run every step, and the
 // greedy tokens are those of the single-rank offline run.
 TEST_F(EngineTest, TensorParallelRunnerGivesTheSameTokens) {

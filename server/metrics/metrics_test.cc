@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/metrics/promtool_test_util.h"
 
 namespace blossom::metrics {
 namespace {
@@ -295,27 +296,6 @@ std::string FullExposition() {
   for (double v : {0.0005, 0.001, 0.003, 0.1, 1.0, 10.0}) h.Get({"bloom"}).Observe(v);
   r.AddHistogram("blossom_empty_seconds", "No observations.", {0.1, 1}).Get();
   return r.Render();
-}
-
-// Runs promtool on `text`; returns its exit status, or -1 if promtool is not installed.
-int RunPromtool(const std::string& text, std::string* output) {
-  std::string promtool;
-  for (const char* p : {"/usr/bin/promtool", "/usr/local/bin/promtool", "/bin/promtool"}) {
-    if (access(p, X_OK) == 0) {
-      promtool = p;
-      break;
-    }
-  }
-  if (promtool.empty()) return -1;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(tmp ? tmp : "/tmp") + "/metrics_promtool_input.txt";
-  std::ofstream(path) << text;
-  FILE* pipe = popen((promtool + " check metrics < " + path + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[512];
-  while (fgets(buf, sizeof(buf), pipe) != nullptr) *output += buf;
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 TEST(PromtoolTest, RenderPassesCheckMetrics) {

@@ -30,7 +30,7 @@ class InProcessServer {
                            std::string model = "bloom-tiny-h4")
       : model_(std::move(model)),
         engine_config_(engine_config),
-        metrics_(&registry_),
+        metrics_(&registry_, model_),
         service_(WithModelName(std::move(options), model_), &metrics_) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);

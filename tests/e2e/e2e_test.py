@@ -35,11 +35,11 @@ API_KEY = "e2e-key-5b1f0c"
 
 
 def metric(server, name):
-    """The value of an unlabelled sample in the server's /metrics."""
+    """The value of a sample in the server's /metrics with no labels but model_name."""
     with urllib.request.urlopen(server.metrics + "/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
+            if line.startswith(name + " ") or line.startswith(f'{name}{{model_name="{MODEL}"}} '):
+                return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
 
 
@@ -150,6 +150,53 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertIn("top_p", str(cm.exception))
 
 
+def golden_prompt_logprobs(index=1):
+    """Text, token ids and HF's log_softmax of each prompt token after the first (generate.py)."""
+    with open(runfile("tests/fixtures/goldens/bloom-tiny-h4/golden.json")) as f:
+        item = json.load(f)["logits"][index]
+    return item["text"], item["input_ids"], item["prompt_logprobs"]
+
+
+class PromptLogprobsTest(unittest.TestCase):
+    """Prompt logprobs through the gateway with unmodified third-party clients, against Hugging
+    Face's log_softmax (what evaluation harnesses score: echo + logprobs, decoder_input_details)."""
+
+    def test_openai_echo_logprobs_match_transformers(self):
+        text, ids, want = golden_prompt_logprobs()
+        client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+        r = client.completions.create(model=MODEL, prompt=text, max_tokens=1, temperature=0,
+                                      echo=True, logprobs=2)
+        choice = r.choices[0]
+        self.assertTrue(choice.text.startswith(text))
+        lp = choice.logprobs
+        self.assertEqual(len(lp.tokens), len(ids) + 1)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        for got, expected in zip(lp.token_logprobs[1:len(ids)], want):
+            self.assertAlmostEqual(got, expected, delta=2e-4)
+        self.assertEqual(len(lp.top_logprobs[1]), 2)
+        self.assertEqual(r.usage.prompt_tokens, len(ids))
+        # The same prompt again (now in the prefix cache) still scores every token.
+        again = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0,
+                                          echo=True, logprobs=0)
+        self.assertEqual(again.choices[0].logprobs.token_logprobs[:len(ids)],
+                         lp.token_logprobs[:len(ids)])
+
+    def test_tgi_decoder_input_details_and_top_n_tokens(self):
+        text, ids, want = golden_prompt_logprobs()
+        client = text_generation.Client(GW.url, headers=auth(), timeout=30)
+        r = client.generate(text, max_new_tokens=2, decoder_input_details=True, top_n_tokens=3)
+        prefill = r.details.prefill
+        self.assertEqual([t.id for t in prefill], ids)
+        self.assertIsNone(prefill[0].logprob)
+        for token, expected in zip(prefill[1:], want):
+            self.assertAlmostEqual(token.logprob, expected, delta=2e-4)
+        self.assertEqual(len(r.details.top_tokens), 2)
+        self.assertEqual([len(t) for t in r.details.top_tokens], [3, 3])
+        # Greedy: the chosen token is the most likely alternative.
+        self.assertEqual(r.details.top_tokens[0][0].id, r.details.tokens[0].id)
+
+
 class TextGenerationClientTest(unittest.TestCase):
     def setUp(self):
         self.client = text_generation.Client(GW.url, headers=auth(), timeout=30)
@@ -191,6 +238,7 @@ class GrpcClientTest(unittest.TestCase):
             self.assertEqual(c.health(), "SERVING")
             info = c.model_info()
             self.assertEqual(info.model_id, MODEL)
+            self.assertEqual(info.model_dir, MODEL)  # the base name, not the server's path
             self.assertEqual(info.num_heads, 4)
             r = c.generate("The server reads", max_new_tokens=8, temperature=0.0, ignore_eos=True)
             self.assertEqual(r.usage.generated_tokens, 8)
@@ -288,6 +336,7 @@ class PrometheusTest(unittest.TestCase):
             self.assertIn("+Inf", by_le)
             self.assertGreaterEqual(by_le["+Inf"], 3)
             self.assertEqual(result["series"][0]["metric"]["job"], "blossom")
+            self.assertEqual(result["series"][0]["metric"]["model_name"], MODEL)
         finally:
             proc.terminate()
             proc.wait(10)

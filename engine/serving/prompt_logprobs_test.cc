@@ -1,0 +1,166 @@
+// Prompt logprobs (SamplingParams::prompt_logprobs) through the serving engine, against Hugging
+// Face's log_softmax of the golden logits (tests/fixtures/generate.py: prompt_logprobs and
+// prompt_top5_* of each logits prompt). Also: a request asking for them computes its whole
+// prompt even when the prefix cache holds it, and chunked prefill gives the same values.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/serving/engine.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+// Logits agree with HF within 1e-4 (bloom_model_test); a log-softmax value moves by at most
+// twice that.
+constexpr double kLogprobTolerance = 2e-4;
+
+class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string dir = FixturePath("models/" + GetParam());
+    auto model = BloomModel::Load(dir, &backend_, nullptr);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    runner_ = ModelRunner::ForModel(model_.get());
+    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    golden_ = nlohmann::json::parse(
+        ReadFileOrEmpty(FixturePath("goldens/" + GetParam() + "/golden.json")), nullptr, false);
+    ASSERT_FALSE(golden_.is_discarded());
+  }
+
+  std::unique_ptr<Engine> MakeEngine(int32_t max_batched_tokens) {
+    EngineConfig config;
+    config.scheduler.block_size = 4;
+    config.scheduler.num_blocks = 128;
+    config.scheduler.max_num_batched_tokens = max_batched_tokens;
+    config.scheduler.max_total_tokens = 256;
+    config.scheduler.enable_prefix_caching = true;
+    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? std::move(*engine) : nullptr;
+  }
+
+  // Runs one greedy request for 2 tokens; returns the prompt logprobs it reported (once).
+  static std::vector<PromptLogprob> Run(Engine& engine, const std::vector<int32_t>& prompt,
+                                       int32_t prompt_logprobs) {
+    EngineRequest request;
+    request.prompt_tokens = prompt;
+    request.sampling.temperature = 0.0;
+    request.sampling.prompt_logprobs = prompt_logprobs;
+    request.stopping.max_new_tokens = 2;
+    request.stopping.ignore_eos = true;
+    auto stream = engine.Submit(request);
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    if (!stream.ok()) return {};
+    std::vector<PromptLogprob> got;
+    int reported = 0, tokens = 0;
+    EngineEvent e;
+    while ((*stream)->Next(&e)) {
+      EXPECT_TRUE(e.status.ok()) << e.status;
+      if (e.has_token) ++tokens;
+      if (!e.prompt_logprobs.empty()) {
+        ++reported;
+        got = e.prompt_logprobs;
+        EXPECT_TRUE(e.has_token);
+        EXPECT_EQ(tokens, 1) << "prompt logprobs come with the first token";
+      }
+    }
+    EXPECT_EQ(tokens, 2);
+    EXPECT_LE(reported, 1);
+    return got;
+  }
+
+  // Checks `got` against the golden entry's HF values.
+  static void ExpectMatchesGolden(const std::vector<PromptLogprob>& got,
+                                  const nlohmann::json& item, int32_t top_n) {
+    const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+    const auto want = item["prompt_logprobs"].get<std::vector<double>>();
+    const auto top_ids = item["prompt_top5_ids"].get<std::vector<std::vector<int32_t>>>();
+    const auto top_lp = item["prompt_top5_logprobs"].get<std::vector<std::vector<double>>>();
+    ASSERT_EQ(got.size(), ids.size() - 1) << item["text"];
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t p = 0; p < got.size(); ++p) {
+      EXPECT_EQ(got[p].token, ids[p + 1]) << "position " << p + 1;
+      EXPECT_NEAR(got[p].logprob, want[p], kLogprobTolerance) << "position " << p + 1;
+      ASSERT_EQ(got[p].top.size(), static_cast<size_t>(top_n));
+      for (int32_t j = 0; j < top_n; ++j) {
+        EXPECT_NEAR(got[p].top[j].logprob, top_lp[p][j], kLogprobTolerance);
+        // Ids must agree unless two alternatives are closer than the numeric tolerance.
+        const bool clear_gap = (j == 0 || top_lp[p][j - 1] - top_lp[p][j] > kLogprobTolerance) &&
+                               (j + 1 >= 5 || top_lp[p][j] - top_lp[p][j + 1] > kLogprobTolerance);
+        if (clear_gap) {
+          EXPECT_EQ(got[p].top[j].token, top_ids[p][j]) << "position " << p + 1;
+        }
+      }
+    }
+  }
+
+  CpuBackend backend_{2};
+  std::unique_ptr<BloomModel> model_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  nlohmann::json golden_;
+};
+
+TEST_P(PromptLogprobsTest, MatchTransformersLogSoftmax) {
+  std::unique_ptr<Engine> engine = MakeEngine(256);
+  ASSERT_NE(engine, nullptr);
+  int checked = 0;
+  for (const auto& item : golden_["logits"]) {
+    const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+    std::vector<PromptLogprob> got = Run(*engine, ids, 5);
+    if (ids.size() == 1) {
+      EXPECT_TRUE(got.empty());  // a one-token prompt has nothing to score
+      continue;
+    }
+    ExpectMatchesGolden(got, item, 5);
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST_P(PromptLogprobsTest, NotRequestedMeansNone) {
+  std::unique_ptr<Engine> engine = MakeEngine(256);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_TRUE(Run(*engine, golden_["logits"][1]["input_ids"].get<std::vector<int32_t>>(), -1)
+                  .empty());
+}
+
+TEST_P(PromptLogprobsTest, CachedPrefixAndChunkedPrefillStillScoreEveryToken) {
+  const auto& item = golden_["logits"][3];  // the longest prompts span many 4-token blocks
+  const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 12u);
+  std::unique_ptr<Engine> engine = MakeEngine(256);
+  ASSERT_NE(engine, nullptr);
+  Run(*engine, ids, -1);  // fills the prefix cache with this prompt's full blocks
+  std::vector<PromptLogprob> after_cache = Run(*engine, ids, 0);
+  ExpectMatchesGolden(after_cache, item, 0);
+  std::unique_ptr<Engine> chunked = MakeEngine(3);  // prefill in chunks of 3 tokens
+  ASSERT_NE(chunked, nullptr);
+  std::vector<PromptLogprob> in_chunks = Run(*chunked, ids, 0);
+  ExpectMatchesGolden(in_chunks, item, 0);
+  ASSERT_EQ(in_chunks.size(), after_cache.size());
+  for (size_t p = 0; p < in_chunks.size(); ++p) {
+    EXPECT_EQ(in_chunks[p].logprob, after_cache[p].logprob) << "CPU is batch invariant";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsTest,
+                         ::testing::Values("bloom-tiny-h4", "bloom-tiny-untied"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace blossom
