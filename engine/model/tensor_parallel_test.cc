@@ -6,7 +6,10 @@
 // with TP = 1 within 1e-5 max-abs, or within the model's own fp32 rounding noise if that is
 // larger (golden.json's fp64_reference.hf_fp32_vs_fp64_max_abs_diff: how far Hugging Face's fp32
 // logits are from an fp64 evaluation; 7.8e-5 for bloom-tiny-h6, whose TP = 2 differs from TP = 1
-// by 1.5e-5). Greedy continuations are token-identical to the goldens.
+// by 1.5e-5). Against the oracle, the fidelity contract of bloom_model_test: every TP size is at
+// least as close to the fp64 evaluation of the checkpoint as Hugging Face's fp32 logits are (a
+// fixed 1e-4 from HF fp32 is not a property of the oracle: HF fp32 itself is 7.8e-5 from fp64 on
+// h6, and TP sums in another order). Greedy continuations are token-identical to the goldens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,8 +38,7 @@ using tp_test::kBlockSize;
 using tp_test::MaxAbsDiff;
 using tp_test::PrefillAll;
 
-constexpr float kTpTolerance = 1e-5f;      // vs TP = 1
-constexpr float kGoldenTolerance = 1e-4f;  // vs Hugging Face, as in bloom_model_test
+constexpr float kTpTolerance = 1e-5f;  // vs TP = 1
 std::unique_ptr<ModelRunner> MakeRunner(const std::string& model, int tp) {
   ModelRunnerOptions options;
   options.model_dir = FixturePath("models/" + model);
@@ -76,16 +78,26 @@ TEST_P(TensorParallelGolden, LogitsMatchSingleRankAndTransformers) {
   std::vector<std::vector<float>> tp1 = PrefillAll(*reference_, prompts);
   std::vector<std::vector<float>> tpn = PrefillAll(*runner_, prompts);
   float worst_tp = 0.0f, worst_golden = 0.0f;
+  double worst_fp64 = 0.0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     worst_tp = std::max(worst_tp, MaxAbsDiff(tpn[i], tp1[i]));
     worst_golden = std::max(worst_golden, MaxAbsDiff(tpn[i], golden_.Tensor(golden_.logit_names[i])));
+    const std::vector<float> hi = golden_.Tensor(golden_.logit_names[i] + "_fp64_hi");
+    const std::vector<float> lo = golden_.Tensor(golden_.logit_names[i] + "_fp64_lo");
+    ASSERT_EQ(hi.size(), tpn[i].size());
+    ASSERT_EQ(lo.size(), tpn[i].size());
+    for (size_t j = 0; j < hi.size(); ++j) {
+      const double diff = std::fabs(static_cast<double>(tpn[i][j]) - (static_cast<double>(hi[j]) + lo[j]));
+      ASSERT_TRUE(std::isfinite(diff)) << "prompt " << i << " logit " << j << " is " << tpn[i][j];
+      worst_fp64 = std::max(worst_fp64, diff);
+    }
   }
-  const float tolerance =
-      std::max(kTpTolerance, golden_.json["fp64_reference"].value("hf_fp32_vs_fp64_max_abs_diff", 0.0f));
-  EXPECT_LE(worst_tp, tolerance);
-  EXPECT_LE(worst_golden, kGoldenTolerance);
-  std::printf("[tp] %s TP=%d: max |logits - TP1| = %.3g, max |logits - HF| = %.3g\n",
-              GetParam().model.c_str(), GetParam().tp, worst_tp, worst_golden);
+  const double hf_fp32_vs_fp64 = golden_.json["fp64_reference"].value("hf_fp32_vs_fp64_max_abs_diff", 0.0);
+  ASSERT_GT(hf_fp32_vs_fp64, 0.0) << "golden.json lacks fp64_reference (tests/fixtures/generate.py)";
+  EXPECT_LE(worst_tp, std::max<double>(kTpTolerance, hf_fp32_vs_fp64));
+  EXPECT_LE(worst_fp64, hf_fp32_vs_fp64) << "TP=" << GetParam().tp << " is farther from fp64 than HF fp32";
+  std::printf("[tp] %s TP=%d: max |logits - TP1| = %.3g, |logits - fp64| = %.3g (HF fp32: %.3g), |logits - HF| = %.3g\n",
+              GetParam().model.c_str(), GetParam().tp, worst_tp, worst_fp64, hf_fp32_vs_fp64, worst_golden);
   RecordProperty("max_abs_diff_vs_tp1", std::to_string(worst_tp));
 }
 

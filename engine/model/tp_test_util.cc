@@ -12,8 +12,11 @@ namespace tp_test {
 float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float worst = 0.0f;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    // A NaN would be dropped by std::max and pass every bound: report it as infinitely far.
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
     worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
   return worst;
 }
 
