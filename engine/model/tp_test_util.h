@@ -20,7 +20,8 @@ namespace tp_test {
 
 constexpr int32_t kBlockSize = 4;
 
-// max |a - b| (sizes must match: an EXPECT failure otherwise).
+// max |a - b| (sizes must match: an EXPECT failure otherwise); infinity if either side holds a
+// NaN or an infinity.
 float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
 // Prefills every prompt together in one step (each with its own blocks) and returns all-token
