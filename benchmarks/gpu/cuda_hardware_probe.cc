@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/lt_gemm.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -125,17 +126,6 @@ absl::Status FillRandom(void* dst, DType dtype, int64_t elements, uint64_t seed,
   return absl::OkStatus();
 }
 
-cudaDataType_t CudaType(DType d) {
-  switch (d) {
-    case DType::kF16:
-      return CUDA_R_16F;
-    case DType::kBF16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaHardwareProbe>> CudaHardwareProbe::Create(
@@ -233,7 +223,7 @@ absl::StatusOr<double> CudaHardwareProbe::MeasureGemmFlops(DType weight_dtype) {
       cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   BLOSSOM_PROBE_CUBLAS(
       cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const cudaDataType_t type = CudaType(weight_dtype);
+  const cudaDataType_t type = LtGemm::CudaDataType(weight_dtype);
   BLOSSOM_PROBE_CUBLAS(cublasLtMatrixLayoutCreate(&lt.a, type, k, n, k));
   BLOSSOM_PROBE_CUBLAS(cublasLtMatrixLayoutCreate(&lt.b, type, k, m, k));
   BLOSSOM_PROBE_CUBLAS(cublasLtMatrixLayoutCreate(&lt.c, type, n, m, n));

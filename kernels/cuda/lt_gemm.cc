@@ -16,7 +16,9 @@ namespace {
                                               cublasGetStatusString(blossom_cublas_st_))); \
   } while (0)
 
-cudaDataType_t CudaType(DType d) {
+}  // namespace
+
+cudaDataType_t LtGemm::CudaDataType(DType d) {
   switch (d) {
     case DType::kF16:
       return CUDA_R_16F;
@@ -26,6 +28,8 @@ cudaDataType_t CudaType(DType d) {
       return CUDA_R_32F;
   }
 }
+
+namespace {
 
 const char* EpilogueName(int epilogue) {
   switch (epilogue) {
@@ -101,13 +105,13 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const Key& key, const Tensor& x, c
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (!bias.empty()) {
-    const cudaDataType_t bt = CudaType(bias.dtype);
+    const cudaDataType_t bt = CudaDataType(bias.dtype);
     BLOSSOM_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
-  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, CudaType(weight.dtype), k, n, k));
-  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.b, CudaType(x.dtype), k, m, k));
-  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.c, CudaType(out.dtype), n, m, n));
+  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, CudaDataType(weight.dtype), k, n, k));
+  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.b, CudaDataType(x.dtype), k, m, k));
+  BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.c, CudaDataType(out.dtype), n, m, n));
   cublasLtMatmulPreference_t pref = nullptr;
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;

@@ -44,6 +44,8 @@ class LtGemm {
 
   // Largest power of two (<= 256) dividing the address: cuBLASLt picks kernels by alignment.
   static uint32_t AlignmentOf(const void* p);
+  // cuBLAS's type for a float DType (F32 for anything that is not F16 or BF16).
+  static cudaDataType_t CudaDataType(DType dtype);
 
  private:
   struct Key {
