@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target (cc_fuzz_test's *_fuzzer, tag "fuzzer") with clang-14 under
-# --config=fuzz, in its own Bazel output base, and fuzzes each for SECONDS (default 60) from its
+# --config=fuzz, in its own Bazel output base (one per checkout), and fuzzes each for SECONDS (default 60) from its
 # committed corpus (corpus/<target>/ beside its BUILD file). New inputs go to a scratch copy; a
 # crash, leak, sanitizer report or timeout leaves its reproducer in .fuzz-results/ and fails.
 #
@@ -14,7 +14,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 SECONDS_PER_TARGET="${1:-60}"
-OUTPUT_BASE="${BLOSSOM_FUZZ_OUTPUT_BASE:-/tmp/bazel-fuzz}"
+# An output base belongs to one workspace: one per checkout (a CI clone must not meet this one's).
+OUTPUT_BASE="${BLOSSOM_FUZZ_OUTPUT_BASE:-/tmp/bazel-fuzz-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)}"
 RESULTS="$ROOT/.fuzz-results"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
@@ -41,9 +42,10 @@ if ! command -v clang-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/lin
 fi
 
 BAZEL=(bazel "--output_base=$OUTPUT_BASE")
-mapfile -t TARGETS < <("${BAZEL[@]}" query 'attr(tags, "\bfuzzer\b", //...)' 2>/dev/null | sort)
+mapfile -t TARGETS < <("${BAZEL[@]}" query 'attr(tags, "\bfuzzer\b", //...)' 2>"$RESULTS/query.log" | sort)
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-  echo "fuzz: no fuzz targets found" >&2
+  tail -20 "$RESULTS/query.log" >&2
+  echo "fuzz: no fuzz targets found (bazel query above)" >&2
   echo "fuzz: 0 passed, 1 failed"
   exit 1
 fi
