@@ -5,6 +5,7 @@
 // orders); greedy continuations token-identical; and at least as close as HF fp32 to the fp64
 // evaluation of the same checkpoint. bloom-tiny-untied has its own lm_head.weight.
 #include "engine/model/bloom_model.h"
+#include "engine/model/forward_driver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,18 +28,9 @@ namespace {
 constexpr float kLogitTolerance = 1e-4f;
 constexpr int32_t kBlockSize = 4;  // small, so sequences span many blocks
 
-// Hands each sequence its own run of KV blocks, scattered (reversed) so that the block table
-// indirection is really exercised.
-struct BlockAssigner {
-  int32_t blocks_per_seq;
-  int32_t num_seqs;
-  std::vector<int32_t> TableFor(int32_t seq) const {
-    std::vector<int32_t> table(blocks_per_seq);
-    for (int32_t i = 0; i < blocks_per_seq; ++i)
-      table[i] = num_seqs * blocks_per_seq - 1 - (i * num_seqs + seq);
-    return table;
-  }
-};
+// Each sequence gets its own run of KV blocks, scattered so the block-table indirection is really
+// exercised (engine/model:forward_driver).
+using BlockAssigner = ScatteredBlocks;
 
 class GoldenModel : public ::testing::TestWithParam<std::string> {
  protected:
@@ -70,69 +62,18 @@ class GoldenModel : public ::testing::TestWithParam<std::string> {
   // logits per sequence.
   std::vector<std::vector<float>> Prefill(const std::vector<std::vector<int32_t>>& seqs,
                                           int chunk, KvCache* cache, const BlockAssigner& blocks) {
-    const int64_t V = model_->vocab_size();
-    std::vector<std::vector<float>> out(seqs.size());
-    size_t max_len = 0;
-    for (const auto& s : seqs) max_len = std::max(max_len, s.size());
-    for (size_t begin = 0; begin < max_len; begin += chunk) {
-      StepBatch batch;
-      batch.max_blocks_per_seq = blocks.blocks_per_seq;
-      std::vector<int> members;
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        if (begin >= seqs[s].size()) continue;
-        size_t end = std::min(seqs[s].size(), begin + chunk);
-        std::vector<int32_t> table = blocks.TableFor(s);
-        batch.AddSequence(absl::MakeConstSpan(seqs[s].data() + begin, end - begin),
-                          static_cast<int32_t>(begin), table, true, /*all_logits=*/true);
-        members.push_back(s);
-      }
-      std::vector<float> logits(batch.logit_rows.size() * V);
-      absl::Status status = model_->Forward(batch, *cache, logits.data());
-      EXPECT_TRUE(status.ok()) << status;
-      size_t row = 0;
-      for (int s : members) {
-        size_t n = std::min(seqs[s].size(), begin + chunk) - begin;
-        out[s].insert(out[s].end(), logits.begin() + row * V, logits.begin() + (row + n) * V);
-        row += n;
-      }
-    }
-    return out;
+    auto out = ForwardDriver(model_.get(), kBlockSize).Prefill(seqs, chunk, cache, blocks);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? std::move(*out) : std::vector<std::vector<float>>();
   }
 
-  // Greedy continuation of several prompts decoded together; argmax over the full vocabulary.
+  // Greedy continuation of several prompts decoded together; argmax over the full vocabulary
+  // (the first maximum: the lowest id on ties).
   std::vector<std::vector<int32_t>> Greedy(const std::vector<std::vector<int32_t>>& prompts,
                                            int new_tokens) {
-    const int64_t V = model_->vocab_size();
-    BlockAssigner blocks{static_cast<int32_t>((64 + new_tokens) / kBlockSize + 1),
-                         static_cast<int32_t>(prompts.size())};
-    auto cache = model_->CreateKvCache(blocks.blocks_per_seq * blocks.num_seqs, kBlockSize);
-    EXPECT_TRUE(cache.ok());
-    std::vector<std::vector<float>> prefill = Prefill(prompts, 1 << 20, cache->get(), blocks);
-    std::vector<std::vector<int32_t>> generated(prompts.size());
-    std::vector<int32_t> next(prompts.size());
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      const float* last = prefill[s].data() + (prompts[s].size() - 1) * V;
-      next[s] = std::max_element(last, last + V) - last;
-    }
-    for (int step = 0; step < new_tokens; ++step) {
-      StepBatch batch;
-      batch.max_blocks_per_seq = blocks.blocks_per_seq;
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        generated[s].push_back(next[s]);
-        if (step + 1 == new_tokens) continue;
-        std::vector<int32_t> table = blocks.TableFor(s);
-        batch.AddSequence({next[s]}, prompts[s].size() + step, table, true);
-      }
-      if (step + 1 == new_tokens) break;
-      std::vector<float> logits(prompts.size() * V);
-      absl::Status status = model_->Forward(batch, **cache, logits.data());
-      EXPECT_TRUE(status.ok()) << status;
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        const float* row = logits.data() + s * V;
-        next[s] = std::max_element(row, row + V) - row;  // first maximum: lowest id on ties
-      }
-    }
-    return generated;
+    auto out = ForwardDriver(model_.get(), kBlockSize).Greedy(prompts, new_tokens, /*keep_step_logits=*/false);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? std::move(out->tokens) : std::vector<std::vector<int32_t>>();
   }
 
   std::string dir_;
