@@ -10,7 +10,7 @@ JSON + markdown with medians and the decode memory-bandwidth floor.
 An "engine" is a label and a cpu-step-bench binary (e.g. two builds of Blossom: the old and the
 new kernel). Runs alternate engines (A B A B ...) so that load from other processes on a shared
 machine hits all of them alike; each number reported is the median over runs. Peer engines
-(llama.cpp, CTranslate2, transformers) are not wired in yet. Standard library only.
+(llama.cpp, CTranslate2, transformers) are compared by peer_bench.py. Standard library only.
 """
 import argparse
 import datetime
