@@ -30,11 +30,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
+
+from cpu_bench import cpu_name  # beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINES = ("blossom", "llama.cpp", "ctranslate2", "transformers")
@@ -262,17 +263,6 @@ def svg(report, args, width=760, row_height=18):
         out.append('<text x="%.1f" y="%d">%.2f</text>' % (x0 + span * rel / top + 4, y + 12, rel))
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def peer_versions(args):
