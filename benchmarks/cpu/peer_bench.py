@@ -49,8 +49,16 @@ class Unsupported(Exception):
     """An engine/dtype pair that cannot be measured; the message says why."""
 
 
-def run_json_lines(cmd, timeout=1800):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+class TooSlow(Exception):
+    """A measurement that ran past --timeout-s: reported, and not tried again in later runs."""
+
+
+def run_json_lines(args, cmd):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise TooSlow("%s took over %d s (--timeout-s)" % (os.path.basename(cmd[0]),
+                                                           args.timeout_s)) from e
     if out.returncode != 0:
         raise RuntimeError("%s failed (%d): %s" % (shlex.join(cmd), out.returncode,
                                                      (out.stderr or out.stdout)[-1500:]))
@@ -72,7 +80,7 @@ def blossom_points(args, dtype):
     for i, batch in enumerate(args.batches):
         prompt = args.prompt_tokens if i == 0 else args.long_prompt_tokens
         try:
-            r = run_json_lines(base + ["--prompt-tokens", str(prompt), "--batch", str(batch),
+            r = run_json_lines(args, base + ["--prompt-tokens", str(prompt), "--batch", str(batch),
                                        "--bandwidth-mib", "512" if i == 0 else "0"])[-1]
         except RuntimeError as e:
             if extra and "quantize" in str(e):
@@ -85,7 +93,7 @@ def blossom_points(args, dtype):
             points["floor_ms"] = r["weight_bytes"] / (r["read_bandwidth_gbs"] * 1e9) * 1e3
             points["weight_bytes"] = r["weight_bytes"]
     if len(args.batches) == 1:  # the long prompt still gets its prefill point
-        r = run_json_lines(base + ["--prompt-tokens", str(args.long_prompt_tokens), "--batch", "1",
+        r = run_json_lines(args, base + ["--prompt-tokens", str(args.long_prompt_tokens), "--batch", "1",
                                    "--bandwidth-mib", "0"])[-1]
         points["prefill_ms@%d" % args.long_prompt_tokens] = r["prefill_ms"]
     return points
@@ -100,16 +108,16 @@ def llama_points(args, dtype):
     bench = [os.path.join(tools, "llama-bench"), "-m", gguf, "-r", "1", "-o", "json"] + t
     points = {}
     prompts = "%d,%d" % (args.prompt_tokens, args.long_prompt_tokens)
-    for row in run_json_lines(bench + ["-p", prompts, "-n", "0"], timeout=3600)[0]:
+    for row in run_json_lines(args, bench + ["-p", prompts, "-n", "0"])[0]:
         points["prefill_ms@%d" % row["n_prompt"]] = row["n_prompt"] / row["avg_ts"] * 1e3
-    tg = run_json_lines(bench + ["-p", "0", "-n", str(args.decode_tokens), "-d",
+    tg = run_json_lines(args, bench + ["-p", "0", "-n", str(args.decode_tokens), "-d",
                                  str(args.prompt_tokens)])[0][0]
     points["decode_ms"] = 1e3 / tg["avg_ts"]
     batched = [os.path.join(tools, "llama-batched-bench"), "-m", gguf, "-c",
                str(max(args.batches) * (16 + args.decode_tokens) + 64), "-npp", "16", "-ntg",
                str(args.decode_tokens), "-npl", ",".join(map(str, args.batches)),
                "--output-format", "jsonl"] + t
-    for row in run_json_lines(batched, timeout=3600):
+    for row in run_json_lines(args, batched):
         points["batch_tok_s@%d" % row["pl"]] = row["speed_tg"]
     return points
 
@@ -121,11 +129,11 @@ def runner_points(args, engine, model, compute_type):
     points = {}
     for i, batch in enumerate(args.batches):
         prompt = args.prompt_tokens if i == 0 else args.long_prompt_tokens
-        r = run_json_lines([python, os.path.join(HERE, "peers", "peer_runner.py"), "--engine",
+        r = run_json_lines(args, [python, os.path.join(HERE, "peers", "peer_runner.py"), "--engine",
                             engine, "--model", model, "--compute-type", compute_type,
                             "--threads", str(args.threads), "--prompt-tokens", str(prompt),
                             "--decode-tokens", str(args.decode_tokens), "--batch", str(batch)],
-                           timeout=3600)[-1]
+                           )[-1]
         points["prefill_ms@%d" % prompt] = r["prefill_ms"]
         points["batch_tok_s@%d" % batch] = r["batch_tokens_per_s"]
         if i == 0:
@@ -294,6 +302,8 @@ def main():
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--batches", default="8,32")
     p.add_argument("--out-prefix", required=True, help="writes PREFIX.json, .md and .svg")
+    p.add_argument("--timeout-s", type=int, default=900,
+                   help="per engine process; an engine past it is reported and not run again")
     p.add_argument("--machine", default="")
     p.add_argument("--commit", default="")
     args = p.parse_args()
@@ -318,7 +328,7 @@ def main():
                     continue
                 try:
                     r = MEASURE[engine](args, dtype)
-                except Unsupported as e:
+                except (Unsupported, TooSlow) as e:
                     r = {"error": str(e), "final": True}
                 except (RuntimeError, subprocess.SubprocessError, KeyError, IndexError,
                         ValueError) as e:

@@ -114,6 +114,10 @@ def main():
     whole = timed(lambda: engine.generate(one, n), args.reps)
     batch_first = timed(lambda: engine.generate(many, 1), args.reps)
     batch_whole = timed(lambda: engine.generate(many, n), args.reps)
+    if whole <= first or batch_whole <= batch_first:
+        sys.exit("peer_runner: generating %d tokens took no longer than 1 (%.3f vs %.3f s, batch "
+                 "%.3f vs %.3f s): too noisy to time; use more --decode-tokens" %
+                 (n, whole, first, batch_whole, batch_first))
     print(json.dumps({
         "engine": engine.version,
         "compute_type": args.compute_type,
