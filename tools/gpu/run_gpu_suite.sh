@@ -32,7 +32,7 @@ echo "== finding gpu-tagged tests"
 mapfile -t TARGETS < <(bazel query 'attr(tags, "\bgpu\b", tests(//kernels/cuda:all + //kernels/nccl:all + //engine/... + //tests/gpu:all))' 2>/dev/null | sort)
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
   TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_test //kernels/cuda:cuda_sampling_test
-           //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
+           //kernels/cuda:lt_gemm_test //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
            //engine/sampling:cuda_batch_sampler_test)
 fi
 TARGETS+=(//engine/model:model_runner_test)
