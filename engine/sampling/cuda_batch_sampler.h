@@ -14,10 +14,12 @@
 // not advance). So a seed reproduces a request on the GPU, but not the CPU's token. Greedy rows
 // give the CPU's token (the first maximum after the same penalties). A CudaSampler error fails
 // every row of the consecutive run it sampled (one call per run of consecutive logit rows).
-// Rows must name distinct logit rows (penalties are applied to the logits in place).
+// Rows must name distinct logit rows (penalties are applied to the logits in place). A NaN or
+// +inf logit is not detected on the device (the host sampler fails such a row with Internal);
+// the GPU sampler's token for that row is unspecified.
 //
-// Thread-safety: one thread at a time; that thread may be any (the backend's stream is used
-// with the backend's device current, as CudaBackend requires of its callers).
+// Thread-safety: one thread at a time, whose current device is the backend's (as for every
+// CudaBackend call).
 #ifndef BLOSSOM_ENGINE_SAMPLING_CUDA_BATCH_SAMPLER_H_
 #define BLOSSOM_ENGINE_SAMPLING_CUDA_BATCH_SAMPLER_H_
 
