@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "kernels/status_macros.h"
+
 namespace blossom {
 
 SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> prompt,
@@ -16,21 +18,34 @@ SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> 
 
 absl::StatusOr<TokenEvent> SequenceOutput::Next(absl::Span<const float> logits,
                                                 SamplerScratch& scratch) {
-  if (finished()) return absl::FailedPreconditionError("sequence already finished");
-  std::vector<int32_t> suppressed = stop_.SuppressedTokens(static_cast<int32_t>(output_.size()));
-  SamplingContext ctx;
-  ctx.prompt_tokens = prompt_;
-  ctx.output_tokens = output_;
-  ctx.suppressed_tokens = suppressed;
-  absl::StatusOr<SampleResult> sample = Sample(logits, sampling_, ctx, rng_, scratch);
+  BLOSSOM_ASSIGN_OR_RETURN(SampleRow row, PrepareSample(0));
+  absl::StatusOr<SampleResult> sample = Sample(logits, sampling_, row.context, rng_, scratch);
   if (!sample.ok()) return sample.status();
-  output_.push_back(sample->token);
+  return Accept(std::move(*sample));
+}
+
+absl::StatusOr<SampleRow> SequenceOutput::PrepareSample(int64_t logit_row) {
+  if (finished()) return absl::FailedPreconditionError("sequence already finished");
+  suppressed_ = stop_.SuppressedTokens(static_cast<int32_t>(output_.size()));
+  SampleRow row;
+  row.logit_row = logit_row;
+  row.params = &sampling_;
+  row.context.prompt_tokens = prompt_;
+  row.context.output_tokens = output_;
+  row.context.suppressed_tokens = suppressed_;
+  row.rng = &rng_;
+  return row;
+}
+
+absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
+  if (finished()) return absl::FailedPreconditionError("sequence already finished");
+  output_.push_back(sample.token);
   TokenEvent event;
-  event.token = sample->token;
-  event.logprob = sample->logprob;
-  event.top_logprobs = std::move(sample->top);
-  std::string delta = decoder_.Push(sample->token);
-  StopChecker::Result result = stop_.Process(sample->token, delta);
+  event.token = sample.token;
+  event.logprob = sample.logprob;
+  event.top_logprobs = std::move(sample.top);
+  std::string delta = decoder_.Push(sample.token);
+  StopChecker::Result result = stop_.Process(sample.token, delta);
   event.text_delta = std::move(result.text_to_emit);
   if (result.finished) {
     event.finished = true;

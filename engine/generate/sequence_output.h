@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/sampling/batch_sampler.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop_checker.h"
@@ -43,6 +44,12 @@ class SequenceOutput {
 
   // Samples the next token from `logits` (the full vocabulary row) and applies the stop rules.
   absl::StatusOr<TokenEvent> Next(absl::Span<const float> logits, SamplerScratch& scratch);
+  // Next() in two halves, for callers that sample a whole step at once (BatchSampler): the row
+  // this sequence samples from logits row `logit_row` (its views point into this object and stay
+  // valid until Accept or the next PrepareSample), then the stop rules on the token drawn.
+  // PrepareSample fails with FailedPrecondition once the sequence has finished.
+  absl::StatusOr<SampleRow> PrepareSample(int64_t logit_row);
+  absl::StatusOr<TokenEvent> Accept(SampleResult sample);
   // Ends the sequence for a reason decided outside (cancellation, error): returns held-back
   // text that should still be delivered.
   std::string Abort(FinishReason reason);
@@ -57,6 +64,7 @@ class SequenceOutput {
  private:
   std::vector<int32_t> prompt_;
   std::vector<int32_t> output_;
+  std::vector<int32_t> suppressed_;  // this token's suppressed ids (PrepareSample's context)
   std::string text_;
   SamplingParams sampling_;
   StopChecker stop_;

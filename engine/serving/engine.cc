@@ -105,7 +105,11 @@ void DeliverAll(std::vector<Pending>& pending) {
 
 Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConfig& config,
                EngineObserver* observer)
-    : runner_(runner), tokenizer_(tokenizer), config_(config), observer_(observer) {}
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      config_(config),
+      observer_(observer),
+      sampler_(std::make_unique<HostBatchSampler>()) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
                                                        const Tokenizer* tokenizer,
@@ -265,6 +269,9 @@ void Engine::Loop() {
   std::vector<Pending> pending;
   std::vector<int32_t> rows_of;        // logit rows per plan.seqs entry
   std::vector<bool> prompt_rows_of;    // whether those rows are the whole chunk (prompt logprobs)
+  std::vector<SampleRow> sample_rows;  // this step's rows to sample
+  std::vector<size_t> sampled_seq;     // the plan.seqs index of each of sample_rows
+  std::vector<absl::StatusOr<SampleResult>> samples;
   const int64_t vocab = runner_->vocab_size();
   while (true) {
     StepPlan plan;
@@ -315,21 +322,20 @@ void Engine::Loop() {
     StepStats step;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      std::vector<SeqOutput> outputs;
-      outputs.reserve(plan.seqs.size());
+      std::vector<SeqOutput> outputs(plan.seqs.size());
+      // First pass: failures, prompt logprobs, and the rows to sample (sample_rows[j] is
+      // plan.seqs[sampled_seq[j]]'s). The sampler then draws every token of the step at once.
+      sample_rows.clear();
+      sampled_seq.clear();
       size_t row = 0;
       for (size_t k = 0; k < plan.seqs.size(); ++k) {
         const ScheduledSeq& s = plan.seqs[k];
-        SeqOutput out;
-        out.id = s.id;
+        outputs[k].id = s.id;
         const size_t first_row = row;
         row += rows_of[k];
         const size_t my_row = s.sample ? row - 1 : 0;  // the chunk's last row
         auto it = requests_.find(s.id);
-        if (it == requests_.end()) {  // cancelled during the forward pass
-          outputs.push_back(out);
-          continue;
-        }
+        if (it == requests_.end()) continue;  // cancelled during the forward pass
         Request& r = *it->second;
         if (!forward.ok()) {
           pending.push_back(
@@ -337,7 +343,6 @@ void Engine::Loop() {
                                           absl::InternalError(absl::StrCat(
                                               "model step failed: ", forward.message())))});
           requests_.erase(it);
-          outputs.push_back(out);
           continue;
         }
         if (prompt_rows_of[k]) {
@@ -346,20 +351,37 @@ void Engine::Loop() {
           if (!scored.ok()) {
             pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, scored)});
             requests_.erase(it);
-            outputs.push_back(out);
             continue;
           }
         }
-        if (!s.sample) {
-          outputs.push_back(out);
+        if (!s.sample) continue;
+        absl::StatusOr<SampleRow> sample_row =
+            r.output->PrepareSample(static_cast<int64_t>(my_row));
+        if (!sample_row.ok()) {
+          pending.push_back(
+              {r.delivery, EndEarlyLocked(r, FinishReason::kError, sample_row.status())});
+          requests_.erase(it);
           continue;
         }
-        absl::StatusOr<TokenEvent> token = r.output->Next(
-            absl::MakeConstSpan(logits.data() + my_row * vocab, vocab), scratch_);
+        sample_rows.push_back(*sample_row);
+        sampled_seq.push_back(k);
+      }
+      const int64_t logit_rows = std::max<int64_t>(1, batch.logit_rows.size());
+      absl::Status sampled = sampler_->SampleBatch(
+          Tensor(logits.data(), DType::kF32, {logit_rows, vocab}), sample_rows, &samples);
+      // Second pass: each sampled sequence's token through its stop rules, in plan order.
+      for (size_t j = 0; j < sampled_seq.size(); ++j) {
+        const ScheduledSeq& s = plan.seqs[sampled_seq[j]];
+        SeqOutput& out = outputs[sampled_seq[j]];
+        auto it = requests_.find(s.id);
+        Request& r = *it->second;  // present: nothing erases a request between the passes
+        absl::StatusOr<TokenEvent> token =
+            !sampled.ok() ? absl::StatusOr<TokenEvent>(sampled)
+            : samples[j].ok() ? r.output->Accept(std::move(*samples[j]))
+                              : absl::StatusOr<TokenEvent>(samples[j].status());
         if (!token.ok()) {
           pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
           requests_.erase(it);
-          outputs.push_back(out);
           continue;
         }
         EngineEvent event;
@@ -383,7 +405,6 @@ void Engine::Loop() {
         if (event.finished && observer_) observer_->OnRequestFinished(event);
         pending.push_back({r.delivery, std::move(event)});
         if (out.finished) requests_.erase(it);
-        outputs.push_back(out);
       }
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored

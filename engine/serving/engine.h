@@ -4,11 +4,11 @@
 // InvalidArgument for a request that is malformed or can never fit, ResourceExhausted when the
 // waiting queue is full). Each step the loop asks the scheduler for a plan (decode tokens of
 // running sequences plus chunked prefill of waiting ones), runs the model once for the whole
-// plan, samples a token for every sequence whose chunk reached its last known token, applies
-// its stop rules, and closes the loop with Scheduler::Update. Finished and cancelled requests
-// release their KV blocks at once. Preemption (by recompute) is invisible to clients: a
-// preempted sequence keeps its sampled tokens and its per-request RNG, and its recomputed KV is
-// bit-identical on the CPU backend.
+// plan, samples a token for every sequence whose chunk reached its last known token (one
+// BatchSampler call for the whole step), applies its stop rules, and closes the loop with
+// Scheduler::Update. Finished and cancelled requests release their KV blocks at once.
+// Preemption (by recompute) is invisible to clients: a preempted sequence keeps its sampled
+// tokens and its per-request RNG, and its recomputed KV is bit-identical on the CPU backend.
 //
 // Events of a request: one per generated token (text delta, optional logprobs, timestamp), the
 // last one marked finished with the finish reason, usage and timings. A cancelled or failed
@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "engine/generate/sequence_output.h"
 #include "engine/model/model_runner.h"
+#include "engine/sampling/batch_sampler.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -183,7 +184,10 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   EngineObserver* observer_;
-  SamplerScratch scratch_;  // engine thread only
+  // Every token of a step in one call. The runner returns rank 0's logits in host memory, so
+  // this is the host sampler; a runner that leaves them on its device would bring its backend's
+  // sampler (cuda_batch_sampler). Engine thread only.
+  std::unique_ptr<BatchSampler> sampler_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;

@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& 
   }
   BLOSSOM_ASSIGN_OR_RETURN(impl->gemm,
                            LtGemm::Create(impl->gemm_workspace, options.gemm_workspace_bytes, impl->stream));
+  impl->gemm->set_time_candidates(options.time_gemm_candidates);
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->error_flag, sizeof(int)));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->error_flag, 0, sizeof(int), impl->stream));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&impl->host_error_flag), sizeof(int),

@@ -53,6 +53,10 @@ class CudaBackend : public Backend {
     // Allow cuBLASLt's GELU_BIAS epilogue for a dtype when the start-up check finds it equal to
     // BLOOM's gelu in that dtype.
     bool allow_gelu_epilogue = true;
+    // Order each new GEMM plan's cuBLASLt candidates by timing them on its first call (a host
+    // sync; see LtGemm). Off until a warm-up runs every M bucket before serving: on, the first
+    // step of each bucket pays for the timing. Not yet measured on a GPU.
+    bool time_gemm_candidates = false;
   };
 
   // Fails (FailedPrecondition) when no usable device is present, never crashes.

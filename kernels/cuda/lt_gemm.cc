@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/gemm_plan_policy.h"
 
 namespace blossom {
 namespace {
@@ -83,7 +84,7 @@ void LtGemm::ReportUnusable(const Key& key, const char* why) {
   // Once per key (the key is then cached as unusable): a shape that quietly runs a slower path
   // must show in the log.
   std::fprintf(stderr,
-               "cuda backend: cuBLASLt %s for M=%lld N=%lld K=%lld (dtype %d -> %d, epilogue %s); "
+               "cuda backend: cuBLASLt %s for M bucket %lld N=%lld K=%lld (dtype %d -> %d, epilogue %s); "
                "falling back to a plainer path for this shape\n",
                why, static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
                key.a_type, key.c_type, EpilogueName(key.epilogue));
@@ -110,8 +111,10 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const Key& key, const Tensor& x, c
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, CudaDataType(weight.dtype), k, n, k));
+  // m is the bucket: the heuristic chooses for it; Matmul sets each call's own rows.
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.b, CudaDataType(x.dtype), k, m, k));
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.c, CudaDataType(out.dtype), n, m, n));
+  plan.rows = static_cast<uint64_t>(m);
   cublasLtMatmulPreference_t pref = nullptr;
   BLOSSOM_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
@@ -138,6 +141,76 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const Key& key, const Tensor& x, c
   return &plans_.emplace(key, std::move(plan)).first->second;
 }
 
+absl::Status LtGemm::SetRows(Plan& plan, uint64_t m) {
+  if (plan.rows == m) return absl::OkStatus();
+  // Column-major B is K x M and C is N x M: M is the layouts' column count.
+  BLOSSOM_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutSetAttribute(plan.b, CUBLASLT_MATRIX_LAYOUT_COLS, &m, sizeof(m)));
+  BLOSSOM_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutSetAttribute(plan.c, CUBLASLT_MATRIX_LAYOUT_COLS, &m, sizeof(m)));
+  plan.rows = m;
+  return absl::OkStatus();
+}
+
+cublasStatus_t LtGemm::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Tensor& x,
+                           const Tensor& weight, Tensor out) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle_, plan.desc, &alpha, weight.data, plan.a, x.data, plan.b, &beta,
+                        out.data, plan.c, out.data, plan.c, &algo, workspace_, workspace_bytes_,
+                        stream_);
+}
+
+absl::Status LtGemm::TimeCandidates(Plan& plan, const Tensor& x, const Tensor& weight,
+                                    Tensor out) {
+  if (plan.algos.size() < 2) {
+    plan.timed = true;  // nothing to choose between
+    return absl::OkStatus();
+  }
+  // Timing synchronises the host with the stream, which a graph capture forbids: keep the
+  // heuristic's order for this call and time on the next uncaptured one.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return absl::OkStatus();
+  }
+  plan.timed = true;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    cudaGetLastError();
+    return absl::InternalError("cuda backend: cannot create the events that time GEMM candidates");
+  }
+  // Every run computes the same product into `out`; the caller's run overwrites it again.
+  std::vector<float> millis(plan.algos.size(), -1.0f);
+  absl::Status status = absl::OkStatus();
+  for (size_t i = 0; i < plan.algos.size() && status.ok(); ++i) {
+    const cublasStatus_t first = Run(plan, plan.algos[i], x, weight, out);  // untimed: warms up
+    if (first == CUBLAS_STATUS_NOT_SUPPORTED || first == CUBLAS_STATUS_INVALID_VALUE) continue;
+    if (first != CUBLAS_STATUS_SUCCESS) {
+      status = absl::InternalError(
+          absl::StrCat("cuda backend: timing a cuBLASLt candidate: ", cublasGetStatusString(first)));
+      break;
+    }
+    cudaEventRecord(start, stream_);
+    for (int r = 0; r < kTimedRuns; ++r) Run(plan, plan.algos[i], x, weight, out);
+    cudaEventRecord(stop, stream_);
+    float ms = -1.0f;
+    if (cudaEventSynchronize(stop) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, start, stop) == cudaSuccess) {
+      millis[i] = ms / kTimedRuns;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGetLastError();
+  if (!status.ok()) return status;
+  std::vector<cublasLtMatmulAlgo_t> ordered;
+  for (int i : OrderCandidatesByTime(millis)) ordered.push_back(plan.algos[i]);
+  plan.algos = std::move(ordered);
+  return absl::OkStatus();
+}
+
 absl::Status LtGemm::Matmul(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out,
                             bool* done) {
   *done = false;
@@ -145,7 +218,7 @@ absl::Status LtGemm::Matmul(const Tensor& x, const Tensor& weight, const Tensor&
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (!bias.empty()) epilogue = gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   else if (gelu) epilogue = CUBLASLT_EPILOGUE_GELU;
-  const Key key{m,
+  const Key key{GemmRowBucket(m),
                 n,
                 k,
                 static_cast<int>(x.dtype),
@@ -159,16 +232,19 @@ absl::Status LtGemm::Matmul(const Tensor& x, const Tensor& weight, const Tensor&
   absl::StatusOr<Plan*> found = PlanFor(key, x, weight, bias, out);
   if (!found.ok()) return found.status();
   Plan& plan = **found;
+  absl::Status rows = SetRows(plan, static_cast<uint64_t>(m));
+  if (!rows.ok()) return rows;
   if (!bias.empty()) {
     const void* bias_ptr = bias.data;
     BLOSSOM_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  if (time_candidates_ && !plan.timed && plan.next == 0) {
+    absl::Status timed = TimeCandidates(plan, x, weight, out);
+    if (!timed.ok()) return timed;
+  }
   while (plan.usable()) {
-    const cublasStatus_t st =
-        cublasLtMatmul(handle_, plan.desc, &alpha, weight.data, plan.a, x.data, plan.b, &beta, out.data, plan.c,
-                       out.data, plan.c, &plan.algos[plan.next], workspace_, workspace_bytes_, stream_);
+    const cublasStatus_t st = Run(plan, plan.algos[plan.next], x, weight, out);
     if (st == CUBLAS_STATUS_SUCCESS) {
       *done = true;
       return absl::OkStatus();

@@ -19,8 +19,8 @@
 # be older), and the bundle fails here, not on the GPU machine, if it needs glibc > 2.35 or would
 # not fit the device tool's 64 MiB together with the working tree.
 #
-# What runs: every gpu-tagged test in //kernels/cuda, //kernels/nccl and //tests/gpu, plus
-# //engine/model:model_runner_test (its CUDA cases run where a GPU is visible).
+# What runs: every gpu-tagged test in //kernels/cuda, //kernels/nccl, //engine/... and
+# //tests/gpu, plus //engine/model:model_runner_test (its CUDA cases run where a GPU is visible).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,10 +29,11 @@ BUNDLE="${1:-$ROOT/.device/gpu_suite}"
 case "$BUNDLE" in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 
 echo "== finding gpu-tagged tests"
-mapfile -t TARGETS < <(bazel query 'attr(tags, "\bgpu\b", tests(//kernels/cuda:all + //kernels/nccl:all + //tests/gpu:all))' 2>/dev/null | sort)
+mapfile -t TARGETS < <(bazel query 'attr(tags, "\bgpu\b", tests(//kernels/cuda:all + //kernels/nccl:all + //engine/... + //tests/gpu:all))' 2>/dev/null | sort)
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
   TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_test //kernels/cuda:cuda_sampling_test
-           //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test)
+           //kernels/cuda:lt_gemm_test //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
+           //engine/sampling:cuda_batch_sampler_test)
 fi
 TARGETS+=(//engine/model:model_runner_test)
 printf '  %s\n' "${TARGETS[@]}"

@@ -1,0 +1,221 @@
+// CudaBatchSampler against its CPU twin, HostBatchSampler, on the same logits:
+//  - greedy rows (with and without penalties): the same token, exactly;
+//  - host-fallback rows (logprobs, typical_p, min_p, suppressed tokens): the same token,
+//    logprob and top logprobs, bit for bit (they run the CPU sampler), and they are counted;
+//  - sampled rows (temperature, top_k, top_p): the GPU draws from its own Philox stream, so the
+//    check is that the token has nonzero probability under the CPU's distribution for that row
+//    (SamplingDistribution) and that the same seed and offset give the same token again;
+//  - rows on non-consecutive logit rows, mixing device and host rows.
+// Without a visible GPU every test reports SKIPPED with the reason.
+#include "engine/sampling/cuda_batch_sampler.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
+
+namespace blossom {
+namespace {
+
+constexpr int64_t kVocab = 4096;
+
+// One request's parameters and history.
+struct Request {
+  SamplingParams params;
+  std::vector<int32_t> prompt{3, 17, 17, 250};
+  std::vector<int32_t> output{9, 9, 1000};
+  std::vector<int32_t> suppressed;
+};
+
+class CudaBatchSamplerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const cuda::DeviceQuery q = cuda::QueryDevices();
+    if (q.count == 0) GTEST_SKIP() << "no GPU: " << q.reason;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create();
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+    absl::StatusOr<std::unique_ptr<CudaBatchSampler>> sampler =
+        CudaBatchSampler::Create(backend_.get());
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    sampler_ = std::move(*sampler);
+  }
+
+  static std::vector<float> RandomLogits(int64_t rows, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    std::vector<float> logits(static_cast<size_t>(rows * kVocab));
+    for (float& x : logits) x = normal(gen);
+    return logits;
+  }
+
+  // The logits on the device (a fresh copy: the GPU sampler overwrites rows with penalties).
+  Tensor Upload(const std::vector<float>& host) {
+    const int64_t rows = static_cast<int64_t>(host.size()) / kVocab;
+    absl::StatusOr<OwnedTensor> owned = backend_->AllocateTensor(DType::kF32, {rows, kVocab});
+    EXPECT_TRUE(owned.ok()) << owned.status();
+    device_ = std::move(*owned);
+    EXPECT_TRUE(backend_->CopyToDevice(host.data(), device_.tensor).ok());
+    return device_.tensor;
+  }
+
+  // The same rows sampled by the GPU sampler (on a device copy of `host`) and by the host
+  // sampler (on `host`), each with fresh generators seeded from the requests.
+  void SampleOnBoth(const std::vector<float>& host, std::vector<Request>& requests,
+                    const std::vector<int64_t>& logit_rows,
+                    std::vector<absl::StatusOr<SampleResult>>* gpu,
+                    std::vector<absl::StatusOr<SampleResult>>* cpu);
+
+  std::unique_ptr<CudaBackend> backend_;
+  std::unique_ptr<CudaBatchSampler> sampler_;
+  OwnedTensor device_;
+};
+
+std::vector<SampleRow> RowsFor(std::vector<Request>& requests, std::vector<RequestRng>& rngs,
+                               const std::vector<int64_t>& logit_rows) {
+  std::vector<SampleRow> rows;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SampleRow row;
+    row.logit_row = logit_rows[i];
+    row.params = &requests[i].params;
+    row.context.prompt_tokens = requests[i].prompt;
+    row.context.output_tokens = requests[i].output;
+    row.context.suppressed_tokens = requests[i].suppressed;
+    row.rng = &rngs[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+void CudaBatchSamplerTest::SampleOnBoth(const std::vector<float>& host,
+                                        std::vector<Request>& requests,
+                                        const std::vector<int64_t>& logit_rows,
+                                        std::vector<absl::StatusOr<SampleResult>>* gpu,
+                                        std::vector<absl::StatusOr<SampleResult>>* cpu) {
+  std::vector<RequestRng> gpu_rngs, cpu_rngs;
+  for (const Request& r : requests) {
+    gpu_rngs.emplace_back(r.params.seed.value_or(1));
+    cpu_rngs.emplace_back(r.params.seed.value_or(1));
+  }
+  std::vector<SampleRow> gpu_rows = RowsFor(requests, gpu_rngs, logit_rows);
+  std::vector<SampleRow> cpu_rows = RowsFor(requests, cpu_rngs, logit_rows);
+  ASSERT_TRUE(sampler_->SampleBatch(Upload(host), gpu_rows, gpu).ok());
+  std::vector<float> host_copy = host;
+  const int64_t rows = static_cast<int64_t>(host.size()) / kVocab;
+  HostBatchSampler reference;
+  ASSERT_TRUE(
+      reference.SampleBatch(Tensor(host_copy.data(), DType::kF32, {rows, kVocab}), cpu_rows, cpu)
+          .ok());
+  ASSERT_EQ(gpu->size(), requests.size());
+  ASSERT_EQ(cpu->size(), requests.size());
+}
+
+TEST_F(CudaBatchSamplerTest, GreedyRowsMatchTheHostSampler) {
+  std::vector<Request> requests(4);
+  for (Request& r : requests) r.params.temperature = 0.0f;
+  requests[1].params.repetition_penalty = 1.5f;
+  requests[2].params.frequency_penalty = 1.0f;
+  requests[2].params.presence_penalty = 0.5f;
+  requests[3].params.top_k = 5;
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  SampleOnBoth(RandomLogits(4, 11), requests, {0, 1, 2, 3}, &gpu, &cpu);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
+    ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
+    EXPECT_EQ(gpu[i]->token, cpu[i]->token) << "row " << i;
+  }
+  EXPECT_EQ(sampler_->device_rows(), 4);
+  EXPECT_EQ(sampler_->host_rows(), 0);
+}
+
+TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
+  std::vector<Request> requests(4);
+  requests[0].params.logprobs = 5;
+  requests[1].params.typical_p = 0.8f;
+  requests[2].params.min_p = 0.1f;
+  requests[3].suppressed = {0, 1, 2};
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
+  for (const Request& r : requests) {
+    SampleRow row;
+    row.params = &r.params;
+    row.context.suppressed_tokens = r.suppressed;
+    EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
+  }
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  SampleOnBoth(RandomLogits(4, 12), requests, {3, 2, 1, 0}, &gpu, &cpu);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
+    ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
+    EXPECT_EQ(gpu[i]->token, cpu[i]->token) << "row " << i;
+    EXPECT_EQ(gpu[i]->logprob, cpu[i]->logprob) << "row " << i;
+    ASSERT_EQ(gpu[i]->top.size(), cpu[i]->top.size());
+    for (size_t t = 0; t < cpu[i]->top.size(); ++t) {
+      EXPECT_EQ(gpu[i]->top[t].token, cpu[i]->top[t].token);
+      EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
+    }
+  }
+  EXPECT_EQ(sampler_->host_rows(), 4);
+  EXPECT_EQ(sampler_->device_rows(), 0);
+}
+
+TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {
+  std::vector<Request> requests(3);
+  requests[0].params.temperature = 0.7f;
+  requests[1].params.temperature = 1.0f;
+  requests[1].params.top_k = 20;
+  requests[2].params.temperature = 1.3f;
+  requests[2].params.top_p = 0.8f;
+  requests[2].params.repetition_penalty = 1.2f;
+  // Device rows on logit rows 0, 1 and 4 (two runs: {0, 1} and {4}), a fallback row on 3.
+  std::vector<Request> with_fallback = requests;
+  with_fallback.push_back(Request());
+  with_fallback.back().params.logprobs = 1;
+  const std::vector<float> host = RandomLogits(5, 13);
+  std::vector<int32_t> first_tokens;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<RequestRng> rngs;
+    for (size_t i = 0; i < with_fallback.size(); ++i) rngs.emplace_back(uint64_t{77} + i);
+    std::vector<SampleRow> rows = RowsFor(with_fallback, rngs, {0, 1, 4, 3});
+    std::vector<absl::StatusOr<SampleResult>> gpu;
+    ASSERT_TRUE(sampler_->SampleBatch(Upload(host), rows, &gpu).ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
+      SamplerScratch scratch;
+      absl::StatusOr<std::vector<TokenProbability>> support = SamplingDistribution(
+          absl::MakeConstSpan(host.data() + rows[i].logit_row * kVocab, kVocab),
+          requests[i].params, rows[i].context, scratch);
+      ASSERT_TRUE(support.ok()) << support.status();
+      bool found = false;
+      for (const TokenProbability& tp : *support) found |= tp.token == gpu[i]->token;
+      EXPECT_TRUE(found) << "row " << i << ": token " << gpu[i]->token
+                         << " has probability 0 on the CPU";
+      if (attempt == 0) {
+        first_tokens.push_back(gpu[i]->token);
+      } else {
+        EXPECT_EQ(gpu[i]->token, first_tokens[i]) << "row " << i << ": same seed and offset";
+      }
+    }
+    ASSERT_TRUE(gpu[3].ok()) << gpu[3].status();
+  }
+  EXPECT_EQ(sampler_->device_rows(), 6);
+  EXPECT_EQ(sampler_->host_rows(), 2);
+}
+
+TEST_F(CudaBatchSamplerTest, RefusesHostLogitsAndSharedRows) {
+  std::vector<float> host = RandomLogits(2, 14);
+  std::vector<Request> requests(2);
+  std::vector<RequestRng> rngs(2, RequestRng(1));
+  std::vector<absl::StatusOr<SampleResult>> results;
+  std::vector<SampleRow> rows = RowsFor(requests, rngs, {0, 1});
+  EXPECT_EQ(sampler_->SampleBatch(Tensor(host.data(), DType::kF32, {2, kVocab}), rows, &results)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  rows = RowsFor(requests, rngs, {1, 1});
+  EXPECT_EQ(sampler_->SampleBatch(Upload(host), rows, &results).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace blossom
