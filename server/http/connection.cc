@@ -123,7 +123,7 @@ class Writer : public ResponseWriter {
     {
       std::unique_lock<std::mutex> lock(conn_->mu);
       conn_->drained.wait(lock, [this] {
-        return conn_->closed || conn_->out.size() - conn_->out_offset <= kHighWater;
+        return conn_->closed || conn_->UnsentLocked() <= kHighWater;
       });
       if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
       if (data.empty()) return true;  // an empty chunk would end the stream
