@@ -1,5 +1,6 @@
 // Per-connection state shared by the HTTP server's I/O thread and the response writers of
-// handler threads, and the serialisation of responses. Internal to //server/http:http_server.
+// handler threads, the serialisation of responses, and the socket-level helpers (TLS setup, reset
+// detection). Internal to //server/http:http_server.
 #ifndef BLOSSOM_SERVER_HTTP_CONNECTION_H_
 #define BLOSSOM_SERVER_HTTP_CONNECTION_H_
 
@@ -14,8 +15,10 @@
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "server/http/http_parser.h"
 #include "server/http/http_server.h"
@@ -35,6 +38,16 @@ inline int64_t NowMs() {
 std::string SerializeClosing(const Response& response);
 // A text/plain error response that closes the connection.
 std::string ErrorResponse(int status, absl::string_view message);
+
+// Loads a PEM certificate chain and key into a server TLS context (TLS 1.2 or newer);
+// InvalidArgument naming the file that failed.
+absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
+                          boost::asio::ssl::context* tls);
+
+// Whether a peer that sent its FIN has since reset the connection (it closed completely and
+// answered our output, such as the half-close probe, with a reset). Nothing is read after a
+// FIN, and a read would report the FIN again rather than the reset, so the TCP state is asked.
+bool PeerReset(boost::asio::ip::tcp::socket& socket);
 
 // One request/response exchange. Fields are guarded by the owning Connection's mu, except the
 // ones marked immutable.

@@ -1,7 +1,5 @@
 #include "server/http/http_server.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -84,21 +82,9 @@ class Server::Impl {
       return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
     }
     if (!options_.tls_cert_file.empty()) {
-      error_code ec;
-      tls_.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                           asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                           asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
-                       ec);
-      if (!ec) tls_.use_certificate_chain_file(options_.tls_cert_file, ec);
-      if (ec) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cannot load TLS certificate ", options_.tls_cert_file, ": ", ec.message()));
-      }
-      tls_.use_private_key_file(options_.tls_key_file, asio::ssl::context::pem, ec);
-      if (ec) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot load TLS key ", options_.tls_key_file, ": ", ec.message()));
-      }
+      absl::Status status =
+          internal::ConfigureTls(options_.tls_cert_file, options_.tls_key_file, &tls_);
+      if (!status.ok()) return status;
       use_tls_ = true;
     }
     error_code ec;
@@ -528,19 +514,6 @@ class Server::Impl {
     if (callback) callback();
   }
 
-  // Whether a peer that sent its FIN has since reset the connection (it closed completely and
-  // answered our output, such as the half-close probe, with a reset). Nothing is read after a
-  // FIN, and a read would report the FIN again rather than the reset, so the TCP state is asked.
-  static bool PeerReset(const std::shared_ptr<Connection>& conn) {
-    const int fd = conn->stream.tcp().native_handle();
-    int error = 0;
-    socklen_t len = sizeof(error);
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0) return true;
-    tcp_info info{};
-    len = sizeof(info);
-    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
-  }
-
   void Sweep() {
     int64_t now = NowMs();
     std::vector<std::shared_ptr<Connection>> expired, late;
@@ -553,7 +526,7 @@ class Server::Impl {
         if (now - conn->head_start > options_.header_timeout_ms) expired.push_back(conn);
         continue;
       }
-      if (conn->peer_eof && PeerReset(conn)) {
+      if (conn->peer_eof && internal::PeerReset(conn->stream.tcp())) {
         expired.push_back(conn);
         continue;
       }
