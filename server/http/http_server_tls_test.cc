@@ -1,6 +1,8 @@
 // HTTPS on http::Server (ServerOptions::tls_cert_file/tls_key_file): a self-signed certificate
 // made for the test with the openssl CLI, and a Beast client over Asio SSL that verifies it.
+#include <chrono>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -75,6 +77,15 @@ class TlsClient {
     stream_.handshake(asio::ssl::stream_base::client);
   }
 
+  // Sends a request without reading the answer.
+  void SendOnly(const std::string& target) {
+    beast_http::request<beast_http::string_body> request(beast_http::verb::get, target, 11);
+    request.set(beast_http::field::host, "localhost");
+    beast_http::write(stream_, request);
+  }
+  // Closes the TCP connection without a TLS close_notify, as a client that goes away does.
+  void Drop() { stream_.next_layer().close(); }
+
   beast_http::response<beast_http::string_body> Get(const std::string& target,
                                                     const std::string& body = "") {
     beast_http::request<beast_http::string_body> request(
@@ -122,6 +133,27 @@ TEST_F(HttpServerTlsTest, StreamsChunkedResponsesOverTls) {
   EXPECT_EQ(response.result_int(), 200);
   EXPECT_TRUE(response.chunked());
   EXPECT_EQ(response.body(), "part0;part1;part2;");
+}
+
+TEST(HttpServerTlsCancelTest, ClientThatGoesAwayCancelsItsRequest) {
+  std::promise<void> started, closed;
+  std::shared_ptr<ResponseWriter> held;
+  ServerOptions options;
+  options.tls_cert_file = Cert().cert;
+  options.tls_key_file = Cert().key;
+  auto server = Server::Start(options, [&](const Request&, std::shared_ptr<ResponseWriter> writer) {
+    held = writer;  // never answered: only the disconnect ends it
+    writer->OnClose([&] { closed.set_value(); });
+    started.set_value();
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  TlsClient client((*server)->port());
+  client.SendOnly("/held");
+  ASSERT_EQ(started.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  client.Drop();
+  EXPECT_EQ(closed.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(held->closed());
+  (*server)->Stop();
 }
 
 TEST_F(HttpServerTlsTest, PlainHttpOnATlsPortIsNotServed) {
