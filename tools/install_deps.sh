@@ -5,6 +5,8 @@ PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms pkg-config g++ python3
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  # server/http: Boost.Beast/Asio (header-only), TLS over OpenSSL, openssl to make test certs.
+  libboost1.74-dev libssl-dev openssl
   # Multi-process tensor parallelism (kernels/mpi, mpirun in tests/mpi).
   libopenmpi-dev openmpi-bin
   # Fuzzing (tools/fuzz/run.sh): clang and libFuzzer.

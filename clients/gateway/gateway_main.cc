@@ -3,6 +3,7 @@
 //   blossom-gateway --backend=127.0.0.1:50051 --port=8080 [--api-keys-file=FILE]
 //       [--backend-api-key=KEY] [--served-model-name=NAME] [--request-timeout=600]
 //       [--max-body-bytes=1048576] [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]]
+//       [--tls-cert=PEM --tls-key=PEM] [--max-connections-per-ip=256]
 //
 // Flags may be spelled with dashes or underscores. SIGINT/SIGTERM drain it: /health turns 503,
 // new requests get 503, in-flight ones get --drain-timeout to finish, then the rest are
@@ -47,6 +48,11 @@ ABSL_FLAG(double, request_timeout, 600, "gRPC deadline per generation request, i
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "Largest accepted request body (413 above).");
 ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "Largest accepted request head (431 above).");
 ABSL_FLAG(int, max_connections, 4096, "Concurrent HTTP connections (503 above).");
+ABSL_FLAG(int, max_connections_per_ip, 256,
+          "Concurrent HTTP connections from one client address (503 above; 0 = no cap).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve HTTPS (with --tls-key) instead of plain HTTP.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
 ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
 ABSL_FLAG(double, drain_timeout, 30,
           "On SIGTERM, seconds in-flight requests get to finish (new ones get 503) before the "
@@ -107,6 +113,17 @@ int main(int argc, char** argv) {
   http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
   http_options.max_header_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_header_bytes));
   http_options.max_connections = absl::GetFlag(FLAGS_max_connections);
+  http_options.max_connections_per_ip = absl::GetFlag(FLAGS_max_connections_per_ip);
+  http_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  http_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (http_options.tls_cert_file.empty() != http_options.tls_key_file.empty()) {
+    spdlog::error("--tls-cert and --tls-key go together");
+    return 2;
+  }
+  if (http_options.max_connections_per_ip < 0) {
+    spdlog::error("--max-connections-per-ip must be 0 (no cap) or positive");
+    return 2;
+  }
   http_options.handler_threads = absl::GetFlag(FLAGS_handler_threads);
   http_options.error_response = &blossom::gateway::Gateway::ProtocolErrorResponse;
   auto server = blossom::http::Server::Start(
@@ -118,7 +135,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("blossom-gateway listening on {}:{}, backend {}", http_options.host,
+  spdlog::info("blossom-gateway listening on {}://{}:{}, backend {}",
+               http_options.tls_cert_file.empty() ? "http" : "https", http_options.host,
                (*server)->port(), absl::GetFlag(FLAGS_backend));
 
   int signal_number = 0;

@@ -1,5 +1,9 @@
 #include "server/http/connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -45,6 +49,36 @@ std::string ResponseHead(int status, const std::vector<std::pair<std::string, st
 }
 
 }  // namespace
+
+absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
+                          boost::asio::ssl::context* tls) {
+  using boost::asio::ssl::context;
+  boost::system::error_code ec;
+  tls->set_options(context::default_workarounds | context::no_sslv2 | context::no_sslv3 |
+                       context::no_tlsv1 | context::no_tlsv1_1 | context::single_dh_use,
+                   ec);
+  if (!ec) tls->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load TLS certificate ", cert_file, ": ", ec.message()));
+  }
+  tls->use_private_key_file(key_file, context::pem, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load TLS key ", key_file, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+bool PeerReset(boost::asio::ip::tcp::socket& socket) {
+  const int fd = socket.native_handle();
+  int error = 0;
+  socklen_t len = sizeof(error);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0) return true;
+  tcp_info info{};
+  len = sizeof(info);
+  return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
+}
 
 std::string SerializeClosing(const Response& response) {
   return absl::StrCat(ResponseHead(response.status, response.headers, /*close=*/true, /*http10=*/false),
@@ -123,7 +157,7 @@ class Writer : public ResponseWriter {
     {
       std::unique_lock<std::mutex> lock(conn_->mu);
       conn_->drained.wait(lock, [this] {
-        return conn_->closed || conn_->out.size() - conn_->out_offset <= kHighWater;
+        return conn_->closed || conn_->UnsentLocked() <= kHighWater;
       });
       if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
       if (data.empty()) return true;  // an empty chunk would end the stream

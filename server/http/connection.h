@@ -1,11 +1,10 @@
 // Per-connection state shared by the HTTP server's I/O thread and the response writers of
-// handler threads, and the serialisation of responses. Internal to //server/http:http_server.
+// handler threads, the serialisation of responses, and the socket-level helpers (TLS setup, reset
+// detection). Internal to //server/http:http_server.
 #ifndef BLOSSOM_SERVER_HTTP_CONNECTION_H_
 #define BLOSSOM_SERVER_HTTP_CONNECTION_H_
 
-#include <sys/epoll.h>
-#include <unistd.h>
-
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -15,6 +14,11 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "server/http/http_parser.h"
 #include "server/http/http_server.h"
@@ -35,6 +39,16 @@ std::string SerializeClosing(const Response& response);
 // A text/plain error response that closes the connection.
 std::string ErrorResponse(int status, absl::string_view message);
 
+// Loads a PEM certificate chain and key into a server TLS context (TLS 1.2 or newer);
+// InvalidArgument naming the file that failed.
+absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
+                          boost::asio::ssl::context* tls);
+
+// Whether a peer that sent its FIN has since reset the connection (it closed completely and
+// answered our output, such as the half-close probe, with a reset). Nothing is read after a
+// FIN, and a read would report the FIN again rather than the reset, so the TCP state is asked.
+bool PeerReset(boost::asio::ip::tcp::socket& socket);
+
 // One request/response exchange. Fields are guarded by the owning Connection's mu, except the
 // ones marked immutable.
 struct Exchange {
@@ -47,59 +61,100 @@ struct Exchange {
   std::function<void()> on_close;
 };
 
-struct Connection {
-  Connection(uint64_t id, int fd, std::string peer, ParserLimits limits)
-      : id(id), peer(std::move(peer)), fd(fd), parser(limits) {}
+// A connection's byte stream: plain TCP, or TLS over TCP (Asio SSL over OpenSSL).
+// Not thread-safe: I/O thread only. One read and one write may be in flight at once.
+class Stream {
+ public:
+  using Tcp = boost::asio::ip::tcp::socket;
+  using Tls = boost::asio::ssl::stream<Tcp>;
 
+  explicit Stream(Tcp socket) : plain_(std::make_unique<Tcp>(std::move(socket))) {}
+  Stream(Tcp socket, boost::asio::ssl::context& tls)
+      : tls_(std::make_unique<Tls>(std::move(socket), tls)) {}
+
+  bool tls() const { return tls_ != nullptr; }
+  Tls& tls_stream() { return *tls_; }
+  Tcp& tcp() { return tls_ ? tls_->next_layer() : *plain_; }
+
+  template <typename Buffer, typename Handler>
+  void AsyncReadSome(const Buffer& buffer, Handler&& handler) {
+    if (tls_) {
+      tls_->async_read_some(buffer, std::forward<Handler>(handler));
+    } else {
+      plain_->async_read_some(buffer, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Buffer, typename Handler>
+  void AsyncWriteSome(const Buffer& buffer, Handler&& handler) {
+    if (tls_) {
+      tls_->async_write_some(buffer, std::forward<Handler>(handler));
+    } else {
+      plain_->async_write_some(buffer, std::forward<Handler>(handler));
+    }
+  }
+
+ private:
+  std::unique_ptr<Tcp> plain_;
+  std::unique_ptr<Tls> tls_;
+};
+
+struct Connection {
+  Connection(std::shared_ptr<void> io, uint64_t id, Stream stream, std::string peer,
+             std::string ip, ParserLimits limits)
+      : io(std::move(io)), id(id), peer(std::move(peer)), ip(std::move(ip)),
+        stream(std::move(stream)), parser(limits) {}
+
+  // The io_context of `stream`; a writer may keep the connection after the server is gone,
+  // and a socket must not outlive its io_context.
+  const std::shared_ptr<void> io;
   const uint64_t id;
-  const std::string peer;
+  const std::string peer;  // "ip:port"
+  const std::string ip;    // the peer's address, the key of the per-address connection count
 
   // I/O thread only.
-  int fd;
+  Stream stream;
+  bool open = true;                   // the socket is open (false once Close ran)
+  bool handshaking = false;           // TLS handshake in progress; no request bytes yet
+  bool read_pending = false;          // an async read is in flight
+  bool write_pending = false;         // an async write of `sending` is in flight
+  std::array<char, 64 << 10> read_buffer;
+  std::string sending;                // the bytes being written; `sending_left` of them unsent
   std::string in;
   RequestParser parser;
   std::shared_ptr<Exchange> current;  // the exchange in flight, if any
-  bool reading = true;                // EPOLLIN registered
-  bool writing = false;               // EPOLLOUT registered
+  bool advance_after_flush = false;   // an exchange completed: go on once its bytes are out
   bool close_after_response = false;  // no further requests on this connection
   bool lingering = false;             // write side shut down; draining input until EOF
   bool peer_eof = false;              // the peer shut down its sending side; no more input
-  uint32_t interest = EPOLLIN | EPOLLRDHUP;  // the registered epoll events
   int64_t linger_deadline = 0;
   int64_t last_activity = NowMs();
-  int64_t head_start = 0;  // when the first byte of the request head being read arrived; 0: none
+  int64_t head_start = 0;  // when the first byte of the request head being read arrived (or
+                           // the TLS handshake began); 0: none
   int64_t body_start = 0;  // when the head of the request whose body is being read completed
 
   // Guarded by mu.
   std::mutex mu;
   std::condition_variable drained;  // signalled when unsent output falls low or on close
-  std::string out;
-  size_t out_offset = 0;
+  std::string out;                  // queued by writers, not yet handed to the socket
+  size_t sending_left = 0;          // unsent bytes of `sending`
   int64_t last_write_progress = NowMs();
   bool closed = false;
+
+  // Unsent output (queued or being written); needs mu.
+  size_t UnsentLocked() const { return out.size() + sending_left; }
 };
 
-// The wake-up channel shared by the I/O thread and every writer; outlives the server while a
-// writer holds it, so late writer calls are harmless.
+// The wake-up channel from writers to the I/O thread; outlives the server while a writer holds
+// it, so late writer calls are harmless (Wake does nothing once the server stopped).
 struct Loop {
-  ~Loop() {
-    if (event_fd >= 0) close(event_fd);
-  }
-  void Wake(std::shared_ptr<Connection> conn) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (stopped) return;
-      dirty.push_back(std::move(conn));
-    }
-    uint64_t one = 1;
-    ssize_t ignored = write(event_fd, &one, sizeof(one));
-    (void)ignored;  // the counter saturating is fine: the I/O thread drains the whole list
+  void Wake(const std::shared_ptr<Connection>& conn) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!stopped) flush(conn);
   }
 
-  int event_fd = -1;
   std::mutex mu;
-  std::vector<std::shared_ptr<Connection>> dirty;  // guarded by mu
-  bool stopped = false;                            // guarded by mu
+  bool stopped = false;                                       // guarded by mu
+  std::function<void(std::shared_ptr<Connection>)> flush;  // posts a flush to the I/O thread
 };
 
 // The ResponseWriter of one exchange on `conn`.

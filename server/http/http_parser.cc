@@ -1,44 +1,32 @@
 #include "server/http/http_parser.h"
 
-#include <cctype>
+#include <algorithm>
 #include <cstdint>
+
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/types/optional.h"
 
 namespace blossom::http {
+
+namespace beast_http = boost::beast::http;
+
+struct RequestParser::Beast {
+  explicit Beast(const ParserLimits& limits) {
+    parser.header_limit(static_cast<std::uint32_t>(
+        std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+    parser.body_limit(limits.max_body_bytes);
+  }
+  beast_http::request_parser<beast_http::string_body> parser;
+};
+
 namespace {
-
-bool IsTokenChar(char c) {
-  if (absl::ascii_isalnum(static_cast<unsigned char>(c))) return true;
-  switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IsToken(absl::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!IsTokenChar(c)) return false;
-  }
-  return true;
-}
-
-// Field values may hold visible characters, spaces, tabs and obs-text, never other controls.
-bool IsValidFieldValue(absl::string_view s) {
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && u != '\t') || u == 0x7f) return false;
-  }
-  return true;
-}
 
 // Whether a comma-separated header value contains `token` (case-insensitive).
 bool HasToken(absl::string_view value, absl::string_view token) {
@@ -46,6 +34,18 @@ bool HasToken(absl::string_view value, absl::string_view token) {
     if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(part), token)) return true;
   }
   return false;
+}
+
+// The value of the first `name:` line of a raw head, or "" (for telling Beast's errors apart).
+absl::string_view RawHeader(absl::string_view head, absl::string_view name) {
+  for (absl::string_view line : absl::StrSplit(head, "\r\n")) {
+    if (line.empty()) break;
+    if (line.size() > name.size() && line[name.size()] == ':' &&
+        absl::EqualsIgnoreCase(line.substr(0, name.size()), name)) {
+      return absl::StripAsciiWhitespace(line.substr(name.size() + 1));
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -57,13 +57,18 @@ const std::string* Request::Header(absl::string_view lowercase_name) const {
   return nullptr;
 }
 
+RequestParser::RequestParser(ParserLimits limits)
+    : limits_(limits), beast_(std::make_unique<Beast>(limits_)) {}
+
+RequestParser::~RequestParser() = default;
+
 void RequestParser::Reset() {
+  beast_ = std::make_unique<Beast>(limits_);  // a Beast parser reads one message
   state_ = State::kHead;
   request_ = Request();
-  body_remaining_ = 0;
-  trailer_bytes_ = 0;
   keep_alive_ = true;
   expect_continue_ = false;
+  body_taken_ = false;
   error_status_ = 0;
   error_message_.clear();
 }
@@ -76,30 +81,10 @@ RequestParser::Result RequestParser::Fail(int status, std::string message) {
   return Result::kError;
 }
 
-RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
-  std::vector<absl::string_view> lines = absl::StrSplit(head, "\r\n");
-  // lines[0] is the request line: METHOD SP request-target SP HTTP-version.
-  std::vector<absl::string_view> parts = absl::StrSplit(lines[0], ' ');
-  if (parts.size() != 3 || !IsToken(parts[0]) || parts[1].empty()) {
-    return Fail(400, "malformed request line");
-  }
-  for (char c : parts[1]) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (u <= 0x20 || u == 0x7f) return Fail(400, "malformed request target");
-  }
-  if (parts[2] == "HTTP/1.1") {
-    request_.version_minor = 1;
-  } else if (parts[2] == "HTTP/1.0") {
-    request_.version_minor = 0;
-  } else if (absl::StartsWith(parts[2], "HTTP/") && parts[2].size() == 8 &&
-             absl::ascii_isdigit(parts[2][5]) && parts[2][6] == '.' &&
-             absl::ascii_isdigit(parts[2][7])) {
-    return Fail(505, "HTTP version not supported");
-  } else {
-    return Fail(400, "malformed HTTP version");
-  }
-  request_.method = std::string(parts[0]);
-  request_.target = std::string(parts[1]);
+bool RequestParser::ParseTarget() {
+  const auto& message = beast_->parser.get();
+  request_.target.assign(message.target().data(), message.target().size());
+  if (request_.target.empty()) return false;
   // Absolute form (RFC 9112 3.2.2: a server must accept it): "http://host/path?q" is routed
   // as "/path?q"; the authority is dropped (this server has one origin).
   if (request_.target[0] != '/') {
@@ -110,7 +95,7 @@ RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
         (absl::EqualsIgnoreCase(scheme, "http") || absl::EqualsIgnoreCase(scheme, "https"))) {
       absl::string_view rest = target.substr(scheme_end + 3);
       size_t path_start = rest.find_first_of("/?");
-      if (rest.empty() || path_start == 0) return Fail(400, "absolute request target without a host");
+      if (rest.empty() || path_start == 0) return false;
       std::string origin_form =
           path_start == absl::string_view::npos ? "/" : std::string(rest.substr(path_start));
       if (origin_form[0] == '?') origin_form.insert(0, "/");
@@ -121,42 +106,34 @@ RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
   request_.path = request_.target.substr(0, q);
   if (q != std::string::npos) request_.query = request_.target.substr(q + 1);
 
-  // A copy, not a pointer into headers: the vector reallocates as headers are added.
-  absl::optional<std::string> content_length;
-  bool chunked = false, has_te = false;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    absl::string_view line = lines[i];
-    if (line.empty()) continue;  // only the final split piece can be empty here
-    if (line[0] == ' ' || line[0] == '\t') return Fail(400, "obsolete header line folding");
-    size_t colon = line.find(':');
-    if (colon == absl::string_view::npos) return Fail(400, "malformed header line");
-    absl::string_view name = line.substr(0, colon);
-    // No whitespace between name and colon (RFC 9112 5.1; a request smuggling vector).
-    if (!IsToken(name)) return Fail(400, "malformed header name");
-    absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
-    if (!IsValidFieldValue(value)) return Fail(400, "invalid character in header value");
-    request_.headers.emplace_back(absl::AsciiStrToLower(name), std::string(value));
-    const std::string& lname = request_.headers.back().first;
-    const std::string& lvalue = request_.headers.back().second;
-    if (lname == "content-length") {
-      if (content_length && *content_length != lvalue) {
-        return Fail(400, "conflicting Content-Length headers");
-      }
-      content_length = lvalue;
-    } else if (lname == "transfer-encoding") {
-      has_te = true;
-      chunked = absl::EqualsIgnoreCase(lvalue, "chunked");
-      if (!chunked) return Fail(501, "unsupported Transfer-Encoding");
+  return true;
+}
+
+RequestParser::Result RequestParser::CheckHead() {
+  const auto& message = beast_->parser.get();
+  const int version = message.version();
+  if (version != 10 && version != 11) return Fail(505, "HTTP version not supported");
+  request_.version_minor = version % 10;
+  request_.method.assign(message.method_string().data(), message.method_string().size());
+  for (const auto& field : message) {
+    const auto name = field.name_string();
+    const auto value = field.value();
+    request_.headers.emplace_back(
+        absl::AsciiStrToLower(absl::string_view(name.data(), name.size())),
+        std::string(absl::StripAsciiWhitespace(absl::string_view(value.data(), value.size()))));
+  }
+  if (!ParseTarget()) return Fail(400, "absolute request target without a host");
+
+  // Beast refuses Content-Length with Transfer-Encoding and conflicting Content-Lengths; it
+  // takes any Transfer-Encoding ending in chunked, and reads no body for other codings.
+  if (const std::string* te = request_.Header("transfer-encoding")) {
+    // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means the framing is faulty.
+    if (request_.version_minor == 0) {
+      return Fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
     }
+    if (!absl::EqualsIgnoreCase(*te, "chunked")) return Fail(501, "unsupported Transfer-Encoding");
   }
   // A missing Host is accepted (RFC 9112 3.2 says 400), since hand-written clients omit it.
-  // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means the framing is faulty.
-  if (has_te && request_.version_minor == 0) {
-    return Fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
-  }
-  if (content_length && has_te) {
-    return Fail(400, "both Content-Length and Transfer-Encoding");
-  }
   const std::string* connection = request_.Header("connection");
   if (request_.version_minor == 0) {
     keep_alive_ = connection != nullptr && HasToken(*connection, "keep-alive");
@@ -167,143 +144,111 @@ RequestParser::Result RequestParser::ParseHead(absl::string_view head) {
     if (!absl::EqualsIgnoreCase(*expect, "100-continue")) {
       return Fail(417, "unsupported Expect");
     }
-    expect_continue_ = request_.version_minor == 1;
+    const auto length = beast_->parser.content_length();
+    expect_continue_ = request_.version_minor == 1 &&
+                       (beast_->parser.chunked() || (length && *length > 0));
   }
-  if (has_te) {
-    state_ = State::kChunkSize;
-    return Result::kHeadersComplete;
-  }
-  uint64_t length = 0;
-  if (content_length) {
-    if (content_length->empty() || content_length->size() > 18) {
-      if (content_length->size() > 18 &&
-          content_length->find_first_not_of("0123456789") == std::string::npos) {
-        return Fail(413, "request body too large");
-      }
-      return Fail(400, "invalid Content-Length");
-    }
-    for (char c : *content_length) {
-      if (!absl::ascii_isdigit(c)) return Fail(400, "invalid Content-Length");
-    }
-    if (!absl::SimpleAtoi(*content_length, &length)) return Fail(400, "invalid Content-Length");
-  }
-  if (length > limits_.max_body_bytes) return Fail(413, "request body too large");
-  body_remaining_ = length;
-  state_ = State::kBody;
-  if (length == 0) expect_continue_ = false;
   return Result::kHeadersComplete;
 }
 
 RequestParser::Result RequestParser::Parse(std::string* buffer) {
-  for (;;) {
-    switch (state_) {
-      case State::kHead: {
-        // Tolerate empty lines before the request line (RFC 9112 2.2).
-        size_t skip = 0;
-        while (skip + 1 < buffer->size() && (*buffer)[skip] == '\r' && (*buffer)[skip + 1] == '\n') {
-          skip += 2;
+  boost::beast::error_code ec;
+  switch (state_) {
+    case State::kHead: {
+      // Tolerate empty lines before the request line (RFC 9112 2.2).
+      size_t skip = 0;
+      while (skip + 1 < buffer->size() && (*buffer)[skip] == '\r' && (*buffer)[skip + 1] == '\n') {
+        skip += 2;
+      }
+      if (skip > 0) buffer->erase(0, skip);
+      const size_t end = buffer->find("\r\n\r\n");
+      const size_t scan_end = end == std::string::npos ? buffer->size() : end;
+      // Lines must end in CRLF; a bare LF would otherwise leave the head unterminated until a
+      // timeout. Rejected (RFC 9112 2.2 allows that) rather than guessed at.
+      for (size_t lf = buffer->find('\n'); lf != std::string::npos && lf < scan_end;
+           lf = buffer->find('\n', lf + 1)) {
+        if (lf == 0 || (*buffer)[lf - 1] != '\r') return Fail(400, "bare LF in request head");
+        // Beast unfolds obsolete line folding; RFC 9112 5.2 lets a server refuse it instead,
+        // which leaves no doubt about where a header ends (a smuggling vector).
+        if (lf + 1 < scan_end && ((*buffer)[lf + 1] == ' ' || (*buffer)[lf + 1] == '\t')) {
+          return Fail(400, "obsolete header line folding");
         }
-        if (skip > 0) buffer->erase(0, skip);
-        size_t end = buffer->find("\r\n\r\n");
-        // Lines must end in CRLF; a bare LF would otherwise leave the head unterminated until a
-        // timeout. Rejected (RFC 9112 2.2 allows that) rather than guessed at.
-        const size_t scan_end = end == std::string::npos ? buffer->size() : end;
-        for (size_t lf = buffer->find('\n'); lf != std::string::npos && lf < scan_end;
-             lf = buffer->find('\n', lf + 1)) {
-          if (lf == 0 || (*buffer)[lf - 1] != '\r') return Fail(400, "bare LF in request head");
-        }
-        if (end == std::string::npos) {
-          if (buffer->size() > limits_.max_header_bytes) {
-            return Fail(431, "request header fields too large");
-          }
-          return Result::kNeedMore;
-        }
-        if (end + 4 > limits_.max_header_bytes) {
+      }
+      const size_t used = beast_->parser.put(boost::asio::buffer(buffer->data(), buffer->size()), ec);
+      if (ec == beast_http::error::need_more) return Result::kNeedMore;
+      if (ec) {
+        (void)ParseTarget();  // for the error response, when the request line got that far
+        const absl::string_view head(*buffer);
+        if (ec == beast_http::error::header_limit) {
           return Fail(431, "request header fields too large");
         }
-        Result r = ParseHead(absl::string_view(*buffer).substr(0, end));
-        buffer->erase(0, end + 4);
-        return r;  // kHeadersComplete or kError
-      }
-      case State::kBody: {
-        size_t take = std::min(body_remaining_, buffer->size());
-        request_.body.append(*buffer, 0, take);
-        buffer->erase(0, take);
-        body_remaining_ -= take;
-        if (body_remaining_ > 0) return Result::kNeedMore;
-        state_ = State::kDone;
-        expect_continue_ = false;
-        return Result::kComplete;
-      }
-      case State::kChunkSize: {
-        size_t eol = buffer->find("\r\n");
-        if (eol == std::string::npos) {
-          if (buffer->size() > 1024) return Fail(400, "malformed chunk size line");
-          return Result::kNeedMore;
-        }
-        expect_continue_ = false;
-        absl::string_view line = absl::string_view(*buffer).substr(0, eol);
-        line = line.substr(0, line.find(';'));  // chunk extensions are ignored
-        line = absl::StripTrailingAsciiWhitespace(line);
-        if (line.empty() || line.size() > 15 ||
-            line.find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
-          return Fail(400, "malformed chunk size");
-        }
-        uint64_t size = std::stoull(std::string(line), nullptr, 16);
-        buffer->erase(0, eol + 2);
-        if (size > limits_.max_body_bytes - request_.body.size()) {
-          return Fail(413, "request body too large");
-        }
-        if (size == 0) {
-          state_ = State::kTrailers;
-        } else {
-          body_remaining_ = size;
-          state_ = State::kChunkData;
-        }
-        break;
-      }
-      case State::kChunkData: {
-        size_t take = std::min(body_remaining_, buffer->size());
-        request_.body.append(*buffer, 0, take);
-        buffer->erase(0, take);
-        body_remaining_ -= take;
-        if (body_remaining_ > 0) return Result::kNeedMore;
-        state_ = State::kChunkDataEnd;
-        break;
-      }
-      case State::kChunkDataEnd: {
-        if (buffer->size() < 2) return Result::kNeedMore;
-        if ((*buffer)[0] != '\r' || (*buffer)[1] != '\n') return Fail(400, "malformed chunk");
-        buffer->erase(0, 2);
-        state_ = State::kChunkSize;
-        break;
-      }
-      case State::kTrailers: {
-        // Trailer fields are read and dropped, up to an empty line.
-        size_t eol = buffer->find("\r\n");
-        if (eol == std::string::npos) {
-          if (trailer_bytes_ + buffer->size() > limits_.max_header_bytes) {
-            return Fail(431, "request trailer fields too large");
+        if (ec == beast_http::error::body_limit) return Fail(413, "request body too large");
+        if (ec == beast_http::error::bad_version) {
+          // Beast takes only HTTP/1.x; another well-formed "HTTP/d.d" is a version we do not
+          // speak (505) rather than garbage (400).
+          const absl::string_view line = head.substr(0, head.find("\r\n"));
+          const absl::string_view version = line.substr(line.rfind(' ') + 1);
+          if (line.find(' ') != line.rfind(' ') && version.size() == 8 &&
+              absl::StartsWith(version, "HTTP/") && absl::ascii_isdigit(version[5]) &&
+              version[6] == '.' && absl::ascii_isdigit(version[7])) {
+            return Fail(505, "HTTP version not supported");
           }
-          return Result::kNeedMore;
+          return Fail(400, "malformed HTTP version");
         }
-        trailer_bytes_ += eol + 2;
-        if (trailer_bytes_ > limits_.max_header_bytes) {
+        if (ec == beast_http::error::bad_content_length) {
+          const absl::string_view length = RawHeader(head, "content-length");
+          if (length.size() > 18 && length.find_first_not_of("0123456789") == absl::string_view::npos) {
+            return Fail(413, "request body too large");
+          }
+          return Fail(400, "invalid or conflicting Content-Length");
+        }
+        if (ec == beast_http::error::bad_transfer_encoding) {
+          return Fail(400, RawHeader(head, "content-length").empty()
+                               ? "malformed Transfer-Encoding"
+                               : "both Content-Length and Transfer-Encoding");
+        }
+        if (ec == beast_http::error::bad_method) return Fail(400, "malformed request method");
+        if (ec == beast_http::error::bad_target) return Fail(400, "malformed request line");
+        if (ec == beast_http::error::bad_field) return Fail(400, "malformed header line");
+        if (ec == beast_http::error::bad_value) return Fail(400, "invalid character in header value");
+        return Fail(400, absl::StrCat("malformed request: ", ec.message()));
+      }
+      buffer->erase(0, used);
+      Result r = CheckHead();
+      if (r == Result::kError) return r;
+      state_ = beast_->parser.is_done() ? State::kDone : State::kBody;
+      return Result::kHeadersComplete;
+    }
+    case State::kBody: {
+      // Beast consumes a body piece (or one chunk's framing) per call.
+      while (!beast_->parser.is_done() && !buffer->empty()) {
+        const size_t used =
+            beast_->parser.put(boost::asio::buffer(buffer->data(), buffer->size()), ec);
+        buffer->erase(0, used);
+        if (used > 0 && beast_->parser.chunked()) expect_continue_ = false;
+        if (ec == beast_http::error::need_more) break;
+        if (ec == beast_http::error::body_limit) return Fail(413, "request body too large");
+        if (ec == beast_http::error::header_limit) {
           return Fail(431, "request trailer fields too large");
         }
-        buffer->erase(0, eol + 2);
-        if (eol == 0) {
-          state_ = State::kDone;
-          return Result::kComplete;
-        }
-        break;
+        if (ec) return Fail(400, absl::StrCat("malformed request body: ", ec.message()));
+        if (used == 0) break;
       }
-      case State::kDone:
-        return Result::kComplete;
-      case State::kError:
-        return Result::kError;
+      if (!beast_->parser.is_done()) return Result::kNeedMore;
+      state_ = State::kDone;
+      return Parse(buffer);
     }
+    case State::kDone:
+      expect_continue_ = false;
+      if (!body_taken_) {
+        request_.body = std::move(beast_->parser.get().body());
+        body_taken_ = true;
+      }
+      return Result::kComplete;
+    case State::kError:
+      return Result::kError;
   }
+  return Result::kError;
 }
 
 const char* ReasonPhrase(int status) {

@@ -1,8 +1,11 @@
-// Incremental HTTP/1.1 request parser (request line, headers, Content-Length or chunked body).
+// Incremental HTTP/1.1 request parsing over Boost.Beast's request_parser: Beast parses the
+// message; this adapter adds the server's policy (stricter framing rules, status codes, the
+// Request shape handlers see).
 #ifndef BLOSSOM_SERVER_HTTP_HTTP_PARSER_H_
 #define BLOSSOM_SERVER_HTTP_HTTP_PARSER_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,10 +34,14 @@ struct ParserLimits {
 };
 
 // Parses one request at a time out of a connection's input buffer, consuming what it used.
-// Limits are checked before the body is read: an oversized head fails with 431 as soon as the
-// buffer holds more than max_header_bytes without a blank line, and a Content-Length over
-// max_body_bytes fails with 413 as soon as the headers are complete. Not thread-safe: owned by
-// one connection's I/O thread.
+// Limits are checked before the body is read (Beast's header_limit and body_limit): an oversized
+// head fails with 431 as soon as the buffer holds more than max_header_bytes without a blank
+// line, and a Content-Length over max_body_bytes fails with 413 as soon as the headers are
+// complete. On top of Beast it refuses, with 400: bare-LF line ends (at once, instead of waiting
+// for a CRLF CRLF that never comes), obsolete line folding, Transfer-Encoding in HTTP/1.0,
+// Content-Length with Transfer-Encoding, and absolute-form targets without a host; 501 for a
+// Transfer-Encoding other than "chunked", 505 for an HTTP version other than 1.0/1.1, 417 for an
+// Expect other than 100-continue. Not thread-safe: owned by one connection's I/O thread.
 class RequestParser {
  public:
   enum class Result {
@@ -44,7 +51,10 @@ class RequestParser {
     kError,            // error_status()/error_message() say why; the connection must be closed
   };
 
-  explicit RequestParser(ParserLimits limits) : limits_(limits) {}
+  explicit RequestParser(ParserLimits limits);
+  ~RequestParser();
+  RequestParser(const RequestParser&) = delete;
+  RequestParser& operator=(const RequestParser&) = delete;
 
   // Consumes bytes from the front of *buffer.
   Result Parse(std::string* buffer);
@@ -59,23 +69,24 @@ class RequestParser {
   // The client sent "Expect: 100-continue" and the body has not arrived yet.
   bool expects_continue() const { return expect_continue_; }
   // The head is complete and the body (or a chunk of it) is still being read.
-  bool reading_body() const {
-    return state_ == State::kBody || state_ == State::kChunkSize || state_ == State::kChunkData ||
-           state_ == State::kChunkDataEnd || state_ == State::kTrailers;
-  }
+  bool reading_body() const { return state_ == State::kBody; }
 
  private:
-  enum class State { kHead, kBody, kChunkSize, kChunkData, kChunkDataEnd, kTrailers, kDone, kError };
+  struct Beast;  // the Beast parser of the current request (keeps Beast out of this header)
+  enum class State { kHead, kBody, kDone, kError };
   Result Fail(int status, std::string message);
-  Result ParseHead(absl::string_view head);
+  Result CheckHead();  // the server's rules on a head Beast accepted
+  // Sets request_.target/path/query from Beast's target (absolute form routed by its path);
+  // false if it is empty or an absolute form without a host.
+  bool ParseTarget();
 
-  ParserLimits limits_;
+  const ParserLimits limits_;
+  std::unique_ptr<Beast> beast_;
   State state_ = State::kHead;
   Request request_;
-  size_t body_remaining_ = 0;   // kBody: bytes left; kChunkData: bytes left in this chunk
-  size_t trailer_bytes_ = 0;
   bool keep_alive_ = true;
   bool expect_continue_ = false;
+  bool body_taken_ = false;  // kDone: the body has been moved into request_
   int error_status_ = 0;
   std::string error_message_;
 };

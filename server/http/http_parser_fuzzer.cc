@@ -1,5 +1,6 @@
 // libFuzzer entry point (tools/fuzz/fuzz.bzl): bytes from a client, fed to the HTTP request
-// parser in pieces (the first byte sets the piece size), as a connection feeds it. It must make
+// parser (our adapter over Boost.Beast's request_parser) in pieces (the first byte sets the
+// piece size), as a connection feeds it. It must make
 // progress or stop with an error status, and every request it completes must respect the limits.
 #include <algorithm>
 #include <cstdint>

@@ -89,7 +89,8 @@ TEST(HttpParserTest, RejectsMalformedRequests) {
       {"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
       {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
       {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
-      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY", 400},
+      // Chunk data not followed by CRLF (refused once the next line ends).
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY\r\n", 400},
       {"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 413},
       {"POST / HTTP/1.1\r\nExpect: magic\r\n\r\n", 417},
       // Bare LF line ends are refused at once instead of waiting for a CRLF CRLF.

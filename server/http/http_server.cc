@@ -1,31 +1,27 @@
 #include "server/http/http_server.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/text/sanitize.h"
 #include "server/http/connection.h"
 #include "server/http/worker_pool.h"
@@ -40,7 +36,11 @@ using internal::kHighWater;
 using internal::Loop;
 using internal::NowMs;
 using internal::SerializeClosing;
+using internal::Stream;
 using internal::WorkerPool;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
 
 namespace {
 
@@ -50,22 +50,17 @@ constexpr size_t kInputSlack = 64 << 10;
 // How long a connection being closed after an error keeps draining input, so that the client
 // reads the error instead of a reset caused by unread data.
 constexpr int64_t kLingerMs = 2000;
-constexpr uint64_t kListenId = 0;
-constexpr uint64_t kEventId = 1;
 
-std::string PeerName(const sockaddr_storage& addr) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
-    return absl::StrCat(buf, ":", ntohs(a->sin_port));
-  }
-  if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
-    return absl::StrCat("[", buf, "]:", ntohs(a->sin6_port));
-  }
-  return "unknown";
+std::string PeerName(const tcp::endpoint& endpoint) {
+  const asio::ip::address address = endpoint.address();
+  return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", endpoint.port())
+                         : absl::StrCat(address.to_string(), ":", endpoint.port());
+}
+
+// Best effort, without blocking: a short reply fits any socket buffer; the peer may be gone.
+void SendNow(tcp::socket& socket, const std::string& data) {
+  ssize_t ignored = send(socket.native_handle(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
 }
 
 }  // namespace
@@ -73,65 +68,57 @@ std::string PeerName(const sockaddr_storage& addr) {
 class Server::Impl {
  public:
   Impl(const ServerOptions& options, Handler handler)
-      : options_(options), handler_(std::move(handler)), loop_(std::make_shared<Loop>()) {}
+      : options_(options),
+        handler_(std::move(handler)),
+        loop_(std::make_shared<Loop>()),
+        acceptor_(*io_),
+        sweep_timer_(*io_),
+        tls_(asio::ssl::context::tls_server) {}
 
-  ~Impl() {
-    Stop();
-    if (listen_fd_ >= 0) close(listen_fd_);
-    if (epoll_fd_ >= 0) close(epoll_fd_);
-  }
+  ~Impl() { Stop(); }
 
   absl::Status Init() {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo* res = nullptr;
-    std::string port = std::to_string(options_.port);
-    int rc = getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(),
-                         &hints, &res);
-    if (rc != 0) {
+    if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
+    }
+    if (!options_.tls_cert_file.empty()) {
+      absl::Status status =
+          internal::ConfigureTls(options_.tls_cert_file, options_.tls_key_file, &tls_);
+      if (!status.ok()) return status;
+      use_tls_ = true;
+    }
+    error_code ec;
+    tcp::resolver resolver(*io_);
+    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cannot resolve ", options_.host, ": ", gai_strerror(rc)));
+          absl::StrCat("cannot resolve ", options_.host, ": ", ec.message()));
     }
     std::string last_error = "no address";
-    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) continue;
-      int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) {
-        listen_fd_ = fd;
-        break;
-      }
-      last_error = strerror(errno);
-      close(fd);
+    for (const auto& entry : endpoints) {
+      error_code e;
+      acceptor_.open(entry.endpoint().protocol(), e);
+      if (!e) acceptor_.set_option(tcp::acceptor::reuse_address(true), e);
+      if (!e) acceptor_.bind(entry.endpoint(), e);
+      if (!e) acceptor_.listen(4096, e);
+      if (!e) break;
+      last_error = e.message();
+      error_code ignored;
+      acceptor_.close(ignored);
     }
-    freeaddrinfo(res);
-    if (listen_fd_ < 0) {
+    if (!acceptor_.is_open()) {
       return absl::UnavailableError(
           absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", last_error));
     }
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    loop_->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (epoll_fd_ < 0 || loop_->event_fd < 0) {
-      return absl::InternalError(absl::StrCat("epoll/eventfd: ", strerror(errno)));
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kListenId;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-    ev.data.u64 = kEventId;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, loop_->event_fd, &ev);
-
+    port_ = acceptor_.local_endpoint(ec).port();
+    loop_->flush = [this](std::shared_ptr<Connection> conn) {
+      asio::post(*io_, [this, conn = std::move(conn)] { FlushAndAdvance(conn); });
+    };
     workers_ = std::make_unique<WorkerPool>(options_.handler_threads);
-    io_thread_ = std::thread([this] { Run(); });
+    Accept();
+    ArmSweep();
+    io_thread_ = std::thread([this] { io_->run(); });
     return absl::OkStatus();
   }
 
@@ -141,48 +128,25 @@ class Server::Impl {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (stopped_) return;
     stopped_ = true;
-    stop_requested_.store(true);
-    uint64_t one = 1;
-    ssize_t ignored = write(loop_->event_fd, &one, sizeof(one));
-    (void)ignored;
-    if (io_thread_.joinable()) io_thread_.join();
+    if (io_thread_.joinable()) {
+      asio::post(*io_, [this] { Shutdown(); });
+      io_thread_.join();
+    }
     if (workers_) workers_->Stop();
   }
 
  private:
-  void Run() {
-    std::vector<epoll_event> events(256);
-    int64_t next_sweep = NowMs() + SweepIntervalMs();
-    while (!stop_requested_.load()) {
-      int timeout = static_cast<int>(std::max<int64_t>(0, next_sweep - NowMs()));
-      int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
-      if (n < 0 && errno != EINTR) {
-        spdlog::error("http: epoll_wait: {}", strerror(errno));
-        break;
-      }
-      for (int i = 0; i < n && !stop_requested_.load(); ++i) {
-        uint64_t id = events[i].data.u64;
-        if (id == kListenId) {
-          Accept();
-        } else if (id == kEventId) {
-          HandleWakeups();
-        } else {
-          auto it = conns_.find(id);
-          if (it != conns_.end()) HandleEvent(it->second, events[i].events);
-        }
-      }
-      if (NowMs() >= next_sweep) {
-        Sweep();
-        next_sweep = NowMs() + SweepIntervalMs();
-      }
-    }
+  // I/O thread: stops accepting and closes every connection (OnClose runs). io_->run() then
+  // returns once the aborted operations have completed, so no handler (and no connection it
+  // holds) is left queued.
+  void Shutdown() {
     {
       std::lock_guard<std::mutex> lock(loop_->mu);
       loop_->stopped = true;
-      loop_->dirty.clear();
     }
-    close(listen_fd_);
-    listen_fd_ = -1;
+    error_code ignored;
+    acceptor_.close(ignored);
+    sweep_timer_.cancel();
     std::vector<std::shared_ptr<Connection>> all;
     for (auto& [id, conn] : conns_) all.push_back(conn);
     for (auto& conn : all) Close(conn);
@@ -199,6 +163,15 @@ class Server::Impl {
     const int64_t shortest = std::min({options_.idle_timeout_ms, options_.header_timeout_ms,
                                        options_.body_timeout_ms});
     return std::max<int64_t>(10, std::min<int64_t>(250, shortest / 4));
+  }
+
+  void ArmSweep() {
+    sweep_timer_.expires_after(std::chrono::milliseconds(SweepIntervalMs()));
+    sweep_timer_.async_wait([this](error_code ec) {
+      if (ec) return;  // cancelled: the server stops
+      Sweep();
+      ArmSweep();
+    });
   }
 
   // The connection a new one may replace at max_connections: one already closing, else the
@@ -232,114 +205,111 @@ class Server::Impl {
     return best;
   }
 
-  void Accept() {
-    for (;;) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          spdlog::warn("http: accept: {}", strerror(errno));
-        }
-        return;
-      }
-      if (static_cast<int>(conns_.size()) >= options_.max_connections) {
-        if (std::shared_ptr<Connection> victim = EvictionVictim()) {
-          if (!victim->lingering && (victim->head_start != 0 || victim->body_start != 0)) {
-            std::string reply = ProtocolError(408, "request not completed in time", "");
-            ssize_t ignored = send(victim->fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-            (void)ignored;
-          }
-          Close(victim);
-        }
-      }
-      if (static_cast<int>(conns_.size()) >= options_.max_connections) {
-        // Best effort: the reply fits any socket buffer; the client may already be gone.
-        std::string reply = ProtocolError(503, "too many connections", "");
-        ssize_t ignored = send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-        (void)ignored;
-        shutdown(fd, SHUT_WR);
-        close(fd);
-        continue;
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      uint64_t id = next_id_++;
-      auto conn = std::make_shared<Connection>(
-          id, fd, PeerName(addr),
-          ParserLimits{options_.max_header_bytes, options_.max_body_bytes});
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.u64 = id;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        close(fd);
-        continue;
-      }
-      conns_[id] = std::move(conn);
+  // Refuses a connection before it is served: a plain-text 503 (TLS peers, which could not
+  // read it before a handshake, are just closed).
+  void Refuse(tcp::socket& socket, const std::string& message) {
+    if (!use_tls_) {
+      SendNow(socket, ProtocolError(503, message, ""));
+      error_code ignored;
+      socket.shutdown(tcp::socket::shutdown_send, ignored);
     }
+    error_code ignored;
+    socket.close(ignored);
   }
 
-  void UpdateInterest(const std::shared_ptr<Connection>& conn, bool reading, bool writing) {
-    if (conn->fd < 0) return;
-    conn->reading = reading;
-    conn->writing = writing;
-    // After the peer's FIN, input events would fire forever (level-triggered); a reset still
-    // shows up as EPOLLERR/EPOLLHUP, which epoll always reports.
-    const uint32_t interest = (conn->peer_eof ? 0u : EPOLLRDHUP | (reading ? EPOLLIN : 0u)) |
-                              (writing ? EPOLLOUT : 0u);
-    if (interest == conn->interest) return;
-    conn->interest = interest;
-    epoll_event ev{};
-    ev.events = interest;
-    ev.data.u64 = conn->id;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, &ev);
+  void Accept() {
+    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) OnAccept(std::move(socket));
+      Accept();
+    });
   }
 
-  void HandleEvent(std::shared_ptr<Connection> conn, uint32_t events) {
-    if (events & (EPOLLERR | EPOLLHUP)) {  // reset, or both directions closed
-      Close(conn);
+  void OnAccept(tcp::socket socket) {
+    error_code ec;
+    const tcp::endpoint remote = socket.remote_endpoint(ec);
+    if (ec) return;  // already gone
+    std::string ip = remote.address().to_string();
+    if (auto it = connections_per_ip_.find(ip); options_.max_connections_per_ip > 0 &&
+                                                   it != connections_per_ip_.end() &&
+                                                   it->second >= options_.max_connections_per_ip) {
+      Refuse(socket, absl::StrCat("too many connections from ", ip, " (at most ",
+                                  options_.max_connections_per_ip, ")"));
       return;
     }
-    if (events & (EPOLLIN | EPOLLRDHUP)) {
-      bool eof = false, full = false;
-      char buf[64 << 10];
-      for (;;) {
-        ssize_t n = recv(conn->fd, buf, sizeof(buf), 0);
-        if (n > 0) {
-          conn->last_activity = NowMs();
-          if (!conn->lingering) conn->in.append(buf, static_cast<size_t>(n));
-          if (conn->in.size() > options_.max_header_bytes + options_.max_body_bytes + kInputSlack) {
-            full = true;
-            break;  // enough buffered; ProcessInput or the interest update below deals with it
+    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+      if (std::shared_ptr<Connection> victim = EvictionVictim()) {
+        if (!victim->stream.tls() && !victim->lingering &&
+            (victim->head_start != 0 || victim->body_start != 0)) {
+          SendNow(victim->stream.tcp(), ProtocolError(408, "request not completed in time", ""));
+        }
+        Close(victim);
+      }
+    }
+    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+      Refuse(socket, "too many connections");
+      return;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    const uint64_t id = next_id_++;
+    auto conn = std::make_shared<Connection>(
+        io_, id, use_tls_ ? Stream(std::move(socket), tls_) : Stream(std::move(socket)),
+        PeerName(remote), ip, ParserLimits{options_.max_header_bytes, options_.max_body_bytes});
+    conns_[id] = conn;
+    ++connections_per_ip_[ip];
+    if (conn->stream.tls()) {
+      // The handshake counts against the head deadline (a slowloris could stall it too).
+      conn->handshaking = true;
+      conn->head_start = NowMs();
+      conn->stream.tls_stream().async_handshake(
+          asio::ssl::stream_base::server, [this, conn](error_code ec) {
+            if (!conn->open) return;
+            if (ec) {
+              spdlog::debug("http: TLS handshake with {}: {}", conn->peer, ec.message());
+              Close(conn);
+              return;
+            }
+            conn->handshaking = false;
+            conn->head_start = 0;
+            conn->last_activity = NowMs();
+            StartRead(conn);
+          });
+      return;
+    }
+    StartRead(conn);
+  }
+
+  bool WantsInput(const std::shared_ptr<Connection>& conn) const {
+    // Stop reading pipelined input while a request is in flight and plenty is buffered.
+    return conn->open && !conn->handshaking && !conn->peer_eof &&
+           (conn->lingering ||
+            conn->in.size() <= options_.max_header_bytes + options_.max_body_bytes + kInputSlack);
+  }
+
+  void StartRead(const std::shared_ptr<Connection>& conn) {
+    if (conn->read_pending || !WantsInput(conn)) return;
+    conn->read_pending = true;
+    conn->stream.AsyncReadSome(
+        asio::buffer(conn->read_buffer), [this, conn](error_code ec, size_t n) {
+          conn->read_pending = false;
+          if (!conn->open) return;
+          if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
+            if (conn->lingering) {
+              Close(conn);
+            } else {
+              OnPeerEof(conn);
+            }
+            return;
           }
-          continue;
-        }
-        if (n == 0) {
-          eof = true;
-        } else if (errno == EINTR) {
-          continue;
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          Close(conn);  // reset
-          return;
-        }
-        break;
-      }
-      if (eof || (full && (events & EPOLLRDHUP))) {
-        if (conn->lingering || full) {
-          Close(conn);
-        } else {
-          OnPeerEof(conn);
-        }
-        return;
-      }
-      ProcessInput(conn);
-      if (conn->fd < 0) return;
-    }
-    if (events & EPOLLOUT) {
-      FlushAndAdvance(conn);
-    }
+          if (ec) {  // reset
+            Close(conn);
+            return;
+          }
+          conn->last_activity = NowMs();
+          if (!conn->lingering) conn->in.append(conn->read_buffer.data(), n);
+          ProcessInput(conn);
+          StartRead(conn);
+        });
   }
 
   // The peer shut down its sending side (see "Half-close" in http_server.h).
@@ -347,45 +317,28 @@ class Server::Impl {
     conn->peer_eof = true;
     if (!conn->current) {
       ProcessInput(conn);  // answers what arrived before the FIN, or closes
-      if (conn->fd < 0 || !conn->current) return;
+      if (!conn->open || !conn->current) return;
     }
+    bool probe = false, gone = false;
     {
-      bool probe = false, gone = false;
-      {
-        std::lock_guard<std::mutex> lock(conn->mu);
-        if (conn->current->phase == Exchange::Phase::kIdle) {
-          // HTTP/1.0 has no 1xx responses: its peer is assumed to wait for the answer.
-          probe = !conn->current->http10;
-          if (probe) conn->out += "HTTP/1.1 100 Continue\r\n\r\n";
-        } else if (conn->current->phase == Exchange::Phase::kStreaming) {
-          gone = true;
-        }
+      std::lock_guard<std::mutex> lock(conn->mu);
+      if (conn->current->phase == Exchange::Phase::kIdle) {
+        // HTTP/1.0 has no 1xx responses: its peer is assumed to wait for the answer.
+        probe = !conn->current->http10;
+        if (probe) conn->out += "HTTP/1.1 100 Continue\r\n\r\n";
+      } else if (conn->current->phase == Exchange::Phase::kStreaming) {
+        gone = true;
       }
-      if (gone) {
-        Close(conn);
-        return;
-      }
-      UpdateInterest(conn, false, conn->writing);
-      if (probe) FlushAndAdvance(conn);
     }
-  }
-
-  void HandleWakeups() {
-    uint64_t count;
-    ssize_t ignored = read(loop_->event_fd, &count, sizeof(count));
-    (void)ignored;
-    std::vector<std::shared_ptr<Connection>> dirty;
-    {
-      std::lock_guard<std::mutex> lock(loop_->mu);
-      dirty.swap(loop_->dirty);
+    if (gone) {
+      Close(conn);
+      return;
     }
-    for (auto& conn : dirty) {
-      if (conn->fd >= 0) FlushAndAdvance(conn);
-    }
+    if (probe) FlushAndAdvance(conn);
   }
 
   void ProcessInput(const std::shared_ptr<Connection>& conn) {
-    while (conn->fd >= 0 && !conn->current && !conn->close_after_response && !conn->lingering) {
+    while (conn->open && !conn->current && !conn->close_after_response && !conn->lingering) {
       if (!conn->in.empty() && conn->head_start == 0 && !conn->parser.reading_body()) {
         conn->head_start = NowMs();
       }
@@ -425,11 +378,6 @@ class Server::Impl {
       conn->body_start = 0;
       Dispatch(conn);
     }
-    // Stop reading pipelined input while a request is in flight and plenty is buffered; EPOLLRDHUP
-    // still reports a disconnect.
-    bool reading = conn->in.size() <= options_.max_header_bytes + options_.max_body_bytes + kInputSlack ||
-                   conn->lingering;
-    UpdateInterest(conn, reading, conn->writing);
     FlushAndAdvance(conn);
   }
 
@@ -455,52 +403,35 @@ class Server::Impl {
     });
   }
 
-  // Writes what it can; when the current response is complete and flushed, moves on to the next
-  // pipelined request or closes the connection.
+  // Hands queued output to the socket (one asynchronous write at a time); when the current
+  // response is complete and flushed, moves on to the next pipelined request or closes.
   void FlushAndAdvance(const std::shared_ptr<Connection>& conn) {
-    if (conn->fd < 0) return;
-    bool error = false, done = false, close_after = false;
+    if (!conn->open) return;
+    bool done = false, close_after = false, start_write = false;
     size_t pending = 0;
     {
       std::lock_guard<std::mutex> lock(conn->mu);
-      while (conn->out_offset < conn->out.size()) {
-        ssize_t n = send(conn->fd, conn->out.data() + conn->out_offset,
-                         conn->out.size() - conn->out_offset, MSG_NOSIGNAL);
-        if (n > 0) {
-          conn->out_offset += static_cast<size_t>(n);
-          conn->last_write_progress = NowMs();
-        } else if (n < 0 && errno == EINTR) {
-          continue;
-        } else {
-          if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) error = true;
-          break;
-        }
-      }
-      if (conn->out_offset == conn->out.size()) {
+      if (!conn->write_pending && !conn->out.empty()) {
+        conn->sending.swap(conn->out);
         conn->out.clear();
-        conn->out_offset = 0;
-      } else if (conn->out_offset > (1 << 20)) {
-        conn->out.erase(0, conn->out_offset);
-        conn->out_offset = 0;
+        conn->sending_left = conn->sending.size();
+        conn->write_pending = start_write = true;
       }
-      pending = conn->out.size() - conn->out_offset;
+      pending = conn->UnsentLocked();
       if (conn->current && conn->current->phase == Exchange::Phase::kDone) {
         done = true;
         close_after = conn->current->close_after;
       }
     }
     if (pending <= kHighWater / 2) conn->drained.notify_all();
-    if (error) {
-      Close(conn);
-      return;
-    }
     if (done) {
       conn->current.reset();
       conn->last_activity = NowMs();
+      conn->advance_after_flush = true;
       if (close_after) conn->close_after_response = true;
     }
-    UpdateInterest(conn, conn->reading, pending > 0);
-    if (pending > 0) return;
+    if (start_write) WriteSome(conn);
+    if (pending > 0) return;  // the write's completion comes back here
     if (conn->close_after_response && !conn->current) {
       if (conn->peer_eof) {
         Close(conn);  // all sent; the peer has nothing more to say, so no reset can follow
@@ -509,34 +440,66 @@ class Server::Impl {
       if (!conn->lingering) {
         // Half-close and drain, so a client still sending (a body we refused, pipelined
         // requests) reads our response instead of a reset.
-        shutdown(conn->fd, SHUT_WR);
+        error_code ignored;
+        conn->stream.tcp().shutdown(tcp::socket::shutdown_send, ignored);
         conn->lingering = true;
         conn->in.clear();
         conn->linger_deadline = NowMs() + kLingerMs;
-        UpdateInterest(conn, true, false);
+        StartRead(conn);
       }
       return;
     }
-    if (done) {
+    if (conn->advance_after_flush && !conn->current) {
+      conn->advance_after_flush = false;
       ProcessInput(conn);  // the next pipelined request; after the peer's FIN, closes when none
-      if (conn->fd >= 0 && conn->peer_eof && !conn->current) {
+      if (conn->open && conn->peer_eof && !conn->current) {
         conn->close_after_response = true;
         FlushAndAdvance(conn);
       }
+      StartRead(conn);
     }
   }
 
+  // Writes the rest of conn->sending; I/O thread, one write in flight per connection.
+  void WriteSome(const std::shared_ptr<Connection>& conn) {
+    const size_t offset = conn->sending.size() - conn->sending_left;
+    conn->stream.AsyncWriteSome(
+        asio::buffer(conn->sending.data() + offset, conn->sending_left),
+        [this, conn](error_code ec, size_t n) {
+          if (!conn->open) return;
+          if (ec) {
+            Close(conn);
+            return;
+          }
+          bool more;
+          {
+            std::lock_guard<std::mutex> lock(conn->mu);
+            conn->sending_left -= n;
+            conn->last_write_progress = NowMs();
+            more = conn->sending_left > 0;
+            if (!more) {
+              conn->sending.clear();
+              conn->write_pending = false;
+            }
+          }
+          if (more) {
+            WriteSome(conn);
+          }
+          FlushAndAdvance(conn);
+        });
+  }
+
   void Close(const std::shared_ptr<Connection>& conn) {
-    if (conn->fd < 0) return;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
-    close(conn->fd);
-    conn->fd = -1;
+    if (!conn->open) return;
+    conn->open = false;
+    error_code ignored;
+    conn->stream.tcp().close(ignored);  // pending reads and writes complete as aborted
     std::function<void()> callback;
     {
       std::lock_guard<std::mutex> lock(conn->mu);
       conn->closed = true;
       conn->out.clear();
-      conn->out_offset = 0;
+      conn->sending_left = 0;
       if (conn->current && conn->current->phase != Exchange::Phase::kDone &&
           !conn->current->on_close_done && conn->current->on_close) {
         callback = std::move(conn->current->on_close);
@@ -546,6 +509,8 @@ class Server::Impl {
     conn->drained.notify_all();
     conn->current.reset();
     conns_.erase(conn->id);
+    auto it = connections_per_ip_.find(conn->ip);
+    if (it != connections_per_ip_.end() && --it->second <= 0) connections_per_ip_.erase(it);
     if (callback) callback();
   }
 
@@ -557,10 +522,18 @@ class Server::Impl {
         if (now >= conn->linger_deadline) expired.push_back(conn);
         continue;
       }
+      if (conn->handshaking) {
+        if (now - conn->head_start > options_.header_timeout_ms) expired.push_back(conn);
+        continue;
+      }
+      if (conn->peer_eof && internal::PeerReset(conn->stream.tcp())) {
+        expired.push_back(conn);
+        continue;
+      }
       bool stalled;
       {
         std::lock_guard<std::mutex> lock(conn->mu);
-        stalled = conn->out.size() > conn->out_offset &&
+        stalled = conn->UnsentLocked() > 0 &&
                   now - conn->last_write_progress > options_.idle_timeout_ms;
       }
       bool idle = !conn->current && now - conn->last_activity > options_.idle_timeout_ms;
@@ -574,7 +547,7 @@ class Server::Impl {
     }
     for (auto& conn : expired) Close(conn);
     for (auto& conn : late) {
-      if (conn->fd < 0) continue;
+      if (!conn->open) continue;
       const bool head = conn->head_start != 0;
       {
         std::lock_guard<std::mutex> lock(conn->mu);
@@ -594,18 +567,23 @@ class Server::Impl {
   const ServerOptions options_;
   const Handler handler_;
   const std::shared_ptr<Loop> loop_;
-  int listen_fd_ = -1;
-  int epoll_fd_ = -1;
+  // Shared with every connection (whose sockets must not outlive it; a writer can keep a
+  // connection after the server is gone). Declared before the I/O objects here.
+  const std::shared_ptr<asio::io_context> io_ = std::make_shared<asio::io_context>(1);
+  tcp::acceptor acceptor_;
+  asio::steady_timer sweep_timer_;
+  asio::ssl::context tls_;
+  bool use_tls_ = false;
   int port_ = 0;
   std::thread io_thread_;
   std::unique_ptr<WorkerPool> workers_;
-  std::atomic<bool> stop_requested_{false};
   std::mutex stop_mu_;
   bool stopped_ = false;  // guarded by stop_mu_
 
   // I/O thread only.
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
-  uint64_t next_id_ = 2;  // 0 and 1 are the listen socket and the eventfd
+  std::unordered_map<std::string, int> connections_per_ip_;
+  uint64_t next_id_ = 1;
 };
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,

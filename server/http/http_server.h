@@ -1,5 +1,6 @@
-// A small epoll-based HTTP/1.1 server: keep-alive, pipelining, chunked streaming responses,
-// limits checked before bodies are read, and disconnect notification for in-flight exchanges.
+// An HTTP/1.1 server on Boost.Asio (optionally over TLS) with Boost.Beast's request parser:
+// keep-alive, pipelining, chunked streaming responses, limits checked before bodies are read,
+// and disconnect notification for in-flight exchanges.
 #ifndef BLOSSOM_SERVER_HTTP_HTTP_SERVER_H_
 #define BLOSSOM_SERVER_HTTP_HTTP_SERVER_H_
 
@@ -52,6 +53,13 @@ struct ServerOptions {
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
   int max_connections = 4096;
+  // Connections from one address (IP) at once; a new one over this is refused with 503 (or, on
+  // TLS, closed) while other addresses are served. 0 = no per-address limit.
+  int max_connections_per_ip = 256;
+  // PEM certificate chain and private key: when both are set, every connection is TLS
+  // (1.2 or newer); when neither is, plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   int handler_threads = 4;
   // A connection with no request in flight and no input, or whose output made no progress,
   // for this long is closed. A handler still computing its response is never timed out here.
@@ -72,19 +80,23 @@ struct ServerOptions {
 // Connections: at max_connections, a new connection evicts the connection with no request in
 // flight that has waited longest (an unfinished head first, then idle keep-alive); only when
 // every connection has a request in flight is the new one refused with 503. So slow or idle
-// clients can never lock out a client that sends its request promptly.
+// clients can never lock out a client that sends its request promptly. One address may hold at
+// most max_connections_per_ip of them; past that its new connections are refused (503), so one
+// client cannot take every slot.
 //
 // Half-close: a peer that sends a request and then shuts down its sending side still gets the
 // response, then the connection closes. To tell that apart from a peer that closed completely
 // (whose request should be cancelled), an HTTP/1.1 request whose response has not started gets
 // an interim "100 Continue" when the peer's FIN arrives: a closed peer answers it with a reset,
 // which closes the connection and runs OnClose. A FIN during a response that already started
-// is taken as a disconnect.
+// is taken as a disconnect. (After a FIN nothing is read; the reset is seen by a peek on each
+// timeout sweep, within 250 ms, or by the next write failing.)
 //
-// Threading: one I/O thread owns every socket (epoll); handlers run on a pool of
-// handler_threads workers, one request per connection at a time (pipelined requests are
-// answered in order). Writers append to a per-connection buffer under its lock and wake the
-// I/O thread through an eventfd; only the I/O thread writes to sockets.
+// Threading: one I/O thread runs the Asio io_context that owns every socket; handlers run on a
+// pool of handler_threads workers, one request per connection at a time (pipelined requests
+// are answered in order). Writers append to a per-connection buffer under its lock and post a
+// flush to the I/O thread; only the I/O thread writes to sockets, asynchronously, one write in
+// flight per connection.
 // Thread-safe: port() and Stop() may be called from any thread except a handler's own
 // (Stop() joins the workers).
 class Server {

@@ -1,5 +1,6 @@
 // Black-box tests over sockets of how the HTTP server treats slow, half-closed and odd clients
-// (issue 14): deadlines, eviction at the connection limit, half-close, absolute-form targets.
+// (issue 14): deadlines, eviction at the connection limit, the per-address cap, half-close,
+// absolute-form targets.
 // They talk raw HTTP, so they hold for any implementation of http::Server.
 #include <atomic>
 #include <chrono>
@@ -184,6 +185,52 @@ TEST(HttpServerRobustnessTest, RefusesWith503OnlyWhenEveryConnectionIsBusy) {
     ASSERT_TRUE(x->ReadReply(&reply));
     EXPECT_EQ(reply.status, 200);
   }
+}
+
+TEST(HttpServerRobustnessTest, PerAddressCapRefusesOnlyThatAddress) {
+  ServerOptions options;
+  options.max_connections_per_ip = 2;
+  auto server = StartServer(EchoHandler, options);
+  auto a = std::make_unique<Client>(server->port());
+  Client b(server->port());
+  for (Client* c : {a.get(), &b}) {
+    ASSERT_TRUE(c->Send("GET /held HTTP/1.1\r\n\r\n"));
+    Client::Reply reply;
+    ASSERT_TRUE(c->ReadReply(&reply));
+    EXPECT_EQ(reply.status, 200);
+  }
+  {
+    // A third connection from 127.0.0.1 is refused, and told why.
+    Client over(server->port());
+    Client::Reply reply;
+    ASSERT_TRUE(over.ReadReply(&reply));
+    EXPECT_EQ(reply.status, 503);
+    EXPECT_EQ(reply.body, "too many connections from 127.0.0.1 (at most 2)\n");
+    EXPECT_TRUE(over.WaitClosed());
+  }
+  {
+    // Another address is served meanwhile.
+    Client other(server->port(), "127.0.0.2");
+    ASSERT_TRUE(other.connected());
+    ASSERT_TRUE(other.Send("GET /other HTTP/1.1\r\n\r\n"));
+    Client::Reply reply;
+    ASSERT_TRUE(other.ReadReply(&reply));
+    EXPECT_EQ(reply.status, 200);
+    EXPECT_EQ(reply.body, "GET /other  ");
+  }
+  // Once one of the two goes, 127.0.0.1 may connect again.
+  a.reset();
+  Client::Reply reply;
+  for (int attempt = 0; attempt < 50 && reply.status != 200; ++attempt) {
+    std::this_thread::sleep_for(Ms(20));  // until the server has seen the close
+    Client again(server->port());
+    reply = Client::Reply();
+    // A refused connection may be reset before the request is written.
+    if (!again.Send("GET /again HTTP/1.1\r\n\r\n")) continue;
+    if (!again.ReadReply(&reply)) continue;
+  }
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "GET /again  ");
 }
 
 TEST(HttpServerRobustnessTest, HalfClosedClientGetsTheResponse) {

@@ -32,8 +32,16 @@ class Client {
     std::vector<std::string> chunks;
   };
 
-  explicit Client(int port) {
+  // Connects to 127.0.0.1:port, from `source_ip` (another loopback address such as
+  // "127.0.0.2", to look like a different client) when given.
+  explicit Client(int port, const char* source_ip = nullptr) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (source_ip != nullptr) {
+      sockaddr_in source{};
+      source.sin_family = AF_INET;
+      inet_pton(AF_INET, source_ip, &source.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) return;
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -43,9 +44,9 @@ def metric(server, name):
     raise KeyError(name)
 
 
-def http_status(url, timeout=10):
+def http_status(url, timeout=10, context=None):
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -743,6 +744,26 @@ class TlsTest(unittest.TestCase):
                     self.assertEqual(r.status, 200)
             finally:
                 gateway.stop()
+            # HTTPS on the gateway itself (--tls_cert/--tls_key), verified against the CA.
+            https_gateway = start_gateway("gateway-https", server, "--backend_tls",
+                                          "--backend_ca_file", os.path.join(work, "ca.pem"),
+                                          *server_flags)
+            try:
+                url = "https://localhost:" + https_gateway.url.rsplit(":", 1)[1]
+                context = ssl.create_default_context(cafile=os.path.join(work, "ca.pem"))
+                wait_until(lambda: http_status(url + "/health", context=context) == 200,
+                           what="gateway-https /health 200")
+                req = urllib.request.Request(url + "/generate", method="POST",
+                                             data=json.dumps({"inputs": "secure", "parameters": {
+                                                 "max_new_tokens": 2}}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30, context=context) as r:
+                    self.assertEqual(r.status, 200)
+                    self.assertIn("generated_text", json.loads(r.read()))
+                # Plain HTTP on the HTTPS port gets no response.
+                self.assertIsNone(http_status(https_gateway.url + "/health", timeout=5))
+            finally:
+                https_gateway.stop()
             plain_gateway = start_gateway("gateway-plain-to-tls", server)
             try:
                 self.assertEqual(http_status(plain_gateway.url + "/health"), 503)
