@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "server/auth/api_keys.h"
+#include "server/grpc_status.h"
 #include "server/request_convert.h"
 #include "server/server_metrics.h"
 
@@ -45,7 +46,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   // `metrics` may be null; it must outlive the service.
   BlossomService(ServiceOptions options, ServerMetrics* metrics);
 
-  // Starts serving. `engine` and `tokenizer` must outlive every call.
+  // Starts serving. `engine` and `tokenizer` must outlive every call. model_info.vocab_size must
+  // be the model's (refusals of out-of-vocabulary ids are attributed with it).
   void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
   void StartDraining();
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
@@ -69,6 +71,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine() const { return engine_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   ServerMetrics* metrics() const { return metrics_; }
+  int32_t vocab_size() const { return model_info_.vocab_size(); }
   void CallFinished(const std::string& outcome);
 
  private:

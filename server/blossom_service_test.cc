@@ -12,6 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
 #include "server/testing/in_process_server.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
@@ -108,6 +110,10 @@ TEST(BlossomServiceTest, UnavailableWhileLoading) {
   grpc::Status status = fixture.stub().Generate(&context, Greedy("Hello", 4), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(status.error_message().find("loading"), std::string::npos) << status.error_message();
+  // grpc-status-details-bin: a machine reason and when to retry.
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "MODEL_LOADING");
+  EXPECT_EQ(details.retry_delay, kLoadingRetryDelay);
 }
 
 TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
@@ -204,33 +210,43 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
     std::function<void(v1::GenerateRequest*)> edit;
     grpc::StatusCode code;
     std::string needle;
+    std::string field, reason;  // from grpc-status-details-bin
   };
   const std::vector<Case> cases = {
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5f); },
-       grpc::StatusCode::INVALID_ARGUMENT, "top_p"},
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p", "sampling.top_p", "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(-1.0f); },
-       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature", "sampling.temperature",
+       "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(NAN); },
-       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature", "sampling.temperature",
+       "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(0); },
-       grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens"},
+       grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens", "stopping.max_new_tokens",
+       "INVALID_STOPPING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(100000); },
-       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens"},
+       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens", "stopping.max_new_tokens",
+       "CONTEXT_LENGTH_EXCEEDED"},
       {[](v1::GenerateRequest* r) {
          r->clear_text();
          r->mutable_token_ids()->add_ids(999999);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary"},
+       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary", "token_ids", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->add_stop(""); },
-       grpc::StatusCode::INVALID_ARGUMENT, "stop"},
+       grpc::StatusCode::INVALID_ARGUMENT, "stop", "stopping.stop", "INVALID_STOPPING_PARAMS"},
+      {[](v1::GenerateRequest* r) {
+         for (int i = 0; i < 17; ++i) r->mutable_stopping()->add_stop("s");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "stop", "stopping.stop", "TOO_MANY_STOP_SEQUENCES"},
       {[](v1::GenerateRequest* r) { r->set_model("gpt-9"); }, grpc::StatusCode::NOT_FOUND,
-       "gpt-9"},
+       "gpt-9", "model", "UNKNOWN_MODEL"},
       // Issue 14: an 8,000-character name was echoed into the status, overflowing gRPC's
       // metadata into RESOURCE_EXHAUSTED; a newline in it reached the logs raw.
       {[](v1::GenerateRequest* r) { r->set_model(std::string(8000, 'm')); },
-       grpc::StatusCode::INVALID_ARGUMENT, "model: longer than 256 bytes"},
+       grpc::StatusCode::INVALID_ARGUMENT, "model: longer than 256 bytes", "model",
+       "INVALID_MODEL_NAME"},
       {[](v1::GenerateRequest* r) { r->set_model("x\n[critical] forged"); },
-       grpc::StatusCode::NOT_FOUND, "x\\x0a[critical] forged"},
+       grpc::StatusCode::NOT_FOUND, "x\\x0a[critical] forged", "model", "UNKNOWN_MODEL"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::GenerateRequest request = Greedy("Hello", 4);
@@ -241,6 +257,10 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
     EXPECT_EQ(status.error_code(), cases[i].code) << "case " << i << ": " << status.error_message();
     EXPECT_NE(status.error_message().find(cases[i].needle), std::string::npos)
         << "case " << i << ": " << status.error_message();
+    const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+    EXPECT_EQ(details.field, cases[i].field) << "case " << i;
+    EXPECT_EQ(details.reason, cases[i].reason) << "case " << i;
+    EXPECT_FALSE(details.retry_delay.has_value()) << "case " << i << ": no retry invitation";
   }
   EXPECT_EQ(fixture.engine().num_unfinished(), 0);
 }
@@ -261,7 +281,9 @@ TEST(BlossomServiceTest, FullQueueIsRefusedFastAndOthersFinish) {
           fixture.stub().Generate(&context, Greedy("Request " + std::to_string(i), 300), &response);
       if (status.ok() && response.final().usage().generated_tokens() == 300) {
         ++ok;
-      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                 DetailsOf(FromGrpcStatus(status)).reason == "QUEUE_FULL" &&
+                 DetailsOf(FromGrpcStatus(status)).retry_delay == kQueueFullRetryDelay) {
         ++exhausted;
       } else {
         ++other;
@@ -389,6 +411,9 @@ TEST(BlossomServiceTest, TokenizeIsBoundedByMaxInputTokens) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
   EXPECT_NE(status.error_message().find("too long"), std::string::npos) << status.error_message();
   EXPECT_NE(status.error_message().find("max_input_tokens is 64"), std::string::npos);
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "PROMPT_TOO_LONG");
+  EXPECT_EQ(details.field, "text");
 }
 
 TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind) {
