@@ -88,7 +88,7 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
              final.request_id(), FinishReasonText(final.finish_reason()),
              final.usage().prompt_tokens(), final.usage().generated_tokens(),
              1e3 * t.queue_seconds(), 1e3 * t.time_to_first_token_seconds(),
-             1e3 * t.total_seconds(), t.ms_per_output_token())
+             1e3 * t.total_seconds(), 1e3 * t.time_per_output_token_seconds())
       << std::endl;
 }
 

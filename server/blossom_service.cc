@@ -210,6 +210,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
     response_->mutable_text()->append(event.token.text_delta);
     if (!event.finished) return;
     FillFinalInfo(event, request_id_, response_->mutable_final());
+    response_->mutable_final()->set_system_fingerprint(service_->system_fingerprint());
     for (int32_t id : prompt_ids_) response_->mutable_final()->add_prompt_token_ids(id);
     LogFinished(request_id_, "unary", event);
     outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
@@ -305,6 +306,7 @@ class StreamGenerateReactor final
     message.set_text_delta(event.token.text_delta);
     if (event.finished) {
       FillFinalInfo(event, request_id_, message.mutable_final());
+      message.mutable_final()->set_system_fingerprint(service_->system_fingerprint());
       LogFinished(request_id_, "stream", event);
       outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
                  : event.finish_reason == FinishReason::kError ? "error"
@@ -390,6 +392,7 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   engine_ = engine;
   tokenizer_ = tokenizer;
   model_info_ = std::move(model_info);
+  system_fingerprint_ = SystemFingerprint(model_info_);
   state_.store(static_cast<int>(State::kServing), std::memory_order_release);
 }
 

@@ -72,6 +72,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   const Tokenizer* tokenizer() const { return tokenizer_; }
   ServerMetrics* metrics() const { return metrics_; }
   int32_t vocab_size() const { return model_info_.vocab_size(); }
+  const std::string& system_fingerprint() const { return system_fingerprint_; }
   void CallFinished(const std::string& outcome);
 
  private:
@@ -86,6 +87,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine_ = nullptr;                // set once before state_ becomes kServing
   const Tokenizer* tokenizer_ = nullptr;    // idem
   v1::ModelInfo model_info_;                // idem
+  std::string system_fingerprint_;          // idem (from model_info_)
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{1};
 };

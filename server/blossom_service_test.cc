@@ -348,6 +348,69 @@ TEST(BlossomServiceTest, ApiKeysAreRequired) {
   EXPECT_EQ(call("BEARER  secret-one"), grpc::StatusCode::OK);
 }
 
+// Special tokens in the text only on request (vLLM's skip_special_tokens=false); Token.text and
+// token_bytes always carry each token. Sampling near-uniformly until a special token comes up
+// (4 of the fixture's 2,048 ids are special), then the same seed with each setting.
+TEST(BlossomServiceTest, SkipSpecialTokensControlsTheText) {
+  ServiceFixture fixture;
+  fixture.Load();
+  auto generate = [&](uint64_t seed, bool skip) {
+    v1::GenerateRequest request;
+    request.set_text("Special");
+    request.mutable_sampling()->set_temperature(100.0f);
+    request.mutable_sampling()->set_seed(seed);
+    request.mutable_stopping()->set_max_new_tokens(500);
+    request.mutable_stopping()->set_ignore_eos(true);
+    request.mutable_stopping()->set_skip_special_tokens(skip);
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    grpc::Status status = fixture.stub().Generate(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    v1::GenerateResponse kept = generate(seed, /*skip=*/false);
+    std::vector<int32_t> ids;
+    bool special = false;
+    for (const v1::Token& t : kept.tokens()) {
+      ids.push_back(t.id());
+      special |= fixture.tokenizer().IsSpecial(t.id());
+      EXPECT_EQ(t.token_bytes(), fixture.tokenizer().DecodedBytes(t.id(), false));
+    }
+    if (!special) continue;
+    EXPECT_EQ(kept.text(), fixture.tokenizer().Decode(ids, /*skip_special_tokens=*/false));
+    v1::GenerateResponse skipped = generate(seed, /*skip=*/true);
+    ASSERT_EQ(skipped.tokens_size(), kept.tokens_size());
+    EXPECT_EQ(skipped.text(), fixture.tokenizer().Decode(ids, /*skip_special_tokens=*/true));
+    EXPECT_NE(skipped.text(), kept.text());
+    return;
+  }
+  FAIL() << "no special token in 20 x 500 near-uniform samples";
+}
+
+// Chat/TGI without a limit: as many new tokens as fit max_total_tokens; and every final info
+// names the server's configuration.
+TEST(BlossomServiceTest, MaxNewTokensToLimitAndSystemFingerprint) {
+  EngineConfig config;
+  config.scheduler.max_total_tokens = 40;
+  ServiceOptions options;
+  options.limits.max_total_tokens = 40;
+  ServiceFixture fixture(options, config);
+  fixture.Load();
+  v1::GenerateRequest request = Greedy("Hello", 4);
+  request.mutable_stopping()->clear_max_new_tokens();
+  request.mutable_stopping()->set_max_new_tokens_to_limit(true);
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  grpc::Status status = fixture.stub().Generate(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.final().usage().prompt_tokens() + response.final().usage().generated_tokens(),
+            40);
+  EXPECT_EQ(response.final().finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(response.final().system_fingerprint(), "blossom-dev-unknown");  // fixture: no version
+  EXPECT_GT(response.final().timings().time_per_output_token_seconds(), 0.0);
+}
+
 TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
   ServiceFixture fixture;
   fixture.Load();

@@ -155,14 +155,32 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;
-  if (t.has_max_new_tokens()) st.max_new_tokens = t.max_new_tokens();
+  if (t.has_max_new_tokens()) {
+    st.max_new_tokens = t.max_new_tokens();
+  } else if (t.max_new_tokens_to_limit()) {
+    const int64_t room =
+        int64_t{limits.max_total_tokens} - static_cast<int64_t>(out.prompt_tokens.size());
+    if (room < 1) {
+      return Refusal(error_reason::kContextLengthExceeded, "stopping.max_new_tokens",
+                     absl::StrCat("prompt (", out.prompt_tokens.size(),
+                                  " tokens) leaves no room for new tokens within max_total_tokens (",
+                                  limits.max_total_tokens, ")"));
+    }
+    st.max_new_tokens = static_cast<int32_t>(room);
+  }
   if (t.has_min_new_tokens()) st.min_new_tokens = t.min_new_tokens();
   st.ignore_eos = t.ignore_eos();
   st.stop_token_ids.assign(t.stop_token_ids().begin(), t.stop_token_ids().end());
   st.stop_strings.assign(t.stop().begin(), t.stop().end());
   st.include_stop_string_in_output = t.include_stop_in_output();
+  st.skip_special_tokens = !t.has_skip_special_tokens() || t.skip_special_tokens();
   out.priority = request.priority();
   return out;
+}
+
+std::string SystemFingerprint(const v1::ModelInfo& model_info) {
+  return absl::StrCat("blossom-", model_info.version().empty() ? "dev" : model_info.version(), "-",
+                      model_info.dtype().empty() ? "unknown" : model_info.dtype());
 }
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason) {
@@ -181,12 +199,16 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
 void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_logprobs,
                v1::Token* out) {
   out->set_id(token.token);
-  out->set_text(Utf8Lossy(tokenizer.DecodedBytes(token.token, false)));
+  const absl::string_view bytes = tokenizer.DecodedBytes(token.token, false);
+  out->set_text(Utf8Lossy(bytes));
+  out->set_token_bytes(bytes.data(), bytes.size());
   if (with_logprobs) out->set_logprob(token.logprob);
   for (const TokenLogprob& top : token.top_logprobs) {
     v1::TopLogprob* t = out->add_top_logprobs();
     t->set_token_id(top.token);
-    t->set_token(Utf8Lossy(tokenizer.DecodedBytes(top.token, false)));
+    const absl::string_view top_bytes = tokenizer.DecodedBytes(top.token, false);
+    t->set_token(Utf8Lossy(top_bytes));
+    t->set_token_bytes(top_bytes.data(), top_bytes.size());
     t->set_logprob(top.logprob);
   }
 }
@@ -196,7 +218,9 @@ void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogp
                         google::protobuf::RepeatedPtrField<v1::Token>* out) {
   v1::Token* first = out->Add();
   first->set_id(first_prompt_token);
-  first->set_text(Utf8Lossy(tokenizer.DecodedBytes(first_prompt_token, false)));
+  const absl::string_view first_bytes = tokenizer.DecodedBytes(first_prompt_token, false);
+  first->set_text(Utf8Lossy(first_bytes));
+  first->set_token_bytes(first_bytes.data(), first_bytes.size());
   for (const PromptLogprob& p : scored) {
     TokenEvent token;
     token.token = p.token;
@@ -224,7 +248,7 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
   timings->set_total_seconds(total);
   const int32_t n = final_event.usage.generated_tokens;
   if (n >= 2 && t.first_token != Clock::time_point{}) {
-    timings->set_ms_per_output_token(1e3 * Seconds(t.first_token, t.finished) / (n - 1));
+    timings->set_time_per_output_token_seconds(Seconds(t.first_token, t.finished) / (n - 1));
   }
   timings->set_preemptions(t.num_preemptions);
 }

@@ -27,6 +27,8 @@ inline constexpr size_t kMaxModelNameBytes = 256;
 struct RequestLimits {
   int32_t max_input_tokens = 1024;
   std::string served_model_name;
+  // The engine's cap on prompt + max_new_tokens (stopping.max_new_tokens_to_limit fills it).
+  int32_t max_total_tokens = 2048;
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,
@@ -50,6 +52,9 @@ absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& req
                                    int32_t vocab_size, absl::string_view prompt_field);
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason);
+
+// "blossom-<version>-<dtype>": FinalInfo.system_fingerprint for a server of `model_info`.
+std::string SystemFingerprint(const v1::ModelInfo& model_info);
 
 // The token part of a stream message or unary response; logprobs only when requested.
 void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_logprobs,

@@ -181,6 +181,43 @@ TEST(DescribeEngineRefusalTest, OverloadInvitesARetry) {
             "");
 }
 
+TEST_F(RequestConvertTest, MaxNewTokensToLimitFillsTheContext) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.mutable_token_ids()->add_ids(6);
+  request.mutable_stopping()->set_max_new_tokens_to_limit(true);
+  RequestLimits limits = limits_;
+  limits.max_total_tokens = 10;
+  auto converted = ToEngineRequest(request, *tokenizer_, limits);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->stopping.max_new_tokens, 8);
+  // An explicit max_new_tokens wins.
+  request.mutable_stopping()->set_max_new_tokens(3);
+  EXPECT_EQ(ToEngineRequest(request, *tokenizer_, limits)->stopping.max_new_tokens, 3);
+  // No room left: CONTEXT_LENGTH_EXCEEDED on max_new_tokens.
+  request.mutable_stopping()->clear_max_new_tokens();
+  limits.max_total_tokens = 2;
+  auto full = ToEngineRequest(request, *tokenizer_, limits);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(DetailsOf(full.status()).reason, "CONTEXT_LENGTH_EXCEEDED");
+  EXPECT_EQ(DetailsOf(full.status()).field, "stopping.max_new_tokens");
+}
+
+TEST_F(RequestConvertTest, SkipSpecialTokensDefaultsToTrue) {
+  v1::GenerateRequest request;
+  request.set_text("x");
+  EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
+  request.mutable_stopping()->set_skip_special_tokens(false);
+  EXPECT_FALSE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
+}
+
+TEST(SystemFingerprintTest, VersionAndDtype) {
+  v1::ModelInfo info;
+  info.set_version("0.3.0");
+  info.set_dtype("bfloat16");
+  EXPECT_EQ(SystemFingerprint(info), "blossom-0.3.0-bfloat16");
+}
+
 TEST_F(RequestConvertTest, MatchingModelNameIsAccepted) {
   v1::GenerateRequest request;
   request.set_text("x");
@@ -212,7 +249,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   EXPECT_NEAR(info.timings().queue_seconds(), 0.010, 1e-9);
   EXPECT_NEAR(info.timings().time_to_first_token_seconds(), 0.050, 1e-9);
   EXPECT_NEAR(info.timings().total_seconds(), 0.250, 1e-9);
-  EXPECT_NEAR(info.timings().ms_per_output_token(), 50.0, 1e-6);  // 200 ms over 4 gaps
+  EXPECT_NEAR(info.timings().time_per_output_token_seconds(), 0.050, 1e-9);  // 200 ms, 4 gaps
   EXPECT_EQ(info.timings().preemptions(), 2);
   EXPECT_EQ(info.seed(), 1234u);
 }

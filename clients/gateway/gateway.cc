@@ -410,7 +410,8 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
                                 bool chat) {
   const ApiFlavor flavor = chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
   absl::StatusOr<openai::CompletionRequest> parsed =
-      chat ? openai::ParseChatRequest(request.body) : openai::ParseCompletionRequest(request.body);
+      chat ? openai::ParseChatRequest(request.body, options_.chat_template)
+           : openai::ParseCompletionRequest(request.body);
   if (!parsed.ok()) {
     writer->Send(ErrorResponse(flavor, parsed.status()));
     return;

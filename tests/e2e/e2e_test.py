@@ -150,6 +150,22 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertIn("top_p", str(cm.exception))
         self.assertEqual(cm.exception.param, "top_p")
 
+    def test_fingerprint_and_default_lengths(self):
+        messages = [{"role": "user", "content": "Count"}]
+        a = self.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+        b = self.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        self.assertTrue(a.system_fingerprint.startswith("blossom-"), a.system_fingerprint)
+        self.assertEqual(a.system_fingerprint, b.system_fingerprint)
+        # Completions keep OpenAI's default of 16; chat runs to the context limit
+        # (--max_total_tokens 1024 here), finishing with "length".
+        c = self.client.completions.create(model=MODEL, prompt="x", temperature=0,
+                                           extra_body={"ignore_eos": True})
+        self.assertEqual(c.usage.completion_tokens, 16)
+        d = self.client.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                                extra_body={"ignore_eos": True})
+        self.assertEqual(d.usage.prompt_tokens + d.usage.completion_tokens, 1024)
+        self.assertEqual(d.choices[0].finish_reason, "length")
+
     def test_server_refusals_carry_param_and_code(self):
         """The server's google.rpc details (BadRequest field, ErrorInfo reason) reach the
         openai client as the error's param and code, in OpenAI's field names."""
