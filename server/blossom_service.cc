@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
+#include "proto/blossom/v1/stream_request.h"
 #include "server/status_details.h"
 #include "spdlog/spdlog.h"
 
@@ -470,14 +471,15 @@ grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* 
 }
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* BlossomService::GenerateStream(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+    grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* stream_request) {
   absl::Status admitted = Admit(context, /*generation=*/true);
   if (!admitted.ok()) {
     if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
     return new RefusedStreamReactor(ToGrpcStatus(admitted));
   }
   in_flight_.fetch_add(1);
-  return new StreamGenerateReactor(this, context, request, RequestIdFor(context, *request),
+  const v1::GenerateRequest request = v1::FromStreamRequest(*stream_request);
+  return new StreamGenerateReactor(this, context, &request, RequestIdFor(context, request),
                                    options_.limits);
 }
 

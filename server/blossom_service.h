@@ -58,7 +58,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
                                      const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "proto/blossom/v1/stream_request.h"
 #include "server/grpc_status.h"
 #include "server/status_details.h"
 #include "server/testing/in_process_server.h"
@@ -76,7 +77,7 @@ TEST(BlossomServiceTest, PromptLogprobsMatchTransformers) {
   check(unary.prompt_logprobs());
 
   grpc::ClientContext stream_context;
-  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  auto reader = fixture.stub().GenerateStream(&stream_context, v1::ToStreamRequest(request));
   v1::GenerateStreamResponse message;
   int messages_with_prompt_logprobs = 0, tokens_before = 0;
   while (reader->Read(&message)) {
@@ -152,7 +153,7 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   EXPECT_EQ(unary.text(), fixture.tokenizer().Decode(ids));
 
   grpc::ClientContext stream_context;
-  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  auto reader = fixture.stub().GenerateStream(&stream_context, v1::ToStreamRequest(request));
   v1::GenerateStreamResponse message;
   std::string text;
   int token_messages = 0, finals = 0;
@@ -181,7 +182,7 @@ TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {
   ServiceFixture fixture;
   fixture.Load();
   grpc::ClientContext context;
-  auto reader = fixture.stub().GenerateStream(&context, Greedy("Once upon a time", 1000));
+  auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(Greedy("Once upon a time", 1000)));
   v1::GenerateStreamResponse message;
   ASSERT_TRUE(reader->Read(&message));
   context.TryCancel();
@@ -301,7 +302,7 @@ TEST(BlossomServiceTest, DrainingRefusesNewGenerationsButFinishesOldOnes) {
   ServiceFixture fixture;
   fixture.Load();
   grpc::ClientContext context;
-  auto reader = fixture.stub().GenerateStream(&context, Greedy("Drain me", 200));
+  auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(Greedy("Drain me", 200)));
   v1::GenerateStreamResponse message;
   ASSERT_TRUE(reader->Read(&message));
   fixture.service().StartDraining();
@@ -489,8 +490,8 @@ TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind)
     threads.emplace_back([&, i] {
       grpc::ClientContext context;
       const int want = 5 + i % 7;
-      auto reader =
-          fixture.stub().GenerateStream(&context, Greedy("Stream " + std::to_string(i), want));
+      auto reader = fixture.stub().GenerateStream(
+          &context, v1::ToStreamRequest(Greedy("Stream " + std::to_string(i), want)));
       v1::GenerateStreamResponse message;
       int tokens = 0;
       while (reader->Read(&message)) {

@@ -16,6 +16,7 @@
 #include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/tgi_api.h"
+#include "proto/blossom/v1/stream_request.h"
 #include "server/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -86,8 +87,8 @@ class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamRes
 
   grpc::ClientContext* context() { return &context_; }
 
-  void Start(blossom::v1::Blossom::Stub* stub, blossom::v1::GenerateRequest request) {
-    request_ = std::move(request);
+  void Start(blossom::v1::Blossom::Stub* stub, const blossom::v1::GenerateRequest& request) {
+    request_ = blossom::v1::ToStreamRequest(request);
     self_ = shared_from_this();
     stub->async()->GenerateStream(&context_, &request_, this);
     StartRead(&message_);
@@ -111,7 +112,7 @@ class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamRes
 
  private:
   grpc::ClientContext context_;
-  blossom::v1::GenerateRequest request_;
+  blossom::v1::GenerateStreamRequest request_;
   blossom::v1::GenerateStreamResponse message_;
   MessageFn on_message_;
   DoneFn on_done_;
@@ -564,7 +565,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
       c->Cancel();
     }
   });
-  call->Start(stub_.get(), std::move(grpc_request));
+  call->Start(stub_.get(), grpc_request);
 }
 
 }  // namespace blossom::gateway

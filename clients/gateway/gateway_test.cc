@@ -18,6 +18,7 @@
 #include "clients/gateway/json_fields.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/blossom/v1/stream_request.h"
 #include "server/grpc_status.h"
 #include "server/status_details.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
@@ -55,8 +56,8 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   }
 
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override {
-    Seen(context, *request);
+      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override {
+    Seen(context, v1::FromStreamRequest(*request));
     return new StreamReactor(this, request->text());
   }
 

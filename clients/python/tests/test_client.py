@@ -229,6 +229,9 @@ class SyncClientTest(unittest.TestCase):
 
     def test_stream(self):
         chunks = list(self.client.generate_stream("Hi", max_new_tokens=5))
+        # GenerateStream takes its own request message (API lint), with GenerateRequest's fields.
+        self.assertIsInstance(self.fake.requests[-1], pb.GenerateStreamRequest)
+        self.assertEqual(self.fake.requests[-1].stopping.max_new_tokens, 5)
         self.assertEqual("".join(c.text_delta for c in chunks), "Hello, world!")
         self.assertEqual([c.token.id for c in chunks[:-1]], [10, 11, 12, 13, 14])
         self.assertTrue(all(c.final is None for c in chunks[:-1]))
