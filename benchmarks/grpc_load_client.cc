@@ -50,7 +50,7 @@ class GrpcLoadClient::StreamReactor final
   }
   grpc::ClientContext* context() { return &context_; }
 
-  void Go(v1::Blossom::Stub* stub, const v1::GenerateRequest& request) {
+  void Go(v1::Blossom::Stub* stub, const v1::GenerateStreamRequest& request) {
     stub->async()->GenerateStream(&context_, &request, this);
     StartRead(&message_);
     record_.send_s = SecondsSince(epoch_);
@@ -143,7 +143,7 @@ void GrpcLoadClient::Decorate(grpc::ClientContext* context) const {
 }
 
 void GrpcLoadClient::Start(const LoadRequest& request, BenchClock::time_point epoch, Done done) {
-  v1::GenerateRequest proto;
+  v1::GenerateStreamRequest proto;
   if (!request.token_ids.empty()) {
     proto.mutable_token_ids()->mutable_ids()->Add(request.token_ids.begin(),
                                                   request.token_ids.end());

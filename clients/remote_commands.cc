@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "proto/blossom/v1/stream_request.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace blossom {
@@ -88,7 +89,7 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
              final.request_id(), FinishReasonText(final.finish_reason()),
              final.usage().prompt_tokens(), final.usage().generated_tokens(),
              1e3 * t.queue_seconds(), 1e3 * t.time_to_first_token_seconds(),
-             1e3 * t.total_seconds(), t.ms_per_output_token())
+             1e3 * t.total_seconds(), 1e3 * t.time_per_output_token_seconds())
       << std::endl;
 }
 
@@ -117,7 +118,7 @@ int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
   }
   if (command == "stream") {
     std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader =
-        stub->GenerateStream(&context, request);
+        stub->GenerateStream(&context, v1::ToStreamRequest(request));
     v1::GenerateStreamResponse message;
     v1::FinalInfo final;
     while (reader->Read(&message)) {

@@ -223,6 +223,7 @@ int Run() {
 
   ServiceOptions service_options;
   service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
+  service_options.limits.max_total_tokens = absl::GetFlag(FLAGS_max_total_tokens);
   service_options.limits.served_model_name = served_name;
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
     auto keys = auth::ApiKeys::LoadFile(absl::GetFlag(FLAGS_api_keys_file));

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/status_details.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom {
@@ -86,6 +88,10 @@ class GenerationCall {
     auto engine_request =
         ToEngineRequest(request, *service_->tokenizer(), limits_for_call());
     if (engine_request.ok()) {
+      // Kept to attribute a refusal to its field (the request itself moves into the engine).
+      EngineRequest submitted_params;
+      submitted_params.sampling = engine_request->sampling;
+      submitted_params.stopping = engine_request->stopping;
       with_logprobs_ = engine_request->sampling.logprobs >= 0;
       with_prompt_logprobs_ = engine_request->sampling.prompt_logprobs >= 0;
       if (!engine_request->prompt_tokens.empty()) {
@@ -105,7 +111,14 @@ class GenerationCall {
         Started();
         return;
       }
-      engine_request = stream.status();
+      if (stream.status().code() == absl::StatusCode::kInvalidArgument) {
+        // Only then are the prompt's ids needed (out-of-vocabulary ones are a prompt error).
+        submitted_params.prompt_tokens.assign(request.token_ids().ids().begin(),
+                                              request.token_ids().ids().end());
+      }
+      engine_request = DescribeEngineRefusal(
+          stream.status(), submitted_params, service_->vocab_size(),
+          request.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids");
     }
     const absl::Status& status = engine_request.status();
     // Messages may quote client input (a model name): escaped and cut, so that a "\n" cannot
@@ -198,6 +211,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
     response_->mutable_text()->append(event.token.text_delta);
     if (!event.finished) return;
     FillFinalInfo(event, request_id_, response_->mutable_final());
+    response_->mutable_final()->set_system_fingerprint(service_->system_fingerprint());
     for (int32_t id : prompt_ids_) response_->mutable_final()->add_prompt_token_ids(id);
     LogFinished(request_id_, "unary", event);
     outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
@@ -293,6 +307,7 @@ class StreamGenerateReactor final
     message.set_text_delta(event.token.text_delta);
     if (event.finished) {
       FillFinalInfo(event, request_id_, message.mutable_final());
+      message.mutable_final()->set_system_fingerprint(service_->system_fingerprint());
       LogFinished(request_id_, "stream", event);
       outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
                  : event.finish_reason == FinishReason::kError ? "error"
@@ -378,6 +393,7 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   engine_ = engine;
   tokenizer_ = tokenizer;
   model_info_ = std::move(model_info);
+  system_fingerprint_ = SystemFingerprint(model_info_);
   state_.store(static_cast<int>(State::kServing), std::memory_order_release);
 }
 
@@ -390,16 +406,26 @@ absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool ge
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
-      return absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata");
+      return WithReason(
+          absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata"),
+          error_reason::kMissingApiKey);
     }
     if (!options_.api_keys.Allows(absl::string_view(it->second.data(), it->second.size()))) {
-      return absl::UnauthenticatedError("invalid API key");
+      return WithReason(absl::UnauthenticatedError("invalid API key"),
+                        error_reason::kInvalidApiKey);
     }
   }
   switch (state()) {
-    case State::kLoading: return absl::UnavailableError("the model is loading; retry later");
+    case State::kLoading:
+      return WithRetryDelay(WithReason(absl::UnavailableError("the model is loading; retry later"),
+                                       error_reason::kModelLoading),
+                            kLoadingRetryDelay);
     case State::kDraining:
-      if (generation) return absl::UnavailableError("the server is shutting down");
+      if (generation) {
+        return WithRetryDelay(WithReason(absl::UnavailableError("the server is shutting down"),
+                                         error_reason::kShuttingDown),
+                              kUnavailableRetryDelay);
+      }
       break;
     case State::kServing: break;
   }
@@ -445,14 +471,15 @@ grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* 
 }
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* BlossomService::GenerateStream(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+    grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* stream_request) {
   absl::Status admitted = Admit(context, /*generation=*/true);
   if (!admitted.ok()) {
     if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
     return new RefusedStreamReactor(ToGrpcStatus(admitted));
   }
   in_flight_.fetch_add(1);
-  return new StreamGenerateReactor(this, context, request, RequestIdFor(context, *request),
+  const v1::GenerateRequest request = v1::FromStreamRequest(*stream_request);
+  return new StreamGenerateReactor(this, context, &request, RequestIdFor(context, request),
                                    options_.limits);
 }
 
@@ -462,18 +489,21 @@ grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* 
   absl::Status admitted = Admit(context, /*generation=*/false);
   if (!admitted.ok()) return new ImmediateReactor(ToGrpcStatus(admitted));
   if (FindInvalidUtf8(request->text()) != absl::string_view::npos) {
-    return new ImmediateReactor(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"));
+    absl::Status invalid = absl::InvalidArgumentError("text is not valid UTF-8");
+    return new ImmediateReactor(ToGrpcStatus(WithReason(
+        WithFieldViolation(invalid, "text", invalid.message()), error_reason::kInvalidPrompt)));
   }
   auto ids = tokenizer_->Encode(request->text());
   if (!ids.ok()) return new ImmediateReactor(ToGrpcStatus(ids.status()));
   // The reply is ~10x the text (a 600 KB text made a 10.7 MB reply, past gRPC's 4 MB default
   // and a 10x memory amplification in the gateway): the prompt limit applies here too, as
-  // OUT_OF_RANGE "too long" like an oversized prompt.
+  // OUT_OF_RANGE PROMPT_TOO_LONG like an oversized prompt.
   if (static_cast<int64_t>(ids->size()) > options_.limits.max_input_tokens) {
-    return new ImmediateReactor(ToGrpcStatus(absl::OutOfRangeError(
+    absl::Status too_long = absl::OutOfRangeError(
         absl::StrCat("text is too long: ", ids->size(), " tokens, max_input_tokens is ",
-                     options_.limits.max_input_tokens))));
+                     options_.limits.max_input_tokens));
+    return new ImmediateReactor(ToGrpcStatus(WithReason(
+        WithFieldViolation(too_long, "text", too_long.message()), error_reason::kPromptTooLong)));
   }
   // Byte offsets from each token's decoded bytes: exact for byte-level BPE, whose decode
   // reproduces the input; if it does not (a normalizer changed the text) offsets are omitted.

@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "server/auth/api_keys.h"
+#include "server/grpc_status.h"
 #include "server/request_convert.h"
 #include "server/server_metrics.h"
 
@@ -45,7 +46,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   // `metrics` may be null; it must outlive the service.
   BlossomService(ServiceOptions options, ServerMetrics* metrics);
 
-  // Starts serving. `engine` and `tokenizer` must outlive every call.
+  // Starts serving. `engine` and `tokenizer` must outlive every call. model_info.vocab_size must
+  // be the model's (refusals of out-of-vocabulary ids are attributed with it).
   void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
   void StartDraining();
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
@@ -56,7 +58,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
                                      const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -69,6 +71,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine() const { return engine_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   ServerMetrics* metrics() const { return metrics_; }
+  int32_t vocab_size() const { return model_info_.vocab_size(); }
+  const std::string& system_fingerprint() const { return system_fingerprint_; }
   void CallFinished(const std::string& outcome);
 
  private:
@@ -83,6 +87,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine_ = nullptr;                // set once before state_ becomes kServing
   const Tokenizer* tokenizer_ = nullptr;    // idem
   v1::ModelInfo model_info_;                // idem
+  std::string system_fingerprint_;          // idem (from model_info_)
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{1};
 };

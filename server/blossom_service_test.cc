@@ -12,6 +12,9 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
 #include "server/testing/in_process_server.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
@@ -74,7 +77,7 @@ TEST(BlossomServiceTest, PromptLogprobsMatchTransformers) {
   check(unary.prompt_logprobs());
 
   grpc::ClientContext stream_context;
-  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  auto reader = fixture.stub().GenerateStream(&stream_context, v1::ToStreamRequest(request));
   v1::GenerateStreamResponse message;
   int messages_with_prompt_logprobs = 0, tokens_before = 0;
   while (reader->Read(&message)) {
@@ -108,6 +111,10 @@ TEST(BlossomServiceTest, UnavailableWhileLoading) {
   grpc::Status status = fixture.stub().Generate(&context, Greedy("Hello", 4), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(status.error_message().find("loading"), std::string::npos) << status.error_message();
+  // grpc-status-details-bin: a machine reason and when to retry.
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "MODEL_LOADING");
+  EXPECT_EQ(details.retry_delay, kLoadingRetryDelay);
 }
 
 TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
@@ -146,7 +153,7 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   EXPECT_EQ(unary.text(), fixture.tokenizer().Decode(ids));
 
   grpc::ClientContext stream_context;
-  auto reader = fixture.stub().GenerateStream(&stream_context, request);
+  auto reader = fixture.stub().GenerateStream(&stream_context, v1::ToStreamRequest(request));
   v1::GenerateStreamResponse message;
   std::string text;
   int token_messages = 0, finals = 0;
@@ -175,7 +182,7 @@ TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {
   ServiceFixture fixture;
   fixture.Load();
   grpc::ClientContext context;
-  auto reader = fixture.stub().GenerateStream(&context, Greedy("Once upon a time", 1000));
+  auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(Greedy("Once upon a time", 1000)));
   v1::GenerateStreamResponse message;
   ASSERT_TRUE(reader->Read(&message));
   context.TryCancel();
@@ -204,33 +211,43 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
     std::function<void(v1::GenerateRequest*)> edit;
     grpc::StatusCode code;
     std::string needle;
+    std::string field, reason;  // from grpc-status-details-bin
   };
   const std::vector<Case> cases = {
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5f); },
-       grpc::StatusCode::INVALID_ARGUMENT, "top_p"},
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p", "sampling.top_p", "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(-1.0f); },
-       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature", "sampling.temperature",
+       "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(NAN); },
-       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature", "sampling.temperature",
+       "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(0); },
-       grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens"},
+       grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens", "stopping.max_new_tokens",
+       "INVALID_STOPPING_PARAMS"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->set_max_new_tokens(100000); },
-       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens"},
+       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens", "stopping.max_new_tokens",
+       "CONTEXT_LENGTH_EXCEEDED"},
       {[](v1::GenerateRequest* r) {
          r->clear_text();
          r->mutable_token_ids()->add_ids(999999);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary"},
+       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary", "token_ids", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->add_stop(""); },
-       grpc::StatusCode::INVALID_ARGUMENT, "stop"},
+       grpc::StatusCode::INVALID_ARGUMENT, "stop", "stopping.stop", "INVALID_STOPPING_PARAMS"},
+      {[](v1::GenerateRequest* r) {
+         for (int i = 0; i < 17; ++i) r->mutable_stopping()->add_stop("s");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "stop", "stopping.stop", "TOO_MANY_STOP_SEQUENCES"},
       {[](v1::GenerateRequest* r) { r->set_model("gpt-9"); }, grpc::StatusCode::NOT_FOUND,
-       "gpt-9"},
+       "gpt-9", "model", "UNKNOWN_MODEL"},
       // Issue 14: an 8,000-character name was echoed into the status, overflowing gRPC's
       // metadata into RESOURCE_EXHAUSTED; a newline in it reached the logs raw.
       {[](v1::GenerateRequest* r) { r->set_model(std::string(8000, 'm')); },
-       grpc::StatusCode::INVALID_ARGUMENT, "model: longer than 256 bytes"},
+       grpc::StatusCode::INVALID_ARGUMENT, "model: longer than 256 bytes", "model",
+       "INVALID_MODEL_NAME"},
       {[](v1::GenerateRequest* r) { r->set_model("x\n[critical] forged"); },
-       grpc::StatusCode::NOT_FOUND, "x\\x0a[critical] forged"},
+       grpc::StatusCode::NOT_FOUND, "x\\x0a[critical] forged", "model", "UNKNOWN_MODEL"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::GenerateRequest request = Greedy("Hello", 4);
@@ -241,6 +258,10 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
     EXPECT_EQ(status.error_code(), cases[i].code) << "case " << i << ": " << status.error_message();
     EXPECT_NE(status.error_message().find(cases[i].needle), std::string::npos)
         << "case " << i << ": " << status.error_message();
+    const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+    EXPECT_EQ(details.field, cases[i].field) << "case " << i;
+    EXPECT_EQ(details.reason, cases[i].reason) << "case " << i;
+    EXPECT_FALSE(details.retry_delay.has_value()) << "case " << i << ": no retry invitation";
   }
   EXPECT_EQ(fixture.engine().num_unfinished(), 0);
 }
@@ -261,7 +282,9 @@ TEST(BlossomServiceTest, FullQueueIsRefusedFastAndOthersFinish) {
           fixture.stub().Generate(&context, Greedy("Request " + std::to_string(i), 300), &response);
       if (status.ok() && response.final().usage().generated_tokens() == 300) {
         ++ok;
-      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                 DetailsOf(FromGrpcStatus(status)).reason == "QUEUE_FULL" &&
+                 DetailsOf(FromGrpcStatus(status)).retry_delay == kQueueFullRetryDelay) {
         ++exhausted;
       } else {
         ++other;
@@ -279,7 +302,7 @@ TEST(BlossomServiceTest, DrainingRefusesNewGenerationsButFinishesOldOnes) {
   ServiceFixture fixture;
   fixture.Load();
   grpc::ClientContext context;
-  auto reader = fixture.stub().GenerateStream(&context, Greedy("Drain me", 200));
+  auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(Greedy("Drain me", 200)));
   v1::GenerateStreamResponse message;
   ASSERT_TRUE(reader->Read(&message));
   fixture.service().StartDraining();
@@ -324,6 +347,69 @@ TEST(BlossomServiceTest, ApiKeysAreRequired) {
   // RFC 9110: the scheme is case-insensitive, as in the gateway (issue 14, defect 4).
   EXPECT_EQ(call("bearer secret-two"), grpc::StatusCode::OK);
   EXPECT_EQ(call("BEARER  secret-one"), grpc::StatusCode::OK);
+}
+
+// Special tokens in the text only on request (vLLM's skip_special_tokens=false); Token.text and
+// token_bytes always carry each token. Sampling near-uniformly until a special token comes up
+// (4 of the fixture's 2,048 ids are special), then the same seed with each setting.
+TEST(BlossomServiceTest, SkipSpecialTokensControlsTheText) {
+  ServiceFixture fixture;
+  fixture.Load();
+  auto generate = [&](uint64_t seed, bool skip) {
+    v1::GenerateRequest request;
+    request.set_text("Special");
+    request.mutable_sampling()->set_temperature(100.0f);
+    request.mutable_sampling()->set_seed(seed);
+    request.mutable_stopping()->set_max_new_tokens(500);
+    request.mutable_stopping()->set_ignore_eos(true);
+    request.mutable_stopping()->set_skip_special_tokens(skip);
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    grpc::Status status = fixture.stub().Generate(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    v1::GenerateResponse kept = generate(seed, /*skip=*/false);
+    std::vector<int32_t> ids;
+    bool special = false;
+    for (const v1::Token& t : kept.tokens()) {
+      ids.push_back(t.id());
+      special |= fixture.tokenizer().IsSpecial(t.id());
+      EXPECT_EQ(t.token_bytes(), fixture.tokenizer().DecodedBytes(t.id(), false));
+    }
+    if (!special) continue;
+    EXPECT_EQ(kept.text(), fixture.tokenizer().Decode(ids, /*skip_special_tokens=*/false));
+    v1::GenerateResponse skipped = generate(seed, /*skip=*/true);
+    ASSERT_EQ(skipped.tokens_size(), kept.tokens_size());
+    EXPECT_EQ(skipped.text(), fixture.tokenizer().Decode(ids, /*skip_special_tokens=*/true));
+    EXPECT_NE(skipped.text(), kept.text());
+    return;
+  }
+  FAIL() << "no special token in 20 x 500 near-uniform samples";
+}
+
+// Chat/TGI without a limit: as many new tokens as fit max_total_tokens; and every final info
+// names the server's configuration.
+TEST(BlossomServiceTest, MaxNewTokensToLimitAndSystemFingerprint) {
+  EngineConfig config;
+  config.scheduler.max_total_tokens = 40;
+  ServiceOptions options;
+  options.limits.max_total_tokens = 40;
+  ServiceFixture fixture(options, config);
+  fixture.Load();
+  v1::GenerateRequest request = Greedy("Hello", 4);
+  request.mutable_stopping()->clear_max_new_tokens();
+  request.mutable_stopping()->set_max_new_tokens_to_limit(true);
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  grpc::Status status = fixture.stub().Generate(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.final().usage().prompt_tokens() + response.final().usage().generated_tokens(),
+            40);
+  EXPECT_EQ(response.final().finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(response.final().system_fingerprint(), "blossom-dev-unknown");  // fixture: no version
+  EXPECT_GT(response.final().timings().time_per_output_token_seconds(), 0.0);
 }
 
 TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
@@ -389,6 +475,9 @@ TEST(BlossomServiceTest, TokenizeIsBoundedByMaxInputTokens) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
   EXPECT_NE(status.error_message().find("too long"), std::string::npos) << status.error_message();
   EXPECT_NE(status.error_message().find("max_input_tokens is 64"), std::string::npos);
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "PROMPT_TOO_LONG");
+  EXPECT_EQ(details.field, "text");
 }
 
 TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind) {
@@ -401,8 +490,8 @@ TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind)
     threads.emplace_back([&, i] {
       grpc::ClientContext context;
       const int want = 5 + i % 7;
-      auto reader =
-          fixture.stub().GenerateStream(&context, Greedy("Stream " + std::to_string(i), want));
+      auto reader = fixture.stub().GenerateStream(
+          &context, v1::ToStreamRequest(Greedy("Stream " + std::to_string(i), want)));
       v1::GenerateStreamResponse message;
       int tokens = 0;
       while (reader->Read(&message)) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
+#include "server/status_details.h"
 
 namespace blossom {
 namespace {
@@ -13,6 +14,55 @@ namespace {
 double Seconds(Clock::time_point from, Clock::time_point to) {
   if (from == Clock::time_point{} || to == Clock::time_point{}) return 0.0;
   return std::chrono::duration<double>(to - from).count();
+}
+
+// An INVALID_ARGUMENT (or `code`) refusal naming `field`, with `reason`.
+absl::Status Refusal(absl::string_view reason, absl::string_view field, absl::string_view message,
+                     absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  return WithReason(WithFieldViolation(absl::Status(code, message), field, message), reason);
+}
+
+// The field of request.sampling whose value the engine rejects, or "".
+std::string RejectedSamplingField(const SamplingParams& requested, int32_t vocab_size) {
+  using Setter = void (*)(const SamplingParams&, SamplingParams&);
+  // Sampling fields are validated independently of each other: one probe per field.
+  static const std::pair<const char*, Setter> kProbes[] = {
+      {"temperature", [](const SamplingParams& r, SamplingParams& p) { p.temperature = r.temperature; }},
+      {"top_k", [](const SamplingParams& r, SamplingParams& p) { p.top_k = r.top_k; }},
+      {"top_p", [](const SamplingParams& r, SamplingParams& p) { p.top_p = r.top_p; }},
+      {"typical_p", [](const SamplingParams& r, SamplingParams& p) { p.typical_p = r.typical_p; }},
+      {"min_p", [](const SamplingParams& r, SamplingParams& p) { p.min_p = r.min_p; }},
+      {"repetition_penalty",
+       [](const SamplingParams& r, SamplingParams& p) { p.repetition_penalty = r.repetition_penalty; }},
+      {"frequency_penalty",
+       [](const SamplingParams& r, SamplingParams& p) { p.frequency_penalty = r.frequency_penalty; }},
+      {"presence_penalty",
+       [](const SamplingParams& r, SamplingParams& p) { p.presence_penalty = r.presence_penalty; }},
+      {"logprobs", [](const SamplingParams& r, SamplingParams& p) { p.logprobs = r.logprobs; }},
+      {"prompt_logprobs",
+       [](const SamplingParams& r, SamplingParams& p) { p.prompt_logprobs = r.prompt_logprobs; }},
+  };
+  for (const auto& [field, set] : kProbes) {
+    SamplingParams probe;
+    set(requested, probe);
+    if (!Validate(probe, vocab_size).ok()) return field;
+  }
+  return "";
+}
+
+// The same for request.stopping; fields are added cumulatively (min_new_tokens is checked
+// against max_new_tokens). Names are the blossom.v1 ones ("stop", not "stop_strings").
+std::string RejectedStoppingField(const StoppingParams& requested, int32_t vocab_size) {
+  StoppingParams probe;
+  probe.max_new_tokens = requested.max_new_tokens;
+  if (!Validate(probe, vocab_size).ok()) return "max_new_tokens";
+  probe.min_new_tokens = requested.min_new_tokens;
+  if (!Validate(probe, vocab_size).ok()) return "min_new_tokens";
+  probe.stop_token_ids = requested.stop_token_ids;
+  if (!Validate(probe, vocab_size).ok()) return "stop_token_ids";
+  probe.stop_strings = requested.stop_strings;
+  if (!Validate(probe, vocab_size).ok()) return "stop";
+  return "";
 }
 
 }  // namespace
@@ -23,14 +73,16 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   // A name that can never match is refused without echoing it: error messages travel as gRPC
   // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
   if (request.model().size() > kMaxModelNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model: longer than ", kMaxModelNameBytes, " bytes"));
+    return Refusal(error_reason::kInvalidModelName, "model",
+                   absl::StrCat("model: longer than ", kMaxModelNameBytes, " bytes"));
   }
   if (!request.model().empty() && !limits.served_model_name.empty() &&
       request.model() != limits.served_model_name) {
-    return absl::NotFoundError(absl::StrCat(
-        "model '", SanitizeForMessage(request.model(), kMaxModelNameBytes),
-        "' is not served here; this server serves '", limits.served_model_name, "'"));
+    return Refusal(error_reason::kUnknownModel, "model",
+                   absl::StrCat("model '", SanitizeForMessage(request.model(), kMaxModelNameBytes),
+                                "' is not served here; this server serves '",
+                                limits.served_model_name, "'"),
+                   absl::StatusCode::kNotFound);
   }
   EngineRequest out;
   switch (request.prompt_case()) {
@@ -38,31 +90,39 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
       // proto3 parsers reject invalid UTF-8 in string fields, but a C++ caller in-process can
       // still hand us any bytes.
       if (FindInvalidUtf8(request.text()) != absl::string_view::npos) {
-        return absl::InvalidArgumentError("text is not valid UTF-8");
+        return Refusal(error_reason::kInvalidPrompt, "text", "text is not valid UTF-8");
       }
-      if (request.text().empty()) return absl::InvalidArgumentError("text must not be empty");
+      if (request.text().empty()) {
+        return Refusal(error_reason::kInvalidPrompt, "text", "text must not be empty");
+      }
       auto ids = tokenizer.Encode(request.text());
-      if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+      if (!ids.ok()) {
+        return Refusal(error_reason::kInvalidPrompt, "text",
+                       absl::StrCat("text: ", ids.status().message()));
+      }
       out.prompt_tokens = std::move(*ids);
       if (out.prompt_tokens.empty()) {
-        return absl::InvalidArgumentError("text encodes to no tokens");
+        return Refusal(error_reason::kInvalidPrompt, "text", "text encodes to no tokens");
       }
       break;
     }
     case v1::GenerateRequest::kTokenIds:
       out.prompt_tokens.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
       if (out.prompt_tokens.empty()) {
-        return absl::InvalidArgumentError("token_ids must not be empty");
+        return Refusal(error_reason::kInvalidPrompt, "token_ids", "token_ids must not be empty");
       }
       break;
     default:
-      return absl::InvalidArgumentError("prompt is missing: set text or token_ids");
+      return Refusal(error_reason::kInvalidPrompt, "prompt",
+                     "prompt is missing: set text or token_ids");
   }
   if (static_cast<int64_t>(out.prompt_tokens.size()) > limits.max_input_tokens) {
-    // OUT_OF_RANGE distinguishes "too long" from a malformed request; the gateway maps it to 413.
-    return absl::OutOfRangeError(absl::StrCat("prompt is too long: ", out.prompt_tokens.size(),
-                                              " tokens, max_input_tokens is ",
-                                              limits.max_input_tokens));
+    // OUT_OF_RANGE: a valid request beyond this server's limit; the reason says which limit.
+    return Refusal(error_reason::kPromptTooLong,
+                   request.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids",
+                   absl::StrCat("prompt is too long: ", out.prompt_tokens.size(),
+                                " tokens, max_input_tokens is ", limits.max_input_tokens),
+                   absl::StatusCode::kOutOfRange);
   }
 
   const v1::SamplingParameters& s = request.sampling();
@@ -78,30 +138,49 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   if (s.has_seed()) sp.seed = s.seed();
   if (s.has_logprobs()) {
     if (s.logprobs() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sampling.logprobs must be in [0, ", kMaxLogprobs, "], got ", s.logprobs()));
+      return Refusal(error_reason::kInvalidSamplingParams, "sampling.logprobs",
+                     absl::StrCat("sampling.logprobs must be in [0, ", kMaxLogprobs, "], got ",
+                                  s.logprobs()));
     }
     sp.logprobs = s.logprobs();
   }
   if (s.has_prompt_logprobs()) {
     if (s.prompt_logprobs() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("sampling.prompt_logprobs must be in [0, ",
-                                                     kMaxLogprobs, "], got ",
-                                                     s.prompt_logprobs()));
+      return Refusal(error_reason::kInvalidSamplingParams, "sampling.prompt_logprobs",
+                     absl::StrCat("sampling.prompt_logprobs must be in [0, ", kMaxLogprobs,
+                                  "], got ", s.prompt_logprobs()));
     }
     sp.prompt_logprobs = s.prompt_logprobs();
   }
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;
-  if (t.has_max_new_tokens()) st.max_new_tokens = t.max_new_tokens();
+  if (t.has_max_new_tokens()) {
+    st.max_new_tokens = t.max_new_tokens();
+  } else if (t.max_new_tokens_to_limit()) {
+    const int64_t room =
+        int64_t{limits.max_total_tokens} - static_cast<int64_t>(out.prompt_tokens.size());
+    if (room < 1) {
+      return Refusal(error_reason::kContextLengthExceeded, "stopping.max_new_tokens",
+                     absl::StrCat("prompt (", out.prompt_tokens.size(),
+                                  " tokens) leaves no room for new tokens within max_total_tokens (",
+                                  limits.max_total_tokens, ")"));
+    }
+    st.max_new_tokens = static_cast<int32_t>(room);
+  }
   if (t.has_min_new_tokens()) st.min_new_tokens = t.min_new_tokens();
   st.ignore_eos = t.ignore_eos();
   st.stop_token_ids.assign(t.stop_token_ids().begin(), t.stop_token_ids().end());
   st.stop_strings.assign(t.stop().begin(), t.stop().end());
   st.include_stop_string_in_output = t.include_stop_in_output();
+  st.skip_special_tokens = !t.has_skip_special_tokens() || t.skip_special_tokens();
   out.priority = request.priority();
   return out;
+}
+
+std::string SystemFingerprint(const v1::ModelInfo& model_info) {
+  return absl::StrCat("blossom-", model_info.version().empty() ? "dev" : model_info.version(), "-",
+                      model_info.dtype().empty() ? "unknown" : model_info.dtype());
 }
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason) {
@@ -120,12 +199,16 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
 void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_logprobs,
                v1::Token* out) {
   out->set_id(token.token);
-  out->set_text(Utf8Lossy(tokenizer.DecodedBytes(token.token, false)));
+  const absl::string_view bytes = tokenizer.DecodedBytes(token.token, false);
+  out->set_text(Utf8Lossy(bytes));
+  out->set_token_bytes(bytes.data(), bytes.size());
   if (with_logprobs) out->set_logprob(token.logprob);
   for (const TokenLogprob& top : token.top_logprobs) {
     v1::TopLogprob* t = out->add_top_logprobs();
     t->set_token_id(top.token);
-    t->set_token(Utf8Lossy(tokenizer.DecodedBytes(top.token, false)));
+    const absl::string_view top_bytes = tokenizer.DecodedBytes(top.token, false);
+    t->set_token(Utf8Lossy(top_bytes));
+    t->set_token_bytes(top_bytes.data(), top_bytes.size());
     t->set_logprob(top.logprob);
   }
 }
@@ -135,7 +218,9 @@ void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogp
                         google::protobuf::RepeatedPtrField<v1::Token>* out) {
   v1::Token* first = out->Add();
   first->set_id(first_prompt_token);
-  first->set_text(Utf8Lossy(tokenizer.DecodedBytes(first_prompt_token, false)));
+  const absl::string_view first_bytes = tokenizer.DecodedBytes(first_prompt_token, false);
+  first->set_text(Utf8Lossy(first_bytes));
+  first->set_token_bytes(first_bytes.data(), first_bytes.size());
   for (const PromptLogprob& p : scored) {
     TokenEvent token;
     token.token = p.token;
@@ -163,23 +248,48 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
   timings->set_total_seconds(total);
   const int32_t n = final_event.usage.generated_tokens;
   if (n >= 2 && t.first_token != Clock::time_point{}) {
-    timings->set_ms_per_output_token(1e3 * Seconds(t.first_token, t.finished) / (n - 1));
+    timings->set_time_per_output_token_seconds(Seconds(t.first_token, t.finished) / (n - 1));
   }
   timings->set_preemptions(t.num_preemptions);
 }
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  absl::string_view message = status.message();
-  if (message.size() > kMaxStatusMessageBytes) {
-    // Whatever a message quotes, it stays far below gRPC's metadata limit; cut at a UTF-8
-    // character boundary.
-    size_t cut = kMaxStatusMessageBytes;
-    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
-    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                        absl::StrCat(message.substr(0, cut), "..."));
+absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& request,
+                                   int32_t vocab_size, absl::string_view prompt_field) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      return WithRetryDelay(WithReason(std::move(status), error_reason::kQueueFull),
+                            kQueueFullRetryDelay);
+    case absl::StatusCode::kUnavailable:
+      return WithRetryDelay(WithReason(std::move(status), error_reason::kShuttingDown),
+                            kUnavailableRetryDelay);
+    case absl::StatusCode::kInvalidArgument: break;
+    default: return status;
   }
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
+  const std::string message(status.message());
+  std::string field = RejectedSamplingField(request.sampling, vocab_size);
+  if (!field.empty()) {
+    return WithReason(WithFieldViolation(std::move(status), absl::StrCat("sampling.", field), message),
+                      error_reason::kInvalidSamplingParams);
+  }
+  field = RejectedStoppingField(request.stopping, vocab_size);
+  if (!field.empty()) {
+    const bool too_many =
+        (field == "stop_token_ids" && request.stopping.stop_token_ids.size() > kMaxStopTokenIds) ||
+        (field == "stop" && request.stopping.stop_strings.size() > kMaxStopStrings);
+    return WithReason(WithFieldViolation(std::move(status), absl::StrCat("stopping.", field), message),
+                      too_many ? error_reason::kTooManyStopSequences
+                               : error_reason::kInvalidStoppingParams);
+  }
+  for (int32_t id : request.prompt_tokens) {
+    if (id < 0 || id >= vocab_size) {
+      return WithReason(WithFieldViolation(std::move(status), prompt_field, message),
+                        error_reason::kInvalidPrompt);
+    }
+  }
+  // What remains of Engine::Submit's checks is the scheduler's capacity for prompt +
+  // max_new_tokens (max_total_tokens, the KV cache, the prefill budget).
+  return WithReason(WithFieldViolation(std::move(status), "stopping.max_new_tokens", message),
+                    error_reason::kContextLengthExceeded);
 }
 
 }  // namespace blossom

@@ -1,10 +1,10 @@
-// Conversion between the blossom.v1 wire types and the engine's types, and the one place where
-// absl::Status becomes a gRPC status.
+// Conversion between the blossom.v1 wire types and the engine's types.
 //
 // Validation happens here for what only the API knows (which prompt form was used, the
 // server's input-length limit, the model name) and in the engine for everything else
-// (sampling ranges, vocabulary, the total-token limit); both produce INVALID_ARGUMENT messages
-// that name the field, so clients get one consistent error style.
+// (sampling ranges, vocabulary, the total-token limit). Every refusal leaves here with
+// structured details (//server:status_details): a BadRequest field violation naming the
+// blossom.v1 field ("sampling.top_p") and an ErrorInfo reason; //server:grpc_status sends them.
 #ifndef BLOSSOM_SERVER_REQUEST_CONVERT_H_
 #define BLOSSOM_SERVER_REQUEST_CONVERT_H_
 
@@ -13,30 +13,48 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "grpcpp/support/status.h"
 #include "proto/blossom/v1/blossom.pb.h"
 
 namespace blossom {
 
 // Longest model name accepted in a request (longer ones are INVALID_ARGUMENT, never echoed).
 inline constexpr size_t kMaxModelNameBytes = 256;
-// Longest message of a status sent to a client (ToGrpcStatus cuts longer ones).
-inline constexpr size_t kMaxStatusMessageBytes = 1024;
 
 struct RequestLimits {
   int32_t max_input_tokens = 1024;
   std::string served_model_name;
+  // The engine's cap on prompt + max_new_tokens (stopping.max_new_tokens_to_limit fills it).
+  int32_t max_total_tokens = 2048;
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,
-// and checks the API-level limits. InvalidArgument names the field ("sampling.top_p", ...).
+// and checks the API-level limits. Errors carry a field violation and a reason.
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits);
 
+// Retry delays sent with overload refusals (google.rpc.RetryInfo; the gateway's Retry-After).
+inline constexpr absl::Duration kQueueFullRetryDelay = absl::Seconds(1);
+inline constexpr absl::Duration kUnavailableRetryDelay = absl::Seconds(1);
+inline constexpr absl::Duration kLoadingRetryDelay = absl::Seconds(5);
+
+// Adds details to the engine's refusal of `request` (Engine::Submit's status): the queue being
+// full becomes QUEUE_FULL with a retry delay; an invalid argument is attributed to its field by
+// re-running the engine's validators on the request's parameters one at a time (the first that
+// fails is the culprit; no message parsing), else to the prompt's token ids, else it is the
+// total-token capacity (CONTEXT_LENGTH_EXCEEDED on stopping.max_new_tokens). `prompt_field` is
+// "text" or "token_ids"; `vocab_size` the model's.
+absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& request,
+                                   int32_t vocab_size, absl::string_view prompt_field);
+
 v1::FinishReason ToProtoFinishReason(FinishReason reason);
+
+// "blossom-<version>-<dtype>": FinalInfo.system_fingerprint for a server of `model_info`.
+std::string SystemFingerprint(const v1::ModelInfo& model_info);
 
 // The token part of a stream message or unary response; logprobs only when requested.
 void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_logprobs,
@@ -51,10 +69,6 @@ void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogp
 // Usage, timings and finish reason of a final engine event.
 void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id,
                    v1::FinalInfo* out);
-
-// The edge conversion: same code, same message, cut to kMaxStatusMessageBytes. (absl and gRPC
-// share the canonical codes.)
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace blossom
 

@@ -1,6 +1,7 @@
 #include "server/request_convert.h"
 
 #include "gtest/gtest.h"
+#include "server/status_details.h"
 #include "tests/util/fixture_path.h"
 
 namespace blossom {
@@ -62,29 +63,40 @@ TEST_F(RequestConvertTest, RefusalsNameTheField) {
     std::function<void(v1::GenerateRequest*)> edit;
     absl::StatusCode code;
     std::string needle;
+    std::string field, reason;  // the BadRequest field violation and the ErrorInfo reason
   };
   const std::vector<Case> cases = {
-      {[](v1::GenerateRequest*) {}, absl::StatusCode::kInvalidArgument, "prompt is missing"},
+      {[](v1::GenerateRequest*) {}, absl::StatusCode::kInvalidArgument, "prompt is missing",
+       "prompt", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) { r->set_text(""); }, absl::StatusCode::kInvalidArgument,
-       "text must not be empty"},
+       "text must not be empty", "text", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) { r->mutable_token_ids(); }, absl::StatusCode::kInvalidArgument,
-       "token_ids must not be empty"},
+       "token_ids must not be empty", "token_ids", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) { r->set_text(std::string("ab\xff", 3)); },
-       absl::StatusCode::kInvalidArgument, "UTF-8"},
+       absl::StatusCode::kInvalidArgument, "UTF-8", "text", "INVALID_PROMPT"},
       {[](v1::GenerateRequest* r) {
          for (int i = 0; i < 9; ++i) r->mutable_token_ids()->add_ids(3);
        },
-       absl::StatusCode::kOutOfRange, "prompt is too long: 9 tokens, max_input_tokens is 8"},
+       absl::StatusCode::kOutOfRange, "prompt is too long: 9 tokens, max_input_tokens is 8",
+       "token_ids", "PROMPT_TOO_LONG"},
+      {[](v1::GenerateRequest* r) { r->set_text("one two three four five six seven eight nine"); },
+       absl::StatusCode::kOutOfRange, "prompt is too long", "text", "PROMPT_TOO_LONG"},
       {[](v1::GenerateRequest* r) {
          r->set_text("x");
          r->set_model("other");
        },
-       absl::StatusCode::kNotFound, "model 'other' is not served here"},
+       absl::StatusCode::kNotFound, "model 'other' is not served here", "model", "UNKNOWN_MODEL"},
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->set_model(std::string(300, 'm'));
+       },
+       absl::StatusCode::kInvalidArgument, "model: longer than", "model", "INVALID_MODEL_NAME"},
       {[](v1::GenerateRequest* r) {
          r->set_text("x");
          r->mutable_sampling()->set_logprobs(-1);
        },
-       absl::StatusCode::kInvalidArgument, "sampling.logprobs"},
+       absl::StatusCode::kInvalidArgument, "sampling.logprobs", "sampling.logprobs",
+       "INVALID_SAMPLING_PARAMS"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::GenerateRequest request;
@@ -94,7 +106,116 @@ TEST_F(RequestConvertTest, RefusalsNameTheField) {
     EXPECT_EQ(converted.status().code(), cases[i].code) << "case " << i;
     EXPECT_NE(converted.status().message().find(cases[i].needle), absl::string_view::npos)
         << "case " << i << ": " << converted.status();
+    const StatusDetails details = DetailsOf(converted.status());
+    EXPECT_EQ(details.field, cases[i].field) << "case " << i;
+    EXPECT_EQ(details.reason, cases[i].reason) << "case " << i;
+    EXPECT_EQ(details.domain, "blossom.dev") << "case " << i;
   }
+}
+
+// Engine refusals are attributed by re-running the engine's validators, so the field is right
+// whatever the engine's message says.
+TEST(DescribeEngineRefusalTest, AttributesTheRejectedField) {
+  constexpr int32_t kVocab = 100;
+  struct Case {
+    std::function<void(EngineRequest*)> edit;
+    std::string field, reason;
+  };
+  const std::vector<Case> cases = {
+      {[](EngineRequest* r) { r->sampling.top_p = 2.0f; }, "sampling.top_p",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.temperature = -1.0f; }, "sampling.temperature",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.presence_penalty = 3.0f; }, "sampling.presence_penalty",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.logprobs = kMaxLogprobs + 1; }, "sampling.logprobs",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->stopping.max_new_tokens = 0; }, "stopping.max_new_tokens",
+       "INVALID_STOPPING_PARAMS"},
+      {[](EngineRequest* r) { r->stopping.min_new_tokens = 20; }, "stopping.min_new_tokens",
+       "INVALID_STOPPING_PARAMS"},
+      {[](EngineRequest* r) { r->stopping.stop_token_ids = {kVocab}; }, "stopping.stop_token_ids",
+       "INVALID_STOPPING_PARAMS"},
+      {[](EngineRequest* r) { r->stopping.stop_token_ids.assign(kMaxStopTokenIds + 1, 1); },
+       "stopping.stop_token_ids", "TOO_MANY_STOP_SEQUENCES"},
+      {[](EngineRequest* r) { r->stopping.stop_strings.assign(kMaxStopStrings + 1, "x"); },
+       "stopping.stop", "TOO_MANY_STOP_SEQUENCES"},
+      {[](EngineRequest* r) { r->stopping.stop_strings = {""}; }, "stopping.stop",
+       "INVALID_STOPPING_PARAMS"},
+      {[](EngineRequest* r) { r->prompt_tokens = {1, kVocab + 5}; }, "token_ids",
+       "INVALID_PROMPT"},
+      // Every parameter valid: what remains is the scheduler's capacity.
+      {[](EngineRequest* r) { r->stopping.max_new_tokens = 5000; }, "stopping.max_new_tokens",
+       "CONTEXT_LENGTH_EXCEEDED"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EngineRequest request;
+    request.prompt_tokens = {1, 2};
+    cases[i].edit(&request);
+    absl::Status described = DescribeEngineRefusal(absl::InvalidArgumentError("engine says no"),
+                                                   request, kVocab, "token_ids");
+    EXPECT_EQ(described.code(), absl::StatusCode::kInvalidArgument) << "case " << i;
+    EXPECT_EQ(described.message(), "engine says no") << "case " << i;
+    const StatusDetails details = DetailsOf(described);
+    EXPECT_EQ(details.field, cases[i].field) << "case " << i;
+    EXPECT_EQ(details.field_description, "engine says no") << "case " << i;
+    EXPECT_EQ(details.reason, cases[i].reason) << "case " << i;
+    EXPECT_FALSE(details.retry_delay.has_value()) << "case " << i;
+  }
+}
+
+TEST(DescribeEngineRefusalTest, OverloadInvitesARetry) {
+  absl::Status full = DescribeEngineRefusal(absl::ResourceExhaustedError("waiting queue is full"),
+                                            EngineRequest(), 100, "text");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(DetailsOf(full).reason, "QUEUE_FULL");
+  EXPECT_EQ(DetailsOf(full).retry_delay, kQueueFullRetryDelay);
+  EXPECT_TRUE(DetailsOf(full).field.empty());
+  absl::Status stopping = DescribeEngineRefusal(absl::UnavailableError("shutting down"),
+                                                EngineRequest(), 100, "text");
+  EXPECT_EQ(DetailsOf(stopping).reason, "SHUTTING_DOWN");
+  EXPECT_TRUE(DetailsOf(stopping).retry_delay.has_value());
+  // Anything else passes through untouched.
+  EXPECT_EQ(DetailsOf(DescribeEngineRefusal(absl::InternalError("x"), EngineRequest(), 100, "text"))
+                .reason,
+            "");
+}
+
+TEST_F(RequestConvertTest, MaxNewTokensToLimitFillsTheContext) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.mutable_token_ids()->add_ids(6);
+  request.mutable_stopping()->set_max_new_tokens_to_limit(true);
+  RequestLimits limits = limits_;
+  limits.max_total_tokens = 10;
+  auto converted = ToEngineRequest(request, *tokenizer_, limits);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->stopping.max_new_tokens, 8);
+  // An explicit max_new_tokens wins.
+  request.mutable_stopping()->set_max_new_tokens(3);
+  EXPECT_EQ(ToEngineRequest(request, *tokenizer_, limits)->stopping.max_new_tokens, 3);
+  // No room left: CONTEXT_LENGTH_EXCEEDED on max_new_tokens.
+  request.mutable_stopping()->clear_max_new_tokens();
+  limits.max_total_tokens = 2;
+  auto full = ToEngineRequest(request, *tokenizer_, limits);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(DetailsOf(full.status()).reason, "CONTEXT_LENGTH_EXCEEDED");
+  EXPECT_EQ(DetailsOf(full.status()).field, "stopping.max_new_tokens");
+}
+
+TEST_F(RequestConvertTest, SkipSpecialTokensDefaultsToTrue) {
+  v1::GenerateRequest request;
+  request.set_text("x");
+  EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
+  request.mutable_stopping()->set_skip_special_tokens(false);
+  EXPECT_FALSE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
+}
+
+TEST(SystemFingerprintTest, VersionAndDtype) {
+  v1::ModelInfo info;
+  info.set_version("0.3.0");
+  info.set_dtype("bfloat16");
+  EXPECT_EQ(SystemFingerprint(info), "blossom-0.3.0-bfloat16");
 }
 
 TEST_F(RequestConvertTest, MatchingModelNameIsAccepted) {
@@ -128,7 +249,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   EXPECT_NEAR(info.timings().queue_seconds(), 0.010, 1e-9);
   EXPECT_NEAR(info.timings().time_to_first_token_seconds(), 0.050, 1e-9);
   EXPECT_NEAR(info.timings().total_seconds(), 0.250, 1e-9);
-  EXPECT_NEAR(info.timings().ms_per_output_token(), 50.0, 1e-6);  // 200 ms over 4 gaps
+  EXPECT_NEAR(info.timings().time_per_output_token_seconds(), 0.050, 1e-9);  // 200 ms, 4 gaps
   EXPECT_EQ(info.timings().preemptions(), 2);
   EXPECT_EQ(info.seed(), 1234u);
 }
@@ -140,13 +261,6 @@ TEST(FinishReasonTest, EveryEngineReasonMaps) {
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kStopString), v1::FINISH_REASON_STOP_STRING);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kError), v1::FINISH_REASON_ERROR);
-}
-
-TEST(StatusTest, CodeAndMessageSurviveTheEdge) {
-  grpc::Status s = ToGrpcStatus(absl::ResourceExhaustedError("queue full"));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(s.error_message(), "queue full");
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
 }  // namespace

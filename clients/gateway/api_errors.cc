@@ -1,7 +1,14 @@
 #include "clients/gateway/api_errors.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "clients/gateway/json_fields.h"
+#include "server/status_details.h"
 
 namespace blossom::gateway {
 namespace {
@@ -34,27 +41,32 @@ const char* TgiType(int status) {
   }
 }
 
-}  // namespace
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+http::Response JsonError(ApiFlavor flavor, int http_status, absl::string_view message,
+                         absl::string_view param, absl::string_view code,
+                         const std::string& retry_after) {
+  http::Response response;
+  response.status = http_status;
+  response.headers.emplace_back("Content-Type", "application/json");
+  if (!retry_after.empty()) response.headers.emplace_back("Retry-After", retry_after);
+  response.body = flavor == ApiFlavor::kTgi ? TgiErrorJson(http_status, message)
+                                            : OpenAIErrorJson(http_status, message, param, code);
+  return response;
 }
 
+}  // namespace
+
 int HttpStatusFor(const absl::Status& status, ApiFlavor flavor) {
-  const int invalid = flavor == ApiFlavor::kTgi ? 422 : 400;
   switch (status.code()) {
     case absl::StatusCode::kOk: return 200;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kOutOfRange:
-      // The server reports an oversized prompt as "... too long ..."; that is a 413.
-      return absl::StrContains(status.message(), "too long") ? 413 : invalid;
+      return flavor == ApiFlavor::kTgi ? 422 : 400;
     case absl::StatusCode::kUnauthenticated: return 401;
     case absl::StatusCode::kPermissionDenied: return 403;
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kResourceExhausted:
-      // gRPC's own refusal of an oversized message can never succeed on retry: not a 429.
-      return absl::StrContains(status.message(), "message larger than max") ? 413 : 429;
+      return DetailsOf(status).retry_delay.has_value() ? 429 : 413;
     case absl::StatusCode::kCancelled: return 499;
     case absl::StatusCode::kUnimplemented: return 501;
     case absl::StatusCode::kUnavailable: return 503;
@@ -63,11 +75,47 @@ int HttpStatusFor(const absl::Status& status, ApiFlavor flavor) {
   }
 }
 
-std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::string_view param) {
+std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
+  // Only names that differ; the other sampling./stopping. fields keep their name.
+  static const auto* const kRenamed = new std::map<std::string, std::string, std::less<>>{
+      {"stopping.max_new_tokens", "max_tokens"},
+      {"stopping.min_new_tokens", "min_tokens"},
+      {"sampling.prompt_logprobs", "logprobs"},
+  };
+  if (field == "text" || field == "token_ids" || field == "prompt") {
+    return flavor == ApiFlavor::kOpenAIChat ? "messages" : "prompt";
+  }
+  if (flavor == ApiFlavor::kOpenAIChat && field == "sampling.logprobs") return "top_logprobs";
+  auto it = kRenamed->find(field);
+  if (it != kRenamed->end()) return it->second;
+  for (absl::string_view prefix : {"sampling.", "stopping."}) {
+    if (absl::StartsWith(field, prefix)) return std::string(field.substr(prefix.size()));
+  }
+  return std::string(field);
+}
+
+std::string OpenAICodeFor(absl::string_view reason, int http_status) {
+  // OpenAI's own codes where one exists; otherwise the reason in OpenAI's snake_case.
+  if (reason == error_reason::kPromptTooLong || reason == error_reason::kContextLengthExceeded) {
+    return "context_length_exceeded";
+  }
+  if (reason == error_reason::kUnknownModel || (reason.empty() && http_status == 404)) {
+    return "model_not_found";
+  }
+  if (reason == error_reason::kInvalidApiKey || reason == error_reason::kMissingApiKey) {
+    return "invalid_api_key";
+  }
+  return absl::AsciiStrToLower(reason);
+}
+
+std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::string_view param,
+                            absl::string_view code) {
+  const std::string code_value =
+      code.empty() ? OpenAICodeFor("", http_status) : std::string(code);
   Json error = {{"message", std::string(message.substr(0, kMaxMessage))},
                 {"type", OpenAIType(http_status)},
                 {"param", param.empty() ? Json(nullptr) : Json(std::string(param))},
-                {"code", http_status == 404 ? Json("model_not_found") : Json(nullptr)}};
+                {"code", code_value.empty() ? Json(nullptr) : Json(code_value)}};
   return Dump(Json{{"error", error}});
 }
 
@@ -78,17 +126,22 @@ std::string TgiErrorJson(int http_status, absl::string_view message) {
 
 http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_view message,
                              absl::string_view param) {
-  http::Response response;
-  response.status = http_status;
-  response.headers.emplace_back("Content-Type", "application/json");
-  if (http_status == 429) response.headers.emplace_back("Retry-After", "1");
-  response.body = flavor == ApiFlavor::kOpenAI ? OpenAIErrorJson(http_status, message, param)
-                                               : TgiErrorJson(http_status, message);
-  return response;
+  return JsonError(flavor, http_status, message, param, "", http_status == 429 ? "1" : "");
 }
 
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status) {
-  return ErrorResponse(flavor, HttpStatusFor(status, flavor), status.message(), ParamOf(status));
+  const StatusDetails details = DetailsOf(status);
+  const int http_status = HttpStatusFor(status, flavor);
+  std::string retry_after;
+  if ((http_status == 429 || http_status == 503) && details.retry_delay.has_value()) {
+    const double seconds = absl::ToDoubleSeconds(*details.retry_delay);
+    retry_after = absl::StrCat(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(seconds))));
+  } else if (http_status == 429) {
+    retry_after = "1";
+  }
+  const std::string param = details.field.empty() ? "" : OpenAIParamFor(details.field, flavor);
+  return JsonError(flavor, http_status, status.message(), param,
+                   OpenAICodeFor(details.reason, http_status), retry_after);
 }
 
 }  // namespace blossom::gateway

@@ -1,5 +1,10 @@
 // Error conversion at the HTTP edge: absl/gRPC status -> HTTP status, and the error bodies of
 // the OpenAI ({"error":{"message","type","param","code"}}) and TGI ({"error","error_type"}) APIs.
+//
+// Statuses from the server arrive with google.rpc details (//server:grpc_status's
+// FromGrpcStatus restores them as payloads): the BadRequest field becomes OpenAI's `param`
+// (translated from the blossom.v1 name to the route's), the ErrorInfo reason OpenAI's `code`,
+// and the RetryInfo delay the Retry-After header. Nothing here matches message text.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_API_ERRORS_H_
 #define BLOSSOM_CLIENTS_GATEWAY_API_ERRORS_H_
 
@@ -7,29 +12,37 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "grpcpp/grpcpp.h"
 #include "server/http/http_server.h"
 
 namespace blossom::gateway {
 
-enum class ApiFlavor { kOpenAI, kTgi };
+// kOpenAIChat differs from kOpenAI only in the name of the prompt field ("messages").
+enum class ApiFlavor { kOpenAI, kOpenAIChat, kTgi };
 
-// gRPC and absl codes share numbering; the message is kept.
-absl::Status FromGrpc(const grpc::Status& status);
-
-// INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE -> 400 (TGI: 422), or 413 when the message
-// says the prompt is "too long"; UNAUTHENTICATED 401; PERMISSION_DENIED 403; NOT_FOUND 404;
-// RESOURCE_EXHAUSTED 429; CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE 503;
-// DEADLINE_EXCEEDED 504; anything else 500.
+// INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE -> 400 on OpenAI routes, 422 on TGI routes
+// (an over-long prompt included, as vLLM/OpenAI and TGI answer it); UNAUTHENTICATED 401;
+// PERMISSION_DENIED 403; NOT_FOUND 404; RESOURCE_EXHAUSTED 429 when it carries a RetryInfo (the
+// server's overload refusals always do), else 413 (gRPC's own message-size refusal, which a
+// retry cannot cure); CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE 503; DEADLINE_EXCEEDED 504;
+// anything else 500.
 int HttpStatusFor(const absl::Status& status, ApiFlavor flavor);
 
-std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::string_view param);
+// The OpenAI request field a blossom.v1 field path stands for ("stopping.max_new_tokens" ->
+// "max_tokens"); a gateway-side field name is returned unchanged.
+std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor);
+// OpenAI's `code` for an ErrorInfo reason ("context_length_exceeded", "model_not_found", ...);
+// "" for none.
+std::string OpenAICodeFor(absl::string_view reason, int http_status);
+
+std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::string_view param,
+                            absl::string_view code = "");
 std::string TgiErrorJson(int http_status, absl::string_view message);
 
 // A JSON error response in the flavour's shape; 429 carries "Retry-After: 1".
 http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_view message,
                              absl::string_view param = "");
-// The same for a status (param from ParamOf). Messages are truncated to 1 KiB.
+// The same for a status: param and code from its details, Retry-After (429 and 503) from its
+// RetryInfo (rounded up to whole seconds). Messages are truncated to 1 KiB.
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status);
 
 }  // namespace blossom::gateway

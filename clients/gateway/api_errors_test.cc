@@ -2,9 +2,25 @@
 
 #include "clients/gateway/json_fields.h"
 #include "gtest/gtest.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
 
 namespace blossom::gateway {
 namespace {
+
+std::string Header(const http::Response& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+// What the server sends for an over-long prompt, as the gateway receives it over gRPC.
+absl::Status PromptTooLongFromServer() {
+  absl::Status s = absl::OutOfRangeError("prompt is too long: 5000 tokens, max_input_tokens is 1024");
+  s = WithReason(WithFieldViolation(s, "text", "5000 tokens"), error_reason::kPromptTooLong);
+  return FromGrpcStatus(ToGrpcStatus(s));
+}
 
 TEST(ApiErrorsTest, MapsStatusCodes) {
   struct Case {
@@ -13,14 +29,17 @@ TEST(ApiErrorsTest, MapsStatusCodes) {
   };
   const Case cases[] = {
       {absl::InvalidArgumentError("bad"), 400, 422},
-      {absl::InvalidArgumentError("prompt is too long: 5000 tokens"), 413, 413},
-      {absl::OutOfRangeError("prompt too long"), 413, 413},
+      // An over-long prompt is a validation error: 400 as OpenAI and vLLM, 422 as TGI (no
+      // longer a 413 found by matching "too long" in the message).
+      {PromptTooLongFromServer(), 400, 422},
+      {absl::InvalidArgumentError("prompt is too long: 5000 tokens"), 400, 422},
       {absl::OutOfRangeError("x"), 400, 422},
       {absl::UnauthenticatedError("x"), 401, 401},
       {absl::NotFoundError("x"), 404, 404},
-      {absl::ResourceExhaustedError("x"), 429, 429},
-      // Issue 14: gRPC's own size refusal is no retry invitation.
-      {absl::ResourceExhaustedError("Received message larger than max (5000000 vs. 4194304)"), 413, 413},
+      {WithRetryDelay(absl::ResourceExhaustedError("queue full"), absl::Seconds(1)), 429, 429},
+      // Issue 14: gRPC's own size refusal (no RetryInfo) is no retry invitation.
+      {absl::ResourceExhaustedError("Received message larger than max (5000000 vs. 4194304)"),
+       413, 413},
       {absl::UnavailableError("x"), 503, 503},
       {absl::DeadlineExceededError("x"), 504, 504},
       {absl::InternalError("x"), 500, 500},
@@ -28,10 +47,9 @@ TEST(ApiErrorsTest, MapsStatusCodes) {
   };
   for (const Case& c : cases) {
     EXPECT_EQ(HttpStatusFor(c.status, ApiFlavor::kOpenAI), c.openai) << c.status;
+    EXPECT_EQ(HttpStatusFor(c.status, ApiFlavor::kOpenAIChat), c.openai) << c.status;
     EXPECT_EQ(HttpStatusFor(c.status, ApiFlavor::kTgi), c.tgi) << c.status;
   }
-  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full")),
-            absl::ResourceExhaustedError("full"));
 }
 
 TEST(ApiErrorsTest, ErrorResponsesHaveTheRightShape) {
@@ -43,14 +61,75 @@ TEST(ApiErrorsTest, ErrorResponsesHaveTheRightShape) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_TRUE(j["error"]["code"].is_null());
 
-  http::Response busy = ErrorResponse(ApiFlavor::kTgi, absl::ResourceExhaustedError("queue full"));
+  http::Response busy = ErrorResponse(
+      ApiFlavor::kTgi, FromGrpcStatus(ToGrpcStatus(WithRetryDelay(
+                           WithReason(absl::ResourceExhaustedError("queue full"), "QUEUE_FULL"),
+                           absl::Seconds(1)))));
   EXPECT_EQ(busy.status, 429);
-  bool retry_after = false;
-  for (const auto& [k, v] : busy.headers) retry_after |= k == "Retry-After" && v == "1";
-  EXPECT_TRUE(retry_after);
+  EXPECT_EQ(Header(busy, "Retry-After"), "1");
   Json t = Json::parse(busy.body);
   EXPECT_EQ(t["error"], "queue full");
   EXPECT_EQ(t["error_type"], "overloaded");
+}
+
+TEST(ApiErrorsTest, ServerDetailsFillParamAndCode) {
+  http::Response r = ErrorResponse(ApiFlavor::kOpenAI, PromptTooLongFromServer());
+  EXPECT_EQ(r.status, 400);
+  Json j = Json::parse(r.body);
+  EXPECT_EQ(j["error"]["param"], "prompt");
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(Header(r, "Retry-After"), "");  // can never succeed: no retry invitation
+
+  // On the chat route the prompt is the messages.
+  Json chat = Json::parse(ErrorResponse(ApiFlavor::kOpenAIChat, PromptTooLongFromServer()).body);
+  EXPECT_EQ(chat["error"]["param"], "messages");
+
+  http::Response tgi = ErrorResponse(ApiFlavor::kTgi, PromptTooLongFromServer());
+  EXPECT_EQ(tgi.status, 422);
+  EXPECT_EQ(Json::parse(tgi.body)["error_type"], "validation");
+
+  absl::Status sampling = FromGrpcStatus(ToGrpcStatus(WithReason(
+      WithFieldViolation(absl::InvalidArgumentError("top_p must be in (0, 1], got 2"),
+                         "sampling.top_p", "must be in (0, 1], got 2"),
+      error_reason::kInvalidSamplingParams)));
+  Json s = Json::parse(ErrorResponse(ApiFlavor::kOpenAI, sampling).body);
+  EXPECT_EQ(s["error"]["param"], "top_p");
+  EXPECT_EQ(s["error"]["code"], "invalid_sampling_params");
+}
+
+TEST(ApiErrorsTest, ParamNamesFollowTheRoute) {
+  EXPECT_EQ(OpenAIParamFor("stopping.max_new_tokens", ApiFlavor::kOpenAI), "max_tokens");
+  EXPECT_EQ(OpenAIParamFor("stopping.min_new_tokens", ApiFlavor::kOpenAI), "min_tokens");
+  EXPECT_EQ(OpenAIParamFor("stopping.stop", ApiFlavor::kOpenAI), "stop");
+  EXPECT_EQ(OpenAIParamFor("sampling.temperature", ApiFlavor::kOpenAIChat), "temperature");
+  EXPECT_EQ(OpenAIParamFor("sampling.logprobs", ApiFlavor::kOpenAI), "logprobs");
+  EXPECT_EQ(OpenAIParamFor("sampling.logprobs", ApiFlavor::kOpenAIChat), "top_logprobs");
+  EXPECT_EQ(OpenAIParamFor("token_ids", ApiFlavor::kOpenAI), "prompt");
+  EXPECT_EQ(OpenAIParamFor("model", ApiFlavor::kOpenAI), "model");
+  EXPECT_EQ(OpenAIParamFor("messages[0].role", ApiFlavor::kOpenAIChat), "messages[0].role");
+}
+
+TEST(ApiErrorsTest, CodesComeFromReasons) {
+  EXPECT_EQ(OpenAICodeFor("CONTEXT_LENGTH_EXCEEDED", 400), "context_length_exceeded");
+  EXPECT_EQ(OpenAICodeFor("UNKNOWN_MODEL", 404), "model_not_found");
+  EXPECT_EQ(OpenAICodeFor("", 404), "model_not_found");
+  EXPECT_EQ(OpenAICodeFor("INVALID_API_KEY", 401), "invalid_api_key");
+  EXPECT_EQ(OpenAICodeFor("TOO_MANY_STOP_SEQUENCES", 400), "too_many_stop_sequences");
+  EXPECT_EQ(OpenAICodeFor("", 400), "");
+}
+
+TEST(ApiErrorsTest, RetryAfterComesFromRetryInfo) {
+  absl::Status loading = FromGrpcStatus(ToGrpcStatus(WithRetryDelay(
+      WithReason(absl::UnavailableError("the model is loading"), "MODEL_LOADING"),
+      absl::Milliseconds(4200))));
+  http::Response r = ErrorResponse(ApiFlavor::kOpenAI, loading);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(Header(r, "Retry-After"), "5");  // rounded up
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], "model_loading");
+  // A 503 without RetryInfo says nothing about when; a bare 429 keeps the 1 s default.
+  EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kTgi, absl::UnavailableError("x")), "Retry-After"), "");
+  EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kTgi, 429, "slow down"), "Retry-After"), "1");
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/tgi_api.h"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom::gateway {
@@ -85,8 +87,8 @@ class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamRes
 
   grpc::ClientContext* context() { return &context_; }
 
-  void Start(blossom::v1::Blossom::Stub* stub, blossom::v1::GenerateRequest request) {
-    request_ = std::move(request);
+  void Start(blossom::v1::Blossom::Stub* stub, const blossom::v1::GenerateRequest& request) {
+    request_ = blossom::v1::ToStreamRequest(request);
     self_ = shared_from_this();
     stub->async()->GenerateStream(&context_, &request_, this);
     StartRead(&message_);
@@ -110,7 +112,7 @@ class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamRes
 
  private:
   grpc::ClientContext context_;
-  blossom::v1::GenerateRequest request_;
+  blossom::v1::GenerateStreamRequest request_;
   blossom::v1::GenerateStreamResponse message_;
   MessageFn on_message_;
   DoneFn on_done_;
@@ -145,7 +147,7 @@ const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
       {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
       {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
       {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
-      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAI}},
+      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAIChat}},
   };
   return *routes;
 }
@@ -335,7 +337,7 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                                                                  status.error_message())));
           }
         } else if (!status.ok()) {
-          writer->Send(ErrorResponse(flavor, FromGrpc(status)));
+          writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
         } else if (route == "info") {
           writer->Send(JsonResponse(200, tgi::InfoJson(call->response, model)));
         } else {
@@ -397,7 +399,7 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
   stub_->async()->Tokenize(&call->context, &call->request, &call->response,
                            [this, call, writer](grpc::Status status) {
                              if (!status.ok()) {
-                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpc(status)));
+                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
                              } else {
                                writer->Send(JsonResponse(200, tgi::TokenizeResponse(call->response)));
                              }
@@ -407,15 +409,17 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
 
 void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
                                 bool chat) {
+  const ApiFlavor flavor = chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
   absl::StatusOr<openai::CompletionRequest> parsed =
-      chat ? openai::ParseChatRequest(request.body) : openai::ParseCompletionRequest(request.body);
+      chat ? openai::ParseChatRequest(request.body, options_.chat_template)
+           : openai::ParseCompletionRequest(request.body);
   if (!parsed.ok()) {
-    writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
+    writer->Send(ErrorResponse(flavor, parsed.status()));
     return;
   }
   if (!options_.served_model_name.empty()) {
     if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
-      writer->Send(ErrorResponse(ApiFlavor::kOpenAI, 404,
+      writer->Send(ErrorResponse(flavor, 404,
                                  absl::StrCat("model '", parsed->model, "' does not exist"), "model"));
       return;
     }
@@ -442,9 +446,9 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     });
     auto req = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
     stub_->async()->Generate(&call->context, &call->request, &call->response,
-                             [this, call, req, writer, id, created](grpc::Status status) {
+                             [this, call, req, writer, id, created, flavor](grpc::Status status) {
                                if (!status.ok()) {
-                                 writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpc(status)));
+                                 writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
                                } else {
                                  writer->Send(JsonResponse(
                                      200, openai::CompletionResponse(*req, call->response, id, created)));
@@ -458,7 +462,7 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   // The encoder refers to the parsed request, so the lambdas keep both alive together.
   auto parsed_request = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
   auto encoder = std::make_shared<openai::StreamEncoder>(*parsed_request, id, created);
-  StreamAsSse(request, writer, ApiFlavor::kOpenAI, parsed_request->request,
+  StreamAsSse(request, writer, flavor, parsed_request->request,
               {[encoder] { return encoder->Start(); },
                [encoder, parsed_request](const blossom::v1::GenerateStreamResponse& m) {
                  return encoder->OnMessage(m);
@@ -495,7 +499,7 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
     stub_->async()->Generate(&call->context, &call->request, &call->response,
                              [this, call, req, writer, as_list](grpc::Status status) {
                                if (!status.ok()) {
-                                 writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpc(status)));
+                                 writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
                                } else {
                                  Json body = tgi::GenerateResponse(*req, call->response);
                                  writer->Send(JsonResponse(200, as_list ? Json::array({body}) : body));
@@ -539,7 +543,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
       },
       [this, flavor, started, writer, start_stream, shared_encoder](const grpc::Status& status) {
         if (!status.ok()) {
-          absl::Status s = FromGrpc(status);
+          absl::Status s = FromGrpcStatus(status);
           if (!*started) {
             writer->Send(ErrorResponse(flavor, s));
           } else {
@@ -561,7 +565,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
       c->Cancel();
     }
   });
-  call->Start(stub_.get(), std::move(grpc_request));
+  call->Start(stub_.get(), grpc_request);
 }
 
 }  // namespace blossom::gateway

@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "clients/gateway/chat_template.h"
 #include "server/auth/api_keys.h"
 #include "server/http/http_server.h"
 
@@ -38,6 +39,8 @@ struct GatewayOptions {
   // Authorization header (if any) is forwarded instead.
   std::string backend_api_key;
   auth::ApiKeys api_keys;  // empty: no authentication
+  // How /v1/chat/completions renders messages into a prompt (--chat-template).
+  ChatTemplate chat_template;
 };
 
 // Routes:

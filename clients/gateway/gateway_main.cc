@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, backend_api_key, "",
 ABSL_FLAG(std::string, served_model_name, "",
           "Model name clients must use and that /v1/models reports (default: the backend's).");
 ABSL_FLAG(double, request_timeout, 600, "gRPC deadline per generation request, in seconds.");
+ABSL_FLAG(std::string, chat_template, "",
+          "JSON file of per-role prefix/suffix strings for /v1/chat/completions prompts "
+          "(clients/gateway/README.md); empty: the built-in User:/Assistant: layout.");
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "Largest accepted request body (413 above).");
 ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "Largest accepted request head (431 above).");
 ABSL_FLAG(int, max_connections, 4096, "Concurrent HTTP connections (503 above).");
@@ -93,6 +96,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.api_keys = std::move(*keys);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    auto chat_template = blossom::gateway::ChatTemplate::FromFile(path);
+    if (!chat_template.ok()) {
+      spdlog::error("{}", chat_template.status().ToString());
+      return 2;
+    }
+    options.chat_template = std::move(*chat_template);
   }
 
   blossom::gateway::BackendChannelOptions channel_options;

@@ -18,6 +18,9 @@
 #include "clients/gateway/json_fields.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "server/http/http_server.h"
 #include "server/http/test_client.h"
@@ -53,8 +56,8 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   }
 
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override {
-    Seen(context, *request);
+      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override {
+    Seen(context, v1::FromStreamRequest(*request));
     return new StreamReactor(this, request->text());
   }
 
@@ -188,12 +191,27 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     auto it = context->client_metadata().find("authorization");
     return it == context->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
   }
+  // "fail:<code>:<message>[|<field>|<reason>|<retry seconds>]": the status the real server
+  // would send, details in grpc-status-details-bin. Found anywhere in the prompt (a chat
+  // prompt starts with the template's role prefix), up to the end of its line.
   static grpc::Status StatusFor(const std::string& prompt) {
-    if (!absl::StartsWith(prompt, "fail:")) return grpc::Status::OK;
-    std::vector<std::string> parts = absl::StrSplit(prompt, absl::MaxSplits(':', 2));
+    const size_t at = prompt.find("fail:");
+    if (at == std::string::npos) return grpc::Status::OK;
+    const std::string spec = prompt.substr(at, prompt.find('\n', at) - at);
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 2));
     int code = 2;
     (void)absl::SimpleAtoi(parts[1], &code);
-    return grpc::Status(static_cast<grpc::StatusCode>(code), parts.size() > 2 ? parts[2] : "");
+    std::vector<std::string> detail = absl::StrSplit(parts.size() > 2 ? parts[2] : "", '|');
+    absl::Status status(static_cast<absl::StatusCode>(code), detail[0]);
+    if (detail.size() > 1 && !detail[1].empty()) {
+      status = WithFieldViolation(status, detail[1], detail[0]);
+    }
+    if (detail.size() > 2 && !detail[2].empty()) status = WithReason(status, detail[2]);
+    int retry_seconds = 0;
+    if (detail.size() > 3 && absl::SimpleAtoi(detail[3], &retry_seconds)) {
+      status = WithRetryDelay(status, absl::Seconds(retry_seconds));
+    }
+    return ToGrpcStatus(status);
   }
   static void AddToken(v1::Token* token, int id, const std::string& text) {
     token->set_id(id);
@@ -387,14 +405,21 @@ TEST_F(GatewayTest, MapsBackendStatusToHttp) {
   auto tgi = [](const std::string& prompt) { return absl::StrCat(R"({"inputs":")", prompt, R"("})"); };
   const Case cases[] = {
       {"/v1/completions", completion("fail:3:bad value", false), 400},
-      {"/v1/completions", completion("fail:3:prompt is too long", false), 413},
+      // The message is no longer read: "too long" without details is a plain 400.
+      {"/v1/completions", completion("fail:3:prompt is too long", false), 400},
+      {"/v1/completions", completion("fail:11:prompt is too long|text|PROMPT_TOO_LONG", false), 400},
+      {"/v1/completions", completion("fail:11:prompt is too long|text|PROMPT_TOO_LONG", true), 400},
+      {"/generate", tgi("fail:11:prompt is too long|text|PROMPT_TOO_LONG"), 422},
+      {"/generate_stream", tgi("fail:11:prompt is too long|text|PROMPT_TOO_LONG"), 422},
       {"/v1/completions", completion("fail:16:who", false), 401},
       {"/v1/completions", completion("fail:5:no model", false), 404},
       {"/v1/completions", completion("fail:14:draining", true), 503},
       {"/v1/completions", completion("fail:4:late", true), 504},
       {"/v1/completions", completion("fail:13:boom", false), 500},
       {"/generate", tgi("fail:3:bad value"), 422},
-      {"/generate_stream", tgi("fail:8:queue full"), 429},
+      {"/generate_stream", tgi("fail:8:queue full|||1"), 429},
+      // RESOURCE_EXHAUSTED without RetryInfo is gRPC's own size limit: retrying cannot help.
+      {"/generate", tgi("fail:8:Received message larger than max"), 413},
   };
   for (const Case& c : cases) {
     Client::Reply reply = Request("POST", c.path, c.body);
@@ -407,10 +432,50 @@ TEST_F(GatewayTest, MapsBackendStatusToHttp) {
       EXPECT_TRUE(j.contains("error_type")) << reply.body;
     }
   }
-  Client::Reply busy = Request("POST", "/v1/completions", completion("fail:8:queue full", false));
+  Client::Reply busy =
+      Request("POST", "/v1/completions", completion("fail:8:queue full||QUEUE_FULL|2", false));
   EXPECT_EQ(busy.status, 429);
-  EXPECT_EQ(busy.headers["retry-after"], "1");
+  EXPECT_EQ(busy.headers["retry-after"], "2");  // from the server's RetryInfo
   EXPECT_EQ(Json::parse(busy.body)["error"]["message"], "queue full");
+  EXPECT_EQ(Json::parse(busy.body)["error"]["code"], "queue_full");
+  Client::Reply loading =
+      Request("POST", "/generate", tgi("fail:14:the model is loading||MODEL_LOADING|5"));
+  EXPECT_EQ(loading.status, 503);
+  EXPECT_EQ(loading.headers["retry-after"], "5");
+}
+
+// The server's BadRequest field and ErrorInfo reason become OpenAI's param and code, in the
+// route's own field names.
+TEST_F(GatewayTest, BackendDetailsFillParamAndCode) {
+  StartGateway({});
+  Client::Reply completion = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":"fail:11:prompt is too long|text|PROMPT_TOO_LONG","max_tokens":3})");
+  EXPECT_EQ(completion.status, 400);
+  Json c = Json::parse(completion.body);
+  EXPECT_EQ(c["error"]["param"], "prompt");
+  EXPECT_EQ(c["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(c["error"]["message"], "prompt is too long");
+  EXPECT_EQ(completion.headers.count("retry-after"), 0u);
+
+  Client::Reply chat = Request(
+      "POST", "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"fail:11:prompt is too long|text|PROMPT_TOO_LONG"}]})");
+  EXPECT_EQ(chat.status, 400);
+  EXPECT_EQ(Json::parse(chat.body)["error"]["param"], "messages");
+
+  Client::Reply max_tokens = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":"fail:3:too many tokens|stopping.max_new_tokens|CONTEXT_LENGTH_EXCEEDED"})");
+  EXPECT_EQ(max_tokens.status, 400);
+  EXPECT_EQ(Json::parse(max_tokens.body)["error"]["param"], "max_tokens");
+
+  Client::Reply stops = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":"fail:3:too many|stopping.stop|TOO_MANY_STOP_SEQUENCES","stream":true})");
+  EXPECT_EQ(stops.status, 400);
+  EXPECT_EQ(Json::parse(stops.body)["error"]["param"], "stop");
+  EXPECT_EQ(Json::parse(stops.body)["error"]["code"], "too_many_stop_sequences");
 }
 
 TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {

@@ -2,26 +2,18 @@
 
 #include <cmath>
 
-#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/loader/json_util.h"
 #include "engine/text/utf8.h"
+#include "server/status_details.h"
 
 namespace blossom::gateway {
-namespace {
-constexpr char kParamPayload[] = "type.blossom.dev/param";
-}  // namespace
-
 absl::Status FieldError(absl::string_view field, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-  status.SetPayload(kParamPayload, absl::Cord(field));
-  return status;
+  return WithFieldViolation(absl::InvalidArgumentError(absl::StrCat(field, ": ", message)), field,
+                            message);
 }
 
-std::string ParamOf(const absl::Status& status) {
-  absl::optional<absl::Cord> param = status.GetPayload(kParamPayload);
-  return param ? std::string(*param) : std::string();
-}
+std::string ParamOf(const absl::Status& status) { return DetailsOf(status).field; }
 
 absl::StatusOr<Json> ParseJsonObject(absl::string_view body) {
   size_t bad = FindInvalidUtf8(body);

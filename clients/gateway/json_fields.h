@@ -21,10 +21,11 @@ inline constexpr size_t kMaxStopSequences = 4;
 // A longer model name can never match; refused here so it is never echoed (issue 14).
 inline constexpr size_t kMaxModelNameBytes = 256;
 
-// InvalidArgument "<field>: <message>" carrying the field name as a payload (see ParamOf), so
-// the HTTP edge can fill OpenAI's "param".
+// InvalidArgument "<field>: <message>" carrying a google.rpc.BadRequest field violation
+// (//server:status_details), as the server's own refusals do, so the HTTP edge fills OpenAI's
+// "param" the same way for both.
 absl::Status FieldError(absl::string_view field, absl::string_view message);
-// The field named by a FieldError, or "".
+// The field of a status's first field violation (a FieldError's, or the server's), or "".
 std::string ParamOf(const absl::Status& status);
 
 // Parses a request body: valid UTF-8, valid JSON (no NaN/Infinity literals), an object.

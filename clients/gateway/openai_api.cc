@@ -74,7 +74,13 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   if (!max_tokens && out->chat) {
     BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_completion_tokens", 1, kInt32Max, &max_tokens));
   }
-  if (max_tokens) stopping->set_max_new_tokens(static_cast<int32_t>(*max_tokens));
+  if (max_tokens) {
+    stopping->set_max_new_tokens(static_cast<int32_t>(*max_tokens));
+  } else if (out->chat) {
+    // OpenAI (and vLLM) chat without a limit generate up to the context length; completions
+    // keep OpenAI's default of 16 (the server's default).
+    stopping->set_max_new_tokens_to_limit(true);
+  }
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "min_tokens", 0, kInt32Max, &min_tokens));
   if (min_tokens) stopping->set_min_new_tokens(static_cast<int32_t>(*min_tokens));
   absl::optional<bool> ignore_eos;
@@ -85,6 +91,10 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<bool> include_stop;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "include_stop_str_in_output", &include_stop));
   if (include_stop) stopping->set_include_stop_in_output(*include_stop);
+  // vLLM's skip_special_tokens (default true): false keeps </s> and the like in the text.
+  absl::optional<bool> skip_special;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "skip_special_tokens", &skip_special));
+  if (skip_special) stopping->set_skip_special_tokens(*skip_special);
   absl::optional<int64_t> priority;
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "priority", -kInt32Max, kInt32Max, &priority));
   if (priority) out->request.set_priority(static_cast<int32_t>(*priority));
@@ -158,20 +168,25 @@ Json TopLogprobsMap(const Token& token) {
   return top;
 }
 
-Json Bytes(const std::string& s) {
+// OpenAI's logprob `bytes`: the token's raw bytes (a byte-level BPE token may be part of a UTF-8
+// character, which `text` renders lossily). A server predating token_bytes sends none: then
+// the text's bytes, the best left.
+Json Bytes(const std::string& raw, const std::string& text) {
   Json bytes = Json::array();
-  for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+  for (unsigned char c : raw.empty() ? text : raw) bytes.push_back(static_cast<int>(c));
   return bytes;
 }
 
 Json ChatTokenLogprob(const Token& token) {
   Json top = Json::array();
   for (const auto& t : token.top_logprobs()) {
-    top.push_back({{"token", t.token()}, {"logprob", t.logprob()}, {"bytes", Bytes(t.token())}});
+    top.push_back({{"token", t.token()},
+                   {"logprob", t.logprob()},
+                   {"bytes", Bytes(t.token_bytes(), t.token())}});
   }
   return {{"token", token.text()},
           {"logprob", token.has_logprob() ? Json(token.logprob()) : Json(nullptr)},
-          {"bytes", Bytes(token.text())},
+          {"bytes", Bytes(token.token_bytes(), token.text())},
           {"top_logprobs", top}};
 }
 
@@ -213,62 +228,14 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   return out;
 }
 
-absl::StatusOr<std::string> RenderChatPrompt(const Json& messages) {
-  if (!messages.is_array()) return FieldError("messages", "must be a list of messages");
-  if (messages.empty()) return FieldError("messages", "must not be empty");
-  std::string system, turns;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const Json& m = messages[i];
-    const std::string where = absl::StrCat("messages[", i, "]");
-    if (!m.is_object()) return FieldError(where, "must be an object");
-    absl::optional<std::string> role;
-    absl::Status s = GetString(m, "role", &role);
-    if (!s.ok() || !role) return FieldError(where + ".role", "must be a string");
-    std::string text;
-    auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
-      if (*role != "assistant") return FieldError(where + ".content", "is required");
-    } else if (content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (size_t j = 0; j < content->size(); ++j) {
-        const Json& part = (*content)[j];
-        const std::string pwhere = absl::StrCat(where, ".content[", j, "]");
-        if (!part.is_object()) return FieldError(pwhere, "must be an object");
-        auto type = part.find("type");
-        if (type == part.end() || !type->is_string() || *type != "text") {
-          return FieldError(pwhere + ".type", "only text content parts are supported");
-        }
-        auto t = part.find("text");
-        if (t == part.end() || !t->is_string()) return FieldError(pwhere + ".text", "must be a string");
-        text += t->get<std::string>();
-      }
-    } else {
-      return FieldError(where + ".content", "must be a string or a list of content parts");
-    }
-    if (*role == "system" || *role == "developer") {
-      if (!system.empty()) system += "\n";
-      system += text;
-    } else if (*role == "user") {
-      absl::StrAppend(&turns, "User: ", text, "\n");
-    } else if (*role == "assistant") {
-      absl::StrAppend(&turns, "Assistant: ", text, "\n");
-    } else {
-      return FieldError(where + ".role", "must be one of system, developer, user, assistant");
-    }
-  }
-  std::string prompt = system.empty() ? "" : absl::StrCat(system, "\n\n");
-  absl::StrAppend(&prompt, turns, "Assistant:");
-  return prompt;
-}
-
-absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body) {
+absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
+                                                   const ChatTemplate& chat_template) {
   BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
   CompletionRequest out;
   out.chat = true;
   auto messages = json.find("messages");
   if (messages == json.end() || messages->is_null()) return FieldError("messages", "is required");
-  BLOSSOM_ASSIGN_OR_RETURN(std::string prompt, RenderChatPrompt(*messages));
+  BLOSSOM_ASSIGN_OR_RETURN(std::string prompt, RenderChatPrompt(*messages, chat_template));
   out.request.set_text(std::move(prompt));
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
   absl::optional<bool> logprobs;
@@ -304,8 +271,10 @@ const char* FinishReasonString(FinishReason reason) {
     case blossom::v1::FINISH_REASON_EOS_TOKEN:
     case blossom::v1::FINISH_REASON_STOP_TOKEN:
     case blossom::v1::FINISH_REASON_STOP_STRING: return "stop";
-    case blossom::v1::FINISH_REASON_CANCELLED: return "abort";
-    case blossom::v1::FINISH_REASON_ERROR: return "error";
+    // OpenAI clients know only "stop" and "length" here (vLLM's "abort" is not OpenAI's): output
+    // cut short by a cancellation or an error is "length", i.e. not a natural end.
+    case blossom::v1::FINISH_REASON_CANCELLED:
+    case blossom::v1::FINISH_REASON_ERROR: return "length";
     default: return "stop";
   }
 }
@@ -369,6 +338,7 @@ Json CompletionResponse(const CompletionRequest& request,
           {"object", request.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", request.model},
+          {"system_fingerprint", response.final().system_fingerprint()},
           {"choices", Json::array({choice})},
           {"usage", UsageJson(response.final().usage())}};
 }
@@ -383,6 +353,7 @@ Json StreamEncoder::Chunk(Json choice) const {
                 {"model", request_.model},
                 {"choices", choice.is_null() ? Json::array() : Json::array({choice})}};
   if (request_.include_usage) chunk["usage"] = nullptr;
+  if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
   return chunk;
 }
 
@@ -406,6 +377,7 @@ std::string StreamEncoder::Start() {
 
 std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message) {
   const bool final = message.has_final();
+  if (final) system_fingerprint_ = message.final().system_fingerprint();
   const bool with_logprobs = request_.logprobs && message.has_token();
   std::string events;
   if (!message.text_delta().empty() || with_logprobs || final) {

@@ -9,15 +9,15 @@
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
-//   stop_token_ids, include_stop_str_in_output, priority (lower runs first).
-// - Chat has no template in BLOOM tokenizers, so messages become a prompt like this
-//   (system messages first, joined by newlines, then each turn on its own line):
-//       <system text>\n\n
-//       User: <text>\n
-//       Assistant: <text>\n
-//       Assistant:
-//   Generation continues after the final "Assistant:". Without max_tokens the server default
-//   (16) applies to both endpoints.
+//   stop_token_ids, include_stop_str_in_output, skip_special_tokens (default true), priority
+//   (lower runs first).
+// - Chat messages become one prompt through the ChatTemplate (chat_template.h; --chat-template).
+// - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the
+//   context limit (max_total_tokens - prompt tokens), as OpenAI and vLLM.
+// - finish_reason is "stop" or "length" only (a cancelled or failed generation is "length");
+//   system_fingerprint is the server's ("blossom-<version>-<dtype>"), on the response and, when
+//   streaming, on the final chunks.
+// - Logprob `bytes` are the token's raw bytes (exact for partial UTF-8 characters).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_
 
@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "clients/gateway/chat_template.h"
 #include "clients/gateway/json_fields.h"
 #include "proto/blossom/v1/blossom.pb.h"
 
@@ -45,11 +46,10 @@ struct CompletionRequest {
 };
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
-absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body);
-// The chat template above; FieldErrors name messages[i].
-absl::StatusOr<std::string> RenderChatPrompt(const Json& messages);
+absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
+                                                   const ChatTemplate& chat_template = {});
 
-// "stop" (EOS, stop token, stop string), "length", "abort" (cancelled) or "error".
+// "stop" (EOS, stop token, stop string) or "length" (the limit, a cancellation, an error).
 const char* FinishReasonString(blossom::v1::FinishReason reason);
 
 // The whole (non-streaming) response body.
@@ -77,6 +77,7 @@ class StreamEncoder {
   const std::string id_;
   const int64_t created_;
   size_t text_offset_ = 0;
+  std::string system_fingerprint_;  // known once the final message arrived
 };
 
 }  // namespace blossom::gateway::openai

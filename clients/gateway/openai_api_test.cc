@@ -141,6 +141,49 @@ TEST(OpenAIApiTest, RendersChatTemplate) {
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->request.sampling().logprobs(), 3);
   EXPECT_EQ(r->request.stopping().max_new_tokens(), 9);
+  EXPECT_FALSE(r->request.stopping().max_new_tokens_to_limit());
+
+  ChatTemplate custom;
+  custom.user_prefix = "<|user|>";
+  custom.generation_prompt = "<|assistant|>";
+  auto templated = ParseChatRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", custom);
+  ASSERT_TRUE(templated.ok()) << templated.status();
+  EXPECT_EQ(templated->request.text(), "<|user|>Hi\n<|assistant|>");
+}
+
+// Chat without max_tokens runs to the context limit (OpenAI, vLLM); completions keep 16.
+TEST(OpenAIApiTest, DefaultMaxTokensDiffersByEndpoint) {
+  auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_FALSE(chat->request.stopping().has_max_new_tokens());
+  EXPECT_TRUE(chat->request.stopping().max_new_tokens_to_limit());
+  auto completion = ParseCompletionRequest(R"({"prompt":"Hi"})");
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_FALSE(completion->request.stopping().has_max_new_tokens());  // the server's 16
+  EXPECT_FALSE(completion->request.stopping().max_new_tokens_to_limit());
+}
+
+TEST(OpenAIApiTest, SkipSpecialTokensIsPassedOnOnlyWhenGiven) {
+  auto absent = ParseCompletionRequest(R"({"prompt":"Hi"})");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->request.stopping().has_skip_special_tokens());  // server default: true
+  auto keep = ParseCompletionRequest(R"({"prompt":"Hi","skip_special_tokens":false})");
+  ASSERT_TRUE(keep.ok());
+  ASSERT_TRUE(keep->request.stopping().has_skip_special_tokens());
+  EXPECT_FALSE(keep->request.stopping().skip_special_tokens());
+  auto bad = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"skip_special_tokens":1})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(ParamOf(bad.status()), "skip_special_tokens");
+}
+
+// Only OpenAI's finish reasons reach clients.
+TEST(OpenAIApiTest, FinishReasonsAreOpenAIs) {
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_EOS_TOKEN), "stop");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_STOP_TOKEN), "stop");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_STOP_STRING), "stop");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_LENGTH), "length");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_CANCELLED), "length");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_ERROR), "length");
 }
 
 blossom::v1::GenerateResponse MakeResponse() {
@@ -158,6 +201,7 @@ blossom::v1::GenerateResponse MakeResponse() {
   response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_LENGTH);
   response.mutable_final()->mutable_usage()->set_prompt_tokens(3);
   response.mutable_final()->mutable_usage()->set_generated_tokens(2);
+  response.mutable_final()->set_system_fingerprint("blossom-0.1.0-float32");
   return response;
 }
 
@@ -168,6 +212,7 @@ TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {
   Json j = CompletionResponse(*r, MakeResponse(), "cmpl-1", 123);
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["system_fingerprint"], "blossom-0.1.0-float32");
   EXPECT_EQ(j["choices"][0]["text"], "Hi there");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"], Json({"Hi", " there"}));
@@ -222,6 +267,16 @@ TEST(OpenAIApiTest, EncodesChatResponse) {
   EXPECT_EQ(j["choices"][0]["message"]["content"], "Hi there");
   EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["token"], "Hi");
   EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["bytes"], Json({72, 105}));
+  EXPECT_EQ(j["system_fingerprint"], "blossom-0.1.0-float32");
+
+  // Half of "é" (0xC3 0xA9): the text is lossy (U+FFFD), the bytes are exact.
+  blossom::v1::GenerateResponse partial = MakeResponse();
+  partial.mutable_tokens(0)->set_text("\xEF\xBF\xBD");
+  partial.mutable_tokens(0)->set_token_bytes("\xC3");
+  partial.mutable_tokens(0)->mutable_top_logprobs(0)->set_token_bytes("\xC3");
+  Json p = CompletionResponse(*r, partial, "chatcmpl-2", 123);
+  EXPECT_EQ(p["choices"][0]["logprobs"]["content"][0]["bytes"], Json({0xC3}));
+  EXPECT_EQ(p["choices"][0]["logprobs"]["content"][0]["top_logprobs"][0]["bytes"], Json({0xC3}));
 }
 
 TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
@@ -238,6 +293,7 @@ TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
   m2.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_STRING);
   m2.mutable_final()->mutable_usage()->set_prompt_tokens(1);
   m2.mutable_final()->mutable_usage()->set_generated_tokens(2);
+  m2.mutable_final()->set_system_fingerprint("blossom-0.1.0-float32");
   out += encoder.OnMessage(m2);
   std::vector<std::string> events;
   for (absl::string_view e : absl::StrSplit(out, "\n\n", absl::SkipEmpty())) events.emplace_back(e);
@@ -245,8 +301,10 @@ TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
   Json first = Json::parse(events[0].substr(6));
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(Json::parse(events[1].substr(6))["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_FALSE(Json::parse(events[1].substr(6)).contains("system_fingerprint"));
   Json last = Json::parse(events[2].substr(6));
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(last["system_fingerprint"], "blossom-0.1.0-float32");
   EXPECT_TRUE(last["usage"].is_null());
   Json usage = Json::parse(events[3].substr(6));
   EXPECT_TRUE(usage["choices"].empty());

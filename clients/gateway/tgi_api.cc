@@ -162,7 +162,12 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   if (repetition) sampling->set_repetition_penalty(static_cast<float>(*repetition));
   if (frequency) sampling->set_frequency_penalty(static_cast<float>(*frequency));
   if (seed) sampling->set_seed(*seed);
-  if (max_new_tokens) stopping->set_max_new_tokens(static_cast<int32_t>(*max_new_tokens));
+  if (max_new_tokens) {
+    stopping->set_max_new_tokens(static_cast<int32_t>(*max_new_tokens));
+  } else {
+    // TGI since 1.1.1 (PR #1097): no max_new_tokens means max_total_tokens - input length.
+    stopping->set_max_new_tokens_to_limit(true);
+  }
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
   out.details = details.value_or(false);

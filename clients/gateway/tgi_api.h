@@ -5,7 +5,10 @@
 // otherwise decoding is greedy (TGI's default). decoder_input_details (with details) fills
 // details.prefill with the prompt tokens' logprobs (the first null); top_n_tokens (<= 20) fills
 // details.top_tokens and each stream event's top_tokens. Unsupported: watermark, truncate,
-// best_of > 1, grammar, adapter_id (all 422 naming the field).
+// best_of > 1, grammar, adapter_id (all 422 naming the field). Without max_new_tokens the
+// request generates up to max_total_tokens - input tokens, as TGI does since 1.1.1 (its
+// default was 20 before). details never has best_of_sequences: only best_of=1 is accepted, and
+// TGI itself omits the field then.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 

@@ -69,11 +69,15 @@ TEST(TgiApiTest, GreedyUnlessSampling) {
   EXPECT_EQ(greedy->request.sampling().temperature(), 0.0f);
   EXPECT_TRUE(greedy->request.sampling().has_temperature());
   EXPECT_EQ(greedy->request.stopping().max_new_tokens(), 3);
+  EXPECT_FALSE(greedy->request.stopping().max_new_tokens_to_limit());
   EXPECT_FALSE(greedy->request.stopping().ignore_eos());
 
   auto exact = ParseGenerateRequest(R"({"inputs":"a","parameters":{"ignore_eos":true}})");
   ASSERT_TRUE(exact.ok()) << exact.status();
   EXPECT_TRUE(exact->request.stopping().ignore_eos());
+  // No max_new_tokens: up to the context limit, as TGI (>= 1.1.1).
+  EXPECT_FALSE(exact->request.stopping().has_max_new_tokens());
+  EXPECT_TRUE(exact->request.stopping().max_new_tokens_to_limit());
 
   auto sampled = ParseGenerateRequest(
       R"({"inputs":"a","parameters":{"do_sample":true,"top_k":10,"seed":7,"details":true,"stop":["x"],"return_full_text":true}})");

@@ -12,8 +12,7 @@ SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> 
     : prompt_(std::move(prompt)),
       sampling_(sampling),
       stop_(stopping, eos_token_id),
-      // Output text leaves special tokens out, as TGI and vLLM do by default.
-      decoder_(tokenizer, /*skip_special_tokens=*/true),
+      decoder_(tokenizer, stopping.skip_special_tokens),
       rng_(sampling.seed) {}
 
 absl::StatusOr<TokenEvent> SequenceOutput::Next(absl::Span<const float> logits,

@@ -69,6 +69,9 @@ struct StoppingParams {
   std::vector<std::string> stop_strings;
   // Emit the matched stop string (and a stop token's text) instead of cutting right before it.
   bool include_stop_string_in_output = false;
+  // Leave special tokens (</s>, <pad>, ...) out of the output text, as TGI and vLLM do by
+  // default; false keeps them (vLLM's skip_special_tokens=false).
+  bool skip_special_tokens = true;
 };
 
 // True when params select greedy decoding.

@@ -58,6 +58,7 @@ class InProcessServer {
     engine_ = std::move(*engine);
     v1::ModelInfo info;
     info.set_model_id(model_);
+    info.set_vocab_size(static_cast<int32_t>(runner_->vocab_size()));
     service_.SetEngine(engine_.get(), tokenizer_.get(), info);
   }
 

@@ -149,6 +149,49 @@ class OpenAIClientTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as cm:
             self.client.completions.create(model=MODEL, prompt="x", max_tokens=4, top_p=7.0)
         self.assertIn("top_p", str(cm.exception))
+        self.assertEqual(cm.exception.param, "top_p")
+
+    def test_fingerprint_and_default_lengths(self):
+        messages = [{"role": "user", "content": "Count"}]
+        a = self.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+        b = self.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        self.assertTrue(a.system_fingerprint.startswith("blossom-"), a.system_fingerprint)
+        self.assertEqual(a.system_fingerprint, b.system_fingerprint)
+        # Completions keep OpenAI's default of 16; chat runs to the context limit
+        # (--max_total_tokens 1024 here), finishing with "length".
+        c = self.client.completions.create(model=MODEL, prompt="x", temperature=0,
+                                           extra_body={"ignore_eos": True})
+        self.assertEqual(c.usage.completion_tokens, 16)
+        d = self.client.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                                extra_body={"ignore_eos": True})
+        self.assertEqual(d.usage.prompt_tokens + d.usage.completion_tokens, 1024)
+        self.assertEqual(d.choices[0].finish_reason, "length")
+
+    def test_server_refusals_carry_param_and_code(self):
+        """The server's google.rpc details (BadRequest field, ErrorInfo reason) reach the
+        openai client as the error's param and code, in OpenAI's field names."""
+        # Over max_input_tokens: refused by the server, not the gateway.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="word " * 400, max_tokens=1)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(cm.exception.param, "prompt")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "word " * 400}], max_tokens=1)
+        self.assertEqual(cm.exception.param, "messages")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        # Within max_input_tokens but past max_total_tokens with max_tokens: max_tokens is named.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=100000)
+        self.assertEqual(cm.exception.param, "max_tokens")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        # A range the engine checks, named in the OpenAI spelling.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=2,
+                                           extra_body={"min_tokens": 5})
+        self.assertEqual(cm.exception.param, "min_tokens")
+        self.assertEqual(cm.exception.code, "invalid_stopping_params")
 
 
 def golden_prompt_logprobs(index=1):
@@ -231,6 +274,12 @@ class TextGenerationClientTest(unittest.TestCase):
     def test_validation_error_is_422(self):
         with self.assertRaises(text_generation.errors.ValidationError):
             self.client.generate("x", max_new_tokens=4, top_p=1.5)
+
+    def test_over_long_prompt_is_422(self):
+        # TGI answers an input over its limit with 422 (a validation error), not 413.
+        with self.assertRaises(text_generation.errors.ValidationError) as cm:
+            self.client.generate("word " * 400, max_new_tokens=1)
+        self.assertIn("too long", str(cm.exception))
 
 
 class GrpcClientTest(unittest.TestCase):
@@ -505,7 +554,9 @@ class MalformedRequestTest(unittest.TestCase):
         ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 100000}, None,
          400, "max"),
         ("POST", "/v1/completions", {"model": "gpt-4", "prompt": "x"}, None, 404, "gpt-4"),
-        ("POST", "/v1/completions", {"model": MODEL, "prompt": "word " * 400}, None, 413, "long"),
+        # An over-long prompt is a validation error (OpenAI/vLLM 400, TGI 422), not a 413.
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "word " * 400}, None, 400, "long"),
+        ("POST", "/generate", {"inputs": "word " * 400}, None, 422, "long"),
         ("POST", "/v1/completions", b'{"model":"bloom-tiny-h4","prompt":"\xff\xfe"}', None, 400,
          "UTF-8"),
         ("POST", "/v1/completions", {"model": MODEL, "prompt": "x"},
@@ -536,7 +587,7 @@ class MalformedRequestTest(unittest.TestCase):
         ("GET", "/v1/nonexistent", None, None, 404, ""),
         # Issue 14: inputs that can never succeed were answered 429 + Retry-After.
         ("POST", "/v1/completions", {"model": "m" * 8000, "prompt": "x"}, None, 400, "256 bytes"),
-        ("POST", "/tokenize", {"inputs": "word " * 2000}, None, 413, "max_input_tokens"),
+        ("POST", "/tokenize", {"inputs": "word " * 2000}, None, 422, "max_input_tokens"),
         ("POST", "/generate", b'{"inputs":"x"}\x00garbage', None, 422, "NUL"),
         ("POST", "/generate", b'{"inputs":"x","inputs":"y"}', None, 422, "duplicate"),
     ]

@@ -108,6 +108,13 @@ def _is_repeated(descriptor) -> bool:
     return descriptor.label == descriptor.LABEL_REPEATED
 
 
+def build_stream_request(prompt: Prompt, params: Dict[str, Any]) -> pb.GenerateStreamRequest:
+    """GenerateStream's request: the same fields as GenerateRequest (blossom.proto declares the
+    two alike), so the same bytes."""
+    request = build_generate_request("generate_stream", prompt, params)
+    return pb.GenerateStreamRequest.FromString(request.SerializeToString())
+
+
 def final_info(f: pb.FinalInfo) -> results.FinalInfo:
     return fill(results.FinalInfo, f, finish_reason=finish_reason(f.finish_reason),
                 usage=fill(results.Usage, f.usage), timings=fill(results.Timings, f.timings))

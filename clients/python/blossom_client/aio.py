@@ -47,7 +47,7 @@ class AsyncBlossomClient:
 
     def generate_stream(self, prompt: _convert.Prompt, *, timeout=_UNSET,
                         **params) -> "AsyncGenerateStream":
-        request = _convert.build_generate_request("generate_stream", prompt, params)
+        request = _convert.build_stream_request(prompt, params)
         call = self._stub.GenerateStream(request, timeout=self._deadline(timeout),
                                          metadata=self._metadata)
         return AsyncGenerateStream(call)

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
                         print()  # end the completion's line on stdout
                         print(f"[{f.finish_reason}; {f.usage.generated_tokens} tokens; "
                               f"ttft {f.timings.time_to_first_token_seconds:.3f} s; "
-                              f"{f.timings.ms_per_output_token:.1f} ms/token; seed {f.seed}]",
+                              f"{1e3 * f.timings.time_per_output_token_seconds:.1f} ms/token; seed {f.seed}]",
                               file=sys.stderr)
             elif args.command == "tokenize":
                 print(json.dumps(asdict(client.tokenize(args.text))))

@@ -55,7 +55,7 @@ class BlossomClient:
         """Streams the completion: an iterator of StreamChunk, the last with `final` set.
         Parameters are checked here (TypeError at once); RPC errors are raised while iterating.
         Leaving the loop early (or cancel()) cancels the request on the server."""
-        request = _convert.build_generate_request("generate_stream", prompt, params)
+        request = _convert.build_stream_request(prompt, params)
         call = self._stub.GenerateStream(request, timeout=self._deadline(timeout),
                                          metadata=self._metadata)
         return GenerateStream(call)

@@ -21,7 +21,7 @@ class Timings:
     queue_seconds: float = 0.0
     time_to_first_token_seconds: float = 0.0
     total_seconds: float = 0.0
-    ms_per_output_token: float = 0.0
+    time_per_output_token_seconds: float = 0.0
     preemptions: int = 0
 
 
@@ -51,6 +51,8 @@ class FinalInfo:
     seed: int = 0
     request_id: str = ""
     prompt_token_ids: List[int] = field(default_factory=list)
+    # The server's configuration ("blossom-<version>-<dtype>"), stable while it runs.
+    system_fingerprint: str = ""
 
 
 @dataclass(frozen=True)

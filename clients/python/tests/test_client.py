@@ -26,9 +26,11 @@ WORDS = ["Hello", ",", " wor", "ld", "!"]
 def _final(n_generated, reason=pb.FINISH_REASON_LENGTH, seed=42):
     return pb.FinalInfo(
         finish_reason=reason, matched_stop="", seed=seed, request_id="req-1",
+        system_fingerprint="blossom-test-float32",
         usage=pb.Usage(prompt_tokens=3, generated_tokens=n_generated),
         timings=pb.Timings(queue_seconds=0.01, time_to_first_token_seconds=0.02,
-                           total_seconds=0.5, ms_per_output_token=12.5, preemptions=0))
+                           total_seconds=0.5, time_per_output_token_seconds=0.0125,
+                           preemptions=0))
 
 
 class FakeBlossom(pb_grpc.BlossomServicer):
@@ -148,7 +150,8 @@ class SyncClientTest(unittest.TestCase):
                          [blossom_client.TopLogprob(token_id=7, token="x", logprob=-1.25)])
         self.assertEqual(r.finish_reason, "eos_token")
         self.assertEqual(r.usage, blossom_client.Usage(prompt_tokens=3, generated_tokens=5))
-        self.assertEqual(r.timings.ms_per_output_token, 12.5)
+        self.assertEqual(r.timings.time_per_output_token_seconds, 0.0125)
+        self.assertEqual(r.final.system_fingerprint, "blossom-test-float32")
         self.assertAlmostEqual(r.timings.time_to_first_token_seconds, 0.02)
         self.assertEqual(r.seed, 42)
         self.assertEqual(r.request_id, "req-1")
@@ -226,6 +229,9 @@ class SyncClientTest(unittest.TestCase):
 
     def test_stream(self):
         chunks = list(self.client.generate_stream("Hi", max_new_tokens=5))
+        # GenerateStream takes its own request message (API lint), with GenerateRequest's fields.
+        self.assertIsInstance(self.fake.requests[-1], pb.GenerateStreamRequest)
+        self.assertEqual(self.fake.requests[-1].stopping.max_new_tokens, 5)
         self.assertEqual("".join(c.text_delta for c in chunks), "Hello, world!")
         self.assertEqual([c.token.id for c in chunks[:-1]], [10, 11, 12, 13, 14])
         self.assertTrue(all(c.final is None for c in chunks[:-1]))

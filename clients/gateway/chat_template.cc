@@ -1,0 +1,126 @@
+#include "clients/gateway/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace blossom::gateway {
+namespace {
+
+constexpr size_t kMaxTemplateFileBytes = 64 << 10;
+
+// The content of message `m` (`where` names it in errors): a string or a list of text parts.
+absl::StatusOr<std::string> MessageText(const Json& m, const std::string& where,
+                                        const std::string& role) {
+  auto content = m.find("content");
+  if (content == m.end() || content->is_null()) {
+    // An assistant turn that only called tools has no content; nothing else may lack it.
+    if (role != "assistant") return FieldError(where + ".content", "is required");
+    return std::string();
+  }
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) {
+    return FieldError(where + ".content", "must be a string or a list of content parts");
+  }
+  std::string text;
+  for (size_t j = 0; j < content->size(); ++j) {
+    const Json& part = (*content)[j];
+    const std::string pwhere = absl::StrCat(where, ".content[", j, "]");
+    if (!part.is_object()) return FieldError(pwhere, "must be an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string() || *type != "text") {
+      return FieldError(pwhere + ".type", "only text content parts are supported");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) return FieldError(pwhere + ".text", "must be a string");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromJson(absl::string_view json) {
+  BLOSSOM_ASSIGN_OR_RETURN(Json object, ParseJsonObject(json));
+  ChatTemplate out;
+  const std::pair<const char*, std::string*> keys[] = {
+      {"system_prefix", &out.system_prefix},
+      {"system_separator", &out.system_separator},
+      {"system_suffix", &out.system_suffix},
+      {"user_prefix", &out.user_prefix},
+      {"user_suffix", &out.user_suffix},
+      {"assistant_prefix", &out.assistant_prefix},
+      {"assistant_suffix", &out.assistant_suffix},
+      {"generation_prompt", &out.generation_prompt},
+  };
+  for (const auto& [key, value] : object.items()) {
+    bool known = false;
+    for (const auto& [name, field] : keys) {
+      if (key != name) continue;
+      known = true;
+      if (!value.is_string()) return FieldError(name, "must be a string");
+      *field = value.get<std::string>();
+    }
+    if (!known) return FieldError(key.substr(0, 64), "is not a chat template key");
+  }
+  return out;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read chat template ", path));
+  std::string text(kMaxTemplateFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxTemplateFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template ", path, " is larger than ", kMaxTemplateFileBytes, " bytes"));
+  }
+  absl::StatusOr<ChatTemplate> parsed = FromJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template ", path, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
+                                             const ChatTemplate& chat_template) {
+  if (!messages.is_array()) return FieldError("messages", "must be a list of messages");
+  if (messages.empty()) return FieldError("messages", "must not be empty");
+  std::string system, turns;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return FieldError(where, "must be an object");
+    absl::optional<std::string> role;
+    absl::Status s = GetString(m, "role", &role);
+    if (!s.ok() || !role) return FieldError(where + ".role", "must be a string");
+    const bool known_role = *role == "system" || *role == "developer" || *role == "user" ||
+                            *role == "assistant";
+    if (!known_role) {
+      return FieldError(where + ".role", "must be one of system, developer, user, assistant");
+    }
+    BLOSSOM_ASSIGN_OR_RETURN(std::string text, MessageText(m, where, *role));
+    if (*role == "system" || *role == "developer") {
+      if (!system.empty() && !text.empty()) system += chat_template.system_separator;
+      system += text;
+    } else if (*role == "user") {
+      absl::StrAppend(&turns, chat_template.user_prefix, text, chat_template.user_suffix);
+    } else {
+      absl::StrAppend(&turns, chat_template.assistant_prefix, text,
+                      chat_template.assistant_suffix);
+    }
+  }
+  std::string prompt;
+  if (!system.empty()) {
+    absl::StrAppend(&prompt, chat_template.system_prefix, system, chat_template.system_suffix);
+  }
+  absl::StrAppend(&prompt, turns, chat_template.generation_prompt);
+  return prompt;
+}
+
+}  // namespace blossom::gateway

@@ -1,0 +1,52 @@
+// The chat prompt layout of /v1/chat/completions: BLOOM tokenizers ship no chat template, so
+// the gateway renders messages into one text prompt with per-role prefix and suffix strings,
+// loaded from the file given as --chat-template (JSON, documented in README.md):
+//
+//   {"system_prefix": "", "system_separator": "\n", "system_suffix": "\n\n",
+//    "user_prefix": "User: ", "user_suffix": "\n",
+//    "assistant_prefix": "Assistant: ", "assistant_suffix": "\n",
+//    "generation_prompt": "Assistant:"}
+//
+// Rendering: the system (and developer) messages, joined by system_separator, wrapped in
+// system_prefix/system_suffix, come first (nothing at all when their text is empty); then each
+// user/assistant message in order as prefix + content + suffix; then generation_prompt, after
+// which the model continues. Every key is optional (the values above are the defaults, which is
+// the layout the gateway always had); an unknown key or a non-string value is an error, so a
+// typo cannot silently fall back to a default.
+//
+// Immutable after loading; safe to share between threads.
+#ifndef BLOSSOM_CLIENTS_GATEWAY_CHAT_TEMPLATE_H_
+#define BLOSSOM_CLIENTS_GATEWAY_CHAT_TEMPLATE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "clients/gateway/json_fields.h"
+
+namespace blossom::gateway {
+
+struct ChatTemplate {
+  std::string system_prefix;
+  std::string system_separator = "\n";
+  std::string system_suffix = "\n\n";
+  std::string user_prefix = "User: ";
+  std::string user_suffix = "\n";
+  std::string assistant_prefix = "Assistant: ";
+  std::string assistant_suffix = "\n";
+  std::string generation_prompt = "Assistant:";
+
+  // Parses the JSON form above. InvalidArgument names the offending key.
+  static absl::StatusOr<ChatTemplate> FromJson(absl::string_view json);
+  // Reads and parses a template file (at most 64 KiB).
+  static absl::StatusOr<ChatTemplate> FromFile(const std::string& path);
+};
+
+// Renders OpenAI chat `messages` (roles system, developer, user, assistant; content a string or
+// text parts) with `chat_template`. FieldErrors name messages[i].
+absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
+                                             const ChatTemplate& chat_template);
+
+}  // namespace blossom::gateway
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_CHAT_TEMPLATE_H_

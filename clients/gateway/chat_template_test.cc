@@ -1,0 +1,101 @@
+#include "clients/gateway/chat_template.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace blossom::gateway {
+namespace {
+
+Json Messages(absl::string_view json) { return Json::parse(std::string(json)); }
+
+constexpr char kConversation[] = R"([
+  {"role": "system", "content": "Be brief."},
+  {"role": "user", "content": "Hi"},
+  {"role": "assistant", "content": "Hello!"},
+  {"role": "developer", "content": [{"type": "text", "text": "No jokes."}]},
+  {"role": "user", "content": "How are you?"}])";
+
+TEST(ChatTemplateTest, DefaultIsTheGatewaysFixedLayout) {
+  auto prompt = RenderChatPrompt(Messages(kConversation), ChatTemplate());
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(*prompt,
+            "Be brief.\nNo jokes.\n\nUser: Hi\nAssistant: Hello!\nUser: How are you?\nAssistant:");
+  // No system text: no system block at all.
+  auto plain = RenderChatPrompt(Messages(R"([{"role":"user","content":"x"}])"), ChatTemplate());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, "User: x\nAssistant:");
+}
+
+TEST(ChatTemplateTest, FileReplacesEachPieceAndKeepsDefaultsForTheRest) {
+  auto parsed = ChatTemplate::FromJson(R"({
+      "system_prefix": "<|system|>", "system_suffix": "</s>",
+      "user_prefix": "<|user|>", "user_suffix": "</s>",
+      "assistant_prefix": "<|assistant|>", "assistant_suffix": "</s>",
+      "generation_prompt": "<|assistant|>"})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->system_separator, "\n");  // not given: the default
+  auto prompt = RenderChatPrompt(Messages(kConversation), *parsed);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(*prompt,
+            "<|system|>Be brief.\nNo jokes.</s><|user|>Hi</s><|assistant|>Hello!</s>"
+            "<|user|>How are you?</s><|assistant|>");
+}
+
+TEST(ChatTemplateTest, RejectsTyposAndWrongTypes) {
+  auto typo = ChatTemplate::FromJson(R"({"user_prefx": "U: "})");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("user_prefx"), absl::string_view::npos);
+  auto number = ChatTemplate::FromJson(R"({"user_suffix": 1})");
+  ASSERT_FALSE(number.ok());
+  EXPECT_NE(number.status().message().find("user_suffix: must be a string"),
+            absl::string_view::npos);
+  EXPECT_FALSE(ChatTemplate::FromJson("[]").ok());
+  EXPECT_FALSE(ChatTemplate::FromJson("{").ok());
+}
+
+TEST(ChatTemplateTest, FromFileNamesTheFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/template.json", bad = dir + "/bad.json";
+  std::ofstream(good) << R"({"generation_prompt": "A:"})";
+  std::ofstream(bad) << R"({"nope": ""})";
+  auto loaded = ChatTemplate::FromFile(good);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->generation_prompt, "A:");
+  auto refused = ChatTemplate::FromFile(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("bad.json"), absl::string_view::npos);
+  EXPECT_EQ(ChatTemplate::FromFile(dir + "/missing.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ChatTemplateTest, MessageErrorsNameTheMessage) {
+  struct Case {
+    const char* messages;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("hi")", "messages"},
+      {R"([])", "messages"},
+      {R"([1])", "messages[0]"},
+      {R"([{"content":"x"}])", "messages[0].role"},
+      {R"([{"role":"wizard","content":"x"}])", "messages[0].role"},
+      {R"([{"role":"user"}])", "messages[0].content"},
+      {R"([{"role":"user","content":[{"type":"image_url"}]}])", "messages[0].content[0].type"},
+  };
+  for (const Case& c : cases) {
+    auto r = RenderChatPrompt(Messages(c.messages), ChatTemplate());
+    ASSERT_FALSE(r.ok()) << c.messages;
+    EXPECT_EQ(ParamOf(r.status()), c.param) << c.messages;
+  }
+  // An assistant turn without content (a tool call) renders as an empty turn.
+  auto tool_turn =
+      RenderChatPrompt(Messages(R"([{"role":"assistant"},{"role":"user","content":"x"}])"),
+                       ChatTemplate());
+  ASSERT_TRUE(tool_turn.ok());
+  EXPECT_EQ(*tool_turn, "Assistant: \nUser: x\nAssistant:");
+}
+
+}  // namespace
+}  // namespace blossom::gateway
