@@ -475,7 +475,10 @@ class OverloadTest(unittest.TestCase):
             self.assertTrue(all(s in (200, 429) for s in statuses), statuses)
             refused = [(ra, t) for s, ra, t in results if s == 429]
             self.assertGreaterEqual(len(refused), 30)
-            self.assertGreaterEqual(statuses.count(200), 3)
+            # Admission guarantees the two waiting places; the running place is only free for a
+            # third if the engine loop moved one request to running before the rest arrived, which
+            # a loaded machine need not do.
+            self.assertGreaterEqual(statuses.count(200), 2)
             for retry_after, seconds in refused:
                 self.assertIsNotNone(retry_after)
                 self.assertLess(seconds, 2.0)
