@@ -58,6 +58,8 @@ ABSL_FLAG(bool, strict_load, false,
 ABSL_FLAG(std::string, quantize, "none",
           "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
           "scale; the Linear weights only; cpu backend).");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -89,6 +91,7 @@ int RunGenerate() {
   absl::StatusOr<WeightQuant> quantize = ParseWeightQuant(absl::GetFlag(FLAGS_quantize));
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
+  runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);

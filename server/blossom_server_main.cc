@@ -64,6 +64,8 @@ ABSL_FLAG(bool, strict_load, false,
 ABSL_FLAG(std::string, quantize, "none",
           "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
           "scale; the Linear weights only). The cpu backend only: other backends refuse to start.");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
@@ -220,6 +222,7 @@ int Run() {
   absl::StatusOr<WeightQuant> quantize = ParseWeightQuant(absl::GetFlag(FLAGS_quantize));
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
+  runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   // Only rank 0 serves (--launcher mpi); the others follow it.
   auto process_rank = ModelRunner::ProcessRank(runner_options);
   if (!process_rank.ok()) return Fail(process_rank.status());

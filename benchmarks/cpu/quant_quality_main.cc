@@ -1,6 +1,7 @@
 // quant-quality: what --quantize costs on one model, as one JSON line per mode on stdout.
 //
-//   quant-quality --model DIR --golden FILE [--quantize int8,int4] [--threads 2]
+//   quant-quality --model DIR --golden FILE [--quantize int8,int4] [--quantize-lm-head]
+//                 [--threads 2]
 //
 // Runs the golden sequences (tests/fixtures/goldens/*/golden.json: every logits prompt, every
 // greedy prompt with the oracle's continuation) teacher-forced through the model as stored and
@@ -21,6 +22,7 @@ ABSL_FLAG(std::string, model, "", "Model directory.");
 ABSL_FLAG(std::string, golden, "", "golden.json holding the sequences to run.");
 ABSL_FLAG(std::vector<std::string>, quantize, std::vector<std::string>({"int8", "int4"}),
           "Modes to measure against the unquantized model, comma separated.");
+ABSL_FLAG(bool, quantize_lm_head, false, "Quantize the LM head too.");
 ABSL_FLAG(int32_t, threads, 2, "CPU threads.");
 
 namespace blossom {
@@ -43,13 +45,15 @@ int Run() {
     absl::StatusOr<WeightQuant> quant = ParseWeightQuant(name);
     if (!quant.ok()) return Fail(quant.status());
     absl::StatusOr<QuantQuality> q =
-        MeasureQuantQuality(model, *sequences, *quant, absl::GetFlag(FLAGS_threads));
+        MeasureQuantQuality(model, *sequences, *quant, absl::GetFlag(FLAGS_quantize_lm_head),
+                            absl::GetFlag(FLAGS_threads));
     if (!q.ok()) return Fail(q.status());
     std::cout << absl::StrFormat(
-                     "{\"model\": \"%s\", \"quantize\": \"%s\", \"sequences\": %d, "
+                     "{\"model\": \"%s\", \"quantize\": \"%s\", \"lm_head\": %s, \"sequences\": %d, "
                      "\"positions\": %d, \"top1_agreement\": %.4f, "
                      "\"mean_abs_logprob_error\": %.5f, \"max_abs_logprob_error\": %.5f}",
-                     model, WeightQuantName(*quant), sequences->size(), q->positions,
+                     model, WeightQuantName(*quant),
+                     absl::GetFlag(FLAGS_quantize_lm_head) ? "true" : "false", sequences->size(), q->positions,
                      q->top1_agreement, q->mean_abs_logprob_error, q->max_abs_logprob_error)
               << std::endl;
   }

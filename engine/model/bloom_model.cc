@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   absl::Status s = CheckUnexpectedTensors(*checkpoint, options.strict_load, /*log=*/rank == 0);
   if (!s.ok()) return s;
   model->info_.quantize = options.quantize;
+  model->info_.quantize_lm_head = options.quantize_lm_head && options.quantize != WeightQuant::kNone;
   s = model->LoadWeights(*checkpoint);
   if (!s.ok()) return s;
   model->checkpoint_ = std::move(checkpoint);
@@ -232,7 +233,8 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t heads_local = local_heads_;
   const int64_t ffn_local = ffn / world;
   const int64_t h_local = heads_local * d;
-  const WeightQuant q = info_.quantize;  // for the Linear weights only
+  const WeightQuant q = info_.quantize;  // for the Linear weights
+  const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, WeightQuant quant = WeightQuant::kNone) -> absl::Status {
     absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e, quant);
@@ -266,7 +268,7 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
           "has no 'lm_head.weight' (the untied LM head)"));
     }
     BLOSSOM_RETURN_IF_ERROR(rows("lm_head.weight", {v, h}, vocab_begin_,
-                                 vocab_begin_ + vocab_local_, &lm_head_));
+                                 vocab_begin_ + vocab_local_, &lm_head_, q_head));
   } else {
     if (ckpt.Has("lm_head.weight")) {
       // Tied: an explicit copy must agree in shape. It is not loaded (the embedding is used),
@@ -275,6 +277,10 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
       if (!lm_head.ok()) return lm_head.status();
     }
     lm_head_ = word_embeddings_;
+    if (q_head != WeightQuant::kNone) {
+      BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
+                                   vocab_begin_ + vocab_local_, &lm_head_, q_head));
+    }
   }
   layers_.resize(config_.n_layer);
   for (int64_t i = 0; i < config_.n_layer; ++i) {

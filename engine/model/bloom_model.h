@@ -82,6 +82,9 @@ struct ModelLoadOptions {
   // Quantize the Linear weights (QKV, attention dense, both MLP layers) at load time
   // (Backend::ImportLinearWeight); the embedding / LM head and the small vectors keep their dtype.
   WeightQuant quantize = WeightQuant::kNone;
+  // Also quantize the LM head (with `quantize`). A tied head then gets its own packed copy: the
+  // embedding lookup keeps reading the checkpoint's rows.
+  bool quantize_lm_head = false;
 };
 
 struct ModelInfo {
@@ -91,6 +94,7 @@ struct ModelInfo {
   int world_size = 1;
   DType weight_dtype = DType::kF32;
   WeightQuant quantize = WeightQuant::kNone;
+  bool quantize_lm_head = false;
   uint64_t weight_bytes_this_rank = 0;  // as imported (quantized weights count packed)
   double load_seconds = 0.0;
 };

@@ -36,7 +36,8 @@ double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 void LogWeights(const ModelInfo& info) {
   spdlog::info("model rank {}/{}: weights {:.2f} MiB ({}, quantize {}, backend {})", info.rank,
                info.world_size, MiB(info.weight_bytes_this_rank), DTypeName(info.weight_dtype),
-               WeightQuantName(info.quantize), info.backend);
+               absl::StrCat(WeightQuantName(info.quantize), info.quantize_lm_head ? " + lm head" : ""),
+               info.backend);
 }
 
 void LogKv(int rank, int world, int32_t num_blocks, int32_t block_size, size_t per_block) {
@@ -372,7 +373,7 @@ class MultiRankRunner : public ModelRunner {
   // Creates every rank's backend (on its thread), then the group, then loads the model slices.
   absl::Status Load(std::shared_ptr<const Checkpoint> checkpoint, double open_seconds,
                     const BackendFactory& make_backend, const GroupFactory& make_group,
-                    bool strict_load, WeightQuant quantize) {
+                    bool strict_load, WeightQuant quantize, bool quantize_lm_head) {
     BLOSSOM_RETURN_IF_ERROR(RunOnAllRanks(/*collective=*/false, [&](int r) -> absl::Status {
       BLOSSOM_ASSIGN_OR_RETURN(ranks_[r].backend, make_backend(r));
       return absl::OkStatus();
@@ -387,6 +388,7 @@ class MultiRankRunner : public ModelRunner {
       options.prefetch = false;  // the shared mapping was prefetched once by Create
       options.strict_load = strict_load;
       options.quantize = quantize;
+      options.quantize_lm_head = quantize_lm_head;
       BLOSSOM_ASSIGN_OR_RETURN(rank.model, BloomModel::Load(checkpoint, rank.backend.get(),
                                                             group_->communicator(r), options));
       return absl::OkStatus();
@@ -944,6 +946,7 @@ class MpiRunner : public ModelRunner {
     load.prefetch = false;  // done above
     load.strict_load = options.strict_load;
     load.quantize = options.quantize;
+    load.quantize_lm_head = options.quantize_lm_head;
     BLOSSOM_ASSIGN_OR_RETURN(model_, BloomModel::Load(checkpoint, backend_.get(), communicator,
                                                       load));
     return absl::OkStatus();
@@ -1125,6 +1128,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     load.prefetch = false;
     load.strict_load = options.strict_load;
     load.quantize = options.quantize;
+    load.quantize_lm_head = options.quantize_lm_head;
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
                              BloomModel::Load(checkpoint, backend.get(), nullptr, load));
     LogWeights(model->info());
@@ -1134,7 +1138,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
   auto runner = std::make_unique<MultiRankRunner>(tp, options.gpu_memory_fraction);
   BLOSSOM_RETURN_IF_ERROR(runner->Load(checkpoint, open_seconds, make_backend, make_group,
-                                       options.strict_load, options.quantize));
+                                       options.strict_load, options.quantize,
+                                       options.quantize_lm_head));
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -21,11 +21,12 @@ constexpr int32_t kBlockSize = 16;
 // Every position's logits of every sequence ([len, vocab] each).
 absl::StatusOr<std::vector<std::vector<float>>> AllLogits(
     const std::string& model_dir, const std::vector<std::vector<int32_t>>& sequences,
-    WeightQuant quant, int threads) {
+    WeightQuant quant, bool quantize_lm_head, int threads) {
   CpuBackend backend(threads);
   ModelLoadOptions options;
   options.prefetch = false;
   options.quantize = quant;
+  options.quantize_lm_head = quantize_lm_head;
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
                            BloomModel::Load(model_dir, &backend, nullptr, options));
   return ForwardDriver(model.get(), kBlockSize).Prefill(sequences);
@@ -43,14 +44,15 @@ double LogProb(const float* row, int64_t vocab, int64_t index) {
 
 absl::StatusOr<QuantQuality> MeasureQuantQuality(const std::string& model_dir,
                                                  const std::vector<std::vector<int32_t>>& sequences,
-                                                 WeightQuant quant, int threads) {
+                                                 WeightQuant quant, bool quantize_lm_head,
+                                                 int threads) {
   for (const std::vector<int32_t>& seq : sequences) {
     if (seq.size() < 2) return absl::InvalidArgumentError("every sequence needs at least 2 tokens");
   }
   BLOSSOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> reference,
-                           AllLogits(model_dir, sequences, WeightQuant::kNone, threads));
+                           AllLogits(model_dir, sequences, WeightQuant::kNone, false, threads));
   BLOSSOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> quantized,
-                           AllLogits(model_dir, sequences, quant, threads));
+                           AllLogits(model_dir, sequences, quant, quantize_lm_head, threads));
   QuantQuality q;
   int64_t agree = 0;
   double error_sum = 0;

@@ -28,10 +28,12 @@ struct QuantQuality {
 };
 
 // Runs `sequences` (each at least 2 tokens) through the model in `model_dir` twice on a CPU
-// backend with `threads` threads: as stored, and quantized with `quant`.
+// backend with `threads` threads: as stored, and quantized with `quant` (the LM head too if
+// quantize_lm_head).
 absl::StatusOr<QuantQuality> MeasureQuantQuality(const std::string& model_dir,
                                                  const std::vector<std::vector<int32_t>>& sequences,
-                                                 WeightQuant quant, int threads);
+                                                 WeightQuant quant, bool quantize_lm_head,
+                                                 int threads);
 
 // The token sequences of a golden.json (tests/fixtures/goldens/*): every "logits" prompt, and every
 // "greedy" prompt followed by the oracle's greedy continuation.
