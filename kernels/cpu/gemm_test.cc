@@ -1,11 +1,11 @@
 #include "kernels/cpu/gemm.h"
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm_test_util.h"
 
 namespace blossom {
 namespace {
@@ -93,9 +93,6 @@ TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 203, max_m = 13;
   std::vector<float> w = Random(n * k, rng), big_x = Random(max_m * k, rng), bias = Random(n, rng);
-  std::vector<GemmIsa> isas = {GemmIsa::kPortable};
-  if (GemmIsaSupported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
-  ThreadPool pool4(4), pool1(1);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     std::vector<uint16_t> half(w.size());
     ConvertFromF32(w.data(), half.data(), dtype == DType::kF32 ? DType::kBF16 : dtype, w.size());
@@ -106,25 +103,7 @@ TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
     args.n = n;
     args.k = k;
     args.activation = Activation::kBloomGelu;
-    std::vector<float> solo(max_m * n);
-    for (int64_t row = 0; row < max_m; ++row) {
-      args.x = big_x.data() + row * k;
-      args.out = solo.data() + row * n;
-      args.m = 1;
-      GemmNT(args, &pool1, GemmIsa::kPortable);
-    }
-    for (GemmIsa isa : isas)
-      for (ThreadPool* pool : {&pool1, &pool4})
-        for (int64_t m = 1; m <= max_m; ++m) {
-          std::vector<float> batched(m * n);
-          args.x = big_x.data();
-          args.out = batched.data();
-          args.m = m;
-          GemmNT(args, pool, isa);
-          ASSERT_EQ(0, std::memcmp(solo.data(), batched.data(), m * n * sizeof(float)))
-              << DTypeName(dtype) << " isa " << GemmIsaName(isa) << " threads "
-              << pool->num_threads() << " m " << m;
-        }
+    ExpectBatchInvariant(&GemmNT, args, big_x, max_m, DTypeName(dtype));
   }
 }
 

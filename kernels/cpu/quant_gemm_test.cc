@@ -1,11 +1,11 @@
 #include "kernels/cpu/quant_gemm.h"
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm_test_util.h"
 #include "kernels/cpu/quant.h"
 
 namespace blossom {
@@ -84,9 +84,6 @@ TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 224, max_m = 13;
   std::vector<float> w = Random(n * k, rng), big_x = Random(max_m * k, rng), bias = Random(n, rng);
-  std::vector<GemmIsa> isas = {GemmIsa::kPortable};
-  if (GemmIsaSupported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
-  ThreadPool pool4(4), pool1(1);
   for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
     std::vector<char> packed(DTypeBytes(dtype, k) * n);
     ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, dtype, packed.data()).ok());
@@ -97,25 +94,7 @@ TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
     args.n = n;
     args.k = k;
     args.activation = Activation::kBloomGelu;
-    std::vector<float> solo(max_m * n);
-    for (int64_t row = 0; row < max_m; ++row) {
-      args.x = big_x.data() + row * k;
-      args.out = solo.data() + row * n;
-      args.m = 1;
-      QuantGemmNT(args, &pool1, GemmIsa::kPortable);
-    }
-    for (GemmIsa isa : isas)
-      for (ThreadPool* pool : {&pool1, &pool4})
-        for (int64_t m = 1; m <= max_m; ++m) {
-          std::vector<float> batched(m * n);
-          args.x = big_x.data();
-          args.out = batched.data();
-          args.m = m;
-          QuantGemmNT(args, pool, isa);
-          ASSERT_EQ(0, std::memcmp(solo.data(), batched.data(), m * n * sizeof(float)))
-              << DTypeName(dtype) << " isa " << GemmIsaName(isa) << " threads "
-              << pool->num_threads() << " m " << m;
-        }
+    ExpectBatchInvariant(&QuantGemmNT, args, big_x, max_m, DTypeName(dtype));
   }
 }
 
