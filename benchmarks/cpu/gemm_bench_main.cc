@@ -1,4 +1,5 @@
-// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h, and quant_gemm.h for int8 / int4) alone, on the linear shapes of a BLOOM model, as
+// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h; quant_gemm.h for int8 / int4) alone, on the
+// linear shapes of a BLOOM model, as
 // one JSON line per (dtype, M, shape): median milliseconds, weight GB/s and GFLOP/s.
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16,int8,int4]

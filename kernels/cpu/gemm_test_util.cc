@@ -6,6 +6,13 @@
 
 namespace blossom {
 
+std::vector<float> RandomNormal(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
 void ExpectBatchInvariant(GemmFn gemm, GemmArgs args, const std::vector<float>& x, int64_t max_m,
                           const std::string& label) {
   const int64_t n = args.n, k = args.k;

@@ -1,14 +1,23 @@
-// Test helper shared by gemm_test and quant_gemm_test: the batch-invariance check.
+// Test helpers shared by gemm_test and quant_gemm_test: random operands, shapes, and the
+// batch-invariance check.
 #ifndef BLOSSOM_KERNELS_CPU_GEMM_TEST_UTIL_H_
 #define BLOSSOM_KERNELS_CPU_GEMM_TEST_UTIL_H_
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
 
 namespace blossom {
+
+// n samples of a unit normal.
+std::vector<float> RandomNormal(size_t n, std::mt19937& rng);
+
+struct GemmShape {
+  int64_t m, n, k;
+};
 
 using GemmFn = void (*)(const GemmArgs&, ThreadPool*, GemmIsa);
 

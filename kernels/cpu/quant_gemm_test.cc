@@ -11,27 +11,16 @@
 namespace blossom {
 namespace {
 
-std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-struct Shape {
-  int64_t m, n, k;
-};
-
-class QuantGemmShapes : public ::testing::TestWithParam<Shape> {};
+class QuantGemmShapes : public ::testing::TestWithParam<GemmShape> {};
 
 // Against a double-precision reference over the dequantized weights and the unquantized x: the
 // gap is the activation quantization, each x within half a step (max|x| / 254 of its block), so
 // |error| <= sum |w| * step / 2, which for unit normals is a few 1e-3 * sqrt(k) at most.
 TEST_P(QuantGemmShapes, MatchesDequantizedReference) {
-  const Shape s = GetParam();
+  const GemmShape s = GetParam();
   std::mt19937 rng(s.m * 1000 + s.n * 10 + s.k);
-  std::vector<float> x = Random(s.m * s.k, rng), w = Random(s.n * s.k, rng),
-                     bias = Random(s.n, rng);
+  std::vector<float> x = RandomNormal(s.m * s.k, rng), w = RandomNormal(s.n * s.k, rng),
+                     bias = RandomNormal(s.n, rng);
   ThreadPool pool(3);
   for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
     const size_t row_bytes = DTypeBytes(dtype, s.k);
@@ -73,9 +62,10 @@ TEST_P(QuantGemmShapes, MatchesDequantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmShapes,
-                         ::testing::Values(Shape{1, 1, 32}, Shape{1, 9, 64}, Shape{3, 5, 96},
-                                           Shape{4, 4, 32}, Shape{5, 11, 128}, Shape{17, 31, 256},
-                                           Shape{2, 250, 64}));
+                         ::testing::Values(GemmShape{1, 1, 32}, GemmShape{1, 9, 64},
+                                           GemmShape{3, 5, 96}, GemmShape{4, 4, 32},
+                                           GemmShape{5, 11, 128}, GemmShape{17, 31, 256},
+                                           GemmShape{2, 250, 64}));
 
 // Batch invariance as in gemm_test: a row's result is bit-identical whatever the batch (M picks
 // the tiles: 1x4 below 4 rows, 4x2 from 4), the thread count and the instruction-set path. The
@@ -83,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmShapes,
 TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 224, max_m = 13;
-  std::vector<float> w = Random(n * k, rng), big_x = Random(max_m * k, rng), bias = Random(n, rng);
+  std::vector<float> w = RandomNormal(n * k, rng), big_x = RandomNormal(max_m * k, rng), bias = RandomNormal(n, rng);
   for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
     std::vector<char> packed(DTypeBytes(dtype, k) * n);
     ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, dtype, packed.data()).ok());
