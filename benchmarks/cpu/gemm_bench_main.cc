@@ -1,6 +1,6 @@
 // gemm-bench: the CPU GEMM (kernels/cpu/gemm.h; quant_gemm.h for int8 / int4) alone, on the
-// linear shapes of a BLOOM model, as
-// one JSON line per (dtype, M, shape): median milliseconds, weight GB/s and GFLOP/s.
+// linear shapes of a BLOOM model, as one JSON line per (dtype, M, shape): median milliseconds,
+// weight GB/s and GFLOP/s.
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16,int8,int4]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2]
