@@ -7,6 +7,9 @@
 // ~192 KiB of weights (kept in L2 while every x row passes over them) and split over threads by
 // output columns only. None of this changes a result: every micro-kernel computes each element
 // in one fixed order whatever its tile (dot_tile.h, quant_dot_tile.h).
+//
+// Thread-safe as its callers: no shared mutable state; `tile` is called concurrently from the
+// pool's threads on disjoint columns and must write only its `dots`.
 #ifndef BLOSSOM_KERNELS_CPU_TILED_GEMM_H_
 #define BLOSSOM_KERNELS_CPU_TILED_GEMM_H_
 
