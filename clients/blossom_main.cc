@@ -31,6 +31,7 @@
 #include "clients/remote_commands.h"
 #include "tools/cli/dashed_flags.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/weight_quant.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -54,6 +55,11 @@ ABSL_FLAG(std::string, launcher, "threads",
           "--launcher mpi ...`: a process per rank; rank 0 prints the completion).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
+ABSL_FLAG(std::string, quantize, "none",
+          "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
+          "scale; the Linear weights only; cpu backend).");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -82,6 +88,10 @@ int RunGenerate() {
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   runner_options.launcher = absl::GetFlag(FLAGS_launcher);
   runner_options.strict_load = absl::GetFlag(FLAGS_strict_load);
+  absl::StatusOr<WeightQuant> quantize = ParseWeightQuant(absl::GetFlag(FLAGS_quantize));
+  if (!quantize.ok()) return Fail(quantize.status());
+  runner_options.quantize = *quantize;
+  runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);
@@ -128,10 +138,11 @@ int RunGenerate() {
                                  : stats.decode_seconds * 1000.0 / stats.decode_step_seconds.size();
     const double total_ms = (stats.prefill_seconds + stats.decode_seconds) * 1000.0;
     std::cerr << absl::StrFormat(
-        "[blossom] model %s (%s weights, backend %s): load %.3f s\n"
+        "[blossom] model %s (%s weights, quantize %s%s, backend %s): load %.3f s\n"
         "[blossom] prompt %d tokens, generated %d tokens, finish_reason %s, seed %d\n"
         "[blossom] prefill %.2f ms, decode %.2f ms per token, %.2f ms per token overall\n",
-        info.model_dir, DTypeName(info.weight_dtype), info.backend, info.load_seconds,
+        info.model_dir, DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
+        info.quantize_lm_head ? " + lm head" : "", info.backend, info.load_seconds,
         stats.prompt_tokens, stats.generated_tokens,
         FinishReasonName((*results)[0].finish_reason), (*results)[0].seed,
         stats.prefill_seconds * 1000.0, decode_ms,

@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace blossom {
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
@@ -36,6 +38,13 @@ absl::StatusOr<OwnedTensor> Backend::AllocateTensor(DType dtype,
   owned.tensor = t;
   owned.storage = std::move(*buffer);
   return owned;
+}
+
+absl::StatusOr<OwnedTensor> Backend::ImportLinearWeight(const Tensor& host, WeightQuant quant) {
+  if (quant == WeightQuant::kNone) return ImportWeight(host);
+  return absl::UnimplementedError(absl::StrCat("--quantize ", WeightQuantName(quant),
+                                               " is not implemented on the ", name(),
+                                               " backend (only the cpu backend quantizes)"));
 }
 
 }  // namespace blossom

@@ -15,8 +15,24 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kI64:
       return 8;
+    case DType::kQ8G32:
+    case DType::kQ4G32:
+      return 0;
   }
   return 0;
+}
+
+int64_t DTypeBlockElems(DType dtype) { return IsBlockQuantized(dtype) ? 32 : 1; }
+
+size_t DTypeBytes(DType dtype, int64_t n) {
+  switch (dtype) {
+    case DType::kQ8G32:
+      return static_cast<size_t>(n / 32) * 36;
+    case DType::kQ4G32:
+      return static_cast<size_t>(n / 32) * 20;
+    default:
+      return static_cast<size_t>(n) * DTypeSize(dtype);
+  }
 }
 
 const char* DTypeName(DType dtype) {
@@ -31,6 +47,10 @@ const char* DTypeName(DType dtype) {
       return "i32";
     case DType::kI64:
       return "i64";
+    case DType::kQ8G32:
+      return "q8g32";
+    case DType::kQ4G32:
+      return "q4g32";
   }
   return "unknown";
 }

@@ -21,11 +21,20 @@ enum class DType : uint8_t {
   kBF16 = 2,
   kI32 = 3,
   kI64 = 4,
+  // Block-quantized weights (made at load time by a backend, never read from a checkpoint): each
+  // row of K elements is K / 32 blocks of 32, a block being an fp32 scale followed by its 32
+  // symmetric integer codes (value = scale * code). Layouts in kernels/cpu/quant.h.
+  kQ8G32 = 5,  // int8 codes in [-127, 127]: 4 + 32 = 36 bytes per block
+  kQ4G32 = 6,  // int4 codes in [-8, 7], two per byte: 4 + 16 = 20 bytes per block
 };
 
-// Bytes per element.
+// Bytes per element of an unblocked dtype; 0 for the block-quantized ones (use DTypeBytes).
 size_t DTypeSize(DType dtype);
-// "f32", "f16", "bf16", "i32", "i64".
+// Elements per block: 32 for the block-quantized dtypes, 1 for the others.
+int64_t DTypeBlockElems(DType dtype);
+// Bytes of n elements (n a multiple of DTypeBlockElems).
+size_t DTypeBytes(DType dtype, int64_t n);
+// "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32".
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
@@ -52,6 +61,10 @@ inline uint16_t FloatToBF16(float value) {
 
 float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
+
+inline bool IsBlockQuantized(DType dtype) {
+  return dtype == DType::kQ8G32 || dtype == DType::kQ4G32;
+}
 
 // Element `index` of a float-dtype buffer (F32, F16 or BF16) as fp32.
 inline float LoadAsFloat(const void* data, DType dtype, int64_t index) {

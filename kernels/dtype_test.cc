@@ -16,6 +16,17 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_STREQ(DTypeName(DType::kBF16), "bf16");
 }
 
+TEST(DTypeTest, BlockQuantizedDtypesCountBytesPerBlock) {
+  EXPECT_EQ(DTypeBlockElems(DType::kF16), 1);
+  EXPECT_EQ(DTypeBlockElems(DType::kQ8G32), 32);
+  EXPECT_EQ(DTypeBytes(DType::kF16, 64), 128u);
+  EXPECT_EQ(DTypeBytes(DType::kQ8G32, 64), 72u);   // 2 blocks of scale + 32 int8
+  EXPECT_EQ(DTypeBytes(DType::kQ4G32, 64), 40u);   // 2 blocks of scale + 16 bytes
+  EXPECT_FALSE(IsFloat(DType::kQ8G32));
+  EXPECT_TRUE(IsBlockQuantized(DType::kQ4G32));
+  EXPECT_STREQ(DTypeName(DType::kQ4G32), "q4g32");
+}
+
 TEST(DTypeTest, ParseAcceptsHuggingFaceNamesAndRejectsOthers) {
   EXPECT_EQ(*ParseDType("float16"), DType::kF16);
   EXPECT_EQ(*ParseDType("bfloat16"), DType::kBF16);

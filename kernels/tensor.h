@@ -40,7 +40,7 @@ struct Tensor {
     for (int i = 0; i < rank; ++i) n *= shape[i];
     return n;
   }
-  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  size_t bytes() const { return DTypeBytes(dtype, numel()); }
   bool empty() const { return data == nullptr; }
 
   // Rows [begin, end) of the leading dimension: contiguous, so a view.
@@ -48,7 +48,7 @@ struct Tensor {
     Tensor out = *this;
     out.shape[0] = end - begin;
     int64_t row_elems = rank > 0 ? numel() / shape[0] : 0;
-    out.data = static_cast<char*>(data) + begin * row_elems * static_cast<int64_t>(DTypeSize(dtype));
+    out.data = static_cast<char*>(data) + begin * static_cast<int64_t>(DTypeBytes(dtype, row_elems));
     return out;
   }
   // Same memory, new shape (the element count must match; callers guarantee it).

@@ -38,6 +38,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/dtype.h"
 #include "kernels/status_macros.h"
+#include "kernels/weight_quant.h"
 #include "server/auth/api_keys.h"
 #include "server/blossom_service.h"
 #include "server/http/http_server.h"
@@ -60,6 +61,11 @@ ABSL_FLAG(double, collective_timeout, 300.0,
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
+ABSL_FLAG(std::string, quantize, "none",
+          "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
+          "scale; the Linear weights only). The cpu backend only: other backends refuse to start.");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
@@ -213,6 +219,10 @@ int Run() {
   runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
   runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   runner_options.strict_load = absl::GetFlag(FLAGS_strict_load);
+  absl::StatusOr<WeightQuant> quantize = ParseWeightQuant(absl::GetFlag(FLAGS_quantize));
+  if (!quantize.ok()) return Fail(quantize.status());
+  runner_options.quantize = *quantize;
+  runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   // Only rank 0 serves (--launcher mpi); the others follow it.
   auto process_rank = ModelRunner::ProcessRank(runner_options);
   if (!process_rank.ok()) return Fail(process_rank.status());

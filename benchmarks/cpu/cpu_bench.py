@@ -3,14 +3,16 @@
 JSON + markdown with medians and the decode memory-bandwidth floor.
 
     benchmarks/cpu/cpu_bench.py --model DIR --engine new=bazel-bin/benchmarks/cpu/cpu-step-bench \
-        [--engine old=/tmp/cpu-step-bench-old] [--runs 5] [--threads 2] [--prompt-tokens 128] \
-        [--decode-tokens 32] [--batch 8] --out-prefix benchmarks/results/DATE-cpu-560m \
-        [--machine TEXT] [--commit SHA]
+        [--engine old=/tmp/cpu-step-bench-old] \
+        [--engine "int8=bazel-bin/benchmarks/cpu/cpu-step-bench --quantize int8"] [--runs 5] \
+        [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--batch 8] \
+        --out-prefix benchmarks/results/DATE-cpu-560m [--machine TEXT] [--commit SHA]
 
 An "engine" is a label and a cpu-step-bench binary (e.g. two builds of Blossom: the old and the
-new kernel). Runs alternate engines (A B A B ...) so that load from other processes on a shared
-machine hits all of them alike; each number reported is the median over runs. Peer engines
-(llama.cpp, CTranslate2, transformers) are compared by peer_bench.py. Standard library only.
+new kernel), optionally followed by extra flags for it (e.g. --quantize int8). Runs alternate
+engines (A B A B ...) so that load from other processes on a shared machine hits all of them
+alike; each number reported is the median over runs. Peer engines (llama.cpp, CTranslate2,
+transformers) are compared by peer_bench.py. Standard library only.
 """
 import argparse
 import datetime
@@ -36,8 +38,9 @@ def cpu_name():
     return platform.processor() or "unknown"
 
 
-def run_once(binary, args):
-    cmd = [binary, "--model", args.model, "--threads", str(args.threads),
+def run_once(command, args):
+    binary = command[0]
+    cmd = list(command) + ["--model", args.model, "--threads", str(args.threads),
            "--prompt-tokens", str(args.prompt_tokens), "--decode-tokens", str(args.decode_tokens),
            "--batch", str(args.batch), "--bandwidth-mib", str(args.bandwidth_mib)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -54,6 +57,7 @@ def summarize(runs):
     floor_ms = first["weight_bytes"] / (bw * 1e9) * 1e3 if bw > 0 else None
     return {
         "weight_dtype": first["weight_dtype"],
+        "quantize": first.get("quantize", "none"),
         "weight_bytes": first["weight_bytes"],
         "median": med,
         "min_max": {m: [min(r[m] for r in runs), max(r[m] for r in runs)] for m in METRICS},
@@ -86,7 +90,8 @@ def markdown(report):
     for name, e in report["engines"].items():
         m, r = e["median"], e["min_max"]
         lines.append("| %s | %s | %.1f [%.1f to %.1f] | %s | %s | %.0f [%.0f to %.0f] | %.1f [%.1f to %.1f] |" % (
-            name, e["weight_dtype"], m["decode_ms_per_token"], *r["decode_ms_per_token"],
+            name, e["weight_dtype"] + ("" if e["quantize"] == "none" else " / " + e["quantize"]),
+            m["decode_ms_per_token"], *r["decode_ms_per_token"],
             "%.1f" % e["decode_floor_ms"] if e["decode_floor_ms"] else "-",
             "%.2f" % e["decode_vs_floor"] if e["decode_vs_floor"] else "-",
             m["prefill_ms"], *r["prefill_ms"], m["batch_tokens_per_s"], *r["batch_tokens_per_s"]))
@@ -96,7 +101,8 @@ def markdown(report):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True)
-    p.add_argument("--engine", action="append", required=True, help="LABEL=PATH to cpu-step-bench")
+    p.add_argument("--engine", action="append", required=True,
+                   help="LABEL=PATH to cpu-step-bench, optionally followed by flags for it")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompt-tokens", type=int, default=128)
@@ -110,15 +116,16 @@ def main():
 
     engines = []
     for e in args.engine:
-        label, _, path = e.partition("=")
-        if not path or not os.access(path, os.X_OK):
-            p.error("--engine %s: want LABEL=PATH to an executable" % e)
-        engines.append((label, path))
+        label, _, command = e.partition("=")
+        command = shlex.split(command)
+        if not command or not os.access(command[0], os.X_OK):
+            p.error("--engine %s: want LABEL=PATH to an executable [FLAGS]" % e)
+        engines.append((label, command))
     runs = {label: [] for label, _ in engines}
     for i in range(args.runs):
         order = engines if i % 2 == 0 else engines[::-1]
-        for label, path in order:
-            r = run_once(path, args)
+        for label, command in order:
+            r = run_once(command, args)
             runs[label].append(r)
             print("run %d %s: %s" % (i + 1, label, json.dumps(r)), file=sys.stderr)
     report = {

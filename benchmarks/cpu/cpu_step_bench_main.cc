@@ -1,7 +1,8 @@
 // cpu-step-bench: Blossom's CPU step timings on one model, as one JSON object on stdout.
 //
 //   cpu-step-bench --model DIR [--threads 2] [--prompt-tokens 128] [--decode-tokens 32]
-//                  [--batch 8] [--bandwidth-mib 512]
+//                  [--batch 8] [--bandwidth-mib 512] [--quantize none|int8|int4]
+//                  [--quantize-lm-head]
 //
 // Measures, in this order, with exact token counts (prompt ids are fixed pseudo-random ids, so no
 // tokenizer is involved and every engine gets the same lengths):
@@ -25,6 +26,7 @@
 #include "engine/generate/batch_generator.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/weight_quant.h"
 #include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory.");
@@ -34,6 +36,10 @@ ABSL_FLAG(int32_t, decode_tokens, 32, "New tokens per sequence.");
 ABSL_FLAG(int32_t, batch, 8, "Sequences decoded together for the throughput point.");
 ABSL_FLAG(int32_t, batch_prompt_tokens, 16, "Prompt length of each sequence of the batch.");
 ABSL_FLAG(int32_t, bandwidth_mib, 512, "Buffer for the read-bandwidth probe (0 = skip).");
+ABSL_FLAG(std::string, quantize, "none", "Weight quantization at load: none, int8 or int4.");
+
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 
 namespace blossom {
 namespace {
@@ -96,6 +102,10 @@ int Run() {
   options.model_dir = absl::GetFlag(FLAGS_model);
   options.threads_per_rank = absl::GetFlag(FLAGS_threads);
   if (options.model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  absl::StatusOr<WeightQuant> quantize = ParseWeightQuant(absl::GetFlag(FLAGS_quantize));
+  if (!quantize.ok()) return Fail(quantize.status());
+  options.quantize = *quantize;
+  options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   auto runner = ModelRunner::Create(options);
   if (!runner.ok()) return Fail(runner.status());
   auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
@@ -138,11 +148,14 @@ int Run() {
           : 0.0;
   const ModelInfo& info = (*runner)->info();
   std::cout << absl::StrFormat(
-                   "{\"weight_dtype\": \"%s\", \"weight_bytes\": %d, \"threads\": %d, "
+                   "{\"weight_dtype\": \"%s\", \"quantize\": \"%s%s\", \"weight_bytes\": %d, "
+                   "\"threads\": %d, "
                    "\"prompt_tokens\": %d, \"prefill_ms\": %.3f, \"decode_tokens\": %d, "
                    "\"decode_ms_per_token\": %.3f, \"batch\": %d, \"batch_tokens_per_s\": %.3f, "
                    "\"read_bandwidth_gbs\": %.3f}",
-                   DTypeName(info.weight_dtype), info.weight_bytes_this_rank,
+                   DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
+                   info.quantize_lm_head ? "+head" : "",
+                   info.weight_bytes_this_rank,
                    absl::GetFlag(FLAGS_threads), one.prompt_tokens, one.prefill_seconds * 1000.0,
                    static_cast<int>(steps.size()), decode_ms, absl::GetFlag(FLAGS_batch),
                    many.decode_seconds > 0 ? batch_decode_tokens / many.decode_seconds : 0.0,

@@ -1,7 +1,8 @@
-// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h) alone, on the linear shapes of a BLOOM model, as
-// one JSON line per (dtype, M, shape): median milliseconds, weight GB/s and GFLOP/s.
+// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h; quant_gemm.h for int8 / int4) alone, on the
+// linear shapes of a BLOOM model, as one JSON line per (dtype, M, shape): median milliseconds,
+// weight GB/s and GFLOP/s.
 //
-//   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16]
+//   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16,int8,int4]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
@@ -16,6 +17,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_gemm.h"
+#include "kernels/weight_quant.h"
 #include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(int64_t, hidden, 1024, "Hidden size (bloom-560m: 1024).");
@@ -23,7 +27,7 @@ ABSL_FLAG(int64_t, vocab, 250880, "Vocabulary rows of the LM head (0 = skip it).
 ABSL_FLAG(std::vector<std::string>, ms, std::vector<std::string>({"1", "8", "128"}),
           "Rows of x (tokens in the step).");
 ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf16", "f16"}),
-          "Weight dtypes.");
+          "Weight dtypes: f32, bf16, f16, or int8 / int4 (packed as --quantize does).");
 ABSL_FLAG(int32_t, threads, 2, "Threads.");
 ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
 ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable or avx2.");
@@ -51,7 +55,9 @@ int Run() {
   }
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
-    absl::StatusOr<DType> dtype = ParseDType(dtype_name);
+    absl::StatusOr<WeightQuant> quant = ParseWeightQuant(dtype_name);
+    const bool quantized = quant.ok() && *quant != WeightQuant::kNone;
+    absl::StatusOr<DType> dtype = quantized ? QuantizedDType(*quant) : ParseDType(dtype_name);
     if (!dtype.ok()) {
       std::cerr << "gemm-bench: " << dtype.status().message() << std::endl;
       return 2;
@@ -62,8 +68,16 @@ int Run() {
         if (s.n * m > (int64_t{1} << 28)) continue;  // the LM head is only ever run for few rows
         std::vector<float> x(m * s.k, 0.01f), out(m * s.n), w32(s.n * s.k);
         for (size_t i = 0; i < w32.size(); ++i) w32[i] = 0.02f * static_cast<float>(i % 97) - 1.0f;
-        std::vector<char> w(w32.size() * DTypeSize(*dtype));
-        ConvertFromF32(w32.data(), w.data(), *dtype, w32.size());
+        std::vector<char> w(DTypeBytes(*dtype, s.k) * s.n);
+        if (quantized) {
+          absl::Status packed = QuantizeWeightRows(w32.data(), DType::kF32, s.n, s.k, *dtype, w.data());
+          if (!packed.ok()) {
+            std::cerr << "gemm-bench: " << packed.message() << std::endl;
+            return 2;
+          }
+        } else {
+          ConvertFromF32(w32.data(), w.data(), *dtype, w32.size());
+        }
         w32 = {};
         GemmArgs a;
         a.x = x.data();
@@ -74,11 +88,12 @@ int Run() {
         a.n = s.n;
         a.k = s.k;
         a.activation = std::string(s.name) == "fc1" ? Activation::kBloomGelu : Activation::kNone;
-        GemmNT(a, &pool, isa);  // warm-up
+        auto gemm = quantized ? &QuantGemmNT : &GemmNT;
+        gemm(a, &pool, isa);  // warm-up
         std::vector<double> t;
         for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
           const auto b = std::chrono::steady_clock::now();
-          GemmNT(a, &pool, isa);
+          gemm(a, &pool, isa);
           t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - b).count());
         }
         std::sort(t.begin(), t.end());

@@ -153,6 +153,8 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   model->vocab_local_max_ = SliceForRank(config.vocab_size, 0, world).size();
   absl::Status s = CheckUnexpectedTensors(*checkpoint, options.strict_load, /*log=*/rank == 0);
   if (!s.ok()) return s;
+  model->info_.quantize = options.quantize;
+  model->info_.quantize_lm_head = options.quantize_lm_head && options.quantize != WeightQuant::kNone;
   s = model->LoadWeights(*checkpoint);
   if (!s.ok()) return s;
   model->checkpoint_ = std::move(checkpoint);
@@ -187,11 +189,11 @@ absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
   return host;
 }
 
-absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host) {
-  info_.weight_bytes_this_rank += host.bytes();
+absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightQuant quant) {
   info_.weight_dtype = host.dtype;
-  absl::StatusOr<OwnedTensor> imported = backend_->ImportWeight(host);
+  absl::StatusOr<OwnedTensor> imported = backend_->ImportLinearWeight(host, quant);
   if (!imported.ok()) return imported.status();
+  info_.weight_bytes_this_rank += imported->tensor.bytes();
   Tensor t = imported->tensor;
   owned_weights_.push_back(std::move(*imported));
   return t;
@@ -200,16 +202,16 @@ absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host) {
 absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
                                               const std::string& name,
                                               std::vector<int64_t> shape, int64_t begin,
-                                              int64_t end) {
+                                              int64_t end, WeightQuant quant) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
-  return Import(host.Rows(begin, end));
+  return Import(host.Rows(begin, end), quant);
 }
 
 absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
                                                  const std::string& name,
                                                  std::vector<int64_t> shape, int64_t begin,
-                                                 int64_t end) {
-  if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0]);
+                                                 int64_t end, WeightQuant quant) {
+  if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0], quant);
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
   const size_t elem = DTypeSize(host.dtype);
@@ -221,7 +223,7 @@ absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
   }
   Tensor view(slice.data(), host.dtype, {rows, cols});
   host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
-  return Import(view);
+  return Import(view, quant);
 }
 
 absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
@@ -231,9 +233,11 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t heads_local = local_heads_;
   const int64_t ffn_local = ffn / world;
   const int64_t h_local = heads_local * d;
+  const WeightQuant q = info_.quantize;  // for the Linear weights
+  const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
-                  Tensor* out) -> absl::Status {
-    absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e);
+                  Tensor* out, WeightQuant quant = WeightQuant::kNone) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e, quant);
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -243,8 +247,8 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
     return rows(name, std::move(shape), 0, n, out);
   };
   auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
-                  Tensor* out) -> absl::Status {
-    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e);
+                  Tensor* out, WeightQuant quant) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e, quant);
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -264,7 +268,7 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
           "has no 'lm_head.weight' (the untied LM head)"));
     }
     BLOSSOM_RETURN_IF_ERROR(rows("lm_head.weight", {v, h}, vocab_begin_,
-                                 vocab_begin_ + vocab_local_, &lm_head_));
+                                 vocab_begin_ + vocab_local_, &lm_head_, q_head));
   } else {
     if (ckpt.Has("lm_head.weight")) {
       // Tied: an explicit copy must agree in shape. It is not loaded (the embedding is used),
@@ -273,6 +277,10 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
       if (!lm_head.ok()) return lm_head.status();
     }
     lm_head_ = word_embeddings_;
+    if (q_head != WeightQuant::kNone) {
+      BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
+                                   vocab_begin_ + vocab_local_, &lm_head_, q_head));
+    }
   }
   layers_.resize(config_.n_layer);
   for (int64_t i = 0; i < config_.n_layer; ++i) {
@@ -283,20 +291,20 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
     // Row order [head][q,k,v][d]: a contiguous block of rows holds whole heads of this rank.
     const int64_t qkv_begin = rank * heads_local * 3 * d, qkv_end = qkv_begin + heads_local * 3 * d;
     BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.weight", {3 * h, h},
-                                 qkv_begin, qkv_end, &L.qkv_weight));
+                                 qkv_begin, qkv_end, &L.qkv_weight, q));
     BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.bias", {3 * h}, qkv_begin,
                                  qkv_end, &L.qkv_bias));
     BLOSSOM_RETURN_IF_ERROR(cols(p + "self_attention.dense.weight", {h, h}, rank * h_local,
-                                 (rank + 1) * h_local, &L.dense_weight));
+                                 (rank + 1) * h_local, &L.dense_weight, q));
     BLOSSOM_RETURN_IF_ERROR(whole(p + "self_attention.dense.bias", {h}, &L.dense_bias));
     BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.weight", {h}, &L.post_ln_gamma));
     BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.bias", {h}, &L.post_ln_beta));
     BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.weight", {ffn, h}, rank * ffn_local,
-                                 (rank + 1) * ffn_local, &L.fc1_weight));
+                                 (rank + 1) * ffn_local, &L.fc1_weight, q));
     BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.bias", {ffn}, rank * ffn_local,
                                  (rank + 1) * ffn_local, &L.fc1_bias));
     BLOSSOM_RETURN_IF_ERROR(cols(p + "mlp.dense_4h_to_h.weight", {h, ffn}, rank * ffn_local,
-                                 (rank + 1) * ffn_local, &L.fc2_weight));
+                                 (rank + 1) * ffn_local, &L.fc2_weight, q));
     BLOSSOM_RETURN_IF_ERROR(whole(p + "mlp.dense_4h_to_h.bias", {h}, &L.fc2_bias));
   }
   return absl::OkStatus();

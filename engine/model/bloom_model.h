@@ -30,6 +30,7 @@
 #include "engine/loader/checkpoint.h"
 #include "engine/loader/model_config.h"
 #include "kernels/backend.h"
+#include "kernels/weight_quant.h"
 #include "kernels/communicator.h"
 
 namespace blossom {
@@ -78,6 +79,12 @@ struct ModelLoadOptions {
   // Refuse a checkpoint holding tensors the model does not use (otherwise each is logged by
   // name, once, by rank 0).
   bool strict_load = false;
+  // Quantize the Linear weights (QKV, attention dense, both MLP layers) at load time
+  // (Backend::ImportLinearWeight); the embedding / LM head and the small vectors keep their dtype.
+  WeightQuant quantize = WeightQuant::kNone;
+  // Also quantize the LM head (with `quantize`). A tied head then gets its own packed copy: the
+  // embedding lookup keeps reading the checkpoint's rows.
+  bool quantize_lm_head = false;
 };
 
 struct ModelInfo {
@@ -86,7 +93,9 @@ struct ModelInfo {
   int rank = 0;
   int world_size = 1;
   DType weight_dtype = DType::kF32;
-  uint64_t weight_bytes_this_rank = 0;
+  WeightQuant quantize = WeightQuant::kNone;
+  bool quantize_lm_head = false;
+  uint64_t weight_bytes_this_rank = 0;  // as imported (quantized weights count packed)
   double load_seconds = 0.0;
 };
 
@@ -132,11 +141,14 @@ class BloomModel {
   absl::StatusOr<Tensor> GetFloatWeight(const Checkpoint& checkpoint, const std::string& name,
                                         const std::vector<int64_t>& shape) const;
   // Hands a host weight (view or slice) to the backend and accounts for it.
-  absl::StatusOr<Tensor> Import(const Tensor& host);
+  // `quant` applies to Linear weights only (ModelLoadOptions::quantize).
+  absl::StatusOr<Tensor> Import(const Tensor& host, WeightQuant quant = WeightQuant::kNone);
   absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
-                                    std::vector<int64_t> shape, int64_t begin, int64_t end);
+                                    std::vector<int64_t> shape, int64_t begin, int64_t end,
+                                    WeightQuant quant = WeightQuant::kNone);
   absl::StatusOr<Tensor> ImportColumns(const Checkpoint& checkpoint, const std::string& name,
-                                       std::vector<int64_t> shape, int64_t begin, int64_t end);
+                                       std::vector<int64_t> shape, int64_t begin, int64_t end,
+                                       WeightQuant quant = WeightQuant::kNone);
   absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
 
   Backend* backend_;

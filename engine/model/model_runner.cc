@@ -146,11 +146,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
 #endif
 
+  ModelLoadOptions load;
+  load.prefetch = false;  // the mapping was prefetched once above
+  load.strict_load = options.strict_load;
+  load.quantize = options.quantize;
+  load.quantize_lm_head = options.quantize_lm_head;
   if (tp == 1) {
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(0));
-    ModelLoadOptions load;
-    load.prefetch = false;
-    load.strict_load = options.strict_load;
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
                              BloomModel::Load(checkpoint, backend.get(), nullptr, load));
     LogWeights(model->info());
@@ -159,7 +161,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
                                 options.gpu_memory_fraction);
   }
   return CreateMultiRankRunner(tp, options.gpu_memory_fraction, checkpoint, open_seconds,
-                               make_backend, make_group, options.strict_load);
+                               make_backend, make_group, load);
 }
 
 }  // namespace blossom

@@ -60,6 +60,10 @@ struct ModelRunnerOptions {
   bool prefetch = true;
   // Refuse checkpoints with tensors a BLOOM model does not use (ModelLoadOptions::strict_load).
   bool strict_load = false;
+  // Quantize the Linear weights at load (ModelLoadOptions::quantize). The cpu backend packs them;
+  // "cuda" refuses anything but kNone with Unimplemented (Backend::ImportLinearWeight).
+  WeightQuant quantize = WeightQuant::kNone;
+  bool quantize_lm_head = false;  // ModelLoadOptions::quantize_lm_head
   // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
   // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
   double gpu_memory_fraction = 0.90;

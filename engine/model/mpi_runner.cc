@@ -312,6 +312,8 @@ class MpiRunner : public ModelRunner {
     ModelLoadOptions load;
     load.prefetch = false;  // done above
     load.strict_load = options.strict_load;
+    load.quantize = options.quantize;
+    load.quantize_lm_head = options.quantize_lm_head;
     BLOSSOM_ASSIGN_OR_RETURN(model_, BloomModel::Load(checkpoint, backend_.get(), communicator,
                                                       load));
     return absl::OkStatus();

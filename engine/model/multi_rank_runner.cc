@@ -49,7 +49,7 @@ class MultiRankRunner : public ModelRunner {
   // Creates every rank's backend (on its thread), then the group, then loads the model slices.
   absl::Status Load(std::shared_ptr<const Checkpoint> checkpoint, double open_seconds,
                     const BackendFactory& make_backend, const GroupFactory& make_group,
-                    bool strict_load) {
+                    const ModelLoadOptions& load) {
     BLOSSOM_RETURN_IF_ERROR(RunOnAllRanks(/*collective=*/false, [&](int r) -> absl::Status {
       BLOSSOM_ASSIGN_OR_RETURN(ranks_[r].backend, make_backend(r));
       return absl::OkStatus();
@@ -60,11 +60,8 @@ class MultiRankRunner : public ModelRunner {
     // Loading runs no collective (BloomModel::Load only reads the rank and world size).
     BLOSSOM_RETURN_IF_ERROR(RunOnAllRanks(/*collective=*/false, [&](int r) -> absl::Status {
       Rank& rank = ranks_[r];
-      ModelLoadOptions options;
-      options.prefetch = false;  // the shared mapping was prefetched once by Create
-      options.strict_load = strict_load;
       BLOSSOM_ASSIGN_OR_RETURN(rank.model, BloomModel::Load(checkpoint, rank.backend.get(),
-                                                            group_->communicator(r), options));
+                                                            group_->communicator(r), load));
       return absl::OkStatus();
     }));
     for (const Rank& rank : ranks_) LogWeights(rank.model->info());
@@ -229,10 +226,10 @@ class MultiRankRunner : public ModelRunner {
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateMultiRankRunner(
     int world, double gpu_memory_fraction, std::shared_ptr<const Checkpoint> checkpoint,
     double open_seconds, const BackendFactory& make_backend, const GroupFactory& make_group,
-    bool strict_load) {
+    const ModelLoadOptions& load) {
   auto runner = std::make_unique<MultiRankRunner>(world, gpu_memory_fraction);
   BLOSSOM_RETURN_IF_ERROR(runner->Load(std::move(checkpoint), open_seconds, make_backend,
-                                       make_group, strict_load));
+                                       make_group, load));
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -20,11 +20,12 @@ using GroupFactory =
 // tp > 1 in one process (launcher "threads"): a thread per rank, each owning its backend
 // (make_backend(rank), called on that thread), model slice and KV cache; the ranks reach each
 // other through make_group's RankGroup. `checkpoint` is the mapping shared by every rank,
-// prefetched already; `open_seconds` is added to the load time.
+// prefetched already (so `load.prefetch` should be false); `open_seconds` is added to the load
+// time; every rank loads its slice with `load`.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateMultiRankRunner(
     int world, double gpu_memory_fraction, std::shared_ptr<const Checkpoint> checkpoint,
     double open_seconds, const BackendFactory& make_backend, const GroupFactory& make_group,
-    bool strict_load);
+    const ModelLoadOptions& load);
 
 }  // namespace blossom
 

@@ -51,8 +51,9 @@ int64_t ActivationReserveBytes(const BloomModel& model, DType activation, int wo
 }  // namespace
 
 void LogWeights(const ModelInfo& info) {
-  spdlog::info("model rank {}/{}: weights {:.2f} MiB ({}, backend {})", info.rank,
+  spdlog::info("model rank {}/{}: weights {:.2f} MiB ({}, quantize {}, backend {})", info.rank,
                info.world_size, MiB(info.weight_bytes_this_rank), DTypeName(info.weight_dtype),
+               absl::StrCat(WeightQuantName(info.quantize), info.quantize_lm_head ? " + lm head" : ""),
                info.backend);
 }
 

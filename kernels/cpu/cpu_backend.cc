@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/vector_ops.h"
 
 namespace blossom {
@@ -92,6 +95,39 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportWeight(const Tensor& host) {
   OwnedTensor owned;
   owned.tensor = host;  // zero copy: the mapping outlives the model
   return owned;
+}
+
+absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, WeightQuant quant) {
+  if (quant == WeightQuant::kNone) return ImportWeight(host);
+  if (!IsFloat(host.dtype) || host.rank != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu backend: --quantize ", WeightQuantName(quant),
+                                                   " needs a 2-D float weight, got ",
+                                                   DTypeName(host.dtype), " ", host.ShapeString()));
+  }
+  const DType dtype = QuantizedDType(quant);
+  const int64_t rows = host.dim(0), k = host.dim(1);
+  if (k % kQuantBlock != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu backend: --quantize ", WeightQuantName(quant), " cannot pack a weight of shape ",
+        host.ShapeString(), ": its rows must be a multiple of ", kQuantBlock, " long"));
+  }
+  absl::StatusOr<OwnedTensor> packed = AllocateTensor(dtype, {rows, k});
+  if (!packed.ok()) return packed.status();
+  // Rows are independent: pack them in parallel (a 560m model has ~300M weights to pack).
+  const size_t in_row = DTypeBytes(host.dtype, k), out_row = DTypeBytes(dtype, k);
+  absl::Status status;
+  std::mutex status_mutex;
+  pool_->ParallelFor(rows, 16, [&](int64_t begin, int64_t end) {
+    absl::Status s = QuantizeWeightRows(static_cast<const char*>(host.data) + begin * in_row,
+                                        host.dtype, end - begin, k, dtype,
+                                        static_cast<char*>(packed->tensor.data) + begin * out_row);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(status_mutex);
+      status.Update(s);
+    }
+  });
+  if (!status.ok()) return status;
+  return packed;
 }
 
 absl::Status CpuBackend::CopyToDevice(const void* host, Tensor dst) {
@@ -185,8 +221,10 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
 absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 Activation activation, Tensor out) {
   const int64_t m = x.dim(0), k = x.dim(-1), n = weight.dim(0);
+  const bool quantized = IsBlockQuantized(weight.dtype);
   if (auto s = Check(IsF32(x) && IsF32(out) && weight.rank == 2 && weight.dim(1) == k &&
-                         IsFloat(weight.dtype) && out.numel() == m * n &&
+                         (IsFloat(weight.dtype) || (quantized && k % kQuantBlock == 0)) &&
+                         out.numel() == m * n &&
                          (bias.empty() || bias.numel() == n),
                      "Linear",
                      absl::StrCat("bad shapes: x ", x.ShapeString(), " weight ",
@@ -204,7 +242,11 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Ten
   args.n = n;
   args.k = k;
   args.activation = activation;
-  GemmNT(args, pool_.get());
+  if (quantized) {
+    QuantGemmNT(args, pool_.get());
+  } else {
+    GemmNT(args, pool_.get());
+  }
   return absl::OkStatus();
 }
 

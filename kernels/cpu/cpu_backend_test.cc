@@ -90,6 +90,44 @@ TEST(CpuBackendTest, LinearRejectsMismatchedShapes) {
   EXPECT_NE(s.message().find("Linear"), std::string::npos);
 }
 
+// A quantized Linear stays close to the fp32 one (int8: ~1% of the output's scale, int4 ~10%),
+// and kNone is the zero-copy import.
+TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
+  CpuBackend backend(2);
+  const int64_t m = 5, n = 24, k = 128;
+  std::vector<float> x = Random(m * k, 21), w = Random(n * k, 22, 0.05f), bias = Random(n, 23);
+  std::vector<float> ref(m * n), out(m * n);
+  ASSERT_TRUE(backend.Linear(F32(x, {m, k}), F32(w, {n, k}), F32(bias, {n}), Activation::kNone,
+                             F32(ref, {m, n})).ok());
+  absl::StatusOr<OwnedTensor> plain = backend.ImportLinearWeight(F32(w, {n, k}), WeightQuant::kNone);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->tensor.data, w.data());
+  double ref_rms = 0;
+  for (float v : ref) ref_rms += double(v) * v;
+  ref_rms = std::sqrt(ref_rms / ref.size());
+  for (auto [quant, tolerance] : {std::pair{WeightQuant::kInt8, 0.02}, std::pair{WeightQuant::kInt4, 0.2}}) {
+    absl::StatusOr<OwnedTensor> packed = backend.ImportLinearWeight(F32(w, {n, k}), quant);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    EXPECT_EQ(packed->tensor.dtype, QuantizedDType(quant));
+    ASSERT_TRUE(backend.Linear(F32(x, {m, k}), packed->tensor, F32(bias, {n}), Activation::kNone,
+                               F32(out, {m, n})).ok());
+    double max_error = 0;
+    for (size_t i = 0; i < out.size(); ++i) max_error = std::max(max_error, double(std::fabs(out[i] - ref[i])));
+    EXPECT_LT(max_error, tolerance * ref_rms) << WeightQuantName(quant);
+    EXPECT_GT(max_error, 0.0) << WeightQuantName(quant) << ": quantization must change something";
+  }
+}
+
+TEST(CpuBackendTest, QuantizeRefusesRowsThatAreNotWholeBlocks) {
+  CpuBackend backend(1);
+  std::vector<float> w(4 * 40);
+  absl::StatusOr<OwnedTensor> packed = backend.ImportLinearWeight(F32(w, {4, 40}), WeightQuant::kInt8);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_EQ(packed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(packed.status().message().find("int8"), std::string::npos) << packed.status();
+  EXPECT_NE(packed.status().message().find("[4, 40]"), std::string::npos) << packed.status();
+}
+
 TEST(CpuBackendTest, AddBiasResidualOrder) {
   CpuBackend backend(1);
   std::vector<float> x = {1, 2, 3, 4}, bias = {10, 20}, residual = {100, 200, 300, 400};

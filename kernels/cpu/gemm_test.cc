@@ -1,21 +1,14 @@
 #include "kernels/cpu/gemm.h"
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm_test_util.h"
 
 namespace blossom {
 namespace {
-
-std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Naive reference in double.
 std::vector<float> Reference(const std::vector<float>& x, const std::vector<float>& w,
@@ -32,18 +25,14 @@ std::vector<float> Reference(const std::vector<float>& x, const std::vector<floa
   return out;
 }
 
-struct Shape {
-  int64_t m, n, k;
-};
-
-class GemmShapes : public ::testing::TestWithParam<Shape> {};
+class GemmShapes : public ::testing::TestWithParam<GemmShape> {};
 
 // Tolerance: fp32 accumulation over K terms of unit-variance products: ~1e-6 * sqrt(K) relative.
 TEST_P(GemmShapes, MatchesReferenceForEveryWeightDtype) {
-  const Shape s = GetParam();
+  const GemmShape s = GetParam();
   std::mt19937 rng(s.m * 1000 + s.n * 10 + s.k);
-  std::vector<float> x = Random(s.m * s.k, rng), w = Random(s.n * s.k, rng),
-                     bias = Random(s.n, rng);
+  std::vector<float> x = RandomNormal(s.m * s.k, rng), w = RandomNormal(s.n * s.k, rng),
+                     bias = RandomNormal(s.n, rng);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     // Round weights to the dtype first so the reference sees the same values.
     std::vector<uint16_t> half(w.size());
@@ -81,10 +70,11 @@ TEST_P(GemmShapes, MatchesReferenceForEveryWeightDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
-                         ::testing::Values(Shape{1, 1, 1}, Shape{1, 4, 8}, Shape{3, 5, 7},
-                                           Shape{4, 4, 16}, Shape{5, 9, 33}, Shape{17, 31, 64},
-                                           Shape{2, 250, 96}, Shape{33, 65, 257},
-                                           Shape{6, 19, 1000}));
+                         ::testing::Values(GemmShape{1, 1, 1}, GemmShape{1, 4, 8},
+                                           GemmShape{3, 5, 7}, GemmShape{4, 4, 16},
+                                           GemmShape{5, 9, 33}, GemmShape{17, 31, 64},
+                                           GemmShape{2, 250, 96}, GemmShape{33, 65, 257},
+                                           GemmShape{6, 19, 1000}));
 
 // Batch invariance: a row's result is bit-identical whatever the other rows (M picks the tile
 // shapes: 1x8 below 4 rows, 4x3 from 4), the thread count and the instruction-set path. The
@@ -92,10 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
 TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 203, max_m = 13;
-  std::vector<float> w = Random(n * k, rng), big_x = Random(max_m * k, rng), bias = Random(n, rng);
-  std::vector<GemmIsa> isas = {GemmIsa::kPortable};
-  if (GemmIsaSupported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
-  ThreadPool pool4(4), pool1(1);
+  std::vector<float> w = RandomNormal(n * k, rng), big_x = RandomNormal(max_m * k, rng), bias = RandomNormal(n, rng);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     std::vector<uint16_t> half(w.size());
     ConvertFromF32(w.data(), half.data(), dtype == DType::kF32 ? DType::kBF16 : dtype, w.size());
@@ -106,25 +93,7 @@ TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
     args.n = n;
     args.k = k;
     args.activation = Activation::kBloomGelu;
-    std::vector<float> solo(max_m * n);
-    for (int64_t row = 0; row < max_m; ++row) {
-      args.x = big_x.data() + row * k;
-      args.out = solo.data() + row * n;
-      args.m = 1;
-      GemmNT(args, &pool1, GemmIsa::kPortable);
-    }
-    for (GemmIsa isa : isas)
-      for (ThreadPool* pool : {&pool1, &pool4})
-        for (int64_t m = 1; m <= max_m; ++m) {
-          std::vector<float> batched(m * n);
-          args.x = big_x.data();
-          args.out = batched.data();
-          args.m = m;
-          GemmNT(args, pool, isa);
-          ASSERT_EQ(0, std::memcmp(solo.data(), batched.data(), m * n * sizeof(float)))
-              << DTypeName(dtype) << " isa " << GemmIsaName(isa) << " threads "
-              << pool->num_threads() << " m " << m;
-        }
+    ExpectBatchInvariant(&GemmNT, args, big_x, max_m, DTypeName(dtype));
   }
 }
 

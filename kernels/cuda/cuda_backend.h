@@ -70,6 +70,8 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
+  // ImportLinearWeight is Backend's: --quantize int8/int4 is Unimplemented here (no quantized
+  // kernels yet; the weights are never dequantized behind the user's back).
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override;

@@ -296,6 +296,22 @@ TEST_F(CudaBackendTest, UpcastOptionImportsHalfWeightsAsF32) {
   EXPECT_EQ(back, v);
 }
 
+// The contract for --quantize until CUDA kernels exist: a clear Unimplemented naming the mode and
+// the backend (the server then refuses to start), never a silent dequantization.
+TEST_F(CudaBackendTest, QuantizedImportIsUnimplementedAndNamesTheMode) {
+  std::vector<char> raw = Encode(Random(64 * 32, 4), DType::kF32);
+  const Tensor host(raw.data(), DType::kF32, {32, 64});
+  for (WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kInt4}) {
+    auto w = gpu_->ImportLinearWeight(host, quant);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(w.status().message().find(WeightQuantName(quant)), std::string::npos) << w.status();
+    EXPECT_NE(w.status().message().find("cuda"), std::string::npos) << w.status();
+  }
+  auto plain = gpu_->ImportLinearWeight(host, WeightQuant::kNone);
+  EXPECT_TRUE(plain.ok()) << plain.status();
+}
+
 // ---- Embedding ----
 
 TEST_F(CudaBackendTest, EmbeddingMatchesCpuWithVocabSlice) {

@@ -1,0 +1,61 @@
+// Block quantization for the CPU backend's quantized Linear: the packed layouts of DType::kQ8G32
+// and kQ4G32, packing a float weight at load time, and quantizing activation rows per call.
+//
+// Layout: a row of K elements (K a multiple of 32) is K / 32 consecutive blocks; a block is an
+// fp32 scale followed by 32 codes, value[i] = scale * code[i].
+// - Q8: 32 int8 codes, symmetric, scale = max|w| / 127, codes in [-127, 127]. -128 is never used,
+//   so |code| fits the unsigned operand of vpmaddubsw and no product pair overflows int16.
+// - Q4: 16 bytes; byte j holds code j in its low nibble and code j + 16 in its high one, each
+//   stored as code + 8. Symmetric with no zero point: the scale maps the block's value of largest
+//   magnitude to -8 (scale = that value / -8), so all 16 levels are used, and the dot product stays
+//   a pure integer dot (a zero point would add a per-block x-sum term to every dot). Transformer
+//   weight blocks are close to zero-mean, which is where a zero point buys little.
+// Why groups of 32 (not per-channel): one outlier weight only coarsens its own 32 neighbours, and
+// the scales cost 4 bytes per 32 weights (12.5% of int8, 25% of int4).
+//
+// Activations are quantized per call to Q8 blocks of the same shape (symmetric, per 32 elements
+// of a row), so a dot product is an exact int32 dot per block times the two scales. Quantizing an
+// x row depends only on that row: batch invariance holds.
+//
+// Thread-safe: pure functions.
+#ifndef BLOSSOM_KERNELS_CPU_QUANT_H_
+#define BLOSSOM_KERNELS_CPU_QUANT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/dtype.h"
+
+namespace blossom {
+
+constexpr int kQuantBlock = 32;
+
+struct Q8Block {
+  float scale;
+  int8_t codes[kQuantBlock];
+};
+static_assert(sizeof(Q8Block) == 36, "Q8Block must be packed as DTypeBytes(kQ8G32) says");
+
+struct Q4Block {
+  float scale;
+  uint8_t nibbles[kQuantBlock / 2];  // low: code j + 8, high: code j + 16 + 8
+};
+static_assert(sizeof(Q4Block) == 20, "Q4Block must be packed as DTypeBytes(kQ4G32) says");
+
+// Quantizes `rows` rows of k elements of a float dtype (F32, F16, BF16) into `out_dtype`
+// (kQ8G32 or kQ4G32), DTypeBytes(out_dtype, k) bytes per row. InvalidArgument if k is not a
+// multiple of 32 or the dtypes are wrong.
+absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int64_t k,
+                                DType out_dtype, void* out);
+
+// Quantizes one fp32 row of k elements (k a multiple of 32) into k / 32 Q8 blocks; each block's
+// scale is max|x| / 127, codes round to nearest even. Same function on every path.
+void QuantizeActivationRow(const float* x, int64_t k, Q8Block* out);
+
+// Element i of a quantized row, as fp32 (tests and reference computations).
+float DequantizeAt(const void* row, DType dtype, int64_t i);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_QUANT_H_

@@ -1,0 +1,56 @@
+// Micro-kernels of the quantized GEMM: a small tile of dot products between Q8 activation rows
+// and Q8 or Q4 weight rows (layouts in quant.h), in one fixed operation order on every path.
+//
+// The contract (batch invariance and bit-identical paths): for a row pair with k / 32 blocks,
+//   for each block b, in order:
+//     isum[l] = sum over j < 4 of xcode[32b + 4l + j] * wcode[32b + 4l + j]   l = 0..7 (exact int32)
+//     d = x.scale[b] * w.scale[b]                                             (fp32, rounded)
+//     acc[l] = acc[l] + float(isum[l]) * d      (fp32 multiply, then fp32 add: two roundings)
+//   result = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+// The integer part is exact, so only the fp32 steps need a fixed order; they are a multiply and
+// an add (not an FMA) so the portable path needs no fma and matches the AVX2 one bit for bit.
+// The 8 lanes are what vpmaddubsw + vpmaddwd leave in a 256-bit register (int32 lane l holds
+// bytes 4l..4l+3). Every tile shape computes every element exactly so: a row's result never
+// depends on the tile, the batch size or the thread count.
+//
+// fp32 accumulation is enough here: the quantization error (~1e-2 relative for int8 codes) is
+// orders of magnitude above the fp32 rounding of k / 32 additions.
+#ifndef BLOSSOM_KERNELS_CPU_QUANT_DOT_TILE_H_
+#define BLOSSOM_KERNELS_CPU_QUANT_DOT_TILE_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/dtype.h"
+
+namespace blossom {
+
+// Tile shapes (rows of x, rows of w) every path implements.
+struct QuantTileShape {
+  int rows, cols;
+};
+constexpr QuantTileShape kQuantTileShapes[] = {{4, 2}, {4, 1}, {1, 4}, {1, 1}};
+constexpr int kQuantMaxTileRows = 4;
+constexpr int kQuantMaxTileCols = 4;
+
+// dots[r * ldd + c] = Dot(x row r, w row c) for r < rows, c < cols ((rows, cols) one of
+// kQuantTileShapes). x holds `rows` rows of k / 32 Q8 blocks, ldx blocks apart; w holds `cols`
+// consecutive rows of k elements of w_dtype (kQ8G32 or kQ4G32).
+using QuantDotTileFn = void (*)(const Q8Block* x, int64_t ldx, int rows, const void* w,
+                                DType w_dtype, int cols, int64_t k, float* dots, int64_t ldd);
+
+// Plain C++: runs on any CPU; the reference the vector path must match bit for bit.
+void QuantDotTilePortable(const Q8Block* x, int64_t ldx, int rows, const void* w, DType w_dtype,
+                          int cols, int64_t k, float* dots, int64_t ldd);
+// AVX2 (vpmaddubsw / vpmaddwd; x86-64 only; callers check CpuHasAvx2Fma() first).
+void QuantDotTileAvx2(const Q8Block* x, int64_t ldx, int rows, const void* w, DType w_dtype,
+                      int cols, int64_t k, float* dots, int64_t ldd);
+
+// The contract's final lane reduction, shared by every path.
+inline float FinishQuantDot(const float acc[8]) {
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_QUANT_DOT_TILE_H_

@@ -1,0 +1,32 @@
+// The quantized GEMM of the CPU backend: out[M, N] = x[M, K] * w[N, K]^T (+ bias, + bloom_gelu)
+// for weights of a block-quantized dtype (kQ8G32, kQ4G32; quant.h).
+//
+// Each call quantizes the x rows to Q8 blocks (per 32 elements of a row, so a row's codes depend
+// on that row only), then every output element is one integer block dot product in the fixed
+// order of quant_dot_tile.h, whatever M, the tile, the thread count or the instruction set: a
+// row's result is bit-identical alone or in any batch, like GemmNT's. Tiles: 1 x-row by 4 weight
+// rows below 4 rows (decode), 4 by 2 otherwise; columns in blocks that stay in L2; threads over
+// output columns only.
+//
+// Why integer dots with quantized activations rather than widening the weights to fp32: AVX2 has
+// no int8 x fp32 multiply, so widening costs two conversions per 8 weights before each FMA, while
+// vpmaddubsw + vpmaddwd do 32 multiply-adds in two instructions; decode is memory-bound either way
+// (int8 reads 1.125 bytes per weight, int4 0.625), prefill is compute-bound and gains from it.
+//
+// Thread-safe as GemmNT: no shared mutable state. The x codes live in a per-calling-thread buffer
+// that keeps its capacity, so a steady-state step does not allocate.
+#ifndef BLOSSOM_KERNELS_CPU_QUANT_GEMM_H_
+#define BLOSSOM_KERNELS_CPU_QUANT_GEMM_H_
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace blossom {
+
+// args.w_dtype must be kQ8G32 or kQ4G32 and args.k a multiple of 32 (checked by the caller);
+// isa as for GemmNT (kAvx2 uses the AVX2 integer tiles).
+void QuantGemmNT(const GemmArgs& args, ThreadPool* pool, GemmIsa isa = GemmIsa::kAuto);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_QUANT_GEMM_H_

@@ -1,0 +1,92 @@
+#include "kernels/cpu/quant_gemm.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/gemm_test_util.h"
+#include "kernels/cpu/quant.h"
+
+namespace blossom {
+namespace {
+
+class QuantGemmShapes : public ::testing::TestWithParam<GemmShape> {};
+
+// Against a double-precision reference over the dequantized weights and the unquantized x: the
+// gap is the activation quantization, each x within half a step (max|x| / 254 of its block), so
+// |error| <= sum |w| * step / 2, which for unit normals is a few 1e-3 * sqrt(k) at most.
+TEST_P(QuantGemmShapes, MatchesDequantizedReference) {
+  const GemmShape s = GetParam();
+  std::mt19937 rng(s.m * 1000 + s.n * 10 + s.k);
+  std::vector<float> x = RandomNormal(s.m * s.k, rng), w = RandomNormal(s.n * s.k, rng),
+                     bias = RandomNormal(s.n, rng);
+  ThreadPool pool(3);
+  for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
+    const size_t row_bytes = DTypeBytes(dtype, s.k);
+    std::vector<char> packed(row_bytes * s.n);
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, s.n, s.k, dtype, packed.data()).ok());
+    for (bool gelu : {false, true}) {
+      std::vector<float> out(s.m * s.n, -7.0f);
+      GemmArgs args;
+      args.x = x.data();
+      args.w = packed.data();
+      args.w_dtype = dtype;
+      args.bias = bias.data();
+      args.out = out.data();
+      args.m = s.m;
+      args.n = s.n;
+      args.k = s.k;
+      args.activation = gelu ? Activation::kBloomGelu : Activation::kNone;
+      QuantGemmNT(args, &pool);
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          double acc = 0, bound = 0;
+          for (int64_t p = 0; p < s.k; ++p) {
+            const double wq = DequantizeAt(packed.data() + j * row_bytes, dtype, p);
+            acc += double(x[i * s.k + p]) * wq;
+            float amax = 0;
+            const int64_t b0 = p / kQuantBlock * kQuantBlock;
+            for (int q = 0; q < kQuantBlock; ++q) amax = std::max(amax, std::fabs(x[i * s.k + b0 + q]));
+            bound += std::fabs(wq) * amax / 254.0;
+          }
+          float ref = static_cast<float>(acc) + bias[j];
+          if (gelu) ref = BloomGelu(ref);
+          // GELU's slope is at most ~1.13, so the same bound (plus fp32 rounding) holds after it.
+          ASSERT_NEAR(out[i * s.n + j], ref, 1.2 * bound + 1e-4 * (1 + std::fabs(ref)))
+              << DTypeName(dtype) << " gelu " << gelu << " row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmShapes,
+                         ::testing::Values(GemmShape{1, 1, 32}, GemmShape{1, 9, 64},
+                                           GemmShape{3, 5, 96}, GemmShape{4, 4, 32},
+                                           GemmShape{5, 11, 128}, GemmShape{17, 31, 256},
+                                           GemmShape{2, 250, 64}));
+
+// Batch invariance as in gemm_test: a row's result is bit-identical whatever the batch (M picks
+// the tiles: 1x4 below 4 rows, 4x2 from 4), the thread count and the instruction-set path. The
+// reference is each row alone, single-threaded, on the portable path.
+TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
+  std::mt19937 rng(42);
+  const int64_t n = 37, k = 224, max_m = 13;
+  std::vector<float> w = RandomNormal(n * k, rng), big_x = RandomNormal(max_m * k, rng), bias = RandomNormal(n, rng);
+  for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
+    std::vector<char> packed(DTypeBytes(dtype, k) * n);
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, dtype, packed.data()).ok());
+    GemmArgs args;
+    args.w = packed.data();
+    args.w_dtype = dtype;
+    args.bias = bias.data();
+    args.n = n;
+    args.k = k;
+    args.activation = Activation::kBloomGelu;
+    ExpectBatchInvariant(&QuantGemmNT, args, big_x, max_m, DTypeName(dtype));
+  }
+}
+
+}  // namespace
+}  // namespace blossom

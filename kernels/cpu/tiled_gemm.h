@@ -1,0 +1,106 @@
+// The tiling, cache blocking, threading and epilogue shared by GemmNT (gemm.h) and QuantGemmNT
+// (quant_gemm.h); each supplies its micro-kernel call and tile widths.
+//
+// Below `prefill_rows` rows (decode) each x row runs against `decode_cols` weight rows at a time,
+// then `decode_mid_cols` (if non-zero), then 1; otherwise tiles of prefill_rows x prefill_cols,
+// then prefill_rows x 1, and the leftover rows one at a time. Columns are processed in blocks of
+// ~192 KiB of weights (kept in L2 while every x row passes over them) and split over threads by
+// output columns only. None of this changes a result: every micro-kernel computes each element
+// in one fixed order whatever its tile (dot_tile.h, quant_dot_tile.h).
+//
+// Thread-safe as its callers: no shared mutable state; `tile` is called concurrently from the
+// pool's threads on disjoint columns and must write only its `dots`.
+#ifndef BLOSSOM_KERNELS_CPU_TILED_GEMM_H_
+#define BLOSSOM_KERNELS_CPU_TILED_GEMM_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace blossom {
+
+struct GemmTiling {
+  int decode_cols = 1, decode_mid_cols = 0;
+  int prefill_rows = 1, prefill_cols = 1;
+  int max_cols = 1;         // row stride of the dots scratch (>= every tile's cols)
+  size_t w_row_bytes = 0;   // bytes of one weight row
+};
+
+// tile(m0, rows, n0, cols, dots) writes dots[r * tiling.max_cols + c] = x row m0 + r . w row n0 + c.
+template <typename Tile>
+void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, const GemmTiling& t,
+                  const Tile& tile) {
+  // Weight bytes of one column block (Zen 3 has 512 KiB of L2 per core; room is left for the x
+  // rows and the output), and the work below which a chunk is not worth another thread.
+  constexpr int64_t kColumnBlockBytes = 192 * 1024;
+  constexpr int64_t kMinChunkMacs = 64 * 1024;
+  constexpr int kMaxDots = 64;
+  const bool row_at_a_time = a.m < t.prefill_rows;
+  const int64_t width = row_at_a_time ? t.decode_cols : t.prefill_cols;
+  const int64_t groups = (a.n + width - 1) / width;
+  const int64_t block_cols = std::max<int64_t>(
+      width, kColumnBlockBytes / static_cast<int64_t>(std::max<size_t>(1, t.w_row_bytes)) / width * width);
+
+  auto store = [&](int64_t m0, int rows, int64_t n0, int cols, const float* dots) {
+    for (int r = 0; r < rows; ++r) {
+      float* out_row = a.out + (m0 + r) * a.n + n0;
+      for (int c = 0; c < cols; ++c) {
+        float v = dots[r * t.max_cols + c];
+        if (a.bias != nullptr) v += LoadAsFloat(a.bias, a.bias_dtype, n0 + c);
+        out_row[c] = v;
+      }
+    }
+  };
+  // The activation runs over each finished row segment (vectorised, still cache-hot).
+  auto activate = [&](int64_t m0, int rows, int64_t n_begin, int64_t n_end) {
+    if (a.activation != Activation::kBloomGelu) return;
+    for (int r = 0; r < rows; ++r)
+      BloomGeluInPlace(a.out + (m0 + r) * a.n + n_begin, n_end - n_begin, vector_epilogue);
+  };
+  auto run_groups = [&](int64_t g_begin, int64_t g_end) {
+    float dots[kMaxDots];
+    const int64_t n_begin = g_begin * width, n_end = std::min(a.n, g_end * width);
+    for (int64_t nb = n_begin; nb < n_end; nb += block_cols) {
+      const int64_t ne = std::min(n_end, nb + block_cols);
+      int64_t m0 = 0;
+      if (!row_at_a_time) {
+        for (; m0 + t.prefill_rows <= a.m; m0 += t.prefill_rows) {
+          for (int64_t n0 = nb; n0 < ne;) {
+            const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols : 1;
+            tile(m0, t.prefill_rows, n0, cols, dots);
+            store(m0, t.prefill_rows, n0, cols, dots);
+            n0 += cols;
+          }
+          activate(m0, t.prefill_rows, nb, ne);
+        }
+      }
+      for (; m0 < a.m; ++m0) {
+        for (int64_t n0 = nb; n0 < ne;) {
+          const int64_t left = ne - n0;
+          const int cols = left >= t.decode_cols                             ? t.decode_cols
+                           : (t.decode_mid_cols > 0 && left >= t.decode_mid_cols) ? t.decode_mid_cols
+                                                                                  : 1;
+          tile(m0, 1, n0, cols, dots);
+          store(m0, 1, n0, cols, dots);
+          n0 += cols;
+        }
+        activate(m0, 1, nb, ne);
+      }
+    }
+  };
+  // Split over output columns only: the split never touches an element's accumulation order.
+  const int64_t macs_per_group = std::max<int64_t>(1, a.k * a.m * width);
+  const int64_t min_groups = std::max<int64_t>(1, kMinChunkMacs / macs_per_group);
+  if (pool != nullptr) {
+    pool->ParallelFor(groups, min_groups, run_groups);
+  } else {
+    run_groups(0, groups);
+  }
+}
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CPU_TILED_GEMM_H_
