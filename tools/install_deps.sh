@@ -13,6 +13,8 @@ PACKAGES=(
   clang-14 libfuzzer-14-dev
   # End-to-end tests: a venv for the Python clients, curl, and a real Prometheus server.
   python3-venv curl prometheus
+  # The lm_eval end-to-end test's venv builds on Debian's torch (tests/e2e/setup_lm_eval_venv.sh).
+  python3-torch
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

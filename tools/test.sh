@@ -25,6 +25,15 @@ else
   echo "warning: deploy/setup_venv.sh failed (see /tmp/blossom-setup-deploy-venv.log);" \
        "//deploy:k8s_manifests_test will report SKIPPED" >&2
 fi
+# lm-evaluation-harness scores a task through the gateway (//tests/e2e:lm_eval_test) from its own
+# venv over Debian's python3-torch; it reports SKIPPED with the reason if PyPI cannot be reached.
+LM_EVAL_VENV="$PWD/.venv-lm-eval"
+if tests/e2e/setup_lm_eval_venv.sh "$LM_EVAL_VENV" >/tmp/blossom-setup-lm-eval-venv.log 2>&1; then
+  export BLOSSOM_LM_EVAL_PYTHON="$LM_EVAL_VENV/bin/python"
+else
+  echo "warning: tests/e2e/setup_lm_eval_venv.sh failed (see /tmp/blossom-setup-lm-eval-venv.log);" \
+       "//tests/e2e:lm_eval_test will report SKIPPED" >&2
+fi
 rm -rf bazel-testlogs/ .fuzz-results/ 2>/dev/null || true
 bazel test "${CONFIG[@]}" //...; rc=$?
 # A build without CUDA must work too (the CPU-only server).

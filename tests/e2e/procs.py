@@ -100,11 +100,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(name, *extra, credentials=None, host="127.0.0.1"):
-    """blossom-server on the fixture model with ephemeral ports, once its health is SERVING."""
+def start_server(name, *extra, credentials=None, host="127.0.0.1", model_dir=MODEL_DIR):
+    """blossom-server on `model_dir` (default: the tiny fixture model) with ephemeral ports, once
+    its health is SERVING."""
     import blossom_client  # from the e2e venv; imported here so procs.py loads without it
 
-    proc = Process(name, [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
+    proc = Process(name, [SERVER, "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
                           "--metrics_port", "0", "--threads", "1", "--max_input_tokens", "256",
                           "--max_total_tokens", "1024", *extra],
                    r"grpc_port=(\d+) metrics_port=(-?\d+)")
