@@ -15,8 +15,8 @@
 #include "clients/gateway/json_fields.h"
 #include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
+#include "clients/gateway/stream_call.h"
 #include "clients/gateway/tgi_api.h"
-#include "proto/blossom/v1/stream_request.h"
 #include "server/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -77,71 +77,6 @@ class MeteredWriter : public ResponseWriter {
   const std::shared_ptr<ResponseWriter> inner_;
   const std::string route_;
   GatewayMetrics* const metrics_;
-};
-
-// A server-streaming GenerateStream call. Owns itself from Start() until OnDone (gRPC's
-// callback-reactor contract); Cancel() is safe from any thread while a reference is held.
-// on_message returning false cancels the call (the HTTP peer is gone).
-//
-// Flow control: after each message the next read starts only when `when_writable` runs its
-// argument (ResponseWriter::OnWritable: at once, or later on the HTTP I/O thread). So a client
-// that does not read leaves the call waiting with no read in flight: gRPC's HTTP/2 window fills
-// and the server's stream waits, and no gRPC callback thread is ever blocked on the client.
-// Reads may thus start outside a reaction, which takes a hold (added before StartCall, removed
-// when a read fails, gRPC's rule for holds); OnDone cannot run while a read is pending.
-class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamResponse>,
-                   public std::enable_shared_from_this<StreamCall> {
- public:
-  using MessageFn = std::function<bool(const blossom::v1::GenerateStreamResponse&)>;
-  using WhenWritableFn = std::function<void(std::function<void()> resume)>;
-  using DoneFn = std::function<void(const grpc::Status&)>;
-
-  StreamCall(MessageFn on_message, WhenWritableFn when_writable, DoneFn on_done)
-      : on_message_(std::move(on_message)),
-        when_writable_(std::move(when_writable)),
-        on_done_(std::move(on_done)) {}
-
-  grpc::ClientContext* context() { return &context_; }
-
-  void Start(blossom::v1::Blossom::Stub* stub, const blossom::v1::GenerateRequest& request) {
-    request_ = blossom::v1::ToStreamRequest(request);
-    self_ = shared_from_this();
-    stub->async()->GenerateStream(&context_, &request_, this);
-    AddHold();
-    StartRead(&message_);
-    StartCall();
-  }
-
-  void Cancel() { context_.TryCancel(); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      RemoveHold();  // the stream ended: no more reads; OnDone follows
-      return;
-    }
-    if (!on_message_(message_)) {
-      context_.TryCancel();
-      StartRead(&message_);  // fails at once, which ends the call
-      return;
-    }
-    when_writable_([this] { StartRead(&message_); });
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    std::shared_ptr<StreamCall> keep = std::move(self_);  // freed when this returns
-    DoneFn done = std::move(on_done_);
-    on_message_ = nullptr;
-    done(status);
-  }
-
- private:
-  grpc::ClientContext context_;
-  blossom::v1::GenerateStreamRequest request_;
-  blossom::v1::GenerateStreamResponse message_;
-  MessageFn on_message_;
-  const WhenWritableFn when_writable_;
-  DoneFn on_done_;
-  std::shared_ptr<StreamCall> self_;
 };
 
 }  // namespace
