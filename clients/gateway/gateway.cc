@@ -15,8 +15,8 @@
 #include "clients/gateway/json_fields.h"
 #include "clients/gateway/openapi.h"
 #include "clients/gateway/openai_api.h"
+#include "clients/gateway/stream_call.h"
 #include "clients/gateway/tgi_api.h"
-#include "proto/blossom/v1/stream_request.h"
 #include "server/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -37,6 +37,8 @@ const std::vector<std::pair<std::string, std::string>>& SseHeaders() {
 Response JsonResponse(int status, const Json& body) {
   return Response{status, {{"Content-Type", "application/json"}}, Dump(body)};
 }
+
+constexpr char kLoadingOrDraining[] = "backend not ready: it is loading or draining";
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
@@ -63,6 +65,10 @@ class MeteredWriter : public ResponseWriter {
     return inner_->StartStream(status, std::move(headers));
   }
   bool WriteChunk(std::string data) override { return inner_->WriteChunk(std::move(data)); }
+  bool QueueChunk(std::string data) override { return inner_->QueueChunk(std::move(data)); }
+  void OnWritable(std::function<void()> callback) override {
+    inner_->OnWritable(std::move(callback));
+  }
   bool EndStream() override { return inner_->EndStream(); }
   void OnClose(std::function<void()> callback) override { inner_->OnClose(std::move(callback)); }
   bool closed() const override { return inner_->closed(); }
@@ -71,52 +77,6 @@ class MeteredWriter : public ResponseWriter {
   const std::shared_ptr<ResponseWriter> inner_;
   const std::string route_;
   GatewayMetrics* const metrics_;
-};
-
-// A server-streaming GenerateStream call. Owns itself from Start() until OnDone (gRPC's
-// callback-reactor contract); Cancel() is safe from any thread while a reference is held.
-// on_message returning false cancels the call (the HTTP peer is gone).
-class StreamCall : public grpc::ClientReadReactor<blossom::v1::GenerateStreamResponse>,
-                   public std::enable_shared_from_this<StreamCall> {
- public:
-  using MessageFn = std::function<bool(const blossom::v1::GenerateStreamResponse&)>;
-  using DoneFn = std::function<void(const grpc::Status&)>;
-
-  StreamCall(MessageFn on_message, DoneFn on_done)
-      : on_message_(std::move(on_message)), on_done_(std::move(on_done)) {}
-
-  grpc::ClientContext* context() { return &context_; }
-
-  void Start(blossom::v1::Blossom::Stub* stub, const blossom::v1::GenerateRequest& request) {
-    request_ = blossom::v1::ToStreamRequest(request);
-    self_ = shared_from_this();
-    stub->async()->GenerateStream(&context_, &request_, this);
-    StartRead(&message_);
-    StartCall();
-  }
-
-  void Cancel() { context_.TryCancel(); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream ended; OnDone follows
-    if (!on_message_(message_)) context_.TryCancel();
-    StartRead(&message_);
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    std::shared_ptr<StreamCall> keep = std::move(self_);  // freed when this returns
-    DoneFn done = std::move(on_done_);
-    on_message_ = nullptr;
-    done(status);
-  }
-
- private:
-  grpc::ClientContext context_;
-  blossom::v1::GenerateStreamRequest request_;
-  blossom::v1::GenerateStreamResponse message_;
-  MessageFn on_message_;
-  DoneFn on_done_;
-  std::shared_ptr<StreamCall> self_;
 };
 
 }  // namespace
@@ -162,7 +122,11 @@ Gateway::Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions
     : options_(std::move(options)),
       channel_(channel),
       stub_(blossom::v1::Blossom::NewStub(channel)),
-      health_stub_(grpc::health::v1::Health::NewStub(channel)) {}
+      health_stub_(grpc::health::v1::Health::NewStub(channel)),
+      health_watch_(channel, {blossom::v1::Blossom::service_full_name(),
+                              options_.backend_api_key.empty()
+                                  ? std::string()
+                                  : absl::StrCat("Bearer ", options_.backend_api_key)}) {}
 
 Gateway::~Gateway() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -357,6 +321,17 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
   // A probe must not report a recovered backend as down because the channel is waiting out a
   // reconnect backoff; and it waits (briefly) for the connection instead of failing fast.
   ReconnectNowIfFailing(channel_.get());
+  switch (health_watch_.status()) {
+    case HealthWatch::Status::kServing:
+      writer->Send(Response{200, {}, ""});
+      return;
+    case HealthWatch::Status::kNotServing:
+      writer->Send(ErrorResponse(ApiFlavor::kTgi, 503, kLoadingOrDraining));
+      return;
+    case HealthWatch::Status::kUnknown:
+    case HealthWatch::Status::kUnimplemented:
+      break;  // no watch established: ask once, as below
+  }
   auto call = std::make_shared<
       UnaryCall<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse>>();
   call->request.set_service(blossom::v1::Blossom::service_full_name());
@@ -368,8 +343,7 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
       [this, call, writer, request](grpc::Status status) {
         using Serving = grpc::health::v1::HealthCheckResponse;
         if (status.ok() && call->response.status() != Serving::SERVING) {
-          writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
-                                     "backend not ready: it is loading or draining"));
+          writer->Send(ErrorResponse(ApiFlavor::kTgi, 503, kLoadingOrDraining));
         } else if (!status.ok() && status.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
                    status.error_code() != grpc::StatusCode::NOT_FOUND) {
           writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
@@ -534,20 +508,24 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
     *started = true;
     if (!writer->StartStream(200, SseHeaders())) return false;
     const std::string preamble = shared_encoder->preamble();
-    return preamble.empty() || writer->WriteChunk(preamble);
+    return preamble.empty() || writer->QueueChunk(preamble);
   };
+  // Every write here queues without waiting (these run on gRPC's callback threads and on the
+  // HTTP I/O thread); the output stays bounded because the next message is read only once
+  // the connection is writable again (StreamCall's flow control).
   auto call = std::make_shared<StreamCall>(
       [writer, start_stream, shared_encoder](const blossom::v1::GenerateStreamResponse& message) {
-        return start_stream() && writer->WriteChunk(shared_encoder->encode(message)) &&
+        return start_stream() && writer->QueueChunk(shared_encoder->encode(message)) &&
                (!message.has_final() || writer->EndStream());
       },
+      [writer](std::function<void()> resume) { writer->OnWritable(std::move(resume)); },
       [this, flavor, started, writer, start_stream, shared_encoder](const grpc::Status& status) {
         if (!status.ok()) {
           absl::Status s = FromGrpcStatus(status);
           if (!*started) {
             writer->Send(ErrorResponse(flavor, s));
           } else {
-            writer->WriteChunk(shared_encoder->encode_error(HttpStatusFor(s, flavor), s.message()));
+            writer->QueueChunk(shared_encoder->encode_error(HttpStatusFor(s, flavor), s.message()));
             writer->EndStream();
           }
         } else {

@@ -19,6 +19,7 @@
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "clients/gateway/chat_template.h"
+#include "clients/gateway/health_watch.h"
 #include "server/auth/api_keys.h"
 #include "server/http/http_server.h"
 
@@ -46,8 +47,12 @@ struct GatewayOptions {
 // Routes:
 //   GET  /live                    liveness, never authenticated
 //   GET  /health                  readiness: 200 if the backend's grpc.health.v1 status for
-//                                 blossom.v1.Blossom is SERVING (so it is 503 while the server
-//                                 loads or drains) and GetModelInfo answers, else 503
+//                                 blossom.v1.Blossom is SERVING, else 503 (so it is 503 while
+//                                 the server loads or drains). The status comes from one Watch
+//                                 stream the gateway keeps open (HealthWatch), so it follows the
+//                                 server as soon as it changes; while that stream is not
+//                                 established (backend down or restarting) a probe asks Check
+//                                 once (backend without the health service: GetModelInfo)
 //   GET  /metrics                 the gateway's Prometheus metrics
 //   GET  /openapi.json            the OpenAPI 3.0 description of these routes (openapi.cc)
 //   GET  /v1/models               POST /v1/completions   POST /v1/chat/completions
@@ -117,7 +122,7 @@ class Gateway {
   // GET routes answered from GetModelInfo: /health, /v1/models, /info.
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                        const std::string& route);
-  // /health: the backend's health status first, then HandleModelInfo.
+  // /health: the watched health status; else one Check, then HandleModelInfo.
   void HandleHealth(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
   // The authorization metadata for the backend: "Bearer <backend_api_key>", else the client's
@@ -138,6 +143,7 @@ class Gateway {
   const std::unique_ptr<blossom::v1::Blossom::Stub> stub_;
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
   GatewayMetrics metrics_;
+  HealthWatch health_watch_;
 
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

@@ -159,17 +159,29 @@ class Writer : public ResponseWriter {
       conn_->drained.wait(lock, [this] {
         return conn_->closed || conn_->UnsentLocked() <= kHighWater;
       });
-      if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
-      if (data.empty()) return true;  // an empty chunk would end the stream
-      if (ex_->head) return true;
-      if (ex_->http10) {
-        conn_->out += data;
-      } else {
-        absl::StrAppend(&conn_->out, absl::Hex(data.size()), "\r\n", data, "\r\n");
-      }
+      if (!AppendChunkLocked(data)) return false;
     }
     loop_->Wake(conn_);
     return true;
+  }
+
+  bool QueueChunk(std::string data) override {
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      if (!AppendChunkLocked(data)) return false;
+    }
+    loop_->Wake(conn_);
+    return true;
+  }
+
+  void OnWritable(std::function<void()> callback) override {
+    std::vector<std::function<void()>> due;
+    {
+      std::lock_guard<std::mutex> lock(conn_->mu);
+      conn_->on_writable.push_back(std::move(callback));
+      due = conn_->TakeWritableLocked();
+    }
+    for (auto& run : due) run();
   }
 
   bool EndStream() override {
@@ -202,6 +214,18 @@ class Writer : public ResponseWriter {
   }
 
  private:
+  // Appends `data` as one chunk of the streaming response; needs conn_->mu.
+  bool AppendChunkLocked(const std::string& data) {
+    if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
+    if (data.empty() || ex_->head) return true;  // an empty chunk would end the stream
+    if (ex_->http10) {
+      conn_->out += data;
+    } else {
+      absl::StrAppend(&conn_->out, absl::Hex(data.size()), "\r\n", data, "\r\n");
+    }
+    return true;
+  }
+
   const std::shared_ptr<Loop> loop_;
   const std::shared_ptr<Connection> conn_;
   const std::shared_ptr<Exchange> ex_;

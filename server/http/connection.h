@@ -25,8 +25,10 @@
 
 namespace blossom::http::internal {
 
-// Unsent output above which WriteChunk blocks; writers wake again below half of it.
+// Unsent output above which WriteChunk blocks; blocked writers wake, and OnWritable callbacks
+// run, once it is at most kLowWater.
 constexpr size_t kHighWater = 4 << 20;
+constexpr size_t kLowWater = kHighWater / 2;
 
 inline int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -135,6 +137,9 @@ struct Connection {
   // Guarded by mu.
   std::mutex mu;
   std::condition_variable drained;  // signalled when unsent output falls low or on close
+  // ResponseWriter::OnWritable's pending callbacks (more than one when a pipelined exchange
+  // begins before the previous one's writer stopped asking).
+  std::vector<std::function<void()>> on_writable;
   std::string out;                  // queued by writers, not yet handed to the socket
   size_t sending_left = 0;          // unsent bytes of `sending`
   int64_t last_write_progress = NowMs();
@@ -142,6 +147,12 @@ struct Connection {
 
   // Unsent output (queued or being written); needs mu.
   size_t UnsentLocked() const { return out.size() + sending_left; }
+  // The pending OnWritable callbacks if they are due (output low, or closed), to run outside mu.
+  std::vector<std::function<void()>> TakeWritableLocked() {
+    std::vector<std::function<void()>> due;
+    if (closed || UnsentLocked() <= kLowWater) due.swap(on_writable);
+    return due;
+  }
 };
 
 // The wake-up channel from writers to the I/O thread; outlives the server while a writer holds

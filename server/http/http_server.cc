@@ -32,7 +32,7 @@ namespace blossom::http {
 using internal::Connection;
 using internal::ErrorResponse;
 using internal::Exchange;
-using internal::kHighWater;
+using internal::kLowWater;
 using internal::Loop;
 using internal::NowMs;
 using internal::SerializeClosing;
@@ -409,6 +409,7 @@ class Server::Impl {
     if (!conn->open) return;
     bool done = false, close_after = false, start_write = false;
     size_t pending = 0;
+    std::vector<std::function<void()>> writable;
     {
       std::lock_guard<std::mutex> lock(conn->mu);
       if (!conn->write_pending && !conn->out.empty()) {
@@ -418,12 +419,14 @@ class Server::Impl {
         conn->write_pending = start_write = true;
       }
       pending = conn->UnsentLocked();
+      writable = conn->TakeWritableLocked();
       if (conn->current && conn->current->phase == Exchange::Phase::kDone) {
         done = true;
         close_after = conn->current->close_after;
       }
     }
-    if (pending <= kHighWater / 2) conn->drained.notify_all();
+    if (pending <= kLowWater) conn->drained.notify_all();
+    for (auto& run : writable) run();
     if (done) {
       conn->current.reset();
       conn->last_activity = NowMs();
@@ -495,11 +498,13 @@ class Server::Impl {
     error_code ignored;
     conn->stream.tcp().close(ignored);  // pending reads and writes complete as aborted
     std::function<void()> callback;
+    std::vector<std::function<void()>> writable;
     {
       std::lock_guard<std::mutex> lock(conn->mu);
       conn->closed = true;
       conn->out.clear();
       conn->sending_left = 0;
+      writable.swap(conn->on_writable);
       if (conn->current && conn->current->phase != Exchange::Phase::kDone &&
           !conn->current->on_close_done && conn->current->on_close) {
         callback = std::move(conn->current->on_close);
@@ -512,6 +517,7 @@ class Server::Impl {
     auto it = connections_per_ip_.find(conn->ip);
     if (it != connections_per_ip_.end() && --it->second <= 0) connections_per_ip_.erase(it);
     if (callback) callback();
+    for (auto& run : writable) run();
   }
 
   void Sweep() {

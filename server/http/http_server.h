@@ -25,7 +25,12 @@ struct Response {
 // Handle on one in-flight exchange (one request and its response).
 // Thread-safe: any thread may call any method. It stays valid after the connection is gone
 // (calls then return false). The response is either one Send() or StartStream(), any number
-// of WriteChunk(), then EndStream(); out-of-order calls return false.
+// of WriteChunk() or QueueChunk(), then EndStream(); out-of-order calls return false.
+//
+// Flow control: WriteChunk() blocks its thread while the connection's output is over 4 MiB, so
+// it suits a thread of the handler's own. A caller that must never block (a gRPC callback
+// thread, an event loop) uses QueueChunk(), which never waits, and asks OnWritable() when to
+// produce the next chunk: one chunk at a time, so output stays within 4 MiB plus one chunk.
 class ResponseWriter {
  public:
   virtual ~ResponseWriter() = default;
@@ -36,6 +41,15 @@ class ResponseWriter {
   // Queues one chunk. Blocks while more than 4 MiB of this connection's output is unsent
   // (back-pressure), until the peer drains it or goes away. False once the peer is gone.
   virtual bool WriteChunk(std::string data) = 0;
+  // Queues one chunk without waiting, whatever the unsent output (the caller bounds it by
+  // waiting for OnWritable() between chunks). False once the peer is gone.
+  virtual bool QueueChunk(std::string data) = 0;
+  // Runs `callback` once, when the connection can take more output: at once on the caller's
+  // thread if at most 2 MiB (the low-water mark) is unsent or the connection is gone, else on
+  // the I/O thread once the peer has read enough, or when the connection closes (the callback
+  // then sees closed()). On the I/O thread it must be quick and must not block. Callbacks do
+  // not replace one another: each runs once.
+  virtual void OnWritable(std::function<void()> callback) = 0;
   virtual bool EndStream() = 0;
   // Runs at most once, when the peer closes/resets (or the server stops) before the response
   // completed, or at once (on the caller's thread) if that already happened. Runs on the I/O

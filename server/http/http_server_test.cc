@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -372,6 +373,100 @@ TEST(HttpServerTest, WriteChunkBlocksUnderBackPressureUntilThePeerGoes) {
   auto result = writer_result.get_future();
   ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_FALSE(result.get());
+}
+
+// Streams `total` bytes with QueueChunk, producing each next chunk only from OnWritable, the
+// way a caller that must never block (the gateway's gRPC reactor) does. Produce() runs on the
+// handler thread first, then on whichever thread runs the OnWritable callback.
+class NonBlockingProducer : public std::enable_shared_from_this<NonBlockingProducer> {
+ public:
+  NonBlockingProducer(std::shared_ptr<ResponseWriter> writer, size_t total)
+      : writer_(std::move(writer)), total_(total) {}
+
+  void Produce() {
+    if (!writer_->QueueChunk(chunk_)) {
+      result_.set_value(false);
+      return;
+    }
+    queued_ += chunk_.size();
+    if (queued_.load() >= total_) {
+      result_.set_value(writer_->EndStream());
+      return;
+    }
+    writer_->OnWritable([self = shared_from_this()] { self->Produce(); });
+  }
+  size_t queued() const { return queued_.load(); }
+  std::future<bool> result() { return result_.get_future(); }
+
+ private:
+  const std::shared_ptr<ResponseWriter> writer_;
+  const size_t total_;
+  const std::string chunk_ = std::string(64 << 10, 'x');
+  std::atomic<size_t> queued_{0};
+  std::promise<bool> result_;
+};
+
+// Waits until `progress` stops growing (a producer stalled by back-pressure).
+size_t WaitForStall(const std::function<size_t()>& progress) {
+  size_t last = progress();
+  for (int stable = 0, i = 0; stable < 5 && i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    size_t now = progress();
+    stable = now == last ? stable + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+TEST(HttpServerTest, QueueChunkWaitsForOnWritableThenDeliversEverything) {
+  constexpr size_t kTotal = 64 << 20;  // far more than socket buffers plus the 4 MiB limit
+  std::promise<std::shared_ptr<NonBlockingProducer>> started;
+  auto server = StartServer([&](const Request&, std::shared_ptr<ResponseWriter> writer) {
+    writer->StartStream(200, {});
+    auto producer = std::make_shared<NonBlockingProducer>(writer, kTotal);
+    started.set_value(producer);
+    producer->Produce();  // returns at once: the chain goes on from OnWritable
+  });
+  Client client(server->port());
+  ASSERT_TRUE(client.Send("GET / HTTP/1.1\r\n\r\n"));
+  auto producer = started.get_future().get();
+  auto result = producer->result();
+  // Not reading: the producer stalls with a callback pending instead of queueing everything.
+  const size_t stalled_at = WaitForStall([&] { return producer->queued(); });
+  EXPECT_LT(stalled_at, kTotal / 2);
+  EXPECT_NE(result.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  // Reading resumes it, through OnWritable on the I/O thread, to the end.
+  Client::Reply reply;
+  ASSERT_TRUE(client.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body.size(), kTotal);
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(result.get());
+}
+
+TEST(HttpServerTest, OnWritableRunsWhenAStalledPeerGoesAway) {
+  std::promise<std::shared_ptr<NonBlockingProducer>> started;
+  std::shared_ptr<ResponseWriter> kept;
+  auto server = StartServer([&](const Request&, std::shared_ptr<ResponseWriter> writer) {
+    writer->StartStream(200, {});
+    kept = writer;
+    auto producer = std::make_shared<NonBlockingProducer>(writer, size_t{1} << 40);
+    started.set_value(producer);
+    producer->Produce();
+  });
+  auto client = std::make_unique<Client>(server->port());
+  ASSERT_TRUE(client->Send("GET / HTTP/1.1\r\n\r\n"));  // and never read
+  auto producer = started.get_future().get();
+  auto result = producer->result();
+  WaitForStall([&] { return producer->queued(); });
+  client.reset();  // the pending callback runs on close and sees the writer closed
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_FALSE(result.get());
+  EXPECT_TRUE(kept->closed());
+  // Once closed, a new callback runs at once on the caller's thread.
+  bool ran = false;
+  kept->OnWritable([&] { ran = true; });
+  EXPECT_TRUE(ran);
 }
 
 TEST(HttpServerTest, StopClosesOpenStreams) {

@@ -865,6 +865,36 @@ class DrainTest(unittest.TestCase):
         self.assertTrue(final, events[-3:])  # the in-flight stream ran to its end
         self.assertEqual(gateway.proc.wait(timeout=30), 0)
 
+    def test_gateway_health_follows_server_drain(self):
+        # Issue 14: after SIGTERM to the server the gateway's /health stayed 200 while every
+        # completion got 503. The gateway watches the server's health: 503 while it drains.
+        server = start_server("server-drain-watch", "--drain_timeout", "60")
+        self.addCleanup(server.stop)
+        gateway = start_gateway("gateway-drain-watch", server)
+        self.addCleanup(gateway.stop)
+        wait_until(lambda: http_status(gateway.url + "/health") == 200, timeout=30,
+                   what="gateway /health 200")
+        first = threading.Event()
+        done = []
+
+        def consume():  # keeps the drain going while /health is asked
+            with blossom_client.BlossomClient(server.grpc, timeout=120) as c:
+                for chunk in c.generate_stream("watch", max_new_tokens=900, temperature=0.0,
+                                               ignore_eos=True):
+                    first.set()
+                    done.append(chunk.final is not None)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        self.assertTrue(first.wait(60))
+        server.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: http_status(gateway.url + "/health") == 503, timeout=10,
+                   interval=0.005, what="gateway /health 503 while the server drains")
+        self.assertIsNone(server.proc.poll(), "the server should still be draining")
+        consumer.join(120)
+        self.assertTrue(done and done[-1], "the stream in flight should finish")
+        self.assertEqual(server.proc.wait(60), 0, server.tail())
+
     def test_sigterm_loses_no_stream(self):
         server = start_server("server-drain", "--drain_timeout", "60")
         wants = [300 + 10 * i for i in range(20)]
