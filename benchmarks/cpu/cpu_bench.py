@@ -54,7 +54,9 @@ def summarize(runs):
     med = {m: statistics.median(r[m] for r in runs) for m in METRICS}
     first = runs[0]
     bw = med["read_bandwidth_gbs"]
-    floor_ms = first["weight_bytes"] / (bw * 1e9) * 1e3 if bw > 0 else None
+    # The bytes a decode step reads (older binaries report only weight_bytes).
+    read_bytes = first.get("decode_read_bytes", first["weight_bytes"])
+    floor_ms = read_bytes / (bw * 1e9) * 1e3 if bw > 0 else None
     return {
         "weight_dtype": first["weight_dtype"],
         "quantize": first.get("quantize", "none"),

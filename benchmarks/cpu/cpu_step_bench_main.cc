@@ -10,7 +10,9 @@
 //   decode_ms_per_token     batch 1 after that prompt: median wall time of one decode step
 //   batch_tokens_per_s      --batch such prompts decoded together: decode tokens / decode time
 //   read_bandwidth_gbs      a multi-threaded read of --bandwidth-mib MiB (best of 5; bytes read
-//                           only), so weight_bytes / it is the decode memory floor
+//                           only), so decode_read_bytes / it is the decode memory floor
+//   decode_read_bytes       weight bytes one decode step reads (weight_bytes less an embedding
+//                           table that is not also the LM head)
 // cpu_bench.py runs this for each engine build, alternating, and takes medians over runs.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,7 @@
 #include "engine/generate/batch_generator.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/dtype.h"
 #include "kernels/weight_quant.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -147,15 +150,23 @@ int Run() {
                              std::max(1, absl::GetFlag(FLAGS_threads)))
           : 0.0;
   const ModelInfo& info = (*runner)->info();
+  // What one decode step reads: every weight but the embedding table, unless that same table is
+  // the LM head (tied and not quantized separately); a lookup reads only a few of its rows.
+  const BloomConfig& config = (*runner)->config();
+  const bool head_is_embedding = config.tie_word_embeddings && !info.quantize_lm_head;
+  const uint64_t embedding_bytes = static_cast<uint64_t>(config.vocab_size) * config.hidden_size *
+                                   DTypeSize(info.weight_dtype);
+  const uint64_t decode_read_bytes =
+      info.weight_bytes_this_rank - (head_is_embedding ? 0 : embedding_bytes);
   std::cout << absl::StrFormat(
                    "{\"weight_dtype\": \"%s\", \"quantize\": \"%s%s\", \"weight_bytes\": %d, "
-                   "\"threads\": %d, "
+                   "\"decode_read_bytes\": %d, \"threads\": %d, "
                    "\"prompt_tokens\": %d, \"prefill_ms\": %.3f, \"decode_tokens\": %d, "
                    "\"decode_ms_per_token\": %.3f, \"batch\": %d, \"batch_tokens_per_s\": %.3f, "
                    "\"read_bandwidth_gbs\": %.3f}",
                    DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
                    info.quantize_lm_head ? "+head" : "",
-                   info.weight_bytes_this_rank,
+                   info.weight_bytes_this_rank, decode_read_bytes,
                    absl::GetFlag(FLAGS_threads), one.prompt_tokens, one.prefill_seconds * 1000.0,
                    static_cast<int>(steps.size()), decode_ms, absl::GetFlag(FLAGS_batch),
                    many.decode_seconds > 0 ? batch_decode_tokens / many.decode_seconds : 0.0,

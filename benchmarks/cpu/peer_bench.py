@@ -15,7 +15,8 @@ Points, the same for every engine (greedy, EOS ignored, fixed pseudo-random prom
   decode_ms        batch 1, ms per new token after a --prompt-tokens prompt
   prefill_ms       prompt -> first token, for --prompt-tokens and --long-prompt-tokens
   batch_tok_s      decode tokens/s of B sequences of 16-token prompts, for each B in --batches
-  floor_ms         Blossom's weight bytes / read bandwidth, both measured by cpu-step-bench
+  floor_ms         the weight bytes a Blossom decode step reads / read bandwidth, both from
+                   cpu-step-bench
 
 Weights per dtype: fp32 = F32 checkpoint everywhere; bf16 = the BF16 checkpoint (gguf bf16,
 CTranslate2 bfloat16, transformers bfloat16, Blossom's BF16 weights); int8 = from the F32
@@ -91,7 +92,7 @@ def blossom_points(args, dtype):
         points["batch_tok_s@%d" % batch] = r["batch_tokens_per_s"]
         if i == 0:
             points["decode_ms"] = r["decode_ms_per_token"]
-            points["floor_ms"] = r["weight_bytes"] / (r["read_bandwidth_gbs"] * 1e9) * 1e3
+            points["floor_ms"] = r["decode_read_bytes"] / (r["read_bandwidth_gbs"] * 1e9) * 1e3
             points["weight_bytes"] = r["weight_bytes"]
     if len(args.batches) == 1:  # the long prompt still gets its prefill point
         r = run_json_lines(args, base + ["--prompt-tokens", str(args.long_prompt_tokens), "--batch", "1",
@@ -236,12 +237,9 @@ def markdown(report, args):
                 ratios.append("-")
         lines.append("| **ratio** | %s |" % " | ".join(ratios))
         if floor and "decode_ms" in blossom:
-            lines += ["", "Decode floor (Blossom's weight bytes / measured read bandwidth): "
+            lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / measured read "
+                      "bandwidth): "
                       "%.1f ms; Blossom at %.2fx the floor." % (floor, blossom["decode_ms"] / floor)]
-            if dtype == "int8":
-                lines.append("(With --quantize-lm-head Blossom also keeps the checkpoint's embedding "
-                             "for the row lookup; its bytes are in the floor but decode reads only "
-                             "a few rows, so the true floor is lower.)")
         lines.append("")
     return "\n".join(lines)
 
