@@ -6,7 +6,8 @@ CPU, side by side in one run: alternating engines, medians over runs.
         --peers WORK_DIR --f32-model DIR --bf16-model DIR --out-prefix benchmarks/results/NAME \
         [--dtypes fp32,bf16,int8] [--engines blossom,llama.cpp,ctranslate2,transformers] \
         [--runs 3] [--threads 2] [--prompt-tokens 128] [--long-prompt-tokens 512] \
-        [--decode-tokens 32] [--batches 8,32] [--machine TEXT] [--commit SHA]
+        [--decode-tokens 32] [--batches 8,32] [--timeout-s 900] [--machine TEXT] [--commit SHA]
+    benchmarks/cpu/peer_bench.py --rerender --out-prefix PREFIX   (md + svg again from PREFIX.json)
 
 WORK_DIR comes from benchmarks/cpu/peers/setup_peers.sh (venv, llama.cpp tools, converted
 models); benchmarks/cpu/run_peer_bench.sh does both steps in one command.
@@ -188,6 +189,12 @@ def summarize(args, runs):
     return out
 
 
+def short_reason(error):
+    """One table-cell line: the last line of a failure (a traceback ends with the exception)."""
+    last = [l.strip() for l in error.replace("\\n", "\n").splitlines() if l.strip()][-1]
+    return last.replace("|", "/")[:240]
+
+
 def is_rate(point):
     return point.startswith("batch_tok_s")
 
@@ -214,7 +221,7 @@ def markdown(report, args):
             if e is None:
                 continue
             if "error" in e:
-                lines.append("| %s | not measured: %s |" % (engine, e["error"].replace("|", "/")))
+                lines.append("| %s | not measured: %s |" % (engine, short_reason(e["error"])))
                 continue
             cells = []
             for p in point_names(args):
@@ -292,10 +299,10 @@ def peer_versions(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blossom", required=True, help="cpu-step-bench binary")
-    p.add_argument("--peers", required=True, help="WORK_DIR of setup_peers.sh")
-    p.add_argument("--f32-model", required=True)
-    p.add_argument("--bf16-model", required=True)
+    p.add_argument("--blossom", help="cpu-step-bench binary")
+    p.add_argument("--peers", help="WORK_DIR of setup_peers.sh")
+    p.add_argument("--f32-model")
+    p.add_argument("--bf16-model")
     p.add_argument("--dtypes", default="fp32,bf16,int8")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--runs", type=int, default=3)
@@ -309,7 +316,19 @@ def main():
                    help="per engine process; an engine past it is reported and not run again")
     p.add_argument("--machine", default="")
     p.add_argument("--commit", default="")
+    p.add_argument("--rerender", action="store_true",
+                   help="only rewrite PREFIX.md and PREFIX.svg from an existing PREFIX.json")
     args = p.parse_args()
+    if args.rerender:
+        with open(args.out_prefix + ".json") as f:
+            report = json.load(f)
+        for k, v in report["settings"].items():
+            setattr(args, k, v)
+        write_text_reports(report, args)
+        return
+    for name in ("blossom", "peers", "f32_model", "bf16_model"):
+        if not getattr(args, name):
+            p.error("--%s is required (except with --rerender)" % name.replace("_", "-"))
     args.batches = [int(b) for b in args.batches.split(",") if b]
     dtypes = [d for d in args.dtypes.split(",") if d]
     engines = [e for e in args.engines.split(",") if e]
@@ -355,6 +374,10 @@ def main():
     with open(args.out_prefix + ".json", "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
+    write_text_reports(report, args)
+
+
+def write_text_reports(report, args):
     md = markdown(report, args)
     with open(args.out_prefix + ".md", "w") as f:
         f.write(md)
