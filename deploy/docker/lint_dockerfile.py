@@ -33,8 +33,10 @@ BUILD_TOOLS = re.compile(r"\b(g\+\+|gcc|clang|bazel(-bootstrap)?|nvcc|cuda-nvcc[
                          r"[\w.+-]+-dev|build-essential|cuda-toolkit[\w.-]*)\b")
 VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Variables Docker defines itself (predefined build args and platform args).
-# tools/install_deps.sh packages that only the tests use (end-to-end tests, fuzzing).
-TEST_ONLY_PACKAGES = {"python3-venv", "curl", "prometheus", "clang-14", "libfuzzer-14-dev"}
+# tools/install_deps.sh packages that only the tests use (end-to-end tests, fuzzing, the TLS
+# tests' certificates, lm-evaluation-harness's torch).
+TEST_ONLY_PACKAGES = {"python3-venv", "curl", "prometheus", "clang-14", "libfuzzer-14-dev",
+                      "openssl", "python3-torch"}
 PREDEFINED = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
               "ftp_proxy", "no_proxy", "TARGETPLATFORM", "TARGETOS", "TARGETARCH",
               "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
