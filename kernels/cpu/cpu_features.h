@@ -4,6 +4,10 @@
 #ifndef BLOSSOM_KERNELS_CPU_CPU_FEATURES_H_
 #define BLOSSOM_KERNELS_CPU_CPU_FEATURES_H_
 
+// Function attribute for the AVX2 kernels: compiled for AVX2 + FMA + F16C whatever the build's
+// -march, and called only after CpuHasAvx2Fma() said yes.
+#define BLOSSOM_AVX2 __attribute__((target("avx2,fma,f16c")))
+
 namespace blossom {
 
 // AVX2 + FMA + F16C (Haswell, Zen and later). False on other architectures.

@@ -13,8 +13,6 @@ namespace blossom {
 #if defined(__x86_64__)
 namespace {
 
-#define BLOSSOM_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // Four weights from element i of a row, widened exactly to fp64. bf16 is the top half of an
 // fp32, so widening it is a zero-extend and a shift before the fp32 -> fp64 conversion.
 template <DType D>

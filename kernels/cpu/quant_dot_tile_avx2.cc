@@ -14,8 +14,6 @@ namespace blossom {
 #if defined(__x86_64__)
 namespace {
 
-#define BLOSSOM_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // The 32 signed codes of block b of a weight row, and its scale.
 template <DType D>
 BLOSSOM_AVX2 inline __m256i LoadCodes(const void* w, int64_t b, float* scale) {
