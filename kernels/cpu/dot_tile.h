@@ -2,24 +2,27 @@
 // rows, in one fixed operation order shared by every instruction-set path.
 //
 // The contract (what makes the CPU backend batch invariant and its ISA paths bit-identical): the
-// dot product of an fp32 row x[0, k) and a weight row w[0, k) (F32, F16 or BF16, widened exactly)
-// is accumulated in fp64:
-//   lane[l] = fma(double(x[i + l]), double(w[i + l]), lane[l])   for i = 0, 4, 8, ... < k4
-//                                (k4 = k rounded down to a multiple of 4), l = 0..3, from 0;
-//   s = (lane0 + lane2) + (lane1 + lane3);
-//   s = fma(double(x[i]), double(w[i]), s)                        for i = k4 .. k-1, in order;
+// dot product of an fp32 row x[0, k) and a weight row w[0, k) (F32, F16 or BF16, widened exactly
+// to fp32) is computed as
+//   k8 = k rounded down to a multiple of 8; the range [0, k8) is cut into blocks of kDotBlock
+//   elements from 0 (the last one may be shorter);
+//   per block:  lane[l] = 0, then lane[l] = fmaf(x[i + l], w[i + l], lane[l])   (fp32 FMA)
+//                                         for i = block start, +8, ... < block end, l = 0..7;
+//               acc[l] += double(lane[l]) + double(lane[l + 4])               l = 0..3, in fp64;
+//   s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+//   s = s + double(x[i]) * double(w[i])     for i = k8 .. k-1, in order (the product is exact);
 //   result = float(s).
-// The product of two fp32 values is exact in fp64, so an FMA and a multiply-then-add give the
-// same bits: the AVX2 path uses FMA, the portable path multiplies and adds (no software fma).
 // Every tile shape and every path computes each element exactly this way, so a result depends
-// only on its two rows, never on the tile it landed in, the batch size or the thread count.
+// only on its two rows, never on the tile it landed in, the batch size or the thread count. The
+// portable path uses std::fma on floats (correctly rounded in software where the CPU has no FMA).
 //
-// Why fp64 lanes: a product of two fp32 values is exact in fp64, so the only rounding is in the
-// sums and the final cast; the result is within about one fp32 ulp of the exact dot product.
-// fp32 accumulation (tried: 8 fp32 FMA lanes) put the logits of the tensor-parallel golden test
-// 1.09e-4 from transformers' against a 1e-4 bound, because its error adds to the oracle's own
-// (~1e-4 from exact); fp64 keeps Blossom's error negligible next to the oracle's. With FMA and
-// the weights widened in registers it still runs at memory speed for decode.
+// Why this order: the inner loop is plain fp32 FMA (8 lanes per AVX2 register, the CPU's full
+// FMA rate, no widening), and each lane sums only kDotBlock / 8 = 32 products before its partial
+// sum moves into fp64, so rounding error grows with 32 terms rather than with k. The oracle
+// (transformers' fp32 GEMM) accumulates each output over all of k in fp32; Blossom stays closer
+// to an fp64 evaluation than it does (bloom_model_test and tensor_parallel_test check that on
+// every golden model). The previous contract accumulated every product in fp64 lanes: twice the
+// FMAs and a widening per element, for an accuracy the golden tests did not need.
 #ifndef BLOSSOM_KERNELS_CPU_DOT_TILE_H_
 #define BLOSSOM_KERNELS_CPU_DOT_TILE_H_
 
@@ -30,16 +33,19 @@
 
 namespace blossom {
 
-// Tile shapes (rows of x, rows of w) every path implements.
+// A tile is 1 or kMaxTileRows rows of x against 1 to kMaxTileCols consecutive rows of w.
+constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileCols = 96;
+// Shapes the tests cover: the GEMM's decode tiles (1 x 8, 3, 1) and prefill panels (4 x any).
 struct TileShape {
   int rows, cols;
 };
-constexpr TileShape kTileShapes[] = {{4, 3}, {4, 1}, {1, 8}, {1, 3}, {1, 1}};
-constexpr int kMaxTileRows = 4;
-constexpr int kMaxTileCols = 8;
+constexpr TileShape kTileShapes[] = {{4, 3}, {4, 1}, {4, 7}, {4, 48}, {4, kMaxTileCols},
+                                     {1, 8}, {1, 3}, {1, 1}, {1, 13}};
 
-// dots[r * ldd + c] = Dot(x + r * ldx, w row c) for r < rows, c < cols, where (rows, cols) is one
-// of kTileShapes and w holds `cols` consecutive rows of k elements of `w_dtype`.
+// dots[r * ldd + c] = Dot(x + r * ldx, w row c) for r < rows, c < cols, where rows is 1 or
+// kMaxTileRows, 1 <= cols <= kMaxTileCols, and w holds `cols` consecutive rows of k elements of
+// `w_dtype`.
 using DotTileFn = void (*)(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype,
                            int cols, int64_t k, float* dots, int64_t ldd);
 
@@ -51,12 +57,16 @@ void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_d
                  int64_t k, float* dots, int64_t ldd);
 bool DotTileAvx2Supported();
 
-// The end of the contract, shared by every path: the fixed lane reduction, then the scalar tail.
-inline float FinishDot(const double lanes[4], const float* x, const void* w, DType w_dtype,
-                       int64_t k4, int64_t k) {
-  double s = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+// Elements per fp32 block before the lanes move into fp64 (a multiple of 8).
+constexpr int64_t kDotBlock = 256;
+
+// The end of the contract, shared by every path: the fixed reduction of the fp64 accumulators,
+// then the scalar tail k8 .. k-1.
+inline float FinishDot(const double acc[4], const float* x, const void* w, DType w_dtype,
+                       int64_t k8, int64_t k) {
+  double s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
   // The product is exact in fp64, so this is the same single rounding as an FMA.
-  for (int64_t i = k4; i < k; ++i)
+  for (int64_t i = k8; i < k; ++i)
     s += static_cast<double>(x[i]) * static_cast<double>(LoadAsFloat(w, w_dtype, i));
   return static_cast<float>(s);
 }

@@ -13,65 +13,97 @@ namespace blossom {
 #if defined(__x86_64__)
 namespace {
 
-// Four weights from element i of a row, widened exactly to fp64. bf16 is the top half of an
-// fp32, so widening it is a zero-extend and a shift before the fp32 -> fp64 conversion.
+// Eight weights from element i of a row, widened exactly to fp32. bf16 is the top half of an
+// fp32, so widening it is a zero-extend and a shift.
 template <DType D>
-BLOSSOM_AVX2 inline __m256d LoadW4(const void* w, int64_t i) {
+BLOSSOM_AVX2 inline __m256 LoadW8(const void* w, int64_t i) {
   if constexpr (D == DType::kF32) {
-    return _mm256_cvtps_pd(_mm_loadu_ps(static_cast<const float*>(w) + i));
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
   } else {
     const __m128i h =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
     if constexpr (D == DType::kBF16) {
-      return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     } else {
-      return _mm256_cvtps_pd(_mm_cvtph_ps(h));
+      return _mm256_cvtph_ps(h);
     }
   }
 }
 
-// R x-rows times C w-rows, one 4-lane fp64 accumulator per element (R * C <= 12 for the shapes
-// used, so they stay in registers); each widened w vector is reused across the R rows.
+// One block [b, end) of the contract for R x-rows times C w-rows: one 8-lane fp32 accumulator
+// per element (R * C <= 12 for the shapes used, so they stay in registers with the weight vectors
+// and one x vector; each widened w vector is reused across the R rows), folded at the end into
+// the element's 4-lane fp64 accumulator acc[(r * acc_ld + c) * 4] (dot_tile.h).
 template <int R, int C, DType D>
-BLOSSOM_AVX2 void Tile(const float* x, int64_t ldx, const void* w, int64_t k, float* dots,
-                       int64_t ldd) {
-  const int64_t k4 = k & ~int64_t{3};
-  const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
+BLOSSOM_AVX2 inline void TileBlock(const float* x, int64_t ldx, const char* w, size_t row_bytes,
+                                   int64_t b, int64_t end, double* acc, int64_t acc_ld) {
   const void* wr[C];
 #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) wr[c] = static_cast<const char*>(w) + c * row_bytes;
-  __m256d acc[R][C];
+  for (int c = 0; c < C; ++c) wr[c] = w + c * row_bytes;
+  __m256 lanes[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_pd();
-  for (int64_t i = 0; i < k4; i += 4) {
-    __m256d wv[C];
+    for (int c = 0; c < C; ++c) lanes[r][c] = _mm256_setzero_ps();
+  for (int64_t i = b; i < end; i += 8) {
+    __m256 wv[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) wv[c] = LoadW4<D>(wr[c], i);
+    for (int c = 0; c < C; ++c) wv[c] = LoadW8<D>(wr[c], i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(x + r * ldx + i));
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + i);
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_pd(xv, wv[c], acc[r][c]);
+      for (int c = 0; c < C; ++c) lanes[r][c] = _mm256_fmadd_ps(xv, wv[c], lanes[r][c]);
     }
   }
-  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      alignas(32) double lanes[4];
-      _mm256_store_pd(lanes, acc[r][c]);
-      dots[r * ldd + c] = FinishDot(lanes, x + r * ldx, wr[c], D, k4, k);
+      double* a = acc + (r * acc_ld + c) * 4;
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(lanes[r][c]));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(lanes[r][c], 1));
+      _mm256_store_pd(a, _mm256_add_pd(_mm256_load_pd(a), _mm256_add_pd(lo, hi)));
     }
-  }
 }
 
-using TileFn = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t);
+// R x-rows times `cols` w-rows. The k-blocks are the outer loop: within one block the R x-row
+// pieces (R KiB for f32) stay in L1 while the `cols` weight-row pieces stream past them from L2,
+// so a wide panel reuses x without x and w competing for L1 (with whole rows, 4 x rows of
+// k = 4096 alone are 64 KiB). Each element's partial sums wait in `acc` between blocks, which
+// does not change the order of its operations.
+template <int R, DType D>
+BLOSSOM_AVX2 void Panel(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
+                        float* dots, int64_t ldd) {
+  constexpr int kWide = R == 1 ? 8 : 3;  // R * kWide accumulators fit in the 16 registers
+  const int64_t k8 = k & ~int64_t{7};
+  const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
+  const char* wc = static_cast<const char*>(w);
+  alignas(32) double acc[R * kMaxTileCols * 4];
+  for (int i = 0; i < R * cols * 4; ++i) acc[i] = 0.0;
+  for (int64_t b = 0; b < k8; b += kDotBlock) {
+    const int64_t end = b + kDotBlock < k8 ? b + kDotBlock : k8;
+    int c = 0;
+    for (; c + kWide <= cols; c += kWide)
+      TileBlock<R, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b, end, acc + c * 4, cols);
+    if constexpr (R == 1) {
+      for (; c + 3 <= cols; c += 3)
+        TileBlock<R, 3, D>(x, ldx, wc + c * row_bytes, row_bytes, b, end, acc + c * 4, cols);
+    }
+    for (; c < cols; ++c)
+      TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, end, acc + c * 4, cols);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < cols; ++c)
+      dots[r * ldd + c] =
+          FinishDot(acc + (r * cols + c) * 4, x + r * ldx, wc + c * row_bytes, D, k8, k);
+}
+
+using PanelFn = void (*)(const float*, int64_t, const void*, int, int64_t, float*, int64_t);
 
 template <DType D>
-BLOSSOM_AVX2 TileFn Pick(int rows, int cols) {
-  if (rows == 4) return cols == 3 ? &Tile<4, 3, D> : &Tile<4, 1, D>;
-  if (cols == 8) return &Tile<1, 8, D>;
-  return cols == 3 ? &Tile<1, 3, D> : &Tile<1, 1, D>;
+PanelFn Pick(int rows) {
+  return rows == 4 ? &Panel<4, D> : &Panel<1, D>;
 }
 
 }  // namespace
@@ -80,19 +112,19 @@ bool DotTileAvx2Supported() { return CpuHasAvx2Fma(); }
 
 void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                  int64_t k, float* dots, int64_t ldd) {
-  TileFn fn;
+  PanelFn fn;
   switch (w_dtype) {
     case DType::kBF16:
-      fn = Pick<DType::kBF16>(rows, cols);
+      fn = Pick<DType::kBF16>(rows);
       break;
     case DType::kF16:
-      fn = Pick<DType::kF16>(rows, cols);
+      fn = Pick<DType::kF16>(rows);
       break;
     default:
-      fn = Pick<DType::kF32>(rows, cols);
+      fn = Pick<DType::kF32>(rows);
       break;
   }
-  fn(x, ldx, w, k, dots, ldd);
+  fn(x, ldx, w, cols, k, dots, ldd);
 }
 
 #else  // not x86-64: the portable path only.

@@ -36,10 +36,13 @@ const void* Weights(const Case& c, DType dtype) {
   return dtype == DType::kF32 ? static_cast<const void*>(c.w32.data()) : c.w16.data();
 }
 
-const int64_t kKs[] = {1, 7, 8, 9, 16, 64, 203, 1024};
+// Around the fp32 block (kDotBlock = 256) and across several blocks with a short last one.
+const int64_t kKs[] = {1, 7, 8, 9, 16, 64, 203, 255, 256, 257, 264, 520, 1024, 4100};
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-// The portable path against a double-precision dot product: within fp32 rounding of the result.
+// The portable path against a double-precision dot product, within the contract's error bound:
+// each fp32 lane sums at most kDotBlock / 8 products before moving into fp64, so the error is at
+// most (kDotBlock / 8 + 1) * u * sum |x_i w_i| plus the final rounding u * |result| (u = 2^-24).
 TEST(DotTileTest, PortableMatchesDoubleReference) {
   for (DType dtype : kDtypes)
     for (int64_t k : kKs) {
@@ -55,7 +58,9 @@ TEST(DotTileTest, PortableMatchesDoubleReference) {
               ref += double(c.x[r * k + i]) * c.w32[col * k + i];
               mag += std::fabs(double(c.x[r * k + i]) * c.w32[col * k + i]);
             }
-            ASSERT_NEAR(dots[r * kMaxTileCols + col], ref, 1e-7 * mag + 1e-30)
+            const double u = std::ldexp(1.0, -24);
+            ASSERT_NEAR(dots[r * kMaxTileCols + col], ref,
+                        (kDotBlock / 8 + 1) * u * mag + u * std::fabs(ref) + 1e-30)
                 << DTypeName(dtype) << " k " << k << " tile " << s.rows << "x" << s.cols;
           }
       }

@@ -49,15 +49,20 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   const DotTileFn tile = avx2 ? &DotTileAvx2 : &DotTilePortable;
   const char* w_base = static_cast<const char*>(a.w);
   // Decode-sized batches run one x row against 8 weight rows (a weight element is used once per
-  // row anyway); larger ones 4 x rows against 3 weight rows, so each widened weight vector feeds
-  // four FMAs. Tile shapes never change a result (dot_tile.h).
+  // row anyway); larger ones 4 x rows against a panel of weight rows about 192 KiB big (dot_tile
+  // walks it k-block by k-block, 3 weight rows at a time, so each widened weight vector feeds
+  // four FMAs and the x pieces stay in L1). Tile shapes never change a result (dot_tile.h).
   GemmTiling tiling;
+  tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
+  constexpr size_t kPanelBytes = 192 * 1024;
+  const int panel_cols = static_cast<int>(std::clamp<size_t>(
+      kPanelBytes / std::max<size_t>(1, tiling.w_row_bytes) / 3 * 3, 3, kMaxTileCols / 3 * 3));
   tiling.decode_cols = 8;
   tiling.decode_mid_cols = 3;
   tiling.prefill_rows = kMaxTileRows;
-  tiling.prefill_cols = 3;
+  tiling.prefill_cols = panel_cols;
+  tiling.prefill_any_cols = true;
   tiling.max_cols = kMaxTileCols;
-  tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
   RunTiledGemm(a, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
     tile(a.x + m0 * a.k, a.k, rows, w_base + n0 * tiling.w_row_bytes, a.w_dtype, cols, a.k, dots,
          kMaxTileCols);

@@ -3,7 +3,7 @@
 // Why our own kernel rather than BLAS: BLAS libraries pick different code paths for different M
 // (gemv for M = 1, other blockings for larger M), so a row's result changes with the batch it
 // is in. Here every output element is one dot product computed in the fixed order of
-// dot_tile.h (fp64 FMAs in 4 lanes over K, a fixed lane reduction, a scalar tail), whatever M,
+// dot_tile.h (fp32 FMAs in 8 lanes over blocks of K, folded into fp64, a scalar tail), whatever M,
 // the thread count, the tile it lands in or the instruction set. That makes a request's output
 // bit-identical alone or in any batch on the CPU backend.
 //
@@ -12,8 +12,8 @@
 // contiguously, per tile), so nothing is repacked at load time and the tied embedding stays one
 // zero-copy array shared by the lookup and the LM head. F16/BF16 rows are widened in registers.
 //
-// Threading: over output columns only (decode: 8 columns per tile; prefill: 4x3 tiles with a
-// block of weight rows kept in L2 while every x row passes over it). x and out are fp32.
+// Threading: over output columns only (decode: 8 columns per tile; prefill: 4 x-rows against a
+// ~192 KiB panel of weight rows, kept in L2 while every x row passes over it). x and out are fp32.
 // Thread-safe: no shared mutable state, no allocation.
 #ifndef BLOSSOM_KERNELS_CPU_GEMM_H_
 #define BLOSSOM_KERNELS_CPU_GEMM_H_

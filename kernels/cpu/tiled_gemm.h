@@ -3,7 +3,8 @@
 //
 // Below `prefill_rows` rows (decode) each x row runs against `decode_cols` weight rows at a time,
 // then `decode_mid_cols` (if non-zero), then 1; otherwise tiles of prefill_rows x prefill_cols,
-// then prefill_rows x 1, and the leftover rows one at a time. Columns are processed in blocks of
+// then prefill_rows x (the columns left, with prefill_any_cols; else 1 at a time), and the
+// leftover rows one at a time. Columns are processed in blocks of
 // ~192 KiB of weights (kept in L2 while every x row passes over them) and split over threads by
 // output columns only. None of this changes a result: every micro-kernel computes each element
 // in one fixed order whatever its tile (dot_tile.h, quant_dot_tile.h).
@@ -25,6 +26,7 @@ namespace blossom {
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
   int prefill_rows = 1, prefill_cols = 1;
+  bool prefill_any_cols = false;  // the tile takes any cols <= prefill_cols (a panel)
   int max_cols = 1;         // row stride of the dots scratch (>= every tile's cols)
   size_t w_row_bytes = 0;   // bytes of one weight row
 };
@@ -37,7 +39,7 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
   // rows and the output), and the work below which a chunk is not worth another thread.
   constexpr int64_t kColumnBlockBytes = 192 * 1024;
   constexpr int64_t kMinChunkMacs = 64 * 1024;
-  constexpr int kMaxDots = 64;
+  constexpr int kMaxDots = 4 * 96;
   const bool row_at_a_time = a.m < t.prefill_rows;
   const int64_t width = row_at_a_time ? t.decode_cols : t.prefill_cols;
   const int64_t groups = (a.n + width - 1) / width;
@@ -69,7 +71,9 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
       if (!row_at_a_time) {
         for (; m0 + t.prefill_rows <= a.m; m0 += t.prefill_rows) {
           for (int64_t n0 = nb; n0 < ne;) {
-            const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols : 1;
+            const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols
+                             : t.prefill_any_cols    ? static_cast<int>(ne - n0)
+                                                     : 1;
             tile(m0, t.prefill_rows, n0, cols, dots);
             store(m0, t.prefill_rows, n0, cols, dots);
             n0 += cols;
