@@ -54,9 +54,9 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   // four FMAs and the x pieces stay in L1). Tile shapes never change a result (dot_tile.h).
   GemmTiling tiling;
   tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
-  constexpr size_t kPanelBytes = 192 * 1024;
-  const int panel_cols = static_cast<int>(std::clamp<size_t>(
-      kPanelBytes / std::max<size_t>(1, tiling.w_row_bytes) / 3 * 3, 3, kMaxTileCols / 3 * 3));
+  const int panel_cols = static_cast<int>(
+      std::clamp<size_t>(kColumnBlockBytes / std::max<size_t>(1, tiling.w_row_bytes) / 3 * 3, 3,
+                         kMaxTileCols / 3 * 3));
   tiling.decode_cols = 8;
   tiling.decode_mid_cols = 3;
   tiling.prefill_rows = kMaxTileRows;

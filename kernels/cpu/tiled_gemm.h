@@ -23,6 +23,10 @@
 
 namespace blossom {
 
+// Weight bytes of one column block (Zen 3 has 512 KiB of L2 per core; room is left for the x
+// rows and the output). GemmNT also sizes its prefill panels by it, so a panel is one block.
+constexpr int64_t kColumnBlockBytes = 192 * 1024;
+
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
   int prefill_rows = 1, prefill_cols = 1;
@@ -35,9 +39,7 @@ struct GemmTiling {
 template <typename Tile>
 void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, const GemmTiling& t,
                   const Tile& tile) {
-  // Weight bytes of one column block (Zen 3 has 512 KiB of L2 per core; room is left for the x
-  // rows and the output), and the work below which a chunk is not worth another thread.
-  constexpr int64_t kColumnBlockBytes = 192 * 1024;
+  // The work below which a chunk is not worth another thread.
   constexpr int64_t kMinChunkMacs = 64 * 1024;
   constexpr int kMaxDots = 4 * 96;
   const bool row_at_a_time = a.m < t.prefill_rows;
