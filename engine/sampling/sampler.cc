@@ -3,199 +3,23 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-
-// GCC and Clang vector extensions give 4-wide SIMD on every target (SSE2 on x86-64, NEON on
-// aarch64) without intrinsics or -ffast-math; other compilers take the scalar loops.
-#if defined(__GNUC__)
-#define BLOSSOM_SAMPLER_SIMD 1
-#else
-#define BLOSSOM_SAMPLER_SIMD 0
-#endif
+#include "engine/sampling/logit_math.h"
+#include "engine/sampling/logits_processors.h"
 
 namespace blossom {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-// Below this many candidates the weighted selection just sorts the range.
-constexpr size_t kSelectSortRange = 32;
-// Dense weights are summed per block of this many tokens; the block sums let the draw skip to
-// the right block instead of walking the whole vocabulary.
-constexpr size_t kBlock = 1024;
-// Histogram used to split the full vocabulary at a probability-mass boundary in two linear passes:
-// keys (-x for top_p, the typicality score for typical_p) in [0, kKeyRange) over up to kMaxBins
-// bins (1/32 nat wide for large vocabularies; fewer for small ones, where clearing the histogram
-// would cost more than the passes); larger keys share the last bin.
-constexpr int kMaxBins = 4096;
-constexpr int kMinBins = 64;
-constexpr float kKeyRange = 128.0f;
-
-int NumBins(size_t vocab) {
-  int bins = kMinBins;
-  while (bins < kMaxBins && static_cast<size_t>(bins) * 16 < vocab) bins *= 2;
-  return bins;
-}
-
-// exp(x) for x <= 0 or -inf: Cephes' single-precision expf (range reduction by ln 2, degree-6
-// polynomial), max relative error ~1e-7. Branch-free so that it vectorises; the result is exactly
-// 0 for x <= -126.5 ln 2 (about -87.68), where 2^n underflows the exponent field, which also
-// maps -inf to 0. The scalar and vector versions perform the same operations in the same order.
-constexpr float kExpFloor = -88.0f;
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
-
-inline float ExpNonPositive(float x) {
-  x = x < kExpFloor ? kExpFloor : x;
-  const int32_t n = static_cast<int32_t>(x * kLog2e - 0.5f);  // round to nearest for x <= 0
-  const float fn = static_cast<float>(n);
-  const float r = x - fn * kLn2Hi - fn * kLn2Lo;
-  float y = kP0 * r + kP1;
-  y = y * r + kP2;
-  y = y * r + kP3;
-  y = y * r + kP4;
-  y = y * r + kP5;
-  y = y * r * r + r + 1.0f;
-  const int32_t bits = (n + 127) << 23;  // 2^n; 0 (i.e. +0.0f) for n = -127
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
-#if BLOSSOM_SAMPLER_SIMD
-typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
-
-inline F4 Load4(const float* p) {
-  F4 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void Store4(float* p, F4 v) { std::memcpy(p, &v, sizeof(v)); }
-inline F4 Select4(I4 mask, F4 a, F4 b) {  // mask ? a : b, lane-wise
-  I4 ai, bi;
-  std::memcpy(&ai, &a, sizeof(ai));
-  std::memcpy(&bi, &b, sizeof(bi));
-  const I4 out = (ai & mask) | (bi & ~mask);
-  F4 f;
-  std::memcpy(&f, &out, sizeof(f));
-  return f;
-}
-
-inline F4 ExpNonPositive4(F4 x) {
-  const F4 floor = {kExpFloor, kExpFloor, kExpFloor, kExpFloor};
-  x = Select4(x < floor, floor, x);
-  const I4 n = __builtin_convertvector(x * kLog2e - 0.5f, I4);
-  const F4 fn = __builtin_convertvector(n, F4);
-  const F4 r = x - fn * kLn2Hi - fn * kLn2Lo;
-  F4 y = kP0 * r + kP1;
-  y = y * r + kP2;
-  y = y * r + kP3;
-  y = y * r + kP4;
-  y = y * r + kP5;
-  y = y * r * r + r + 1.0f;
-  const I4 bits = (n + 127) << 23;
-  F4 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-#endif
-
-// Maximum of l[0, n); NaN-free input (checked by Prepare).
-float MaxOf(const float* l, size_t n) {
-  float best = -kInf;
-  size_t i = 0;
-#if BLOSSOM_SAMPLER_SIMD
-  F4 lanes = {-kInf, -kInf, -kInf, -kInf};
-  for (; i + 4 <= n; i += 4) {
-    const F4 v = Load4(l + i);
-    lanes = Select4(v > lanes, v, lanes);
-  }
-  for (int k = 0; k < 4; ++k) best = std::max(best, lanes[k]);
-#endif
-  for (; i < n; ++i) best = std::max(best, l[i]);
-  return best;
-}
-
-// x[i] = (l[i] - max) / temperature and w[i] = exp(x[i]) when kStore; returns the sum of the
-// weights and, when block_sums is set, the sum of each kBlock-token block.
-template <bool kStore>
-double ExpWeights(const float* l, size_t n, float max, float temperature, float* x_out,
-                  float* w_out, double* block_sums) {
-  double total = 0.0;
-  for (size_t start = 0; start < n; start += kBlock) {
-    const size_t end = std::min(n, start + kBlock);
-    size_t i = start;
-    double sum = 0.0;
-#if BLOSSOM_SAMPLER_SIMD
-    // fp32 lanes over runs of kRun tokens, folded into double: the total stays accurate to
-    // ~1e-9 relative, which top_p's boundary (limit = top_p * total) depends on.
-    constexpr size_t kRun = 64;
-    while (i + kRun <= end) {
-      F4 lanes = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (const size_t run_end = i + kRun; i < run_end; i += 4) {
-        const F4 x = (Load4(l + i) - max) / temperature;
-        const F4 w = ExpNonPositive4(x);
-        if (kStore) {
-          Store4(x_out + i, x);
-          Store4(w_out + i, w);
-        }
-        lanes += w;
-      }
-      sum +=
-          (static_cast<double>(lanes[0]) + lanes[1]) + (static_cast<double>(lanes[2]) + lanes[3]);
-    }
-#endif
-    for (; i < end; ++i) {
-      const float x = (l[i] - max) / temperature;
-      const float w = ExpNonPositive(x);
-      if (kStore) {
-        x_out[i] = x;
-        w_out[i] = w;
-      }
-      sum += w;
-    }
-    if (block_sums != nullptr) block_sums[start / kBlock] = sum;
-    total += sum;
-  }
-  return total;
-}
-
-// Histogram bin of a non-negative key; monotone, so equal keys share a bin.
-// Monotone in key, so equal keys share a bin and bins are ordered like keys.
-struct Binning {
-  int bins;
-  float scale;  // bins / kKeyRange
-  explicit Binning(int num_bins)
-      : bins(num_bins), scale(static_cast<float>(num_bins) / kKeyRange) {}
-  int operator()(float key) const {
-    return key >= kKeyRange ? bins - 1 : static_cast<int>(key * scale);
-  }
-};
+using logit_math::ExpWeights;
+using logit_math::kBlock;
+using logit_math::kInf;
+using logit_math::MaxOf;
 
 uint64_t RandomSeed() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
-}
-
-absl::Status CheckIds(absl::Span<const int32_t> ids, const char* name, size_t vocab) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || static_cast<size_t>(ids[i]) >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, "[", i, "] = ", ids[i], " is outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AllMasked() {
-  return absl::FailedPreconditionError(
-      "no token can be sampled: every logit is -inf after suppression and penalties");
 }
 
 }  // namespace
@@ -209,11 +33,12 @@ double RequestRng::Uniform() {
   return static_cast<double>(engine_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// The pipeline of sampler.h, with access to SamplerScratch's buffers.
+// Token selection and logprobs of sampler.h, with access to SamplerScratch's buffers; steps 1-8
+// (penalties, temperature and the filters) are logits_processors.h's.
 //
-// Two representations: "dense" keeps x and w for the whole vocabulary in xs_/weights_ (used when
-// top_k is off: vectorised, no per-token bookkeeping), "candidates" is an explicit list of
-// surviving (id, x, w). Filter() ends in the dense form only when nothing was filtered.
+// The processors leave one of two representations: "dense" (x and w for the whole vocabulary in
+// xs_/weights_, with per-block sums) when nothing was filtered, or an explicit list of surviving
+// (id, x, w) in candidates_. The draw has a form for each.
 class SamplerImpl {
  public:
   using Candidate = SamplerScratch::Candidate;
@@ -229,15 +54,15 @@ class SamplerImpl {
                                                 const SamplingParams& params,
                                                 const SamplingContext& ctx, RequestRng& rng,
                                                 SamplerScratch& s) {
-    absl::Status status = Prepare(logits, params, ctx, s);
+    absl::Status status = PrepareLogits(logits, params, ctx, s);
     if (!status.ok()) return status;
     SampleResult result;
     if (IsGreedy(params)) {
-      absl::StatusOr<int32_t> token = Argmax(s);
+      absl::StatusOr<int32_t> token = GreedyToken(s);
       if (!token.ok()) return token.status();
       result.token = *token;
     } else {
-      absl::StatusOr<bool> dense = Filter(params, s);
+      absl::StatusOr<bool> dense = FilterLogits(params, s);
       if (!dense.ok()) return dense.status();
       // The rng moves only once the call is known to succeed.
       result.token = *dense ? DrawDense(s, rng.Uniform()) : Draw(s.candidates_, rng.Uniform());
@@ -246,180 +71,7 @@ class SamplerImpl {
     return result;
   }
 
-  static absl::StatusOr<std::vector<TokenProbability>> RunDistribution(
-      absl::Span<const float> logits, const SamplingParams& params, const SamplingContext& ctx,
-      SamplerScratch& s) {
-    absl::Status status = Prepare(logits, params, ctx, s);
-    if (!status.ok()) return status;
-    if (IsGreedy(params)) {
-      absl::StatusOr<int32_t> token = Argmax(s);
-      if (!token.ok()) return token.status();
-      return std::vector<TokenProbability>{{*token, 1.0}};
-    }
-    absl::StatusOr<bool> dense = Filter(params, s);
-    if (!dense.ok()) return dense.status();
-    std::vector<TokenProbability> out;
-    if (*dense) {
-      double total = 0.0;
-      for (float w : s.weights_) total += w;
-      for (size_t i = 0; i < s.weights_.size(); ++i) {
-        if (s.weights_[i] > 0.0f) out.push_back({static_cast<int32_t>(i), s.weights_[i] / total});
-      }
-      return out;
-    }
-    std::vector<Candidate>& c = s.candidates_;
-    double total = 0.0;
-    for (const Candidate& a : c) total += a.w;
-    std::sort(c.begin(), c.end(),
-              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
-    out.reserve(c.size());
-    for (const Candidate& a : c) out.push_back({a.id, a.w / total});
-    return out;
-  }
-
  private:
-  // Steps 1-3: copies the row into s.logits_, checks it and applies suppression and penalties.
-  static absl::Status Prepare(absl::Span<const float> logits, const SamplingParams& params,
-                              const SamplingContext& ctx, SamplerScratch& s) {
-    const size_t vocab = logits.size();
-    if (vocab == 0) return absl::InvalidArgumentError("logits must not be empty");
-    if (vocab > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-      return absl::InvalidArgumentError("logits row is larger than the int32 token id range");
-    }
-    absl::Status status = Validate(params, static_cast<int32_t>(vocab));
-    if (!status.ok()) return status;
-    if (!(status = CheckIds(ctx.prompt_tokens, "prompt_tokens", vocab)).ok()) return status;
-    if (!(status = CheckIds(ctx.output_tokens, "output_tokens", vocab)).ok()) return status;
-    if (!(status = CheckIds(ctx.suppressed_tokens, "suppressed_tokens", vocab)).ok()) {
-      return status;
-    }
-
-    s.logits_.resize(vocab);
-    float* l = s.logits_.data();
-    // A branch-free flag keeps the copy loop cheap; the position is only searched for on the
-    // error path. "!(v < inf)" is true for NaN and +inf; -inf is a legitimate mask.
-    bool bad = false;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float v = logits[i];
-      bad |= !(v < kInf);
-      l[i] = v;
-    }
-    if (bad) {
-      for (size_t i = 0; i < vocab; ++i) {
-        if (!(logits[i] < kInf)) {
-          return absl::InternalError(absl::StrCat("logits[", i, "] is ", logits[i],
-                                                  ": the model produced a non-finite logit"));
-        }
-      }
-    }
-
-    for (int32_t t : ctx.suppressed_tokens) l[t] = -kInf;
-
-    if (params.repetition_penalty != 1.0f) {
-      // Each distinct token once, whether it occurs in the prompt, the output or both (HF).
-      s.seen_.resize(vocab);  // new entries are zero; old ones were reset by the previous call
-      const float penalty = params.repetition_penalty;
-      auto penalise = [&](absl::Span<const int32_t> tokens) {
-        for (int32_t t : tokens) {
-          if (s.seen_[t]) continue;
-          s.seen_[t] = 1;
-          // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf.
-          l[t] = l[t] > 0.0f ? std::min(l[t] / penalty, std::numeric_limits<float>::max())
-                             : l[t] * penalty;
-        }
-      };
-      penalise(ctx.prompt_tokens);
-      penalise(ctx.output_tokens);
-      for (int32_t t : ctx.prompt_tokens) s.seen_[t] = 0;
-      for (int32_t t : ctx.output_tokens) s.seen_[t] = 0;
-    }
-
-    if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
-      s.counts_.resize(vocab);
-      for (int32_t t : ctx.output_tokens) ++s.counts_[t];
-      for (int32_t t : ctx.output_tokens) {
-        const int32_t count = s.counts_[t];
-        if (count == 0) continue;  // already applied for this token
-        l[t] -= static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
-        s.counts_[t] = 0;
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Step 4, greedy: the first maximum, so ties go to the lowest id.
-  static absl::StatusOr<int32_t> Argmax(const SamplerScratch& s) {
-    const float* l = s.logits_.data();
-    const size_t vocab = s.logits_.size();
-    const float best_value = MaxOf(l, vocab);
-    if (best_value == -kInf) return AllMasked();
-    return static_cast<int32_t>(std::find(l, l + vocab, best_value) - l);
-  }
-
-  // Steps 4 (temperature) to 8. Returns true when the result is the dense form (every token with
-  // w > 0 survives), false when it is s.candidates_.
-  static absl::StatusOr<bool> Filter(const SamplingParams& params, SamplerScratch& s) {
-    std::vector<Candidate>& c = s.candidates_;
-    const float* l = s.logits_.data();
-    const size_t vocab = s.logits_.size();
-    const float temperature = params.temperature;
-    const bool top_p = params.top_p < 1.0f;
-    const bool typical = params.typical_p < 1.0f;
-    const bool min_p = params.min_p > 0.0f;
-    c.clear();
-
-    if (params.top_k > 0 && static_cast<size_t>(params.top_k) < vocab) {
-      // top_k first: temperature scaling is monotone, so selecting on the unscaled logits gives
-      // the same set and spares scaling and exponentiating the whole vocabulary.
-      TopK(l, vocab, static_cast<size_t>(params.top_k), c);
-      if (c.empty()) return AllMasked();
-      float max_logit = -kInf;
-      for (const Candidate& a : c) max_logit = std::max(max_logit, a.x);
-      size_t n = 0;
-      for (const Candidate& a : c) {
-        const float x = (a.x - max_logit) / temperature;
-        const float w = ExpNonPositive(x);
-        if (w > 0.0f) c[n++] = {a.id, x, w};  // underflowed tokens can never be drawn
-      }
-      c.resize(n);
-      if (top_p) TopP(params.top_p, c);
-      if (typical) Typical(params.typical_p, c);
-      if (min_p) MinP(params.min_p, c);
-      return false;
-    }
-
-    // Dense: shifting by the maximum before dividing keeps tiny temperatures from overflowing:
-    // x <= 0 and the top token has w = 1.
-    const float max_logit = MaxOf(l, vocab);
-    if (max_logit == -kInf) return AllMasked();
-    s.xs_.resize(vocab);
-    s.weights_.resize(vocab);
-    s.block_sums_.resize((vocab + kBlock - 1) / kBlock);
-    s.total_weight_ = ExpWeights<true>(l, vocab, max_logit, temperature, s.xs_.data(),
-                                       s.weights_.data(), s.block_sums_.data());
-    const float* x = s.xs_.data();
-    const float* w = s.weights_.data();
-    if (top_p) {
-      DenseTopP(params.top_p, s);
-      if (typical) Typical(params.typical_p, c);
-    } else if (typical) {
-      DenseTypical(params.typical_p, s);
-    } else if (min_p) {
-      // Alone, min_p is a threshold on x (the top token has x = 0), so only survivors are listed;
-      // the comparison is MinP's, which then keeps them all.
-      const double threshold = std::log(static_cast<double>(params.min_p));
-      for (size_t i = 0; i < vocab; ++i) {
-        if (w[i] > 0.0f && static_cast<double>(x[i]) >= threshold) {
-          c.push_back({static_cast<int32_t>(i), x[i], w[i]});
-        }
-      }
-    } else {
-      return true;
-    }
-    if (min_p) MinP(params.min_p, c);
-    return false;
-  }
-
   // Step 9 on a candidate list: inverse CDF over the survivors in their current order.
   static int32_t Draw(const std::vector<Candidate>& c, double uniform) {
     double total = 0.0;
@@ -500,250 +152,12 @@ class SamplerImpl {
     std::sort_heap(r.top.begin(), r.top.end(), better);  // best first
     for (TokenLogprob& t : r.top) t.logprob = logprob(t.logprob);
   }
-
-  // A function object rather than a function, so that the std algorithms inline it.
-  struct ByLogitDescT {
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return a.x > b.x || (a.x == b.x && a.id < b.id);
-    }
-  };
-  static constexpr ByLogitDescT ByLogitDesc{};
-
-  // Weighted selection: with c ordered by cmp (conceptually; it is never fully sorted), returns
-  // the first position i at which `before` plus the mass preceding i (plus c[i]'s own weight when
-  // inclusive) reaches limit, or c.size() when none does. Afterwards c[0, i) holds the i best
-  // elements and, for i < size, c[i] is the element that sorts at position i. Quickselect on
-  // mass: expected O(n); only a small final range is sorted, which also fixes the order of ties
-  // (cmp is total: ids break ties).
-  template <typename Cmp>
-  static size_t FirstReaching(std::vector<Candidate>& c, Cmp cmp, double limit, bool inclusive,
-                              double before) {
-    size_t lo = 0, hi = c.size();
-    // Invariant: the answer lies in [lo, hi]; c[0, lo) <= c[lo, hi) <= c[hi, n) under cmp;
-    // `before` is the mass of c[0, lo) (plus the initial offset); hi < n only when position hi is
-    // known to reach the limit.
-    while (hi - lo > kSelectSortRange) {
-      const size_t mid = lo + (hi - lo) / 2;
-      std::nth_element(c.begin() + lo, c.begin() + mid, c.begin() + hi, cmp);
-      double left = 0.0;
-      for (size_t i = lo; i < mid; ++i) left += c[i].w;
-      if (before + left + (inclusive ? c[mid].w : 0.0) >= limit) {
-        hi = mid;
-      } else {
-        before += left + c[mid].w;
-        lo = mid + 1;
-      }
-    }
-    std::sort(c.begin() + lo, c.begin() + hi, cmp);
-    for (size_t i = lo; i < hi; ++i) {
-      if (before + (inclusive ? c[i].w : 0.0) >= limit) return i;
-      before += c[i].w;
-    }
-    return hi;
-  }
-
-  // Dense counterpart of FirstReaching's first step: orders tokens (w > 0) by bin_of(x), a
-  // monotone bucketing of the selection key (equal keys share a bin; bin_of.binning says how many
-  // bins), and finds the bin at which the cumulative mass, inclusive of the bin, first reaches
-  // limit. Tokens of earlier bins go to s.candidates_, those of that bin to s.boundary_; returns
-  // the mass of s.candidates_ (from the bin sums, so that it is consistent with the choice of
-  // bin). Two linear passes, no sort. When rounding leaves the limit unreached, every token goes
-  // to s.candidates_ and s.boundary_ stays empty.
-  template <typename BinFn>
-  static double SplitAtMass(SamplerScratch& s, BinFn bin_of, double limit) {
-    const float* x = s.xs_.data();
-    const float* w = s.weights_.data();
-    const size_t vocab = s.weights_.size();
-    std::vector<double>& mass = s.bin_mass_;
-    std::vector<int32_t>& count = s.bin_count_;
-    const int bins = bin_of.binning.bins;
-    // kLanes interleaved histograms, merged afterwards: consecutive tokens often share a bin
-    // (ties, or the long tail of a peaked distribution), and a single histogram would then
-    // serialise on the store-to-load latency of mass[b]. Tokens with w = 0 (x = -inf or
-    // underflowed) land in the last bin and add nothing; no branches, as bins are data-dependent.
-    constexpr int kLanes = 4;
-    mass.assign(static_cast<size_t>(bins) * kLanes, 0.0);
-    count.assign(static_cast<size_t>(bins) * kLanes, 0);
-    for (size_t i = 0; i < vocab; ++i) {
-      const size_t slot = static_cast<size_t>(bin_of(x[i])) * kLanes + (i % kLanes);
-      mass[slot] += w[i];
-      count[slot] += w[i] > 0.0f;
-    }
-    for (int b = 0; b < bins; ++b) {
-      const size_t base = static_cast<size_t>(b) * kLanes;
-      mass[b] = (mass[base] + mass[base + 1]) + (mass[base + 2] + mass[base + 3]);
-      count[b] = (count[base] + count[base + 1]) + (count[base + 2] + count[base + 3]);
-    }
-    int boundary_bin = 0;
-    size_t before_count = 0;
-    double cumulative = 0.0;
-    for (; boundary_bin < bins; ++boundary_bin) {
-      if (cumulative + mass[boundary_bin] >= limit) break;
-      cumulative += mass[boundary_bin];
-      before_count += count[boundary_bin];
-    }
-    const size_t boundary_count = boundary_bin < bins ? count[boundary_bin] : 0;
-    // Branch-free compaction: every token is written at the next free slot, which only advances
-    // when the token belongs there; one spare slot absorbs the write after the last one.
-    s.candidates_.resize(before_count + 1);
-    s.boundary_.resize(boundary_count + 1);
-    Candidate* kept = s.candidates_.data();
-    Candidate* boundary = s.boundary_.data();
-    size_t num_kept = 0, num_boundary = 0;
-    for (size_t i = 0; i < vocab; ++i) {
-      const int b = bin_of(x[i]);
-      const bool positive = w[i] > 0.0f;
-      const bool before = positive && b < boundary_bin;
-      const Candidate candidate = {static_cast<int32_t>(i), x[i], w[i]};
-      kept[num_kept] = candidate;
-      boundary[num_boundary] = candidate;
-      num_kept += before;
-      num_boundary += positive && b == boundary_bin;
-    }
-    s.candidates_.resize(num_kept);
-    s.boundary_.resize(num_boundary);
-    return cumulative;
-  }
-
-  // Step 6 on a candidate list: keeps the tokens, in (probability desc, id asc) order, whose
-  // preceding mass is < top_p.
-  static void TopP(float top_p, std::vector<Candidate>& c) {
-    double total = 0.0;
-    for (const Candidate& a : c) total += a.w;
-    // Position 0 never reaches the limit (nothing precedes it), so the top token survives.
-    c.resize(FirstReaching(c, ByLogitDesc, static_cast<double>(top_p) * total,
-                           /*inclusive=*/false, 0.0));
-  }
-
-  // Step 6 on the dense form: the same rule, with the boundary searched in one histogram bin.
-  static void DenseTopP(float top_p, SamplerScratch& s) {
-    const double limit = static_cast<double>(top_p) * s.total_weight_;
-    // Key -x: ascending key is descending probability; equal logits share a bin.
-    struct TopPBin {
-      Binning binning;
-      int operator()(float x) const { return binning(-x); }
-    };
-    const double before = SplitAtMass(s, TopPBin{Binning(NumBins(s.weights_.size()))}, limit);
-    std::vector<Candidate>& boundary = s.boundary_;
-    const size_t keep = FirstReaching(boundary, ByLogitDesc, limit, /*inclusive=*/false, before);
-    s.candidates_.insert(s.candidates_.end(), boundary.begin(), boundary.begin() + keep);
-  }
-
-  // |-log p - H| = |E[x] - x|, since log p = x - log Z and H = log Z - E[x]: one subtraction per
-  // comparison, and equal logits always get equal scores.
-  struct TypicalScore {
-    double mean;
-    double operator()(float x) const { return std::fabs(mean - static_cast<double>(x)); }
-    double operator()(const Candidate& a) const { return (*this)(a.x); }
-  };
-  struct ByScore {
-    TypicalScore score;
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      const double sa = score(a), sb = score(b);
-      return sa < sb || (sa == sb && a.id < b.id);
-    }
-  };
-
-  // Step 7 on a candidate list.
-  static void Typical(float mass, std::vector<Candidate>& c) {
-    double total = 0.0, weighted = 0.0;
-    for (const Candidate& a : c) {
-      total += a.w;
-      weighted += static_cast<double>(a.w) * a.x;
-    }
-    const TypicalScore score{weighted / total};
-    size_t last = FirstReaching(c, ByScore{score}, static_cast<double>(mass) * total,
-                                /*inclusive=*/true, 0.0);
-    if (last == c.size()) last = c.size() - 1;  // rounding kept the mass short: the worst one
-    // Everything scoring no worse than the boundary token, ties included (HF).
-    const double threshold = score(c[last]);
-    c.erase(std::partition(c.begin(), c.end(),
-                           [&](const Candidate& a) { return score(a) <= threshold; }),
-            c.end());
-  }
-
-  // Step 7 on the dense form.
-  static void DenseTypical(float mass, SamplerScratch& s) {
-    const float* x = s.xs_.data();
-    const float* w = s.weights_.data();
-    double weighted = 0.0;
-    for (size_t i = 0; i < s.weights_.size(); ++i) {
-      if (w[i] > 0.0f) weighted += static_cast<double>(w[i]) * x[i];
-    }
-    const TypicalScore score{weighted / s.total_weight_};
-    const double limit = static_cast<double>(mass) * s.total_weight_;
-    struct TypicalBin {
-      Binning binning;
-      TypicalScore score;
-      int operator()(float x) const { return binning(static_cast<float>(score(x))); }
-    };
-    const double before =
-        SplitAtMass(s, TypicalBin{Binning(NumBins(s.weights_.size())), score}, limit);
-    std::vector<Candidate>& boundary = s.boundary_;
-    if (boundary.empty()) return;  // never reached: all survive, already in candidates_
-    size_t last = FirstReaching(boundary, ByScore{score}, limit, /*inclusive=*/true, before);
-    if (last == boundary.size()) last = boundary.size() - 1;
-    const double threshold = score(boundary[last]);
-    for (const Candidate& a : boundary) {
-      if (score(a) <= threshold) s.candidates_.push_back(a);
-    }
-  }
-
-  // Step 8: p >= min_p * p_max  <=>  x - x_max >= log(min_p): no exponentials needed.
-  static void MinP(float min_p, std::vector<Candidate>& c) {
-    float max_x = -kInf;
-    for (const Candidate& a : c) max_x = std::max(max_x, a.x);
-    const double threshold = static_cast<double>(max_x) + std::log(static_cast<double>(min_p));
-    c.erase(std::remove_if(
-                c.begin(), c.end(),
-                [threshold](const Candidate& a) { return static_cast<double>(a.x) < threshold; }),
-            c.end());
-  }
-
-  // Keeps every finite token whose logit is >= the k-th largest (k < vocab).
-  static void TopK(const float* l, size_t vocab, size_t k, std::vector<Candidate>& c) {
-    // Bounded heap whose front is the worst kept candidate. Scanning ids in increasing order, a
-    // newcomer equal to the front has a higher id, so it is worse and rejected; hence the heap
-    // holds the lowest ids of the boundary value, and the rejected ties are found by a second
-    // pass only when one was seen.
-    bool tie_rejected = false;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float v = l[i];
-      if (!(v > -kInf)) continue;
-      if (c.size() < k) {
-        c.push_back({static_cast<int32_t>(i), v, 0.0f});
-        std::push_heap(c.begin(), c.end(), ByLogitDesc);
-      } else if (v > c.front().x) {
-        std::pop_heap(c.begin(), c.end(), ByLogitDesc);
-        c.back() = {static_cast<int32_t>(i), v, 0.0f};
-        std::push_heap(c.begin(), c.end(), ByLogitDesc);
-      } else if (v == c.front().x) {
-        tie_rejected = true;
-      }
-    }
-    if (c.size() < k || !tie_rejected) return;
-    const float kth = c.front().x;
-    int32_t last_kept = -1;
-    for (const Candidate& a : c) {
-      if (a.x == kth) last_kept = std::max(last_kept, a.id);
-    }
-    for (size_t i = static_cast<size_t>(last_kept) + 1; i < vocab; ++i) {
-      if (l[i] == kth) c.push_back({static_cast<int32_t>(i), kth, 0.0f});
-    }
-  }
 };
 
 absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const SamplingParams& params,
                                     const SamplingContext& ctx, RequestRng& rng,
                                     SamplerScratch& scratch) {
   return SamplerImpl::RunSample(logits, params, ctx, rng, scratch);
-}
-
-absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(absl::Span<const float> logits,
-                                                                   const SamplingParams& params,
-                                                                   const SamplingContext& ctx,
-                                                                   SamplerScratch& scratch) {
-  return SamplerImpl::RunDistribution(logits, params, ctx, scratch);
 }
 
 absl::StatusOr<SampleResult> RawLogprobs(absl::Span<const float> logits, int32_t token,

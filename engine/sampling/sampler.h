@@ -38,6 +38,10 @@
 // typical_p find their mass boundary with a histogram (two linear passes) and sort only the tokens
 // of one histogram bin. Nothing sorts the vocabulary. No allocation of vocabulary-sized buffers
 // once a SamplerScratch has warmed up.
+//
+// Steps 1-8 live in logits_processors.h, with SamplingContext, SamplerScratch and
+// SamplingDistribution(); this header includes it, so that callers need only this one. Here: the
+// per-request generator, the draw (step 9) and the logprobs.
 #ifndef BLOSSOM_ENGINE_SAMPLING_SAMPLER_H_
 #define BLOSSOM_ENGINE_SAMPLING_SAMPLER_H_
 
@@ -48,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
+#include "engine/sampling/logits_processors.h"
 #include "engine/sampling/sampling_params.h"
 
 namespace blossom {
@@ -78,11 +83,6 @@ struct TokenLogprob {
   float logprob;
 };
 
-struct TokenProbability {
-  int32_t token;
-  double probability;
-};
-
 struct SampleResult {
   int32_t token = 0;
   // Raw log-softmax of the chosen token; computed only when params.logprobs >= 0, else 0.
@@ -92,46 +92,6 @@ struct SampleResult {
   // id; tokens whose raw logit is -inf (masked by the model) are left out. May include the chosen
   // token.
   std::vector<TokenLogprob> top;
-};
-
-// Token history the processing steps need. Views: the caller keeps the storage alive for the call.
-struct SamplingContext {
-  absl::Span<const int32_t> prompt_tokens;
-  absl::Span<const int32_t> output_tokens;
-  // Forced to -inf first, e.g. EOS and stop ids while below min_new_tokens
-  // (StopChecker::SuppressedTokens).
-  absl::Span<const int32_t> suppressed_tokens;
-};
-
-// Reusable buffers for Sample(), so that the per-token path does not allocate vocabulary-sized
-// memory once warmed up. Holds no state that affects results: any scratch can serve any request.
-// Not thread-safe: one per sampling thread.
-class SamplerScratch {
- public:
-  SamplerScratch() = default;
-  SamplerScratch(const SamplerScratch&) = delete;
-  SamplerScratch& operator=(const SamplerScratch&) = delete;
-
- private:
-  friend class SamplerImpl;  // sampler.cc
-  struct Candidate {
-    int32_t id;
-    float x;  // (processed logit - max) / temperature: <= 0.
-    float w;  // exp(x): unnormalised probability.
-  };
-  std::vector<float> logits_;  // processed logits, vocab-sized
-  // Dense form (top_k off): x and w for every token, and sums of w per block and in total.
-  std::vector<float> xs_;
-  std::vector<float> weights_;
-  std::vector<double> block_sums_;
-  double total_weight_ = 0.0;
-  std::vector<Candidate> candidates_;  // explicit survivors
-  std::vector<Candidate> boundary_;    // tokens of the histogram bin holding a mass boundary
-  std::vector<double> bin_mass_;
-  std::vector<int32_t> bin_count_;
-  // Vocab-sized and all zero between calls: penalties touch only history tokens and reset them.
-  std::vector<int32_t> counts_;
-  std::vector<uint8_t> seen_;
 };
 
 // Draws the next token. Errors (nothing is drawn; the rng is not advanced):
@@ -149,14 +109,6 @@ absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const Sampli
 // InvalidArgument for a token outside the row, Internal for a NaN or +inf logit.
 absl::StatusOr<SampleResult> RawLogprobs(absl::Span<const float> logits, int32_t token,
                                          int32_t top_n);
-
-// The distribution Sample() draws from after steps 1-8: the tokens with nonzero probability, by
-// ascending id, probabilities summing to 1 (greedy: the argmax with probability 1). Same errors as
-// Sample(). For tests, debugging and callers that draw several tokens from one row.
-absl::StatusOr<std::vector<TokenProbability>> SamplingDistribution(absl::Span<const float> logits,
-                                                                   const SamplingParams& params,
-                                                                   const SamplingContext& ctx,
-                                                                   SamplerScratch& scratch);
 
 }  // namespace blossom
 

@@ -1,8 +1,8 @@
 // A byte-level BPE tokenizer that reads a Hugging Face tokenizer.json and encodes and decodes
 // exactly like Hugging Face `tokenizers` for BLOOM-style tokenizers.
 //
-// The supported subset is what BLOOM uses (see docs in tokenizer.cc for the precise list): no
-// normalizer; BLOOM's Split regex (hand-written matcher) followed by a ByteLevel pre-tokenizer
+// The supported subset is what BLOOM uses (see tokenizer_loader.cc for the precise list): no
+// normalizer; BLOOM's Split regex (pre_tokenizer.h's matcher) followed by a ByteLevel pre-tokenizer
 // without regex, or a plain ByteLevel pre-tokenizer without regex; a BPE model; a ByteLevel
 // decoder; a post-processor that adds no tokens; added tokens with lstrip/rstrip/normalized/
 // special flags. Anything else is refused at load time with InvalidArgument naming the JSON path

@@ -24,13 +24,16 @@
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "server/http/connection.h"
+#include "server/http/eviction.h"
 #include "server/http/worker_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom::http {
 
 using internal::Connection;
+using internal::ConnectionMap;
 using internal::ErrorResponse;
+using internal::EvictionVictim;
 using internal::Exchange;
 using internal::kLowWater;
 using internal::Loop;
@@ -174,37 +177,6 @@ class Server::Impl {
     });
   }
 
-  // The connection a new one may replace at max_connections: one already closing, else the
-  // one with no request in flight that has waited longest (an unfinished head before an idle
-  // keep-alive connection). Null if every connection has a request in flight.
-  std::shared_ptr<Connection> EvictionVictim() {
-    std::shared_ptr<Connection> best;
-    // Lower rank wins: 0 lingering, 1 unfinished head or body, 2 idle; then the oldest.
-    int best_rank = 3;
-    int64_t best_since = 0;
-    for (auto& [id, conn] : conns_) {
-      if (conn->current) continue;
-      int rank;
-      int64_t since;
-      if (conn->lingering) {
-        rank = 0;
-        since = conn->linger_deadline;
-      } else if (conn->head_start != 0 || conn->body_start != 0) {
-        rank = 1;
-        since = conn->head_start != 0 ? conn->head_start : conn->body_start;
-      } else {
-        rank = 2;
-        since = conn->last_activity;
-      }
-      if (rank < best_rank || (rank == best_rank && since < best_since)) {
-        best = conn;
-        best_rank = rank;
-        best_since = since;
-      }
-    }
-    return best;
-  }
-
   // Refuses a connection before it is served: a plain-text 503 (TLS peers, which could not
   // read it before a handshake, are just closed).
   void Refuse(tcp::socket& socket, const std::string& message) {
@@ -238,7 +210,7 @@ class Server::Impl {
       return;
     }
     if (static_cast<int>(conns_.size()) >= options_.max_connections) {
-      if (std::shared_ptr<Connection> victim = EvictionVictim()) {
+      if (std::shared_ptr<Connection> victim = EvictionVictim(conns_)) {
         if (!victim->stream.tls() && !victim->lingering &&
             (victim->head_start != 0 || victim->body_start != 0)) {
           SendNow(victim->stream.tcp(), ProtocolError(408, "request not completed in time", ""));
@@ -587,7 +559,7 @@ class Server::Impl {
   bool stopped_ = false;  // guarded by stop_mu_
 
   // I/O thread only.
-  std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
+  ConnectionMap conns_;
   std::unordered_map<std::string, int> connections_per_ip_;
   uint64_t next_id_ = 1;
 };

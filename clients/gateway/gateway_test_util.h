@@ -1,0 +1,327 @@
+// The fixture of the gateway's in-process tests (gateway_test, gateway_lifecycle_test): a fake
+// blossom.v1.Blossom callback service on 127.0.0.1:0, the gateway behind the real HTTP server, and
+// raw-socket HTTP clients. Header-only, as the fixture's members are all defined in its classes.
+#ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_TEST_UTIL_H_
+#define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_TEST_UTIL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "clients/gateway/gateway.h"
+#include "clients/gateway/json_fields.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
+#include "proto/blossom/v1/blossom.grpc.pb.h"
+#include "server/http/http_server.h"
+#include "server/http/test_client.h"
+
+namespace blossom::gateway::testing {
+
+using ::blossom::http::testing::Client;
+namespace v1 = ::blossom::v1;
+
+// Prompt conventions understood by the fake backend:
+//   "fail:<grpc code>:<message>"  the call fails with that status (before any stream message)
+//   "hang"                         the call never finishes until cancelled (streams send one
+//                                  message first)
+//   anything else                  text "Hello" in two tokens ("Hel", "lo"), finish reason length
+class FakeBlossom : public v1::Blossom::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override {
+    Seen(context, *request);
+    auto* reactor = new UnaryReactor(this);
+    if (request->text() == "hang") return reactor;  // finished by OnCancel
+    grpc::Status status = StatusFor(request->text());
+    if (status.ok()) {
+      response->set_text("Hello");
+      AddToken(response->add_tokens(), 1, "Hel");
+      AddToken(response->add_tokens(), 2, "lo");
+      FillFinal(response->mutable_final());
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override {
+    Seen(context, v1::FromStreamRequest(*request));
+    return new StreamReactor(this, request->text());
+  }
+
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override {
+    for (size_t i = 0; i < request->text().size(); ++i) {
+      response->add_ids(static_cast<unsigned char>(request->text()[i]));
+      response->add_tokens(request->text().substr(i, 1));
+      auto* span = response->add_offsets();
+      span->set_start(static_cast<int>(i));
+      span->set_end(static_cast<int>(i + 1));
+    }
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest*, v1::ModelInfo* info) override {
+    bool authorized = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_authorization_ = Authorization(context);
+      authorized = required_authorization_.empty() || last_authorization_ == required_authorization_;
+    }
+    if (!authorized) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid API key"));
+      return reactor;
+    }
+    info->set_model_id("bloom-test");
+    info->set_dtype("float32");
+    info->set_backend("cpu");
+    info->mutable_limits()->set_max_total_tokens(2048);
+    info->mutable_limits()->set_max_input_tokens(1024);
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(ready_ ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAVAILABLE, "loading"));
+    return reactor;
+  }
+
+  // Waits (bounded) until pred holds under the lock.
+  bool WaitFor(const std::function<bool()>& pred) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), pred);
+  }
+  int cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  int requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+  v1::GenerateRequest last_request() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_request_;
+  }
+  std::string last_authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
+  // GetModelInfo answers UNAUTHENTICATED unless its authorization metadata is this ("": any).
+  void set_required_authorization(std::string value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    required_authorization_ = std::move(value);
+  }
+  std::atomic<bool> ready_{true};
+
+  // Guarded by mu_; public for WaitFor predicates.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int cancelled_ = 0;
+  int requests_ = 0;
+  std::string required_authorization_;
+
+ private:
+  class UnaryReactor : public grpc::ServerUnaryReactor {
+   public:
+    explicit UnaryReactor(FakeBlossom* fake) : fake_(fake) {}
+    void OnCancel() override {
+      fake_->Cancelled();
+      Finish(grpc::Status::CANCELLED);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    FakeBlossom* fake_;
+  };
+
+  class StreamReactor : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+   public:
+    StreamReactor(FakeBlossom* fake, const std::string& prompt) : fake_(fake), prompt_(prompt) {
+      grpc::Status status = StatusFor(prompt);
+      if (!status.ok()) {
+        Finish(status);
+        return;
+      }
+      messages_.resize(prompt == "hang" ? 1 : 2);
+      messages_[0].set_text_delta("Hel");
+      AddToken(messages_[0].mutable_token(), 1, "Hel");
+      if (messages_.size() == 2) {
+        messages_[1].set_text_delta("lo");
+        AddToken(messages_[1].mutable_token(), 2, "lo");
+        FillFinal(messages_[1].mutable_final());
+      }
+      StartWrite(&messages_[0]);
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) return;  // cancelled; OnCancel/OnDone follow
+      if (++next_ < messages_.size()) {
+        StartWrite(&messages_[next_]);
+      } else if (prompt_ != "hang") {
+        Finish(grpc::Status::OK);
+      }
+    }
+    void OnCancel() override {
+      fake_->Cancelled();
+      Finish(grpc::Status::CANCELLED);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    FakeBlossom* fake_;
+    std::string prompt_;
+    std::vector<v1::GenerateStreamResponse> messages_;
+    size_t next_ = 0;
+  };
+
+  static std::string Authorization(grpc::CallbackServerContext* context) {
+    auto it = context->client_metadata().find("authorization");
+    return it == context->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
+  }
+  // "fail:<code>:<message>[|<field>|<reason>|<retry seconds>]": the status the real server
+  // would send, details in grpc-status-details-bin. Found anywhere in the prompt (a chat
+  // prompt starts with the template's role prefix), up to the end of its line.
+  static grpc::Status StatusFor(const std::string& prompt) {
+    const size_t at = prompt.find("fail:");
+    if (at == std::string::npos) return grpc::Status::OK;
+    const std::string spec = prompt.substr(at, prompt.find('\n', at) - at);
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 2));
+    int code = 2;
+    (void)absl::SimpleAtoi(parts[1], &code);
+    std::vector<std::string> detail = absl::StrSplit(parts.size() > 2 ? parts[2] : "", '|');
+    absl::Status status(static_cast<absl::StatusCode>(code), detail[0]);
+    if (detail.size() > 1 && !detail[1].empty()) {
+      status = WithFieldViolation(status, detail[1], detail[0]);
+    }
+    if (detail.size() > 2 && !detail[2].empty()) status = WithReason(status, detail[2]);
+    int retry_seconds = 0;
+    if (detail.size() > 3 && absl::SimpleAtoi(detail[3], &retry_seconds)) {
+      status = WithRetryDelay(status, absl::Seconds(retry_seconds));
+    }
+    return ToGrpcStatus(status);
+  }
+  static void AddToken(v1::Token* token, int id, const std::string& text) {
+    token->set_id(id);
+    token->set_text(text);
+    token->set_logprob(-0.5f);
+  }
+  static void FillFinal(v1::FinalInfo* final) {
+    final->set_finish_reason(v1::FINISH_REASON_LENGTH);
+    final->mutable_usage()->set_prompt_tokens(3);
+    final->mutable_usage()->set_generated_tokens(2);
+    final->set_seed(7);
+  }
+  void Seen(grpc::CallbackServerContext* context, const v1::GenerateRequest& request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++requests_;
+    last_request_ = request;
+    last_authorization_ = Authorization(context);
+    cv_.notify_all();
+  }
+  void Cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++cancelled_;
+    cv_.notify_all();
+  }
+
+  v1::GenerateRequest last_request_;
+  std::string last_authorization_;
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &grpc_port_);
+    builder.RegisterService(&fake_);
+    grpc_server_ = builder.BuildAndStart();
+    ASSERT_NE(grpc_server_, nullptr);
+    ASSERT_GT(grpc_port_, 0);
+    SetBackendServing(true);
+  }
+
+  void StartGateway(GatewayOptions options, int backend_port = 0) {
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", backend_port ? backend_port : grpc_port_),
+                                       grpc::InsecureChannelCredentials());
+    gateway_ = std::make_unique<Gateway>(channel, std::move(options));
+    http::ServerOptions http_options;
+    http_options.max_body_bytes = 4096;
+    http_options.error_response = &Gateway::ProtocolErrorResponse;
+    auto server = http::Server::Start(http_options, [g = gateway_.get()](const http::Request& r,
+                                                             std::shared_ptr<http::ResponseWriter> w) {
+      g->Handle(r, std::move(w));
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    http_ = std::move(*server);
+  }
+
+  // The backend's grpc.health.v1 status, as blossom-server sets it (false: loading/draining).
+  void SetBackendServing(bool serving) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(v1::Blossom::service_full_name(), serving);
+  }
+
+  void TearDown() override {
+    if (http_) http_->Stop();
+    gateway_.reset();
+    if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  Client::Reply Request(const std::string& method, const std::string& path, const std::string& body,
+                        const std::string& extra_headers = "") {
+    Client client(http_->port());
+    EXPECT_TRUE(client.Send(absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: t\r\n", extra_headers,
+                                         "Content-Length: ", body.size(), "\r\n\r\n", body)));
+    Client::Reply reply;
+    EXPECT_TRUE(client.ReadReply(&reply)) << method << " " << path;
+    return reply;
+  }
+
+  // GET /health until it answers `status` (bounded: the watched status arrives asynchronously);
+  // the last reply.
+  Client::Reply HealthWithin(int status) {
+    Client::Reply reply = Request("GET", "/health", "");
+    for (int i = 0; i < 200 && reply.status != status; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      reply = Request("GET", "/health", "");
+    }
+    return reply;
+  }
+
+  // SSE "data:" payloads of a streamed body.
+  static std::vector<std::string> Events(const std::string& body) {
+    std::vector<std::string> events;
+    for (absl::string_view e : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+      EXPECT_TRUE(absl::StartsWith(e, "data:")) << e;
+      events.emplace_back(absl::StripLeadingAsciiWhitespace(e.substr(5)));
+    }
+    return events;
+  }
+
+  FakeBlossom fake_;
+  int grpc_port_ = 0;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<http::Server> http_;
+};
+
+}  // namespace blossom::gateway::testing
+
+#endif  // BLOSSOM_CLIENTS_GATEWAY_GATEWAY_TEST_UTIL_H_

@@ -1,0 +1,277 @@
+// Steps 1-8 (logits_processors.h) against the reference implementation in test_util.h, through
+// SamplingDistribution(): the processors' result as a list of survivors and probabilities. The
+// draw and the logprobs built on top of them are sampler_test's.
+#include "engine/sampling/logits_processors.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/sampling/test_util.h"
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct ParamCase {
+  std::string name;
+  SamplingParams params;
+  bool history = false;   // prompt/output tokens for penalties
+  bool suppress = false;  // suppressed tokens
+};
+
+SamplingParams Make(float temperature) {
+  SamplingParams p;
+  p.temperature = temperature;
+  return p;
+}
+
+std::vector<ParamCase> ParamCases() {
+  std::vector<ParamCase> cases;
+  for (float t : {0.25f, 1.0f, 2.5f, 100.0f}) {
+    cases.push_back({absl::StrCat("temperature_", t), Make(t)});
+  }
+  cases.push_back({"greedy", Make(0.0f)});
+  for (int32_t k : {-1, 0, 1, 2, 5, 50, 1000000}) {
+    SamplingParams p = Make(0.8f);
+    p.top_k = k;
+    cases.push_back({absl::StrCat("top_k_", k), p});
+  }
+  for (float top_p : {0.01f, 0.3f, 0.9f, 0.999f}) {
+    SamplingParams p = Make(1.0f);
+    p.top_p = top_p;
+    cases.push_back({absl::StrCat("top_p_", top_p), p});
+  }
+  for (float typical : {0.05f, 0.4f, 0.9f, 0.99f}) {
+    SamplingParams p = Make(1.0f);
+    p.typical_p = typical;
+    cases.push_back({absl::StrCat("typical_p_", typical), p});
+  }
+  for (float min_p : {0.01f, 0.2f, 0.9f, 1.0f}) {
+    SamplingParams p = Make(1.0f);
+    p.min_p = min_p;
+    cases.push_back({absl::StrCat("min_p_", min_p), p});
+  }
+  for (float rep : {0.7f, 1.5f}) {
+    SamplingParams p = Make(1.0f);
+    p.repetition_penalty = rep;
+    cases.push_back({absl::StrCat("repetition_", rep), p, true});
+  }
+  for (float f : {-1.5f, 0.8f}) {
+    SamplingParams p = Make(1.0f);
+    p.frequency_penalty = f;
+    cases.push_back({absl::StrCat("frequency_", f), p, true});
+  }
+  for (float pr : {-0.5f, 2.0f}) {
+    SamplingParams p = Make(1.0f);
+    p.presence_penalty = pr;
+    cases.push_back({absl::StrCat("presence_", pr), p, true});
+  }
+  cases.push_back({"suppression", Make(1.0f), false, true});
+  {
+    SamplingParams p = Make(0.0f);
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.4f;
+    cases.push_back({"greedy_penalised", p, true, true});
+  }
+  {
+    SamplingParams p = Make(0.7f);
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    p.typical_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repetition_penalty = 1.2f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.3f;
+    cases.push_back({"everything", p, true, true});
+  }
+  {
+    SamplingParams p = Make(1.3f);
+    p.top_p = 0.8f;
+    p.min_p = 0.02f;
+    cases.push_back({"top_p_min_p", p});
+  }
+  {
+    SamplingParams p = Make(0.5f);
+    p.top_k = 500;
+    p.typical_p = 0.6f;
+    cases.push_back({"top_k_typical", p});
+  }
+  return cases;
+}
+
+// Survivors must match except for borderline tokens; probabilities are compared after
+// renormalising both sides over the common survivors (a borderline token can carry real mass).
+// Returns the number of borderline tokens on which the two sides differ.
+int ExpectMatchesReference(const std::vector<TokenProbability>& got, const Reference& want) {
+  double got_total = 0.0;
+  for (const TokenProbability& t : got) got_total += t.probability;
+  EXPECT_NEAR(got_total, 1.0, 1e-9);
+  // Merge the two id-sorted lists.
+  std::vector<int32_t> missing, unexpected;
+  std::vector<std::pair<double, double>> common;  // (got, want) probabilities
+  int borderline_differences = 0;
+  size_t g = 0, w = 0;
+  while (g < got.size() || w < want.probs.size()) {
+    if (g < got.size() && w < want.probs.size() && got[g].token == want.probs[w].token) {
+      common.push_back({got[g++].probability, want.probs[w++].probability});
+      continue;
+    }
+    const bool only_want =
+        g == got.size() || (w < want.probs.size() && want.probs[w].token < got[g].token);
+    const int32_t token = only_want ? want.probs[w++].token : got[g++].token;
+    if (want.borderline.count(token)) {
+      ++borderline_differences;
+    } else {
+      (only_want ? missing : unexpected).push_back(token);
+    }
+  }
+  auto show = [](const std::vector<int32_t>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) absl::StrAppend(&out, v[i], " ");
+    return out;
+  };
+  EXPECT_TRUE(missing.empty() && unexpected.empty())
+      << got.size() << " survivors, " << want.probs.size() << " expected; missing " << show(missing)
+      << "; unexpected " << show(unexpected);
+  double got_common = 0.0, want_common = 0.0;
+  for (const auto& pair : common) {
+    got_common += pair.first;
+    want_common += pair.second;
+  }
+  int mismatched = 0;
+  for (const auto& pair : common) {
+    const double expected = pair.second / want_common;
+    const double actual = pair.first / got_common;
+    if (std::fabs(actual - expected) > 1e-6 + 1e-4 * expected && ++mismatched <= 5) {
+      ADD_FAILURE() << "probability " << actual << ", expected " << expected;
+    }
+  }
+  return borderline_differences;
+}
+
+// Every parameter against the reference on random rows: all sizes share one scratch, which also
+// checks that nothing leaks from one call into the next.
+TEST(SamplerReferenceTest, SurvivorsAndProbabilitiesMatchReference) {
+  SamplerScratch scratch;
+  int compared = 0, masked = 0, borderline = 0;
+  for (int32_t vocab : {1, 2, 7, 50000}) {
+    for (LogitKind kind :
+         {LogitKind::kNormal, LogitKind::kPeaked, LogitKind::kQuantized, LogitKind::kWithMasked}) {
+      for (uint32_t seed : {1u, 2u, 3u}) {
+        const std::vector<float> logits =
+            RandomLogits(vocab, kind, seed * 1000 + static_cast<uint32_t>(vocab));
+        const std::vector<int32_t> prompt = RandomTokens(vocab, 25, seed + 11);
+        const std::vector<int32_t> output = RandomTokens(vocab, 15, seed + 23);
+        const std::vector<int32_t> suppressed = RandomTokens(vocab, 3, seed + 37);
+        for (const ParamCase& c : ParamCases()) {
+          SCOPED_TRACE(absl::StrCat(c.name, " vocab=", vocab, " kind=", static_cast<int>(kind),
+                                    " seed=", seed));
+          const std::vector<int32_t> no_tokens;
+          const std::vector<int32_t>& p_tokens = c.history ? prompt : no_tokens;
+          const std::vector<int32_t>& o_tokens = c.history ? output : no_tokens;
+          const std::vector<int32_t>& s_tokens = c.suppress ? suppressed : no_tokens;
+          SamplingContext ctx{p_tokens, o_tokens, s_tokens};
+          const Reference want =
+              ReferenceDistribution(logits, c.params, p_tokens, o_tokens, s_tokens);
+          absl::StatusOr<std::vector<TokenProbability>> got =
+              SamplingDistribution(logits, c.params, ctx, scratch);
+          if (want.probs.empty()) {
+            EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+            ++masked;
+            continue;
+          }
+          ASSERT_TRUE(got.ok()) << got.status();
+          borderline += ExpectMatchesReference(*got, want);
+          ++compared;
+        }
+      }
+    }
+  }
+  std::printf(
+      "compared %d distributions against the reference (%d fully masked, %d borderline tokens "
+      "decided differently)\n",
+      compared, masked, borderline);
+  EXPECT_GT(compared, 1000);
+  // Rounding-dependent decisions must stay rare, or the comparison would be vacuous.
+  EXPECT_LE(borderline, compared / 100);
+}
+
+// Hand-made rows whose boundaries fall exactly on ties or on the cumulative threshold.
+struct BoundaryCase {
+  std::string name;
+  std::vector<float> logits;
+  SamplingParams params;
+  std::vector<int32_t> survivors;
+};
+
+std::vector<BoundaryCase> BoundaryCases() {
+  std::vector<BoundaryCase> cases;
+  auto add = [&](std::string name, std::vector<float> logits, auto mutate,
+                 std::vector<int32_t> survivors) {
+    SamplingParams p;
+    mutate(p);
+    cases.push_back({std::move(name), std::move(logits), p, std::move(survivors)});
+  };
+  const std::vector<float> uniform4 = {0, 0, 0, 0};
+  // Uniform over 4: cumulative mass before tokens 0..3 is exactly 0, .25, .5, .75.
+  add("top_p_exactly_half", uniform4, [](SamplingParams& p) { p.top_p = 0.5f; }, {0, 1});
+  add("top_p_just_above_half", uniform4,
+      [](SamplingParams& p) { p.top_p = std::nextafter(0.5f, 1.0f); }, {0, 1, 2});
+  add("top_p_quarter", uniform4, [](SamplingParams& p) { p.top_p = 0.25f; }, {0});
+  add("top_p_tiny", uniform4, [](SamplingParams& p) { p.top_p = 1e-6f; }, {0});
+  add("top_p_three_quarters", uniform4, [](SamplingParams& p) { p.top_p = 0.75f; }, {0, 1, 2});
+  add("top_p_one", uniform4, [](SamplingParams& p) { p.top_p = 1.0f; }, {0, 1, 2, 3});
+  // Boundary inside a tie group: the lowest ids of the group survive.
+  {
+    const std::vector<float> l = {2, 1, 1, 1, 0};
+    double z = 0;
+    for (float v : l) z += std::exp(v);
+    const float top_p = static_cast<float>((std::exp(2.0) + 1.5 * std::exp(1.0)) / z);
+    add("top_p_inside_tie_group", l, [top_p](SamplingParams& p) { p.top_p = top_p; }, {0, 1, 2});
+  }
+  add("top_p_ties_reordered", {1, 0, 1, 0, 1}, [](SamplingParams& p) { p.top_p = 0.5f; }, {0, 2});
+  // top_k keeps every token tied with the k-th largest value.
+  const std::vector<float> k_row = {3, 1, 2, 2, 2, 0};
+  add("top_k_1", k_row, [](SamplingParams& p) { p.top_k = 1; }, {0});
+  add("top_k_2_ties", k_row, [](SamplingParams& p) { p.top_k = 2; }, {0, 2, 3, 4});
+  add("top_k_4_ties", k_row, [](SamplingParams& p) { p.top_k = 4; }, {0, 2, 3, 4});
+  add("top_k_5", k_row, [](SamplingParams& p) { p.top_k = 5; }, {0, 1, 2, 3, 4});
+  add("top_k_6", k_row, [](SamplingParams& p) { p.top_k = 6; }, {0, 1, 2, 3, 4, 5});
+  add("top_k_masked_short", {-kInf, 1, -kInf}, [](SamplingParams& p) { p.top_k = 2; }, {1});
+  // min_p = 1 keeps exactly the tied maxima.
+  add("min_p_one_ties", {1, 3, 0, 3}, [](SamplingParams& p) { p.min_p = 1.0f; }, {1, 3});
+  // typical_p on a uniform row: every score is 0, so all tie and all survive.
+  add("typical_uniform", {0.5f, 0.5f, 0.5f}, [](SamplingParams& p) { p.typical_p = 0.1f; },
+      {0, 1, 2});
+  // Tiny temperature: the tied maxima share the mass, everything else underflows.
+  add("tiny_temperature", {1, 5, 5, 2}, [](SamplingParams& p) { p.temperature = 1e-30f; }, {1, 2});
+  return cases;
+}
+
+TEST(SamplerReferenceTest, ExactBoundaries) {
+  SamplerScratch scratch;
+  for (const BoundaryCase& c : BoundaryCases()) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<std::vector<TokenProbability>> got =
+        SamplingDistribution(c.logits, c.params, SamplingContext(), scratch);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<int32_t> ids;
+    for (const TokenProbability& t : *got) ids.push_back(t.token);
+    EXPECT_EQ(ids, c.survivors);
+    const Reference want = ReferenceDistribution(c.logits, c.params, {}, {}, {});
+    EXPECT_EQ(ExpectMatchesReference(*got, want), 0);
+    EXPECT_EQ(want.probs.size(), c.survivors.size());
+  }
+}
+
+}  // namespace
+}  // namespace blossom
