@@ -332,6 +332,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
   const bool avx2 = CpuHasAvx2Fma();
   pool_->ParallelFor(static_cast<int64_t>(md.num_tokens) * heads, 1, [&](int64_t b, int64_t e) {
     std::vector<float>& scores = Scratch<float>(2, 0);
+    std::vector<const float*>& keys = Scratch<const float*>(0, 0);
+    std::vector<const float*>& values = Scratch<const float*>(1, 0);
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / heads, h = item % heads;
       const int32_t s = seq_of[t];
@@ -341,13 +343,19 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
       const int32_t* table = tables + static_cast<int64_t>(s) * md.max_blocks_per_seq;
       const float* qv = q.as<const float>() + (t * heads + h) * d;
       scores.resize(pos + 1);
-      float max_score = -std::numeric_limits<float>::infinity();
+      keys.resize(pos + 1);
+      values.resize(pos + 1);
       for (int64_t j = 0; j <= pos; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        const float* kv_k = kv.Key(layer, slot) + h * d;
-        const float dot = DotF32(qv, kv_k, d, avx2);
+        keys[j] = kv.Key(layer, slot) + h * d;
+        values[j] = kv.Value(layer, slot) + h * d;
+      }
+      // Each score is its own DotF32 (vector_ops.h), so it does not depend on pos or the batch.
+      DotRowsF32(qv, keys.data(), pos + 1, d, scores.data(), avx2);
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= pos; ++j) {
         // Hugging Face: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d)).
-        const float score = slope[h] * static_cast<float>(j) + dot * scale;
+        const float score = slope[h] * static_cast<float>(j) + scores[j] * scale;
         scores[j] = score;
         max_score = std::max(max_score, score);
       }
@@ -357,13 +365,10 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
         sum += scores[j];
       }
       const float inv_sum = 1.0f / sum;
+      for (int64_t j = 0; j <= pos; ++j) scores[j] *= inv_sum;
       float* o = out.as<float>() + (t * heads + h) * d;
       std::fill(o, o + d, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) {
-        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        const float* kv_v = kv.Value(layer, slot) + h * d;
-        AxpyF32(scores[j] * inv_sum, kv_v, o, d, avx2);
-      }
+      AxpyRowsF32(scores.data(), values.data(), pos + 1, d, o, avx2);
     }
   });
   return absl::OkStatus();

@@ -16,6 +16,15 @@ float DotF32(const float* a, const float* b, int64_t n, bool avx2);
 // y[i] = fma(alpha, x[i], y[i]) for i < n.
 void AxpyF32(float alpha, const float* x, float* y, int64_t n, bool avx2);
 
+// Attention's two loops over the keys of one (query, head), with the keys' rows given by pointer
+// (the paged KV cache scatters them). Same bits as the one-row calls they replace:
+// out[j] = DotF32(q, rows[j], d) for j < n.
+void DotRowsF32(const float* q, const float* const* rows, int64_t n, int64_t d, float* out,
+                bool avx2);
+// For j = 0 .. n-1 in order: AxpyF32(weights[j], rows[j], y, d).
+void AxpyRowsF32(const float* weights, const float* const* rows, int64_t n, int64_t d, float* y,
+                 bool avx2);
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_KERNELS_CPU_VECTOR_OPS_H_

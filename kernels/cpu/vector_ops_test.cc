@@ -51,5 +51,34 @@ TEST(VectorOpsTest, Avx2IsBitIdenticalToPortable) {
   }
 }
 
+// The row-batched calls attention uses must give exactly the bits of one call per row, on both
+// paths, for every d (multiples of 8 take the batched AVX2 code; others fall back) and every
+// row count (4 at a time, then single rows).
+TEST(VectorOpsTest, RowCallsMatchOneCallPerRow) {
+  const bool paths[] = {false, true};
+  for (bool avx2 : paths) {
+    if (avx2 && !CpuHasAvx2Fma()) continue;
+    for (int64_t d : {8, 64, 72, 128, 136, 5, 0}) {
+      for (int64_t n : {0, 1, 3, 4, 5, 9, 33}) {
+        std::vector<float> q = Random(d, 7 + d), y0 = Random(d, 8 + d), weights = Random(n, 9 + n);
+        std::vector<std::vector<float>> rows;
+        std::vector<const float*> ptrs;
+        for (int64_t j = 0; j < n; ++j) rows.push_back(Random(d, 100 + 13 * j + d));
+        for (const auto& r : rows) ptrs.push_back(r.data());
+        std::vector<float> dots(n), want_dots(n);
+        DotRowsF32(q.data(), ptrs.data(), n, d, dots.data(), avx2);
+        for (int64_t j = 0; j < n; ++j) want_dots[j] = DotF32(q.data(), ptrs[j], d, avx2);
+        EXPECT_EQ(0, std::memcmp(dots.data(), want_dots.data(), n * sizeof(float)))
+            << "dots d=" << d << " n=" << n << " avx2=" << avx2;
+        std::vector<float> y = y0, want_y = y0;
+        AxpyRowsF32(weights.data(), ptrs.data(), n, d, y.data(), avx2);
+        for (int64_t j = 0; j < n; ++j) AxpyF32(weights[j], ptrs[j], want_y.data(), d, avx2);
+        EXPECT_EQ(0, std::memcmp(y.data(), want_y.data(), d * sizeof(float)))
+            << "axpy d=" << d << " n=" << n << " avx2=" << avx2;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace blossom
