@@ -50,8 +50,9 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   const char* w_base = static_cast<const char*>(a.w);
   // Decode-sized batches run one x row against 8 weight rows (a weight element is used once per
   // row anyway); larger ones 4 x rows against a panel of weight rows about 192 KiB big (dot_tile
-  // walks it k-block by k-block, 3 weight rows at a time, so each widened weight vector feeds
-  // four FMAs and the x pieces stay in L1). Tile shapes never change a result (dot_tile.h).
+  // walks it 3 weight rows at a time over all of k, so each widened weight vector feeds four
+  // FMAs and the panel stays in L2 for every x row). Tile shapes never change a result
+  // (dot_tile.h).
   GemmTiling tiling;
   tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
   const int panel_cols = static_cast<int>(
