@@ -31,7 +31,9 @@ TEST(ByteLevelTest, IsABijectionThatKeepsPrintableBytes) {
     EXPECT_TRUE(seen.insert(cp).second) << "byte " << b;
     ASSERT_LT(cp, 512u);
     EXPECT_EQ(tables.cp_to_byte[cp], b);
-    if (cp != static_cast<uint32_t>(b)) EXPECT_EQ(cp, next++) << "byte " << b;
+    if (cp != static_cast<uint32_t>(b)) {
+      EXPECT_EQ(cp, next++) << "byte " << b;
+    }
   }
   EXPECT_EQ(next, 256u + 68u);  // the 68 non-printable bytes, in increasing order
   EXPECT_EQ(tables.byte_to_cp[' '], 0x120u);   // 'Ġ'
