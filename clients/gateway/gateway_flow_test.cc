@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -29,6 +31,8 @@ using ::blossom::http::testing::Client;
 namespace v1 = ::blossom::v1;
 
 constexpr size_t kDeltaBytes = 64 << 10;
+// Well under Bazel's 300 s for a medium test; a passing run takes a few seconds.
+constexpr int kWatchdogSeconds = 240;
 
 // GenerateStream sends `<n>` messages (the prompt is the count) of kDeltaBytes of text each,
 // the last one final. Counts messages written and calls cancelled.
@@ -97,6 +101,7 @@ class ManyChunksBlossom : public v1::Blossom::CallbackService {
 class GatewayFlowTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    StartWatchdog();
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -116,9 +121,47 @@ class GatewayFlowTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    SetPhase("TearDown: http::Server::Stop");
     if (http_) http_->Stop();
+    SetPhase("TearDown: ~Gateway (waits for its pending calls)");
     gateway_.reset();
+    SetPhase("TearDown: grpc::Server::Shutdown");
     if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    {
+      std::lock_guard<std::mutex> lock(watchdog_mu_);
+      done_ = true;
+    }
+    watchdog_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  // Once (a CI run on 2 loaded cores, 2026-11-24) this test hung until Bazel's 300 s timeout
+  // with nothing in its log; 110 runs since, alone and 3 at a time, did not repeat it. The
+  // watchdog turns a hang into a failure that names the step it was stuck in and the call
+  // counts, well before Bazel kills the process.
+  void StartWatchdog() {
+    watchdog_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(watchdog_mu_);
+      if (watchdog_cv_.wait_for(lock, std::chrono::seconds(kWatchdogSeconds), [this] { return done_; })) return;
+      int64_t written_now;
+      int cancelled_now;
+      {
+        std::lock_guard<std::mutex> fake_lock(fake_.mu_);
+        written_now = fake_.written_;
+        cancelled_now = fake_.cancelled_;
+      }
+      fprintf(stderr,
+              "gateway_flow_test: stuck for %d s in \"%s\"; backend messages written %lld, "
+              "calls cancelled %d, gateway pending calls %d\n",
+              kWatchdogSeconds, phase_.c_str(), static_cast<long long>(written_now), cancelled_now,
+              gateway_ ? gateway_->pending_calls() : -1);
+      fflush(stderr);
+      std::abort();
+    });
+  }
+  void SetPhase(const char* phase) {
+    std::lock_guard<std::mutex> lock(watchdog_mu_);
+    phase_ = phase;
   }
 
   // Starts a streaming completion of `messages` messages on `client` without reading.
@@ -134,6 +177,11 @@ class GatewayFlowTest : public ::testing::Test {
   }
 
   ManyChunksBlossom fake_;
+  std::mutex watchdog_mu_;
+  std::condition_variable watchdog_cv_;
+  bool done_ = false;        // guarded by watchdog_mu_
+  std::string phase_ = "SetUp";  // guarded by watchdog_mu_
+  std::thread watchdog_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<Gateway> gateway_;
   std::unique_ptr<http::Server> http_;
@@ -147,12 +195,14 @@ TEST_F(GatewayFlowTest, ClientsThatDoNotReadStallOnlyTheirOwnStreams) {
   const int kSlowClients =
       std::clamp(2 * static_cast<int>(std::thread::hardware_concurrency()), 4, 16);
   constexpr int kSlowMessages = 4096;
+  SetPhase("starting the slow streams");
   std::vector<std::unique_ptr<Client>> slow;
   for (int i = 0; i < kSlowClients; ++i) {
     slow.push_back(std::make_unique<Client>(http_->port()));
     StartStream(slow.back().get(), kSlowMessages);
   }
   // Wait until the slow streams stop making progress at the backend.
+  SetPhase("waiting for the slow streams to stall");
   int64_t last = -1;
   for (int stable = 0, i = 0; stable < 5 && i < 400; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -167,6 +217,7 @@ TEST_F(GatewayFlowTest, ClientsThatDoNotReadStallOnlyTheirOwnStreams) {
   constexpr int kFastMessages = 40;
   std::vector<std::thread> readers;
   std::atomic<int> completed{0};
+  SetPhase("the fast streams");
   for (int i = 0; i < kFastClients; ++i) {
     readers.emplace_back([&] {
       Client client(http_->port());
@@ -186,6 +237,7 @@ TEST_F(GatewayFlowTest, ClientsThatDoNotReadStallOnlyTheirOwnStreams) {
     std::lock_guard<std::mutex> lock(fake_.mu_);
     EXPECT_EQ(fake_.cancelled_, 0);
   }
+  SetPhase("dropping the slow clients");
   slow.clear();
   EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ == kSlowClients; }, std::chrono::seconds(30)));
   for (int i = 0; i < 300 && gateway_->pending_calls() > 0; ++i) {
