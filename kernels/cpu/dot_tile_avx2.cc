@@ -107,19 +107,20 @@ BLOSSOM_AVX2 void Panel(const float* x, int64_t ldx, const void* w, int cols, in
   const char* wc = static_cast<const char*>(w);
   alignas(32) double acc[R * kMaxTileCols * 4];
   for (int i = 0; i < R * cols * 4; ++i) acc[i] = 0.0;
+  auto block_end = [k8](int64_t b) { return b + kDotBlock < k8 ? b + kDotBlock : k8; };
   if constexpr (R == 4) {
     int c = 0;
     for (; c + kWide <= cols; c += kWide)
       for (int64_t b = 0; b < k8; b += kDotBlock)
-        TileBlock<R, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b,
-                               b + kDotBlock < k8 ? b + kDotBlock : k8, acc + c * 4, cols);
+        TileBlock<R, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b),
+                               acc + c * 4, cols);
     for (; c < cols; ++c)
       for (int64_t b = 0; b < k8; b += kDotBlock)
-        TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b,
-                           b + kDotBlock < k8 ? b + kDotBlock : k8, acc + c * 4, cols);
+        TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                           cols);
   } else {
     for (int64_t b = 0; b < k8; b += kDotBlock) {
-      const int64_t end = b + kDotBlock < k8 ? b + kDotBlock : k8;
+      const int64_t end = block_end(b);
       int c = 0;
       for (; c + kWide <= cols; c += kWide)
         TileBlock<R, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b, end, acc + c * 4, cols,

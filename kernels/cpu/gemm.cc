@@ -43,6 +43,9 @@ float BloomGelu(float x) {
   return v;
 }
 
+static_assert(kMaxTileRows * kMaxTileCols <= kMaxTiledGemmDots,
+              "RunTiledGemm's dots scratch must hold the largest dot_tile panel");
+
 void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   if (a.m <= 0 || a.n <= 0) return;
   const bool avx2 = UseAvx2(isa);

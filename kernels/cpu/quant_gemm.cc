@@ -16,6 +16,9 @@ constexpr int64_t kMinQuantizeElems = 64 * 1024;
 
 }  // namespace
 
+static_assert(kQuantMaxTileRows * kQuantMaxTileCols <= kMaxTiledGemmDots,
+              "RunTiledGemm's dots scratch must hold the largest quantized tile");
+
 void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   if (a.m <= 0 || a.n <= 0) return;
   if (isa == GemmIsa::kAuto) isa = BestGemmIsa();

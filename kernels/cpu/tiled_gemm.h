@@ -26,6 +26,9 @@ namespace blossom {
 // Weight bytes of one column block (Zen 3 has 512 KiB of L2 per core; room is left for the x
 // rows and the output). GemmNT also sizes its prefill panels by it, so a panel is one block.
 constexpr int64_t kColumnBlockBytes = 192 * 1024;
+// Size of the per-thread dots scratch: every tiling needs prefill_rows * max_cols (and
+// max_cols >= decode_cols) at most this; GemmNT and QuantGemmNT check theirs at compile time.
+constexpr int kMaxTiledGemmDots = 4 * 96;
 
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
@@ -41,7 +44,6 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
                   const Tile& tile) {
   // The work below which a chunk is not worth another thread.
   constexpr int64_t kMinChunkMacs = 64 * 1024;
-  constexpr int kMaxDots = 4 * 96;
   const bool row_at_a_time = a.m < t.prefill_rows;
   const int64_t width = row_at_a_time ? t.decode_cols : t.prefill_cols;
   const int64_t groups = (a.n + width - 1) / width;
@@ -65,7 +67,7 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
       BloomGeluInPlace(a.out + (m0 + r) * a.n + n_begin, n_end - n_begin, vector_epilogue);
   };
   auto run_groups = [&](int64_t g_begin, int64_t g_end) {
-    float dots[kMaxDots];
+    float dots[kMaxTiledGemmDots];
     const int64_t n_begin = g_begin * width, n_end = std::min(a.n, g_end * width);
     for (int64_t nb = n_begin; nb < n_end; nb += block_cols) {
       const int64_t ne = std::min(n_end, nb + block_cols);
