@@ -6,16 +6,23 @@
 //   bloom-tiny-h6 (upcast)    BF16 weights imported as F32 (CudaBackend::Options::
 //                             upcast_weights_to_f32): an fp32 forward like the goldens'.
 //   bloom-tiny-h6 (native)    BF16 weights, BF16 activations and KV cache.
-// Tolerances:
-//   fp32 configurations: logits within 1e-4 max-abs of the CPU backend and of the goldens (the
-//     golden test's own bound; only summation orders differ), greedy continuations token-identical
-//     to the goldens, chunked prefill within 1e-4 of one-shot prefill (not bit-identical on CUDA:
-//     GEMM algorithms and attention tiles differ with the chunk).
-//   native bf16: logits within tol = 3% of the largest |logit| of the CPU fp32 forward (bf16
-//     keeps 8 mantissa bits and every layer rounds its activations). Greedy rule: the bf16
-//     continuation is token-identical to the fp32 reference's up to and including the first
-//     step whose top-2 margin in the fp32 logits is below 2 * tol (a margin of 2 * tol cannot
-//     flip while every logit is within tol); after such a near-tie the paths may part.
+// Tolerances (all from the Hugging Face oracle in golden.json, tests/fixtures/generate.py):
+//   fp32 configurations, with hf = max |HF fp32 - fp64| over the golden prompts:
+//     - the fidelity contract on the GPU: prefill logits within max(1e-4, 2 * hf) of the fp64
+//       evaluation (the CPU engine is held to hf itself, in engine/model:bloom_model_test; the GPU
+//       gets twice that because cuBLAS picks its own summation orders and tile splits);
+//     - GPU against the CPU engine and against HF fp32 (goldens): max(1e-4, 4 * hf), since each
+//       side is held only to its own distance from fp64 (decode steps run past the prompts' fp64
+//       reference, so this is also the decode-step bound);
+//     - greedy continuations token-identical to the goldens; chunked prefill within the same
+//       bound of one-shot prefill (not bit-identical on CUDA: GEMM algorithms and attention
+//       tiles differ with the chunk).
+//   native bf16 (BF16 weights, activations and KV cache): logits within hf_bf16 of the CPU fp32
+//     forward, hf_bf16 = max |HF bf16 - HF fp32| over the golden prompts: at least as close to
+//     fp32 as Hugging Face's own bf16 forward of the same checkpoint. Greedy rule: token-identical
+//     to the fp32 reference up to and including the first step whose fp32 top-2 margin is below
+//     2 * (that step's measured max |bf16 - fp32|): a larger margin cannot flip while every logit
+//     is within that distance. After such a near-tie the paths may part.
 //   Every comparison fails on a NaN or an infinity in either operand.
 // Measured errors are printed as "BLOSSOM_OP_ERROR {...}" lines for tools/gpu/run_on_device.sh.
 // Without a visible GPU every test reports SKIPPED with the reason.
@@ -102,14 +109,6 @@ float MaxAbsDiff(const float* a, const float* b, size_t n) {
   }
   return worst;
 }
-float MaxAbs(const std::vector<float>& v) {
-  float m = 0.0f;
-  for (float x : v) {
-    if (!std::isfinite(x)) return INFINITY;
-    m = std::max(m, std::fabs(x));
-  }
-  return m;
-}
 
 // The gap between the largest and the second-largest logit of one row.
 float TopTwoMargin(const float* row, int64_t n) {
@@ -163,10 +162,23 @@ class BloomCudaTest : public ::testing::TestWithParam<Config> {
     return std::vector<float>(p, p + view->numel());
   }
 
-  // Tolerance of GPU-vs-CPU logits for this configuration.
-  float Tolerance(const std::vector<float>& cpu_logits) const {
-    return GetParam().fp32 ? 1e-4f : 0.03f * MaxAbs(cpu_logits);
+  // max |HF fp32 - fp64| over the golden prompts.
+  double HfFp32VsFp64() const {
+    const double hf = golden_["fp64_reference"].value("hf_fp32_vs_fp64_max_abs_diff", 0.0);
+    EXPECT_GT(hf, 0.0) << "golden.json lacks fp64_reference (tests/fixtures/generate.py)";
+    return hf;
   }
+  // Bound of GPU-vs-CPU and GPU-vs-HF logits for this configuration (see the header).
+  float Tolerance() const {
+    if (GetParam().fp32) return static_cast<float>(std::max(1e-4, 4.0 * HfFp32VsFp64()));
+    const double hf_bf16 = golden_.contains("bf16_reference")
+                               ? golden_["bf16_reference"].value("hf_bf16_vs_fp32_max_abs_diff", 0.0)
+                               : 0.0;
+    EXPECT_GT(hf_bf16, 0.0) << "golden.json lacks bf16_reference (tests/fixtures/generate.py)";
+    return static_cast<float>(hf_bf16);
+  }
+  // The fidelity contract's bound on the GPU for fp32 forwards: distance from the fp64 reference.
+  float Fp64Tolerance() const { return static_cast<float>(std::max(1e-4, 2.0 * HfFp32VsFp64())); }
 
   std::unique_ptr<Runner> gpu_, cpu_;
   nlohmann::json golden_;
@@ -175,7 +187,9 @@ class BloomCudaTest : public ::testing::TestWithParam<Config> {
 
 TEST_P(BloomCudaTest, PrefillLogitsMatchCpuBackendAndGoldens) {
   const std::string tag = ConfigName(GetParam());
-  float worst_cpu = 0.0f, worst_golden = 0.0f, tol_used = 0.0f;
+  float worst_cpu = 0.0f, worst_golden = 0.0f, worst_fp64 = 0.0f;
+  const float tol = Tolerance();
+  const int64_t V = gpu_->model().vocab_size();
   for (const auto& item : golden_["logits"]) {
     const std::vector<int32_t> ids = item["input_ids"].get<std::vector<int32_t>>();
     ScatteredBlocks blocks{static_cast<int32_t>(ids.size() / kBlockSize + 1), 1};
@@ -185,21 +199,40 @@ TEST_P(BloomCudaTest, PrefillLogitsMatchCpuBackendAndGoldens) {
     const std::vector<float> got = gpu_->Prefill({ids}, 1 << 20, gc->get(), blocks)[0];
     const std::vector<float> ref = cpu_->Prefill({ids}, 1 << 20, cc->get(), blocks)[0];
     ASSERT_EQ(got.size(), ref.size());
-    const float tol = Tolerance(ref);
-    tol_used = tol;
     const float diff = MaxAbsDiff(got.data(), ref.data(), got.size());
     worst_cpu = std::max(worst_cpu, diff);
     EXPECT_LE(diff, tol) << "vs CPU, prompt " << item["text"];
-    if (GetParam().fp32) {
-      const std::vector<float> golden = GoldenTensor(item["name"].get<std::string>());
-      ASSERT_EQ(golden.size(), got.size());
-      const float gdiff = MaxAbsDiff(got.data(), golden.data(), got.size());
-      worst_golden = std::max(worst_golden, gdiff);
-      EXPECT_LE(gdiff, 1e-4f) << "vs goldens, prompt " << item["text"];
+    const std::string name = item["name"].get<std::string>();
+    if (!GetParam().fp32) {
+      std::printf("native bf16 %s: max |GPU bf16 - CPU fp32| = %.3g, HF bf16 on this prompt: %.3g\n",
+                  name.c_str(), diff, item.value("hf_bf16_vs_fp32_max_abs_diff", -1.0));
+      continue;
     }
+    const std::vector<float> golden = GoldenTensor(name);
+    ASSERT_EQ(golden.size(), got.size());
+    const float gdiff = MaxAbsDiff(got.data(), golden.data(), got.size());
+    worst_golden = std::max(worst_golden, gdiff);
+    EXPECT_LE(gdiff, tol) << "vs goldens, prompt " << item["text"];
+    // The fp64 reference is stored as two F32 halves whose sum keeps its precision.
+    const std::vector<float> hi = GoldenTensor(name + "_fp64_hi"), lo = GoldenTensor(name + "_fp64_lo");
+    ASSERT_EQ(hi.size(), got.size());
+    ASSERT_EQ(lo.size(), got.size());
+    ASSERT_EQ(got.size(), ids.size() * V);
+    double fp64_diff = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(got[i]) - (static_cast<double>(hi[i]) + lo[i]));
+      fp64_diff = std::isfinite(d) ? std::max(fp64_diff, d) : INFINITY;
+    }
+    std::printf("[fp64] %s %s: GPU %.3g, HF fp32 %.3g\n", tag.c_str(), name.c_str(), fp64_diff,
+                item.value("hf_fp32_vs_fp64_max_abs_diff", -1.0));
+    worst_fp64 = std::max(worst_fp64, static_cast<float>(fp64_diff));
+    EXPECT_LE(fp64_diff, Fp64Tolerance()) << "vs the fp64 reference, prompt " << item["text"];
   }
-  Report("model.prefill_logits_vs_cpu/" + tag, worst_cpu, tol_used);
-  if (GetParam().fp32) Report("model.prefill_logits_vs_golden/" + tag, worst_golden, 1e-4f);
+  Report("model.prefill_logits_vs_cpu/" + tag, worst_cpu, tol);
+  if (GetParam().fp32) {
+    Report("model.prefill_logits_vs_golden/" + tag, worst_golden, tol);
+    Report("model.prefill_logits_vs_fp64/" + tag, worst_fp64, Fp64Tolerance());
+  }
 }
 
 TEST_P(BloomCudaTest, ChunkedPrefillMatchesOneShot) {
@@ -212,7 +245,7 @@ TEST_P(BloomCudaTest, ChunkedPrefillMatchesOneShot) {
   const std::vector<float> whole = gpu_->Prefill({ids}, 1 << 20, c1->get(), blocks)[0];
   const std::vector<float> chunked = gpu_->Prefill({ids}, 3, c2->get(), blocks)[0];
   ASSERT_EQ(whole.size(), chunked.size());
-  const float tol = Tolerance(whole);
+  const float tol = Tolerance();
   const float diff = MaxAbsDiff(whole.data(), chunked.data(), whole.size());
   Report("model.chunked_vs_whole/" + ConfigName(GetParam()), diff, tol);
   EXPECT_LE(diff, tol);
@@ -235,11 +268,11 @@ TEST_P(BloomCudaTest, LeftPaddedBatchMatchesCpu) {
   ASSERT_TRUE(gc.ok() && cc.ok());
   auto got = gpu_->Prefill(seqs, 1 << 20, gc->get(), blocks);
   auto ref = cpu_->Prefill(seqs, 1 << 20, cc->get(), blocks);
-  float worst = 0.0f, tol = 0.0f;
+  float worst = 0.0f;
+  const float tol = Tolerance();
   for (int64_t b = 0; b < B; ++b) {
     ASSERT_EQ(got[b].size(), ref[b].size());
     ASSERT_EQ(got[b].size(), seqs[b].size() * V);
-    tol = Tolerance(ref[b]);
     const float diff = MaxAbsDiff(got[b].data(), ref[b].data(), got[b].size());
     worst = std::max(worst, diff);
     EXPECT_LE(diff, tol) << "row " << b;
@@ -277,48 +310,47 @@ TEST_P(BloomCudaTest, GreedyContinuationsMatchGoldens) {
     // Same tokens fed back, so the step logits are comparable element for element.
     ASSERT_EQ(gpu_steps.size(), cpu_steps.size());
     const float diff = MaxAbsDiff(gpu_steps.data(), cpu_steps.data(), gpu_steps.size());
-    Report("model.decode_logits_vs_cpu/" + ConfigName(GetParam()), diff, 1e-4f);
-    EXPECT_LE(diff, 1e-4f);
+    Report("model.decode_logits_vs_cpu/" + ConfigName(GetParam()), diff, Tolerance());
+    EXPECT_LE(diff, Tolerance());
     // One at a time gives the same tokens as together.
     for (size_t i = 0; i < P; ++i) {
       EXPECT_EQ(gpu_->Greedy({prompts[i]}, kNewTokens)[0], expected[i]) << "prompt " << i;
     }
     return;
   }
-  // Native bf16: identical to the fp32 reference (the CPU forward of the same weights) up to and
-  // including the first step whose fp32 top-2 margin is under 2 * tol (see the header).
+  // Native bf16: every step's logits within tol of the fp32 reference (the CPU forward of the same
+  // weights), and the same token up to and including the first near-tie (see the header).
+  const float tol = Tolerance();
   size_t checked = 0;
   float worst = 0.0f;
+  ASSERT_EQ(gpu_steps.size(), cpu_steps.size());
   for (size_t i = 0; i < P; ++i) {
     ASSERT_EQ(cpu[i].size(), static_cast<size_t>(kNewTokens));
     ASSERT_EQ(got[i].size(), static_cast<size_t>(kNewTokens));
     for (int step = 0; step < kNewTokens; ++step) {
-      const float* ref = cpu_steps.data() + (static_cast<size_t>(step) * P + i) * V;
-      const std::vector<float> ref_row(ref, ref + V);
-      const float margin = TopTwoMargin(ref, V);
-      const float tol = Tolerance(ref_row);
-      ASSERT_TRUE(std::isfinite(margin) && std::isfinite(tol)) << "prompt " << i << " step " << step;
       // Both sides were fed the same tokens so far, so this step's logits are comparable.
-      ASSERT_EQ(gpu_steps.size(), cpu_steps.size());
+      const float* ref = cpu_steps.data() + (static_cast<size_t>(step) * P + i) * V;
       const float* mine = gpu_steps.data() + (static_cast<size_t>(step) * P + i) * V;
+      const float margin = TopTwoMargin(ref, V);
       const float diff = MaxAbsDiff(mine, ref, V);
+      ASSERT_TRUE(std::isfinite(margin)) << "prompt " << i << " step " << step;
       worst = std::max(worst, diff);
       EXPECT_LE(diff, tol) << "prompt " << i << " step " << step;
-      if (margin < 2 * tol) {
-        // A near-tie: bf16 may pick either token, and the paths may part from here on.
-        std::printf("prompt %zu: near-tie at step %d (margin %.4g < 2*tol %.4g); later steps not compared\n", i,
-                    step, margin, 2 * tol);
+      if (margin < 2 * diff) {
+        std::printf("prompt %zu: near-tie at step %d (fp32 margin %.4g < 2 * |bf16 - fp32| = %.4g); later steps "
+                    "not compared\n", i, step, margin, 2 * diff);
         break;
       }
       ++checked;
       EXPECT_EQ(got[i][step], cpu[i][step])
           << "prompt " << i << " step " << step << ": bf16 chose another token although the fp32 top-2 margin "
-          << margin << " is at least 2 * tol = " << 2 * tol;
+          << margin << " is at least twice the largest logit error " << diff;
       if (got[i][step] != cpu[i][step]) break;  // the paths parted: later logits are not comparable
     }
   }
   std::printf("native bf16: %zu greedy steps outside near-ties compared against the fp32 reference\n", checked);
-  Report("model.decode_logits_vs_cpu/" + ConfigName(GetParam()), worst, Tolerance(cpu_steps));
+  EXPECT_GT(checked, 0u) << "no greedy step was compared";
+  Report("model.decode_logits_vs_cpu/" + ConfigName(GetParam()), worst, tol);
 }
 
 TEST_P(BloomCudaTest, LeftPaddedGreedyBatchMatchesGoldens) {

@@ -19,7 +19,11 @@
 #                            tool stops a command at 600 and the machine start and transfers
 #                            come on top); tests not started in time are listed as "not run", a
 #                            running one is stopped at the deadline.
+#   BLOSSOM_ONLY             space-separated test binaries to run (default: all of them).
 #   BLOSSOM_SANITIZER_FILTER gtest filter for sanitizer runs (default: every test).
+#   BLOSSOM_RACECHECK_EXCLUDE kernel-name substring whose racecheck reports are listed but not
+#                            counted (default nvjet_sm90: cuBLAS's TMA/mbarrier GEMM kernels, which
+#                            racecheck cannot model; empty: every report counts).
 #
 # Writes exactly three files, within what the device tool brings back (8 files, 16 MiB each, two
 # folders deep): OUT_DIR/results.json and OUT_DIR/results.md (date, GPU, driver, glibc, commit,
@@ -116,6 +120,7 @@ mkdir -p "$TEST_TMPDIR"
 export GTEST_COLOR=no
 
 SANITIZER=$(command -v compute-sanitizer 2>/dev/null || true)
+RACECHECK_EXCLUDE="${BLOSSOM_RACECHECK_EXCLUDE-nvjet_sm90}"
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer \
          /opt/nvidia/compute-sanitizer/compute-sanitizer; do
   [[ -z "$SANITIZER" && -x "$c" ]] && SANITIZER="$c"
@@ -149,6 +154,7 @@ RUNS_TSV="$LOG_DIR/runs.tsv"
 : > "$RUNS_TSV"
 for tool in "${TOOLS[@]}"; do
   for t in $(ls "$HERE/bin"); do
+    [[ -n "${BLOSSOM_ONLY:-}" && " $BLOSSOM_ONLY " != *" $t "* ]] && continue
     now=$(date +%s)
     left=$(( DEADLINE - now ))
     log="$LOG_DIR/$t.$tool.log"
@@ -165,8 +171,12 @@ for tool in "${TOOLS[@]}"; do
     if [[ "$tool" != none ]]; then
       # --report-api-errors no: some tests provoke failing CUDA API calls on purpose (an
       # over-allocation must come back as ResourceExhausted); memcheck would count each.
-      cmd=("$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no "${cmd[@]}"
-           "--gtest_filter=${BLOSSOM_SANITIZER_FILTER:-*}")
+      # racecheck prints every hazard (--print-limit 0: no limit), so the report can tell
+      # Blossom's kernels from cuBLAS's (see RACECHECK_EXCLUDE) without a hidden one.
+      limit=20
+      [[ "$tool" == racecheck ]] && limit=0
+      cmd=("$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit "$limit" --report-api-errors no
+           "${cmd[@]}" "--gtest_filter=${BLOSSOM_SANITIZER_FILTER:-*}")
     fi
     echo "== [$tool] $t (timeout ${left}s)"
     t0=$(date +%s)
@@ -184,12 +194,12 @@ done
 # ---- Report ----
 COMMAND_LINE="bash $0 ${ARGS_GIVEN:-}"
 python3 - "$OUT_DIR" "$LOG_DIR" "$HERE/manifest.json" "${MODES[*]}" "$GPU_INFO" "$COMMAND_LINE" \
-    "${MISSING_LIBS[*]:-}" "$LDD_PROBLEMS" "$DRY_RUN" <<'EOF'
+    "${MISSING_LIBS[*]:-}" "$LDD_PROBLEMS" "$DRY_RUN" "$RACECHECK_EXCLUDE" <<'EOF'
 import datetime, json, os, re, sys
 import xml.etree.ElementTree as ET
 
 (out_dir, log_dir, manifest_path, mode, gpu_info, command, missing_libs, ldd_problems,
- dry_run) = sys.argv[1:10]
+ dry_run, exclude) = sys.argv[1:11]
 dry_run = dry_run == "1"
 try:
     manifest = json.load(open(manifest_path))
@@ -224,6 +234,23 @@ for line in open(os.path.join(log_dir, "runs.tsv")):
     m = re.search(r"ERROR SUMMARY: (\d+) error", text)
     if m:
         run["sanitizer_errors"] = int(m.group(1))
+    if tool == "racecheck" and "RACECHECK SUMMARY" in text:
+        # cuBLAS's Hopper GEMM kernels (nvjet_sm90_*) stage tiles through the tensor memory
+        # accelerator and order them with mbarriers, which racecheck does not model: on an H100
+        # (2026-11-25) it reported 384-512 hazards inside each of them and none in Blossom's own
+        # kernels. Hazards count against a run only outside RACECHECK_EXCLUDE (NVIDIA's code);
+        # the excluded ones are listed in the note. (--kernel-name-exclude crashed the sanitizer.)
+        races = re.findall(r"Race reported between \w+ access at (\S+?)\+0x\w+\s+=*\s*and \w+ access at "
+                           r"(\S+?)\+0x\w+", text)
+        excluded = [k for k in races if exclude and exclude in k[0] and exclude in k[1]]
+        own = len(races) - len(excluded)
+        other = re.search(r"RACECHECK SUMMARY: (\d+) hazards displayed", text)
+        shown = int(other.group(1)) if other else len(races)
+        run["sanitizer_errors"] = own + max(0, shown - len(races))  # unparsed reports count as ours
+        if excluded:
+            run["note"] += f"; {len(excluded)} racecheck reports in {exclude}* kernels (cuBLAS) not counted"
+        if status == "failed" and run["note"].startswith("rc=99") and run["sanitizer_errors"] == 0:
+            status = run["status"] = "ok"
     for m in re.finditer(r"^BLOSSOM_OP_ERROR (\{.*\})$", text, re.M):
         try:
             e = json.loads(m.group(1))
