@@ -1,0 +1,300 @@
+"""End-to-end tests over loopback with real clients against the real blossom-server (CPU backend,
+fixture model) and blossom-gateway: OpenAI's `openai` package, Hugging Face's `text-generation`,
+the project's Python gRPC client, curl and the `blossom` CLI.
+"""
+import asyncio
+import json
+import subprocess
+import unittest
+
+import blossom_client
+import openai
+import text_generation
+from blossom_client import errors as blossom_errors
+
+import e2e_common
+from e2e_common import API_KEY, CLI, MODEL, auth, grpc_greedy
+from procs import runfile
+
+
+def setUpModule():
+    global SRV, GW
+    SRV, GW = e2e_common.start_shared()
+
+
+def tearDownModule():
+    e2e_common.stop_shared()
+
+
+class OpenAIClientTest(unittest.TestCase):
+    def setUp(self):
+        self.client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+
+    def test_completion_matches_grpc_greedy(self):
+        expected = grpc_greedy("The server reads", 12)
+        r = self.client.completions.create(model=MODEL, prompt="The server reads", max_tokens=12,
+                                           temperature=0)
+        self.assertEqual(r.choices[0].text, expected.text)
+        self.assertEqual(r.usage.completion_tokens, len(expected.tokens))
+        self.assertEqual(r.usage.prompt_tokens, expected.usage.prompt_tokens)
+        self.assertEqual(r.choices[0].finish_reason,
+                         "length" if expected.finish_reason == "length" else "stop")
+
+    def test_streaming_completion_equals_unary(self):
+        unary = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
+                                               temperature=0)
+        text, finish = "", None
+        stream = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
+                                                temperature=0, stream=True)
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].text
+                finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual(text, unary.choices[0].text)
+        self.assertEqual(finish, unary.choices[0].finish_reason)
+
+    def test_chat_streaming_with_usage(self):
+        stream = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=10, temperature=0, stream=True, stream_options={"include_usage": True})
+        content, finish, usage = "", None, None
+        for chunk in stream:
+            if chunk.choices:
+                content += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+        self.assertIn(finish, ("length", "stop"))
+        self.assertIsNotNone(usage)
+        self.assertGreaterEqual(usage.completion_tokens, 1)
+        self.assertLessEqual(usage.completion_tokens, 10)
+        self.assertIsInstance(content, str)
+
+    def test_chat_unary(self):
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "system", "content": "Be brief."},
+                                   {"role": "user", "content": "Hello"}],
+            max_tokens=6, temperature=0, seed=3)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertLessEqual(r.usage.completion_tokens, 6)
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list()]
+        self.assertIn(MODEL, ids)
+
+    def test_wrong_key_is_401(self):
+        bad = openai.OpenAI(base_url=GW.url + "/v1", api_key="nope", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.completions.create(model=MODEL, prompt="x", max_tokens=1)
+
+    def test_bad_parameter_is_400_naming_it(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=4, top_p=7.0)
+        self.assertIn("top_p", str(cm.exception))
+        self.assertEqual(cm.exception.param, "top_p")
+
+    def test_fingerprint_and_default_lengths(self):
+        messages = [{"role": "user", "content": "Count"}]
+        a = self.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+        b = self.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        self.assertTrue(a.system_fingerprint.startswith("blossom-"), a.system_fingerprint)
+        self.assertEqual(a.system_fingerprint, b.system_fingerprint)
+        # Completions keep OpenAI's default of 16; chat runs to the context limit
+        # (--max_total_tokens 1024 here), finishing with "length".
+        c = self.client.completions.create(model=MODEL, prompt="x", temperature=0,
+                                           extra_body={"ignore_eos": True})
+        self.assertEqual(c.usage.completion_tokens, 16)
+        d = self.client.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                                extra_body={"ignore_eos": True})
+        self.assertEqual(d.usage.prompt_tokens + d.usage.completion_tokens, 1024)
+        self.assertEqual(d.choices[0].finish_reason, "length")
+
+    def test_server_refusals_carry_param_and_code(self):
+        """The server's google.rpc details (BadRequest field, ErrorInfo reason) reach the
+        openai client as the error's param and code, in OpenAI's field names."""
+        # Over max_input_tokens: refused by the server, not the gateway.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="word " * 400, max_tokens=1)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(cm.exception.param, "prompt")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "word " * 400}], max_tokens=1)
+        self.assertEqual(cm.exception.param, "messages")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        # Within max_input_tokens but past max_total_tokens with max_tokens: max_tokens is named.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=100000)
+        self.assertEqual(cm.exception.param, "max_tokens")
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+        # A range the engine checks, named in the OpenAI spelling.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=2,
+                                           extra_body={"min_tokens": 5})
+        self.assertEqual(cm.exception.param, "min_tokens")
+        self.assertEqual(cm.exception.code, "invalid_stopping_params")
+
+
+def golden_prompt_logprobs(index=1):
+    """Text, token ids and HF's log_softmax of each prompt token after the first (generate.py)."""
+    with open(runfile("tests/fixtures/goldens/bloom-tiny-h4/golden.json")) as f:
+        item = json.load(f)["logits"][index]
+    return item["text"], item["input_ids"], item["prompt_logprobs"]
+
+
+class PromptLogprobsTest(unittest.TestCase):
+    """Prompt logprobs through the gateway with unmodified third-party clients, against Hugging
+    Face's log_softmax (what evaluation harnesses score: echo + logprobs, decoder_input_details)."""
+
+    def test_openai_echo_logprobs_match_transformers(self):
+        text, ids, want = golden_prompt_logprobs()
+        client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+        r = client.completions.create(model=MODEL, prompt=text, max_tokens=1, temperature=0,
+                                      echo=True, logprobs=2)
+        choice = r.choices[0]
+        self.assertTrue(choice.text.startswith(text))
+        lp = choice.logprobs
+        self.assertEqual(len(lp.tokens), len(ids) + 1)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        for got, expected in zip(lp.token_logprobs[1:len(ids)], want):
+            self.assertAlmostEqual(got, expected, delta=2e-4)
+        self.assertEqual(len(lp.top_logprobs[1]), 2)
+        self.assertEqual(r.usage.prompt_tokens, len(ids))
+        # The same prompt again (now in the prefix cache) still scores every token.
+        again = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0,
+                                          echo=True, logprobs=0)
+        self.assertEqual(again.choices[0].logprobs.token_logprobs[:len(ids)],
+                         lp.token_logprobs[:len(ids)])
+
+    def test_tgi_decoder_input_details_and_top_n_tokens(self):
+        text, ids, want = golden_prompt_logprobs()
+        client = text_generation.Client(GW.url, headers=auth(), timeout=30)
+        r = client.generate(text, max_new_tokens=2, decoder_input_details=True, top_n_tokens=3)
+        prefill = r.details.prefill
+        self.assertEqual([t.id for t in prefill], ids)
+        self.assertIsNone(prefill[0].logprob)
+        for token, expected in zip(prefill[1:], want):
+            self.assertAlmostEqual(token.logprob, expected, delta=2e-4)
+        self.assertEqual(len(r.details.top_tokens), 2)
+        self.assertEqual([len(t) for t in r.details.top_tokens], [3, 3])
+        # Greedy: the chosen token is the most likely alternative.
+        self.assertEqual(r.details.top_tokens[0][0].id, r.details.tokens[0].id)
+
+
+class TextGenerationClientTest(unittest.TestCase):
+    def setUp(self):
+        self.client = text_generation.Client(GW.url, headers=auth(), timeout=30)
+
+    def test_generate_matches_grpc_greedy(self):
+        expected = grpc_greedy("The server reads", 10)
+        r = self.client.generate("The server reads", max_new_tokens=10)
+        self.assertEqual(r.generated_text, expected.text)
+        self.assertEqual(r.details.generated_tokens, len(expected.tokens))
+
+    def test_generate_stream(self):
+        expected = grpc_greedy("The library", 9)
+        tokens, final = [], None
+        for response in self.client.generate_stream("The library", max_new_tokens=9):
+            if not response.token.special:
+                tokens.append(response.token)
+            if response.generated_text is not None:
+                final = response
+        self.assertEqual(len(tokens), len(expected.tokens))
+        self.assertEqual([t.id for t in tokens], [t.id for t in expected.tokens])
+        self.assertIsNotNone(final)
+        self.assertEqual(final.generated_text, expected.text)
+
+    def test_sampling_with_seed_is_reproducible(self):
+        a = self.client.generate("Once", max_new_tokens=8, do_sample=True, temperature=0.9,
+                                 top_p=0.9, seed=42)
+        b = self.client.generate("Once", max_new_tokens=8, do_sample=True, temperature=0.9,
+                                 top_p=0.9, seed=42)
+        self.assertEqual(a.generated_text, b.generated_text)
+
+    def test_validation_error_is_422(self):
+        with self.assertRaises(text_generation.errors.ValidationError):
+            self.client.generate("x", max_new_tokens=4, top_p=1.5)
+
+    def test_over_long_prompt_is_422(self):
+        # TGI answers an input over its limit with 422 (a validation error), not 413.
+        with self.assertRaises(text_generation.errors.ValidationError) as cm:
+            self.client.generate("word " * 400, max_new_tokens=1)
+        self.assertIn("too long", str(cm.exception))
+
+
+class GrpcClientTest(unittest.TestCase):
+    def test_generate_stream_tokenize_info_health(self):
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            self.assertEqual(c.health(), "SERVING")
+            info = c.model_info()
+            self.assertEqual(info.model_id, MODEL)
+            self.assertEqual(info.model_dir, MODEL)  # the base name, not the server's path
+            self.assertEqual(info.num_heads, 4)
+            r = c.generate("The server reads", max_new_tokens=8, temperature=0.0, ignore_eos=True)
+            self.assertEqual(r.usage.generated_tokens, 8)
+            self.assertEqual(r.finish_reason, "length")
+            chunks = list(c.generate_stream("The server reads", max_new_tokens=8,
+                                            temperature=0.0, ignore_eos=True))
+            self.assertEqual("".join(ch.text_delta for ch in chunks), r.text)
+            self.assertEqual(chunks[-1].final.usage.generated_tokens, 8)
+            tok = c.tokenize("Hello world")
+            self.assertEqual(len(tok.ids), len(tok.tokens))
+            with self.assertRaises(blossom_errors.InvalidArgumentError):
+                c.generate("x", temperature=-1.0)
+
+    def test_async_streaming(self):
+        async def run():
+            async with blossom_client.AsyncBlossomClient(SRV.grpc, timeout=30) as c:
+                n = 0
+                async for chunk in c.generate_stream("Async", max_new_tokens=7, temperature=0.0,
+                                                     ignore_eos=True):
+                    n += chunk.token is not None
+                return n
+        self.assertEqual(asyncio.run(run()), 7)
+
+
+class CurlAndCliTest(unittest.TestCase):
+    def test_curl_completion(self):
+        body = json.dumps({"model": MODEL, "prompt": "The server reads", "max_tokens": 5,
+                           "temperature": 0})
+        out = subprocess.run(["curl", "-sS", "-X", "POST", GW.url + "/v1/completions",
+                              "-H", "Content-Type: application/json",
+                              "-H", f"Authorization: Bearer {API_KEY}", "-d", body],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        r = json.loads(out)
+        self.assertEqual(r["object"], "text_completion")
+        self.assertEqual(r["choices"][0]["text"], grpc_greedy("The server reads", 5).text)
+
+    def test_curl_sse_ends_with_done(self):
+        body = json.dumps({"model": MODEL, "prompt": "Hi", "max_tokens": 4, "stream": True})
+        out = subprocess.run(["curl", "-sS", "-N", "-X", "POST", GW.url + "/v1/completions",
+                              "-H", "Content-Type: application/json",
+                              "-H", f"Authorization: Bearer {API_KEY}", "-d", body],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        events = [l for l in out.splitlines() if l.startswith("data: ")]
+        self.assertEqual(events[-1], "data: [DONE]")
+        self.assertGreaterEqual(len(events), 2)
+
+    def test_cli_server_mode(self):
+        run = lambda *a: subprocess.run([CLI, *a, "--server", SRV.grpc], capture_output=True,
+                                        text=True, timeout=60)
+        self.assertEqual(run("health").stdout.strip(), "SERVING")
+        info = json.loads(run("info").stdout)
+        self.assertEqual(info["model_id"], MODEL)
+        streamed = run("stream", "--prompt", "The server reads", "--max_new_tokens", "6",
+                       "--ignore_eos")
+        self.assertEqual(streamed.returncode, 0, streamed.stderr)
+        self.assertEqual(streamed.stdout.rstrip("\n"),
+                         grpc_greedy("The server reads", 6, ignore_eos=True).text)
+        self.assertIn("generated_tokens=6", streamed.stderr)
+        bad = run("generate", "--prompt", "x", "--top_p", "2")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("INVALID_ARGUMENT", bad.stderr)
+        self.assertIn("top_p", bad.stderr)
+
+
+
+if __name__ == "__main__":
+    unittest.main()
