@@ -35,7 +35,9 @@ TEST(GemmRowBucketTest, EveryRowCountFitsItsBucketAndBucketsAreStable) {
     const int64_t b = GemmRowBucket(m);
     ASSERT_GE(b, m);
     ASSERT_EQ(GemmRowBucket(b), b) << "a bucket is its own bucket";
-    if (m > 1) ASSERT_GE(b, GemmRowBucket(m - 1)) << "monotone at " << m;
+    if (m > 1) {
+      ASSERT_GE(b, GemmRowBucket(m - 1)) << "monotone at " << m;
+    }
   }
 }
 
