@@ -31,8 +31,10 @@ case "$BUNDLE" in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 echo "== finding gpu-tagged tests"
 mapfile -t TARGETS < <(bazel query 'attr(tags, "\bgpu\b", tests(//kernels/cuda:all + //kernels/nccl:all + //engine/... + //tests/gpu:all))' 2>/dev/null | sort)
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-  TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_test //kernels/cuda:cuda_sampling_test
-           //kernels/cuda:lt_gemm_test //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
+  TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_attention_test
+           //kernels/cuda:cuda_backend_basics_test //kernels/cuda:cuda_backend_ops_test
+           //kernels/cuda:cuda_sampling_test //kernels/cuda:lt_gemm_test
+           //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
            //engine/sampling:cuda_batch_sampler_test)
 fi
 TARGETS+=(//engine/model:model_runner_test)
