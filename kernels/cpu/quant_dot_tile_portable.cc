@@ -30,21 +30,19 @@ void QuantDotTilePortable(const Q8Block* x, int64_t ldx, int rows, const void* w
     const void* wc = static_cast<const char*>(w) + c * row_bytes;
     for (int r = 0; r < rows; ++r) {
       const Q8Block* xr = x + r * ldx;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
         int8_t codes[kQuantBlock];
         float w_scale;
         WeightCodes(wc, w_dtype, b, codes, &w_scale);
         const float d = xr[b].scale * w_scale;
-        for (int l = 0; l < 8; ++l) {
-          int32_t isum = 0;
-          for (int j = 0; j < 4; ++j) isum += int32_t{xr[b].codes[4 * l + j]} * codes[4 * l + j];
-          // Multiply, then add (built with -ffp-contract=off): the AVX2 path's two roundings.
-          const float product = static_cast<float>(isum) * d;
-          acc[l] = acc[l] + product;
-        }
+        int32_t dot = 0;
+        for (int i = 0; i < kQuantBlock; ++i) dot += int32_t{xr[b].codes[i]} * codes[i];
+        // Multiply, then add (built with -ffp-contract=off): the AVX2 path's two roundings.
+        const float product = static_cast<float>(dot) * d;
+        acc = acc + product;
       }
-      dots[r * ldd + c] = FinishQuantDot(acc);
+      dots[r * ldd + c] = acc;
     }
   }
 }
