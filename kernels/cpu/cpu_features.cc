@@ -15,4 +15,29 @@ bool CpuHasAvx2Fma() {
 #endif
 }
 
+bool CpuHasAvxVnni() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx2Fma() && __builtin_cpu_supports("avxvnni");
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx2Fma() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace blossom

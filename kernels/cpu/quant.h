@@ -50,8 +50,13 @@ absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int6
                                 DType out_dtype, void* out);
 
 // Quantizes one fp32 row of k elements (k a multiple of 32) into k / 32 Q8 blocks; each block's
-// scale is max|x| / 127, codes round to nearest even. Same function on every path.
+// scale is max|x| / 127, codes round to nearest even. The AVX2 path where the CPU has it, else the
+// portable one: bit-identical (quant_test), so the choice never changes a result. Q8 weights
+// are packed with the same function.
 void QuantizeActivationRow(const float* x, int64_t k, Q8Block* out);
+// The two paths, for tests (the AVX2 one needs CpuHasAvx2Fma(); off x86-64 it is the portable).
+void QuantizeActivationRowPortable(const float* x, int64_t k, Q8Block* out);
+void QuantizeActivationRowAvx2(const float* x, int64_t k, Q8Block* out);
 
 // Element i of a quantized row, as fp32 (tests and reference computations).
 float DequantizeAt(const void* row, DType dtype, int64_t i);

@@ -47,6 +47,15 @@ void QuantDotTilePortable(const Q8Block* x, int64_t ldx, int rows, const void* w
 // AVX2 (vpmaddubsw / vpmaddwd; x86-64 only; callers check CpuHasAvx2Fma() first).
 void QuantDotTileAvx2(const Q8Block* x, int64_t ldx, int rows, const void* w, DType w_dtype,
                       int cols, int64_t k, float* dots, int64_t ldd);
+// AVX2 tiles with vpdpbusd for the integer products: AVX-VNNI (callers check CpuHasAvxVnni())
+// and AVX512-VNNI + AVX512VL (CpuHasAvx512Vnni()).
+void QuantDotTileAvxVnni(const Q8Block* x, int64_t ldx, int rows, const void* w, DType w_dtype,
+                         int cols, int64_t k, float* dots, int64_t ldd);
+void QuantDotTileAvx512Vnni(const Q8Block* x, int64_t ldx, int rows, const void* w,
+                            DType w_dtype, int cols, int64_t k, float* dots, int64_t ldd);
+// The fastest x86 tile this CPU runs: AVX-VNNI, else AVX512-VNNI, else AVX2. Callers check
+// CpuHasAvx2Fma() first (both VNNI paths imply it).
+QuantDotTileFn BestQuantDotTileX86();
 
 }  // namespace blossom
 

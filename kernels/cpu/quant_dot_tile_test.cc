@@ -1,5 +1,6 @@
 #include "kernels/cpu/quant_dot_tile.h"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -51,24 +52,55 @@ TEST(QuantDotTileTest, PortableFollowsTheContract) {
   }
 }
 
-TEST(QuantDotTileTest, Avx2MatchesPortableBitForBitOnEveryTileShape) {
-  if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C: only the portable path runs";
+// Every tile shape of `path` against the portable path, bit for bit.
+void ExpectMatchesPortable(QuantDotTileFn path, const char* name) {
   std::mt19937 rng(5);
   for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
     for (const QuantTileShape shape : kQuantTileShapes) {
       for (int64_t k : {32, 64, 1024}) {
         Operands ops = Make(shape.rows, shape.cols, k, dtype, rng);
         float portable[kQuantMaxTileRows * kQuantMaxTileCols] = {};
-        float avx2[kQuantMaxTileRows * kQuantMaxTileCols] = {};
+        float vec[kQuantMaxTileRows * kQuantMaxTileCols] = {};
         const int64_t ldx = k / kQuantBlock;
         QuantDotTilePortable(ops.x.data(), ldx, shape.rows, ops.w.data(), dtype, shape.cols, k,
                              portable, kQuantMaxTileCols);
-        QuantDotTileAvx2(ops.x.data(), ldx, shape.rows, ops.w.data(), dtype, shape.cols, k, avx2,
-                         kQuantMaxTileCols);
-        EXPECT_EQ(0, std::memcmp(portable, avx2, sizeof(portable)))
-            << DTypeName(dtype) << " tile " << shape.rows << "x" << shape.cols << " k " << k;
+        path(ops.x.data(), ldx, shape.rows, ops.w.data(), dtype, shape.cols, k, vec,
+             kQuantMaxTileCols);
+        EXPECT_EQ(0, std::memcmp(portable, vec, sizeof(portable)))
+            << name << " " << DTypeName(dtype) << " tile " << shape.rows << "x" << shape.cols
+            << " k " << k;
+        for (int i = 0; i < shape.rows * kQuantMaxTileCols; ++i) ASSERT_TRUE(std::isfinite(vec[i]));
       }
     }
+  }
+}
+
+TEST(QuantDotTileTest, Avx2MatchesPortableBitForBitOnEveryTileShape) {
+  if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C: only the portable path runs";
+  ExpectMatchesPortable(&QuantDotTileAvx2, "avx2");
+}
+
+TEST(QuantDotTileTest, AvxVnniMatchesPortableBitForBitOnEveryTileShape) {
+  if (!CpuHasAvxVnni()) GTEST_SKIP() << "this CPU lacks AVX-VNNI: that path cannot run here";
+  ExpectMatchesPortable(&QuantDotTileAvxVnni, "avx-vnni");
+}
+
+TEST(QuantDotTileTest, Avx512VnniMatchesPortableBitForBitOnEveryTileShape) {
+  if (!CpuHasAvx512Vnni()) {
+    GTEST_SKIP() << "this CPU lacks AVX512-VNNI with AVX512VL: that path cannot run here";
+  }
+  ExpectMatchesPortable(&QuantDotTileAvx512Vnni, "avx512-vnni");
+}
+
+TEST(QuantDotTileTest, BestX86PathIsOneThisCpuRuns) {
+  if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C: only the portable path runs";
+  const QuantDotTileFn best = BestQuantDotTileX86();
+  if (CpuHasAvxVnni()) {
+    EXPECT_EQ(best, &QuantDotTileAvxVnni);
+  } else if (CpuHasAvx512Vnni()) {
+    EXPECT_EQ(best, &QuantDotTileAvx512Vnni);
+  } else {
+    EXPECT_EQ(best, &QuantDotTileAvx2);
   }
 }
 

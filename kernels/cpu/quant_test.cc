@@ -1,10 +1,13 @@
 #include "kernels/cpu/quant.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace blossom {
 namespace {
@@ -91,6 +94,43 @@ TEST(QuantTest, ActivationCodesUseTheFullInt8Range) {
   EXPECT_EQ(block.codes[0], -127);
   EXPECT_EQ(block.codes[16], 0);
   for (int i = 0; i < 32; ++i) EXPECT_NEAR(block.codes[i] * block.scale, x[i], block.scale / 2 * 1.0001f);
+}
+
+// The AVX2 row quantizer gives the portable one's bytes: random rows at several magnitudes, exact
+// ties (x * inverse = n + 0.5 must round to even), zeros, denormals, a NaN, infinities.
+TEST(QuantTest, Avx2ActivationQuantizerMatchesPortableBitForBit) {
+  if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C: only the portable path runs";
+  std::mt19937 rng(23);
+  std::vector<std::vector<float>> rows;
+  for (float magnitude : {1e-30f, 1e-3f, 1.0f, 1e4f, 1e30f}) {
+    std::vector<float> r = Random(1024, rng);
+    for (float& v : r) v *= magnitude;
+    rows.push_back(r);
+  }
+  std::vector<float> ties(32);  // amax 127: scale 1, inverse 1, so x = n + 0.5 is a tie
+  for (int i = 0; i < 32; ++i) ties[i] = (i == 0) ? 127.0f : static_cast<float>(i - 16) + 0.5f;
+  rows.push_back(ties);
+  rows.push_back(std::vector<float>(64, 0.0f));
+  std::vector<float> odd = Random(96, rng);
+  odd[3] = std::numeric_limits<float>::denorm_min();
+  odd[40] = std::numeric_limits<float>::quiet_NaN();
+  odd[70] = std::numeric_limits<float>::infinity();
+  odd[71] = -std::numeric_limits<float>::infinity();
+  rows.push_back(odd);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(rows[i].size());
+    std::vector<Q8Block> portable(k / kQuantBlock), avx2(k / kQuantBlock);
+    QuantizeActivationRowPortable(rows[i].data(), k, portable.data());
+    QuantizeActivationRowAvx2(rows[i].data(), k, avx2.data());
+    EXPECT_EQ(0, std::memcmp(portable.data(), avx2.data(), portable.size() * sizeof(Q8Block)))
+        << "row " << i;
+  }
+  Q8Block tie_block;
+  QuantizeActivationRowAvx2(ties.data(), 32, &tie_block);
+  EXPECT_EQ(tie_block.scale, 1.0f);
+  EXPECT_EQ(tie_block.codes[1], -14);  // -14.5 rounds to even
+  EXPECT_EQ(tie_block.codes[2], -14);  // -13.5 too
+  EXPECT_EQ(tie_block.codes[17], 2);   // 1.5
 }
 
 }  // namespace
