@@ -3,7 +3,7 @@
 // weight GB/s and GFLOP/s.
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16,int8,int4]
-//              [--threads 2] [--reps 7] [--isa auto|portable|avx2]
+//              [--threads 2] [--reps 7] [--isa auto|portable|avx2|avx512]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
 #include <algorithm>
@@ -30,7 +30,7 @@ ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf
           "Weight dtypes: f32, bf16, f16, or int8 / int4 (packed as --quantize does).");
 ABSL_FLAG(int32_t, threads, 2, "Threads.");
 ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
-ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable or avx2.");
+ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable, avx2 or avx512.");
 
 namespace blossom {
 namespace {
@@ -48,6 +48,7 @@ int Run() {
   const std::string isa_name = absl::GetFlag(FLAGS_isa);
   const GemmIsa isa = isa_name == "portable" ? GemmIsa::kPortable
                       : isa_name == "avx2"   ? GemmIsa::kAvx2
+                      : isa_name == "avx512" ? GemmIsa::kAvx512
                                              : GemmIsa::kAuto;
   if (!GemmIsaSupported(isa)) {
     std::cerr << "gemm-bench: this CPU cannot run --isa " << isa_name << std::endl;

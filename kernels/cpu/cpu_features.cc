@@ -15,6 +15,20 @@ bool CpuHasAvx2Fma() {
 #endif
 }
 
+bool CpuHasAvx512() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx2Fma() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw");
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 bool CpuHasAvxVnni() {
 #if defined(__x86_64__)
   static const bool supported = [] {

@@ -12,6 +12,8 @@ namespace blossom {
 
 // AVX2 + FMA + F16C (Haswell, Zen and later). False on other architectures.
 bool CpuHasAvx2Fma();
+// AVX-512 F + VL + DQ + BW (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4 and later), with AVX2.
+bool CpuHasAvx512();
 // AVX-VNNI, the VEX-encoded vpdpbusd (Alder Lake / Sapphire Rapids and later, Zen 5), with AVX2.
 bool CpuHasAvxVnni();
 // AVX512-VNNI with AVX512VL (vpdpbusd on 256-bit registers; Ice Lake, Cascade Lake, Zen 4), with

@@ -56,6 +56,11 @@ void DotTilePortable(const float* x, int64_t ldx, int rows, const void* w, DType
 void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                  int64_t k, float* dots, int64_t ldd);
 bool DotTileAvx2Supported();
+// AVX-512 (F, VL, DQ, BW) for 4-row tiles, two elements per 512-bit register; other shapes run the
+// AVX2 kernels (x86-64 only; callers check DotTileAvx512Supported() first).
+void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
+                   int64_t k, float* dots, int64_t ldd);
+bool DotTileAvx512Supported();
 
 // Elements per fp32 block before the lanes move into fp64 (a multiple of 8).
 constexpr int64_t kDotBlock = 256;

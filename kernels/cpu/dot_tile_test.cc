@@ -110,5 +110,27 @@ TEST(DotTileTest, Avx2IsBitIdenticalToPortable) {
     }
 }
 
+// The AVX-512 path likewise (4-row tiles on its own kernels, the rest through AVX2's).
+TEST(DotTileTest, Avx512IsBitIdenticalToPortable) {
+  if (!DotTileAvx512Supported()) GTEST_SKIP() << "this CPU lacks AVX-512 (F, VL, DQ, BW)";
+  for (DType dtype : kDtypes)
+    for (int64_t k : kKs) {
+      Case c = MakeCase(dtype, k, 199u + static_cast<uint32_t>(k));
+      for (int cols : {1, 3, 4, 5, 8, 9, 12, 13, 17, 48, kMaxTileCols}) {
+        for (int rows : {1, kMaxTileRows}) {
+          float want[kMaxTileRows * kMaxTileCols], got[kMaxTileRows * kMaxTileCols];
+          DotTilePortable(c.x.data(), k, rows, Weights(c, dtype), dtype, cols, k, want,
+                          kMaxTileCols);
+          DotTileAvx512(c.x.data(), k, rows, Weights(c, dtype), dtype, cols, k, got,
+                        kMaxTileCols);
+          for (int r = 0; r < rows; ++r)
+            ASSERT_EQ(0, std::memcmp(want + r * kMaxTileCols, got + r * kMaxTileCols,
+                                     cols * sizeof(float)))
+                << DTypeName(dtype) << " k " << k << " tile " << rows << "x" << cols;
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace blossom

@@ -11,9 +11,10 @@
 namespace blossom {
 namespace {
 
-bool UseAvx2(GemmIsa isa) {
+// The path GemmNT runs for `isa`: kAuto resolved, an unsupported one replaced by kPortable.
+GemmIsa Resolve(GemmIsa isa) {
   if (isa == GemmIsa::kAuto) isa = BestGemmIsa();
-  return isa == GemmIsa::kAvx2 && CpuHasAvx2Fma();
+  return GemmIsaSupported(isa) ? isa : GemmIsa::kPortable;
 }
 
 }  // namespace
@@ -24,16 +25,21 @@ const char* GemmIsaName(GemmIsa isa) {
       return "portable";
     case GemmIsa::kAvx2:
       return "avx2";
+    case GemmIsa::kAvx512:
+      return "avx512";
     default:
       return "auto";
   }
 }
 
 bool GemmIsaSupported(GemmIsa isa) {
-  return isa != GemmIsa::kAvx2 || CpuHasAvx2Fma();
+  if (isa == GemmIsa::kAvx2) return CpuHasAvx2Fma();
+  if (isa == GemmIsa::kAvx512) return CpuHasAvx512();
+  return true;
 }
 
 GemmIsa BestGemmIsa() {
+  if (CpuHasAvx512()) return GemmIsa::kAvx512;
   return CpuHasAvx2Fma() ? GemmIsa::kAvx2 : GemmIsa::kPortable;
 }
 
@@ -48,8 +54,10 @@ static_assert(kMaxTileRows * kMaxTileCols <= kMaxTiledGemmDots,
 
 void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   if (a.m <= 0 || a.n <= 0) return;
-  const bool avx2 = UseAvx2(isa);
-  const DotTileFn tile = avx2 ? &DotTileAvx2 : &DotTilePortable;
+  isa = Resolve(isa);
+  const bool avx2 = isa != GemmIsa::kPortable;
+  const bool avx512 = isa == GemmIsa::kAvx512;
+  const DotTileFn tile = avx512 ? &DotTileAvx512 : avx2 ? &DotTileAvx2 : &DotTilePortable;
   const char* w_base = static_cast<const char*>(a.w);
   // Decode-sized batches run one x row against 8 weight rows (a weight element is used once per
   // row anyway); larger ones 4 x rows against a panel of weight rows about 192 KiB big (dot_tile
@@ -58,9 +66,11 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   // (dot_tile.h).
   GemmTiling tiling;
   tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
+  // Whole weight groups per panel: 3 rows in the AVX2 kernel, 8 in the AVX-512 one.
+  const size_t group = avx512 ? 8 : 3;
   const int panel_cols = static_cast<int>(
-      std::clamp<size_t>(kColumnBlockBytes / std::max<size_t>(1, tiling.w_row_bytes) / 3 * 3, 3,
-                         kMaxTileCols / 3 * 3));
+      std::clamp<size_t>(kColumnBlockBytes / std::max<size_t>(1, tiling.w_row_bytes) / group * group,
+                         group, kMaxTileCols / group * group));
   tiling.decode_cols = 8;
   tiling.decode_mid_cols = 3;
   tiling.prefill_rows = kMaxTileRows;

@@ -39,7 +39,8 @@ struct GemmArgs {
 
 // Which micro-kernels run. Every path gives bit-identical results (same IEEE operations);
 // kAuto picks the fastest this CPU supports.
-enum class GemmIsa : uint8_t { kAuto = 0, kPortable = 1, kAvx2 = 2 };
+// kAvx512: the AVX-512 kernels for 4-row tiles and the AVX2 ones for the rest.
+enum class GemmIsa : uint8_t { kAuto = 0, kPortable = 1, kAvx2 = 2, kAvx512 = 3 };
 const char* GemmIsaName(GemmIsa isa);
 // True if this CPU can run `isa` (kAuto and kPortable always).
 bool GemmIsaSupported(GemmIsa isa);

@@ -18,6 +18,7 @@ void ExpectBatchInvariant(GemmFn gemm, GemmArgs args, const std::vector<float>& 
   const int64_t n = args.n, k = args.k;
   std::vector<GemmIsa> isas = {GemmIsa::kPortable};
   if (GemmIsaSupported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
+  if (GemmIsaSupported(GemmIsa::kAvx512)) isas.push_back(GemmIsa::kAvx512);
   ThreadPool pool4(4), pool1(1);
   std::vector<float> solo(max_m * n);
   for (int64_t row = 0; row < max_m; ++row) {

@@ -22,8 +22,8 @@ static_assert(kQuantMaxTileRows * kQuantMaxTileCols <= kMaxTiledGemmDots,
 void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   if (a.m <= 0 || a.n <= 0) return;
   if (isa == GemmIsa::kAuto) isa = BestGemmIsa();
-  const bool avx2 = isa == GemmIsa::kAvx2 && CpuHasAvx2Fma();
-  // kAvx2 means the fastest x86 integer dot this CPU has (VNNI where present): every path
+  const bool avx2 = (isa == GemmIsa::kAvx2 || isa == GemmIsa::kAvx512) && CpuHasAvx2Fma();
+  // kAvx2 and kAvx512 mean the fastest x86 integer dot this CPU has (VNNI where present): every path
   // gives the same bits, so the choice never changes a result.
   const QuantDotTileFn tile = avx2 ? BestQuantDotTileX86() : &QuantDotTilePortable;
   const int64_t blocks = a.k / kQuantBlock;

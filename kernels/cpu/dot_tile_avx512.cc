@@ -1,0 +1,140 @@
+// AVX-512 micro-kernels for the GEMM's 4-row panels (prefill and batches), bit-identical to the
+// AVX2 ones (the contract in dot_tile.h). A 512-bit register holds the 8 fp32 lanes of two
+// elements side by side: rows r and r + 1 of x in its halves, one weight vector (8 elements of a
+// row, widened) in both, so one FMA advances two elements exactly as two AVX2 FMAs would, lane
+// for lane. Twice the FMA work per instruction, and 32 registers: a tile is 4 x-rows by 8 weight
+// rows (16 accumulators), so each widened weight vector feeds 2 FMAs of 16 lanes and each x pair
+// 8. Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
+// Built with function target attributes; the GEMM calls it only after CpuHasAvx512() said yes.
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dot_tile.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace blossom {
+
+#if defined(__x86_64__)
+namespace {
+
+#define BLOSSOM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512dq,avx512bw")))
+
+// Eight weights from element i of a row, widened exactly to fp32, in both 256-bit halves.
+template <DType D>
+BLOSSOM_AVX512 inline __m512 LoadW8Twice(const void* w, int64_t i) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_broadcast_f32x8(_mm256_loadu_ps(static_cast<const float*>(w) + i));
+  } else {
+    const __m256i h = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+    if constexpr (D == DType::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+// Rows r and r + 1 of x from element i, one per 256-bit half.
+BLOSSOM_AVX512 inline __m512 LoadXPair(const float* x, int64_t ldx, int64_t i) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + i)),
+                            _mm256_loadu_ps(x + ldx + i), 1);
+}
+
+// One element's 8 fp32 lanes into its 4 fp64 accumulators, as the AVX2 path does.
+BLOSSOM_AVX512 inline void Fold(__m256 lanes, double* a) {
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(lanes));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(lanes, 1));
+  _mm256_store_pd(a, _mm256_add_pd(_mm256_load_pd(a), _mm256_add_pd(lo, hi)));
+}
+
+// One block [b, end) of the contract for 4 x-rows times C w-rows (see the AVX2 TileBlock).
+template <int C, DType D>
+BLOSSOM_AVX512 inline void TileBlock4(const float* x, int64_t ldx, const char* w, size_t row_bytes,
+                                      int64_t b, int64_t end, double* acc, int64_t acc_ld) {
+  const void* wr[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) wr[c] = w + c * row_bytes;
+  __m512 lanes[2][C];  // [row pair][column]: rows 2p and 2p + 1 in the low and high halves
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) lanes[0][c] = lanes[1][c] = _mm512_setzero_ps();
+  for (int64_t i = b; i < end; i += 8) {
+    const __m512 x01 = LoadXPair(x, ldx, i), x23 = LoadXPair(x + 2 * ldx, ldx, i);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 wv = LoadW8Twice<D>(wr[c], i);
+      lanes[0][c] = _mm512_fmadd_ps(x01, wv, lanes[0][c]);
+      lanes[1][c] = _mm512_fmadd_ps(x23, wv, lanes[1][c]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int p = 0; p < 2; ++p)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      Fold(_mm512_castps512_ps256(lanes[p][c]), acc + ((2 * p) * acc_ld + c) * 4);
+      Fold(_mm512_extractf32x8_ps(lanes[p][c], 1), acc + ((2 * p + 1) * acc_ld + c) * 4);
+    }
+}
+
+// 4 x-rows times `cols` w-rows: groups of 8 weight rows over all their k-blocks (each weight row
+// streams whole, as in the AVX2 panel), then 4, then 1 for what is left.
+template <DType D>
+BLOSSOM_AVX512 void Panel4(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
+                           float* dots, int64_t ldd) {
+  const int64_t k8 = k & ~int64_t{7};
+  const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
+  const char* wc = static_cast<const char*>(w);
+  alignas(64) double acc[kMaxTileRows * kMaxTileCols * 4];
+  for (int i = 0; i < kMaxTileRows * cols * 4; ++i) acc[i] = 0.0;
+  auto block_end = [k8](int64_t b) { return b + kDotBlock < k8 ? b + kDotBlock : k8; };
+  int c = 0;
+  for (; c + 8 <= cols; c += 8)
+    for (int64_t b = 0; b < k8; b += kDotBlock)
+      TileBlock4<8, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
+  for (; c + 4 <= cols; c += 4)
+    for (int64_t b = 0; b < k8; b += kDotBlock)
+      TileBlock4<4, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
+  for (; c < cols; ++c)
+    for (int64_t b = 0; b < k8; b += kDotBlock)
+      TileBlock4<1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
+  for (int r = 0; r < kMaxTileRows; ++r)
+    for (int j = 0; j < cols; ++j)
+      dots[r * ldd + j] =
+          FinishDot(acc + (r * cols + j) * 4, x + r * ldx, wc + j * row_bytes, D, k8, k);
+}
+
+}  // namespace
+
+bool DotTileAvx512Supported() { return CpuHasAvx512(); }
+
+void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
+                   int64_t k, float* dots, int64_t ldd) {
+  if (rows != kMaxTileRows) {
+    DotTileAvx2(x, ldx, rows, w, w_dtype, cols, k, dots, ldd);
+    return;
+  }
+  switch (w_dtype) {
+    case DType::kBF16:
+      Panel4<DType::kBF16>(x, ldx, w, cols, k, dots, ldd);
+      break;
+    case DType::kF16:
+      Panel4<DType::kF16>(x, ldx, w, cols, k, dots, ldd);
+      break;
+    default:
+      Panel4<DType::kF32>(x, ldx, w, cols, k, dots, ldd);
+      break;
+  }
+}
+
+#else  // not x86-64: the portable path only.
+
+bool DotTileAvx512Supported() { return false; }
+void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
+                   int64_t k, float* dots, int64_t ldd) {
+  DotTilePortable(x, ldx, rows, w, w_dtype, cols, k, dots, ldd);
+}
+
+#endif
+
+}  // namespace blossom
