@@ -33,17 +33,20 @@
 
 namespace blossom {
 
-// A tile is 1 or kMaxTileRows rows of x against 1 to kMaxTileCols consecutive rows of w.
-constexpr int kMaxTileRows = 4;
+// A tile is 1, 4 or kMaxTileRows (8) rows of x against 1 to kMaxTileCols consecutive rows of w.
+// 8-row tiles are the AVX-512 kernel's (each weight vector read from cache feeds 4 row pairs);
+// the other paths run them as two 4-row tiles.
+constexpr int kMaxTileRows = 8;
 constexpr int kMaxTileCols = 96;
-// Shapes the tests cover: the GEMM's decode tiles (1 x 8, 3, 1) and prefill panels (4 x any).
+// Shapes the tests cover: the GEMM's decode tiles (1 x 8, 3, 1) and prefill panels (4 or 8 x any).
 struct TileShape {
   int rows, cols;
 };
 constexpr TileShape kTileShapes[] = {{4, 3}, {4, 1}, {4, 7}, {4, 48}, {4, kMaxTileCols},
+                                     {8, 6}, {8, 13}, {8, 48}, {8, kMaxTileCols},
                                      {1, 8}, {1, 3}, {1, 1}, {1, 13}};
 
-// dots[r * ldd + c] = Dot(x + r * ldx, w row c) for r < rows, c < cols, where rows is 1 or
+// dots[r * ldd + c] = Dot(x + r * ldx, w row c) for r < rows, c < cols, where rows is 1, 4 or
 // kMaxTileRows, 1 <= cols <= kMaxTileCols, and w holds `cols` consecutive rows of k elements of
 // `w_dtype`.
 using DotTileFn = void (*)(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype,
@@ -56,8 +59,8 @@ void DotTilePortable(const float* x, int64_t ldx, int rows, const void* w, DType
 void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                  int64_t k, float* dots, int64_t ldd);
 bool DotTileAvx2Supported();
-// AVX-512 (F, VL, DQ, BW) for 4-row tiles, two elements per 512-bit register; other shapes run the
-// AVX2 kernels (x86-64 only; callers check DotTileAvx512Supported() first).
+// AVX-512 (F, VL, DQ, BW) for 4- and 8-row tiles, two elements per 512-bit register; 1-row tiles
+// run the AVX2 kernels (x86-64 only; callers check DotTileAvx512Supported() first).
 void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                    int64_t k, float* dots, int64_t ldd);
 bool DotTileAvx512Supported();

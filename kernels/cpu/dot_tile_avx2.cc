@@ -106,6 +106,7 @@ BLOSSOM_AVX2 void Panel(const float* x, int64_t ldx, const void* w, int cols, in
   const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
   const char* wc = static_cast<const char*>(w);
   alignas(32) double acc[R * kMaxTileCols * 4];
+  static_assert(R <= kMaxTileRows, "tile rows");
   for (int i = 0; i < R * cols * 4; ++i) acc[i] = 0.0;
   auto block_end = [k8](int64_t b) { return b + kDotBlock < k8 ? b + kDotBlock : k8; };
   if constexpr (R == 4) {
@@ -150,6 +151,11 @@ bool DotTileAvx2Supported() { return CpuHasAvx2Fma(); }
 
 void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                  int64_t k, float* dots, int64_t ldd) {
+  if (rows == 8) {  // two 4-row tiles: the same per-element order (dot_tile.h)
+    DotTileAvx2(x, ldx, 4, w, w_dtype, cols, k, dots, ldd);
+    DotTileAvx2(x + 4 * ldx, ldx, 4, w, w_dtype, cols, k, dots + 4 * ldd, ldd);
+    return;
+  }
   PanelFn fn;
   switch (w_dtype) {
     case DType::kBF16:

@@ -1,10 +1,10 @@
-// AVX-512 micro-kernels for the GEMM's 4-row panels (prefill and batches), bit-identical to the
-// AVX2 ones (the contract in dot_tile.h). A 512-bit register holds the 8 fp32 lanes of two
+// AVX-512 micro-kernels for the GEMM's 4- and 8-row panels (prefill and batches), bit-identical
+// to the AVX2 ones (the contract in dot_tile.h). A 512-bit register holds the 8 fp32 lanes of two
 // elements side by side: rows r and r + 1 of x in its halves, one weight vector (8 elements of a
 // row, widened) in both, so one FMA advances two elements exactly as two AVX2 FMAs would, lane
-// for lane. Twice the FMA work per instruction, and 32 registers: a tile is 4 x-rows by 8 weight
-// rows (16 accumulators), so each widened weight vector feeds 2 FMAs of 16 lanes and each x pair
-// 8. Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
+// for lane. Twice the FMA work per instruction, and 32 registers: an 8-row tile by 6 weight rows
+// holds 24 accumulators, so each weight vector read from cache feeds 4 FMAs of 16 lanes (the
+// 4-row tile, 8 weight rows wide, feeds 2: it re-reads the weight panel from L2 twice as often). Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
 // Built with function target attributes; the GEMM calls it only after CpuHasAvx512() said yes.
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dot_tile.h"
@@ -49,27 +49,32 @@ BLOSSOM_AVX512 inline void Fold(__m256 lanes, double* a) {
   _mm256_store_pd(a, _mm256_add_pd(_mm256_load_pd(a), _mm256_add_pd(lo, hi)));
 }
 
-// One block [b, end) of the contract for 4 x-rows times C w-rows (see the AVX2 TileBlock).
-template <int C, DType D>
-BLOSSOM_AVX512 inline void TileBlock4(const float* x, int64_t ldx, const char* w, size_t row_bytes,
-                                      int64_t b, int64_t end, double* acc, int64_t acc_ld) {
+// One block [b, end) of the contract for 2P x-rows times C w-rows (see the AVX2 TileBlock): P
+// row pairs, 2P * C accumulators of 16 lanes; each widened weight vector feeds P FMAs.
+template <int P, int C, DType D>
+BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w, size_t row_bytes,
+                                     int64_t b, int64_t end, double* acc, int64_t acc_ld) {
   const void* wr[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) wr[c] = w + c * row_bytes;
-  __m512 lanes[2][C];  // [row pair][column]: rows 2p and 2p + 1 in the low and high halves
+  __m512 lanes[P][C];  // [row pair][column]: rows 2p and 2p + 1 in the low and high halves
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) lanes[0][c] = lanes[1][c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; ++c) lanes[p][c] = _mm512_setzero_ps();
   for (int64_t i = b; i < end; i += 8) {
-    const __m512 x01 = LoadXPair(x, ldx, i), x23 = LoadXPair(x + 2 * ldx, ldx, i);
+    __m512 xp[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) xp[p] = LoadXPair(x + 2 * p * ldx, ldx, i);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const __m512 wv = LoadW8Twice<D>(wr[c], i);
-      lanes[0][c] = _mm512_fmadd_ps(x01, wv, lanes[0][c]);
-      lanes[1][c] = _mm512_fmadd_ps(x23, wv, lanes[1][c]);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) lanes[p][c] = _mm512_fmadd_ps(xp[p], wv, lanes[p][c]);
     }
   }
-#pragma GCC unroll 2
-  for (int p = 0; p < 2; ++p)
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       Fold(_mm512_castps512_ps256(lanes[p][c]), acc + ((2 * p) * acc_ld + c) * 4);
@@ -77,31 +82,45 @@ BLOSSOM_AVX512 inline void TileBlock4(const float* x, int64_t ldx, const char* w
     }
 }
 
-// 4 x-rows times `cols` w-rows: groups of 8 weight rows over all their k-blocks (each weight row
-// streams whole, as in the AVX2 panel), then 4, then 1 for what is left.
-template <DType D>
-BLOSSOM_AVX512 void Panel4(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
-                           float* dots, int64_t ldd) {
+// 2P x-rows times `cols` w-rows: groups of kWide weight rows over all their k-blocks (each weight
+// row streams whole, as in the AVX2 panel), then smaller groups for what is left. 4 rows: 8 wide
+// (16 accumulators); 8 rows: 6 wide (24 accumulators, 4 x pairs and a weight vector: 29 of the
+// 32 registers).
+template <int P, DType D>
+BLOSSOM_AVX512 void Panel(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
+                          float* dots, int64_t ldd) {
+  constexpr int kRows = 2 * P;
+  constexpr int kWide = P == 2 ? 8 : 6;
   const int64_t k8 = k & ~int64_t{7};
   const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
   const char* wc = static_cast<const char*>(w);
-  alignas(64) double acc[kMaxTileRows * kMaxTileCols * 4];
-  for (int i = 0; i < kMaxTileRows * cols * 4; ++i) acc[i] = 0.0;
+  alignas(64) double acc[kRows * kMaxTileCols * 4];
+  for (int i = 0; i < kRows * cols * 4; ++i) acc[i] = 0.0;
   auto block_end = [k8](int64_t b) { return b + kDotBlock < k8 ? b + kDotBlock : k8; };
   int c = 0;
-  for (; c + 8 <= cols; c += 8)
+  for (; c + kWide <= cols; c += kWide)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock4<8, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
+      TileBlock<P, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                             cols);
   for (; c + 4 <= cols; c += 4)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock4<4, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
+      TileBlock<P, 4, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                         cols);
   for (; c < cols; ++c)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock4<1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4, cols);
-  for (int r = 0; r < kMaxTileRows; ++r)
+      TileBlock<P, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                         cols);
+  for (int r = 0; r < kRows; ++r)
     for (int j = 0; j < cols; ++j)
       dots[r * ldd + j] =
           FinishDot(acc + (r * cols + j) * 4, x + r * ldx, wc + j * row_bytes, D, k8, k);
+}
+
+using PanelFn = void (*)(const float*, int64_t, const void*, int, int64_t, float*, int64_t);
+
+template <DType D>
+PanelFn Pick(int rows) {
+  return rows == 8 ? &Panel<4, D> : &Panel<2, D>;
 }
 
 }  // namespace
@@ -110,21 +129,23 @@ bool DotTileAvx512Supported() { return CpuHasAvx512(); }
 
 void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                    int64_t k, float* dots, int64_t ldd) {
-  if (rows != kMaxTileRows) {
+  if (rows != 4 && rows != 8) {
     DotTileAvx2(x, ldx, rows, w, w_dtype, cols, k, dots, ldd);
     return;
   }
+  PanelFn fn;
   switch (w_dtype) {
     case DType::kBF16:
-      Panel4<DType::kBF16>(x, ldx, w, cols, k, dots, ldd);
+      fn = Pick<DType::kBF16>(rows);
       break;
     case DType::kF16:
-      Panel4<DType::kF16>(x, ldx, w, cols, k, dots, ldd);
+      fn = Pick<DType::kF16>(rows);
       break;
     default:
-      Panel4<DType::kF32>(x, ldx, w, cols, k, dots, ldd);
+      fn = Pick<DType::kF32>(rows);
       break;
   }
+  fn(x, ldx, w, cols, k, dots, ldd);
 }
 
 #else  // not x86-64: the portable path only.

@@ -117,7 +117,7 @@ TEST(DotTileTest, Avx512IsBitIdenticalToPortable) {
     for (int64_t k : kKs) {
       Case c = MakeCase(dtype, k, 199u + static_cast<uint32_t>(k));
       for (int cols : {1, 3, 4, 5, 8, 9, 12, 13, 17, 48, kMaxTileCols}) {
-        for (int rows : {1, kMaxTileRows}) {
+        for (int rows : {1, 4, kMaxTileRows}) {
           float want[kMaxTileRows * kMaxTileCols], got[kMaxTileRows * kMaxTileCols];
           DotTilePortable(c.x.data(), k, rows, Weights(c, dtype), dtype, cols, k, want,
                           kMaxTileCols);

@@ -66,14 +66,17 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   // (dot_tile.h).
   GemmTiling tiling;
   tiling.w_row_bytes = static_cast<size_t>(a.k) * DTypeSize(a.w_dtype);
-  // Whole weight groups per panel: 3 rows in the AVX2 kernel, 8 in the AVX-512 one.
-  const size_t group = avx512 ? 8 : 3;
+  // Whole weight groups per panel: 3 rows in the AVX2 kernel, 6 and 8 (its 8- and 4-row tiles)
+  // in the AVX-512 one.
+  const size_t group = avx512 ? 24 : 3;
   const int panel_cols = static_cast<int>(
       std::clamp<size_t>(kColumnBlockBytes / std::max<size_t>(1, tiling.w_row_bytes) / group * group,
                          group, kMaxTileCols / group * group));
   tiling.decode_cols = 8;
   tiling.decode_mid_cols = 3;
-  tiling.prefill_rows = kMaxTileRows;
+  // AVX-512: 8-row tiles, then 4-row ones; AVX2 and portable: 4-row tiles (dot_tile.h).
+  tiling.prefill_rows = avx512 ? 8 : 4;
+  tiling.prefill_rows_small = avx512 ? 4 : 0;
   tiling.prefill_cols = panel_cols;
   tiling.prefill_any_cols = true;
   tiling.max_cols = kMaxTileCols;

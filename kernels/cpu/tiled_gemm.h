@@ -1,12 +1,12 @@
 // The tiling, cache blocking, threading and epilogue shared by GemmNT (gemm.h) and QuantGemmNT
 // (quant_gemm.h); each supplies its micro-kernel call and tile widths.
 //
-// Below `prefill_rows` rows (decode) each x row runs against `decode_cols` weight rows at a time,
-// then `decode_mid_cols` (if non-zero), then 1; otherwise tiles of prefill_rows x prefill_cols,
-// then prefill_rows x (the columns left, with prefill_any_cols; else 1 at a time), and the
-// leftover rows one at a time. Columns are processed in blocks of
-// ~192 KiB of weights (kept in L2 while every x row passes over them) and split over threads by
-// output columns only. None of this changes a result: every micro-kernel computes each element
+// Below the smallest multi-row tile (decode) each x row runs against `decode_cols` weight rows at
+// a time, then `decode_mid_cols` (if non-zero), then 1; otherwise tiles of prefill_rows x
+// prefill_cols, then prefill_rows x (the columns left, with prefill_any_cols; else 1 at a time),
+// then the same with prefill_rows_small rows (if set), and the leftover rows one at a time.
+// Columns are processed in blocks of ~192 KiB of weights (kept in L2 while every x row passes
+// over them) and split over threads by output columns only. None of this changes a result: every micro-kernel computes each element
 // in one fixed order whatever its tile (dot_tile.h, quant_dot_tile.h).
 //
 // Thread-safe as its callers: no shared mutable state; `tile` is called concurrently from the
@@ -28,11 +28,12 @@ namespace blossom {
 constexpr int64_t kColumnBlockBytes = 192 * 1024;
 // Size of the per-thread dots scratch: every tiling needs prefill_rows * max_cols (and
 // max_cols >= decode_cols) at most this; GemmNT and QuantGemmNT check theirs at compile time.
-constexpr int kMaxTiledGemmDots = 4 * 96;
+constexpr int kMaxTiledGemmDots = 8 * 96;
 
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
   int prefill_rows = 1, prefill_cols = 1;
+  int prefill_rows_small = 0;  // if non-zero (< prefill_rows): tiles of this many rows next
   bool prefill_any_cols = false;  // the tile takes any cols <= prefill_cols (a panel)
   int max_cols = 1;         // row stride of the dots scratch (>= every tile's cols)
   size_t w_row_bytes = 0;   // bytes of one weight row
@@ -44,7 +45,8 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
                   const Tile& tile) {
   // The work below which a chunk is not worth another thread.
   constexpr int64_t kMinChunkMacs = 64 * 1024;
-  const bool row_at_a_time = a.m < t.prefill_rows;
+  const int min_tile_rows = t.prefill_rows_small > 0 ? t.prefill_rows_small : t.prefill_rows;
+  const bool row_at_a_time = a.m < min_tile_rows;
   const int64_t width = row_at_a_time ? t.decode_cols : t.prefill_cols;
   const int64_t groups = (a.n + width - 1) / width;
   const int64_t block_cols = std::max<int64_t>(
@@ -73,16 +75,19 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
       const int64_t ne = std::min(n_end, nb + block_cols);
       int64_t m0 = 0;
       if (!row_at_a_time) {
-        for (; m0 + t.prefill_rows <= a.m; m0 += t.prefill_rows) {
-          for (int64_t n0 = nb; n0 < ne;) {
-            const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols
-                             : t.prefill_any_cols    ? static_cast<int>(ne - n0)
-                                                     : 1;
-            tile(m0, t.prefill_rows, n0, cols, dots);
-            store(m0, t.prefill_rows, n0, cols, dots);
-            n0 += cols;
+        for (const int rows : {t.prefill_rows, t.prefill_rows_small}) {
+          if (rows <= 0) continue;
+          for (; m0 + rows <= a.m; m0 += rows) {
+            for (int64_t n0 = nb; n0 < ne;) {
+              const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols
+                               : t.prefill_any_cols    ? static_cast<int>(ne - n0)
+                                                       : 1;
+              tile(m0, rows, n0, cols, dots);
+              store(m0, rows, n0, cols, dots);
+              n0 += cols;
+            }
+            activate(m0, rows, nb, ne);
           }
-          activate(m0, t.prefill_rows, nb, ne);
         }
       }
       for (; m0 < a.m; ++m0) {
