@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_amx.h"
 #include "kernels/cpu/quant_dot_tile.h"
 #include "kernels/cpu/tiled_gemm.h"
 
@@ -16,7 +17,8 @@ constexpr int64_t kMinQuantizeElems = 64 * 1024;
 
 }  // namespace
 
-static_assert(kQuantMaxTileRows * kQuantMaxTileCols <= kMaxTiledGemmDots,
+static_assert(kQuantMaxTileRows * kQuantMaxTileCols <= kMaxTiledGemmDots &&
+                  kAmxTileRows * kAmxTileRows <= kMaxTiledGemmDots,
               "RunTiledGemm's dots scratch must hold the largest quantized tile");
 
 void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
@@ -42,18 +44,58 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   }
 
   // Decode: one x row against 4 weight rows; prefill: 4 x rows against 2 (8 accumulators, the
-  // weight codes and their absolute values fit the 16 AVX2 registers). Shapes never change a
+  // weight codes and their absolute values fit the 16 AVX2 registers). With AMX (int8 weights):
+  // 16 x rows by 16 weight rows per tile first, then the 4-row tiles. Shapes never change a
   // result (quant_dot_tile.h).
+  const bool amx = avx2 && a.w_dtype == DType::kQ8G32 && a.m >= kAmxTileRows && AmxInt8Usable();
   GemmTiling tiling;
   tiling.decode_cols = 4;
-  tiling.prefill_rows = kQuantMaxTileRows;
-  tiling.prefill_cols = 2;
-  tiling.max_cols = kQuantMaxTileCols;
+  tiling.prefill_rows = amx ? kAmxTileRows : kQuantMaxTileRows;
+  tiling.prefill_rows_small = amx ? kQuantMaxTileRows : 0;
+  tiling.prefill_cols = amx ? kAmxTileRows : 2;
+  tiling.max_cols = amx ? kAmxTileRows : kQuantMaxTileCols;
   tiling.w_row_bytes = DTypeBytes(a.w_dtype, a.k);
   const char* w_base = static_cast<const char*>(a.w);
+
+  // AMX: the x rows of each whole 16-row group, repacked for the B tile (quant_amx.h).
+  // (The tile lambda runs on the pool's threads: it must see this thread's buffers through
+  // pointers, since naming a thread_local there would name the worker's own, empty one.)
+  thread_local std::vector<int8_t> amx_codes_buffer;
+  thread_local std::vector<float> amx_scales_buffer;
+  int8_t* amx_codes = nullptr;
+  float* amx_scales = nullptr;
+  if (amx) {
+    const int64_t groups = a.m / kAmxTileRows;
+    amx_codes_buffer.resize(static_cast<size_t>(groups * blocks * kAmxXBlockBytes));
+    amx_scales_buffer.resize(static_cast<size_t>(groups * blocks * kAmxTileRows));
+    amx_codes = amx_codes_buffer.data();
+    amx_scales = amx_scales_buffer.data();
+    for (int64_t g = 0; g < groups; ++g)
+      PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
+               amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
+  }
   RunTiledGemm(a, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
-    tile(xq + m0 * blocks, blocks, rows, w_base + n0 * tiling.w_row_bytes, a.w_dtype, cols, a.k,
-         dots, kQuantMaxTileCols);
+    if (amx && rows == kAmxTileRows && cols == kAmxTileRows) {
+      const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for 16-row tiles
+      AmxQ8Tile16x16(amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows,
+                     w_base + n0 * tiling.w_row_bytes, tiling.w_row_bytes, blocks, dots,
+                     tiling.max_cols);
+      return;
+    }
+    if (!amx || rows == 1) {
+      tile(xq + m0 * blocks, blocks, rows, w_base + n0 * tiling.w_row_bytes, a.w_dtype, cols, a.k,
+           dots, tiling.max_cols);
+      return;
+    }
+    // AMX tiling, a tile that is not 16 x 16 (columns or rows left over): 4 x 2 and 4 x 1 tiles.
+    for (int r = 0; r < rows; r += kQuantMaxTileRows)
+      for (int c = 0; c < cols;) {
+        const int width = cols - c >= 2 ? 2 : 1;
+        tile(xq + (m0 + r) * blocks, blocks, kQuantMaxTileRows,
+             w_base + (n0 + c) * tiling.w_row_bytes, a.w_dtype, width, a.k,
+             dots + r * tiling.max_cols + c, tiling.max_cols);
+        c += width;
+      }
   });
 }
 

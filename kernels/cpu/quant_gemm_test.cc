@@ -68,11 +68,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmShapes,
                                            GemmShape{2, 250, 64}));
 
 // Batch invariance as in gemm_test: a row's result is bit-identical whatever the batch (M picks
-// the tiles: 1x4 below 4 rows, 4x2 from 4), the thread count and the instruction-set path. The
-// reference is each row alone, single-threaded, on the portable path.
+// the tiles: 1x4 below 4 rows, 4x2 from 4, with AMX 16x16 from 16), the thread count and the
+// instruction-set path. The reference is each row alone, single-threaded, on the portable path.
+// M runs to 37 so AMX CPUs cover two 16-row groups with 4-row and single-row leftovers, and
+// N = 37 leaves weight rows after two 16-column tiles.
 TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
-  const int64_t n = 37, k = 224, max_m = 13;
+  const int64_t n = 37, k = 224, max_m = 37;
   std::vector<float> w = RandomNormal(n * k, rng), big_x = RandomNormal(max_m * k, rng), bias = RandomNormal(n, rng);
   for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
     std::vector<char> packed(DTypeBytes(dtype, k) * n);

@@ -1,0 +1,142 @@
+#include "kernels/cpu/quant_amx.h"
+
+#include <cstddef>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define BLOSSOM_HAVE_AMX 1
+#endif
+
+namespace blossom {
+
+void PackAmxX(const Q8Block* x, int64_t ldx, int rows, int64_t blocks, int8_t* codes,
+              float* scales) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    int8_t* out = codes + b * kAmxXBlockBytes;
+    for (int r = 0; r < kAmxTileRows; ++r) {
+      const Q8Block* xb = r < rows ? &x[r * ldx + b] : nullptr;
+      scales[b * kAmxTileRows + r] = xb != nullptr ? xb->scale : 0.0f;
+      for (int g = 0; g < kQuantBlock / 4; ++g) {
+        int8_t* dst = out + (g * kAmxTileRows + r) * 4;
+        if (xb != nullptr) {
+          std::memcpy(dst, xb->codes + 4 * g, 4);
+        } else {
+          std::memset(dst, 0, 4);
+        }
+      }
+    }
+  }
+}
+
+void Q8Tile16x16Scalar(const int8_t* x_codes, const float* x_scales, const void* w,
+                       size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+  for (int r = 0; r < kAmxTileRows; ++r) {
+    for (int n = 0; n < kAmxTileRows; ++n) {
+      const Q8Block* wn = reinterpret_cast<const Q8Block*>(static_cast<const char*>(w) + n * row_bytes);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int8_t* xb = x_codes + b * kAmxXBlockBytes;
+        int32_t dot = 0;
+        for (int i = 0; i < kQuantBlock; ++i)
+          dot += int32_t{xb[((i / 4) * kAmxTileRows + r) * 4 + i % 4]} * wn[b].codes[i];
+        const float d = x_scales[b * kAmxTileRows + r] * wn[b].scale;
+        const float product = static_cast<float>(dot) * d;
+        acc = acc + product;
+      }
+      dots[r * ldd + n] = acc;
+    }
+  }
+}
+
+#if defined(BLOSSOM_HAVE_AMX)
+
+namespace {
+
+#define BLOSSOM_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
+
+// The LDTILECFG memory operand (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+
+bool DetectAmx() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_tile = (edx >> 24) & 1, amx_int8 = (edx >> 25) & 1;
+  if (!amx_tile || !amx_int8) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1)) return false;  // OSXSAVE
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3) != 3) return false;  // the OS enables XTILECFG and XTILEDATA
+  // Linux hands the tile data state to a process only on request (ARCH_REQ_XCOMP_PERM, 0x1023,
+  // for XFEATURE_XTILEDATA, 18); without it the first tile instruction faults.
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+}  // namespace
+
+bool AmxInt8Usable() {
+  static const bool usable = DetectAmx();
+  return usable;
+}
+
+BLOSSOM_AMX void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w,
+                                size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+  TileConfig config;
+  config.rows[0] = kAmxTileRows;  // tmm0, C: 16 weight rows x 16 int32 (one per x row)
+  config.colsb[0] = 64;
+  config.rows[1] = kAmxTileRows;  // tmm1, A: 16 weight rows x one block's 32 codes
+  config.colsb[1] = kQuantBlock;
+  config.rows[2] = kQuantBlock / 4;  // tmm2, B: 8 rows of 4 codes x 16 x rows
+  config.colsb[2] = 64;
+  _tile_loadconfig(&config);
+  const char* w_codes = static_cast<const char*>(w) + offsetof(Q8Block, codes);
+  alignas(64) int32_t c[kAmxTileRows * kAmxTileRows];
+  __m512 acc[kAmxTileRows];  // acc[weight row] lane r: the pair (x row r, weight row)
+  for (int n = 0; n < kAmxTileRows; ++n) acc[n] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    _tile_zero(0);
+    _tile_loadd(1, w_codes + b * sizeof(Q8Block), row_bytes);
+    _tile_loadd(2, x_codes + b * kAmxXBlockBytes, 64);
+    _tile_dpbssd(0, 1, 2);
+    _tile_stored(0, c, 64);
+    const __m512 xs = _mm512_loadu_ps(x_scales + b * kAmxTileRows);
+#pragma GCC unroll 16
+    for (int n = 0; n < kAmxTileRows; ++n) {
+      const float ws =
+          reinterpret_cast<const Q8Block*>(static_cast<const char*>(w) + n * row_bytes)[b].scale;
+      // d = x.scale * w.scale (one rounding, the same product as every path), then the multiply
+      // and the add of the contract.
+      const __m512 d = _mm512_mul_ps(xs, _mm512_set1_ps(ws));
+      const __m512 product = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + n * 16)), d);
+      acc[n] = _mm512_add_ps(acc[n], product);
+    }
+  }
+  _tile_release();
+  alignas(64) float t[kAmxTileRows][kAmxTileRows];
+  for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[n]);
+  for (int r = 0; r < kAmxTileRows; ++r)
+    for (int n = 0; n < kAmxTileRows; ++n) dots[r * ldd + n] = t[n][r];
+}
+
+#else  // no AMX on this platform
+
+bool AmxInt8Usable() { return false; }
+
+void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
+                    int64_t blocks, float* dots, int64_t ldd) {
+  Q8Tile16x16Scalar(x_codes, x_scales, w, row_bytes, blocks, dots, ldd);
+}
+
+#endif
+
+}  // namespace blossom
