@@ -29,10 +29,18 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   // gives the same bits, so the choice never changes a result.
   const QuantDotTileFn tile = avx2 ? BestQuantDotTileX86() : &QuantDotTilePortable;
   const int64_t blocks = a.k / kQuantBlock;
+  // AMX (int8 weights, from 4 rows: batched decode steps as well as prefill): 16 x rows by 16
+  // weight rows per tile. M is padded to a multiple of 16 with zero rows, whose results go to a
+  // scratch output and are dropped; a padded tile still does far less work per pair than the
+  // 4 x 2 one. Which tile computes a row never changes its bits (quant_amx.h).
+  const bool amx = avx2 && a.w_dtype == DType::kQ8G32 && a.m >= kQuantMaxTileRows &&
+                   AmxInt8Usable();
+  const int64_t m_run = amx ? (a.m + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows : a.m;
 
   thread_local std::vector<Q8Block> x_codes;
-  x_codes.resize(static_cast<size_t>(a.m * blocks));
+  x_codes.resize(static_cast<size_t>(m_run * blocks));
   Q8Block* xq = x_codes.data();
+  std::fill(xq + a.m * blocks, xq + m_run * blocks, Q8Block{});  // padded rows: zero codes
   auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) QuantizeActivationRow(a.x + r * a.k, a.k, xq + r * blocks);
   };
@@ -44,20 +52,24 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   }
 
   // Decode: one x row against 4 weight rows; prefill: 4 x rows against 2 (8 accumulators, the
-  // weight codes and their absolute values fit the 16 AVX2 registers). With AMX (int8 weights):
-  // 16 x rows by 16 weight rows per tile first, then the 4-row tiles. Shapes never change a
-  // result (quant_dot_tile.h).
-  const bool amx = avx2 && a.w_dtype == DType::kQ8G32 && a.m >= kAmxTileRows && AmxInt8Usable();
+  // weight codes and their absolute values fit the 16 AVX2 registers), or with AMX 16 by 16.
+  // Shapes never change a result (quant_dot_tile.h).
+  GemmArgs run = a;
+  thread_local std::vector<float> padded_out;
+  if (m_run != a.m) {
+    padded_out.resize(static_cast<size_t>(m_run * a.n));
+    run.out = padded_out.data();
+    run.m = m_run;
+  }
   GemmTiling tiling;
   tiling.decode_cols = 4;
   tiling.prefill_rows = amx ? kAmxTileRows : kQuantMaxTileRows;
-  tiling.prefill_rows_small = amx ? kQuantMaxTileRows : 0;
   tiling.prefill_cols = amx ? kAmxTileRows : 2;
   tiling.max_cols = amx ? kAmxTileRows : kQuantMaxTileCols;
   tiling.w_row_bytes = DTypeBytes(a.w_dtype, a.k);
   const char* w_base = static_cast<const char*>(a.w);
 
-  // AMX: the x rows of each whole 16-row group, repacked for the B tile (quant_amx.h).
+  // AMX: the x rows of each 16-row group (padded rows zero), repacked for the B tile (quant_amx.h).
   // (The tile lambda runs on the pool's threads: it must see this thread's buffers through
   // pointers, since naming a thread_local there would name the worker's own, empty one.)
   thread_local std::vector<int8_t> amx_codes_buffer;
@@ -65,7 +77,7 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   int8_t* amx_codes = nullptr;
   float* amx_scales = nullptr;
   if (amx) {
-    const int64_t groups = a.m / kAmxTileRows;
+    const int64_t groups = m_run / kAmxTileRows;
     amx_codes_buffer.resize(static_cast<size_t>(groups * blocks * kAmxXBlockBytes));
     amx_scales_buffer.resize(static_cast<size_t>(groups * blocks * kAmxTileRows));
     amx_codes = amx_codes_buffer.data();
@@ -74,7 +86,7 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
       PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
                amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
   }
-  RunTiledGemm(a, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
+  RunTiledGemm(run, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
     if (amx && rows == kAmxTileRows && cols == kAmxTileRows) {
       const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for 16-row tiles
       AmxQ8Tile16x16(amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows,
@@ -97,6 +109,8 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
         c += width;
       }
   });
+  if (run.out != a.out)
+    std::copy(run.out, run.out + a.m * a.n, a.out);  // the real rows; padded ones are dropped
 }
 
 }  // namespace blossom

@@ -5,8 +5,8 @@
 // on that row only), then every output element is one integer block dot product in the fixed
 // order of quant_dot_tile.h, whatever M, the tile, the thread count or the instruction set: a
 // row's result is bit-identical alone or in any batch, like GemmNT's. Tiles: 1 x-row by 4 weight
-// rows below 4 rows (decode), 4 by 2 otherwise, and with AMX (int8 weights, 16 rows or more) 16 by
-// 16 first (quant_amx.h); columns in blocks that stay in L2; threads over output columns only.
+// rows below 4 rows (decode), 4 by 2 otherwise, and with AMX (int8 weights, 4 rows or more, padded
+// to 16) 16 by 16 (quant_amx.h); columns in blocks that stay in L2; threads over output columns only.
 //
 // Why integer dots with quantized activations rather than widening the weights to fp32: AVX2 has
 // no int8 x fp32 multiply, so widening costs two conversions per 8 weights before each FMA, while
