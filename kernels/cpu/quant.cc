@@ -96,14 +96,12 @@ absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int6
   for (int64_t r = 0; r < rows; ++r) {
     ConvertToF32(static_cast<const char*>(w) + r * in_row, w_dtype, row.data(), row.size());
     char* dst = static_cast<char*>(out) + r * out_row;
-    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-      if (out_dtype == DType::kQ8G32) {
-        QuantizeActivationRow(row.data() + b * kQuantBlock, kQuantBlock,
-                              reinterpret_cast<Q8Block*>(dst) + b);
-      } else {
-        QuantizeQ4(row.data() + b * kQuantBlock, reinterpret_cast<Q4Block*>(dst) + b);
-      }
+    if (out_dtype == DType::kQ8G32) {
+      QuantizeActivationRow(row.data(), k, reinterpret_cast<Q8Block*>(dst));
+      continue;
     }
+    for (int64_t b = 0; b < k / kQuantBlock; ++b)
+      QuantizeQ4(row.data() + b * kQuantBlock, reinterpret_cast<Q4Block*>(dst) + b);
   }
   return absl::OkStatus();
 }

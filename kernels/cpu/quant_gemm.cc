@@ -94,12 +94,13 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
                      tiling.max_cols);
       return;
     }
-    if (!amx || rows == 1) {
+    if (!amx) {
       tile(xq + m0 * blocks, blocks, rows, w_base + n0 * tiling.w_row_bytes, a.w_dtype, cols, a.k,
            dots, tiling.max_cols);
       return;
     }
-    // AMX tiling, a tile that is not 16 x 16 (columns or rows left over): 4 x 2 and 4 x 1 tiles.
+    // AMX tiling (every row in a 16-row tile, M being padded), a 16-row tile with fewer than 16
+    // columns (those left over): 4 x 2 and 4 x 1 tiles.
     for (int r = 0; r < rows; r += kQuantMaxTileRows)
       for (int c = 0; c < cols;) {
         const int width = cols - c >= 2 ? 2 : 1;

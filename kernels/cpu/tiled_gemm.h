@@ -6,8 +6,9 @@
 // prefill_cols, then prefill_rows x (the columns left, with prefill_any_cols; else 1 at a time),
 // then the same with prefill_rows_small rows (if set), and the leftover rows one at a time.
 // Columns are processed in blocks of ~192 KiB of weights (kept in L2 while every x row passes
-// over them) and split over threads by output columns only. None of this changes a result: every micro-kernel computes each element
-// in one fixed order whatever its tile (dot_tile.h, quant_dot_tile.h).
+// over them) and split over threads by output columns only. None of this changes a result: every
+// micro-kernel computes each element in one fixed order whatever its tile (dot_tile.h,
+// quant_dot_tile.h).
 //
 // Thread-safe as its callers: no shared mutable state; `tile` is called concurrently from the
 // pool's threads on disjoint columns and must write only its `dots`.
