@@ -133,15 +133,18 @@ class ConcurrencyTest(unittest.TestCase):
 
 class OverloadTest(unittest.TestCase):
     def test_overload_gets_fast_429_and_no_5xx(self):
+        # The tiny model decodes thousands of tokens a second on a fast CPU, so every request
+        # here asks for many tokens: a request that finishes early frees its place and races
+        # the overload this test builds (CI saw "timed out waiting for two waiting requests").
         server = start_server("server-overload", "--max_batch_size", "1",
-                              "--max_waiting_requests", "2")
+                              "--max_waiting_requests", "2", "--max_total_tokens", "65536")
         gateway = start_gateway("gateway-overload", server)
         try:
             async def one(session, i):
                 start = time.monotonic()
                 async with session.post(gateway.url + "/generate", json={
                         "inputs": f"load {i}",
-                        "parameters": {"max_new_tokens": 64, "ignore_eos": True}}) as r:
+                        "parameters": {"max_new_tokens": 2000, "ignore_eos": True}}) as r:
                     await r.read()
                     return r.status, r.headers.get("Retry-After"), time.monotonic() - start
 
@@ -163,10 +166,11 @@ class OverloadTest(unittest.TestCase):
                 self.assertIsNotNone(retry_after)
                 self.assertLess(seconds, 2.0)
             with blossom_client.BlossomClient(server.grpc, timeout=30) as c:
-                # One running (max_batch_size 1) and two waiting fill the queue exactly.
-                streams = [c.generate_stream("hold", max_new_tokens=500, ignore_eos=True)]
+                # One running (max_batch_size 1) and two waiting fill the queue exactly. 60000
+                # tokens hold the running place for many seconds; they are cancelled below.
+                streams = [c.generate_stream("hold", max_new_tokens=60000, ignore_eos=True)]
                 next(streams[0])
-                streams += [c.generate_stream("hold", max_new_tokens=500, ignore_eos=True)
+                streams += [c.generate_stream("hold", max_new_tokens=60000, ignore_eos=True)
                             for _ in range(2)]
                 wait_until(lambda: metric(server, "blossom_num_requests_waiting") == 2,
                            what="two waiting requests")
@@ -183,11 +187,19 @@ class OverloadTest(unittest.TestCase):
             server.stop()
 
 
+# The tiny model writes 900 tokens in about 0.1 s on a fast CPU, so a stream that must still be
+# in flight when a signal lands asks for 6000 (a few seconds: attention grows with the length).
+LONG_STREAM_TOKENS = 6000
+
+
 class DrainTest(unittest.TestCase):
     def test_gateway_sigterm_finishes_streams_and_refuses_new_work(self):
-        gateway = start_gateway("gateway-drain", SRV, "--drain_timeout", "60")
+        server = start_server("server-gateway-drain", "--max_total_tokens", "8192")
+        self.addCleanup(server.stop)
+        gateway = start_gateway("gateway-drain", server, "--drain_timeout", "60")
         body = json.dumps({"inputs": "drain", "parameters": {
-            "max_new_tokens": 900, "do_sample": False, "ignore_eos": True}}).encode()
+            "max_new_tokens": LONG_STREAM_TOKENS, "do_sample": False,
+            "ignore_eos": True}}).encode()
         req = urllib.request.Request(gateway.url + "/generate_stream", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         events = []
@@ -203,14 +215,16 @@ class DrainTest(unittest.TestCase):
             self.assertEqual(refused.exception.code, 503)
             events += stream.read().split(b"\n\n")
         # TGI's last event carries generated_text; index counts from 0.
-        final = [e for e in events if b'"index":899' in e and b'"generated_text":null' not in e]
+        last_index = b'"index":%d' % (LONG_STREAM_TOKENS - 1)
+        final = [e for e in events if last_index in e and b'"generated_text":null' not in e]
         self.assertTrue(final, events[-3:])  # the in-flight stream ran to its end
         self.assertEqual(gateway.proc.wait(timeout=30), 0)
 
     def test_gateway_health_follows_server_drain(self):
         # Issue 14: after SIGTERM to the server the gateway's /health stayed 200 while every
         # completion got 503. The gateway watches the server's health: 503 while it drains.
-        server = start_server("server-drain-watch", "--drain_timeout", "60")
+        server = start_server("server-drain-watch", "--drain_timeout", "60",
+                              "--max_total_tokens", "8192")
         self.addCleanup(server.stop)
         gateway = start_gateway("gateway-drain-watch", server)
         self.addCleanup(gateway.stop)
@@ -221,7 +235,7 @@ class DrainTest(unittest.TestCase):
 
         def consume():  # keeps the drain going while /health is asked
             with blossom_client.BlossomClient(server.grpc, timeout=120) as c:
-                for chunk in c.generate_stream("watch", max_new_tokens=900, temperature=0.0,
+                for chunk in c.generate_stream("watch", max_new_tokens=LONG_STREAM_TOKENS, temperature=0.0,
                                                ignore_eos=True):
                     first.set()
                     done.append(chunk.final is not None)
