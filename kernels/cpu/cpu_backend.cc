@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_gemm.h"
-#include "kernels/cpu/vector_ops.h"
 
 namespace blossom {
 namespace {
@@ -72,6 +72,14 @@ class CpuKvCache : public KvCache {
   float* base() const { return static_cast<float*>(storage_.data()); }
   KvCacheSpec spec_;
   DeviceBuffer storage_;
+};
+
+// A run of consecutive new tokens of one sequence, attended together (attention.h).
+struct QueryBlock {
+  int32_t seq;
+  int32_t first_token;  // row of the step's q / out
+  int32_t first_pos;    // its position in the sequence
+  int32_t num_queries;
 };
 
 }  // namespace
@@ -322,60 +330,59 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
   const int32_t* query_start = md.query_start.as<const int32_t>();
   const int32_t* context_len = md.context_len.as<const int32_t>();
   const int32_t* tables = md.block_tables.as<const int32_t>();
-  // Map each token row to its sequence once.
-  std::vector<int32_t>& seq_of = Scratch<int32_t>(0, md.num_tokens);
+  // Each sequence's new tokens in runs of up to kAttentionQueryBlock (attention.h).
+  std::vector<QueryBlock>& blocks = Scratch<QueryBlock>(0, 0);
   for (int32_t s = 0; s < md.num_seqs; ++s) {
     const int32_t num_new = query_start[s + 1] - query_start[s];
     if (num_new < 0 || context_len[s] < num_new ||
         (context_len[s] + bs - 1) / bs > md.max_blocks_per_seq)
       return absl::InvalidArgumentError(
           absl::StrCat("Attention: inconsistent metadata for sequence ", s));
-    for (int32_t t = query_start[s]; t < query_start[s + 1]; ++t) seq_of[t] = s;
+    for (int32_t i = 0; i < num_new; i += kAttentionQueryBlock) {
+      // Position of the block's first query; causal: query i sees keys 0..first_pos + i.
+      const int32_t count = std::min<int32_t>(kAttentionQueryBlock, num_new - i);
+      blocks.push_back({s, query_start[s] + i, context_len[s] - num_new + i, count});
+    }
   }
   const float* slope = slopes.as<const float>();
-  const bool avx2 = CpuHasAvx2Fma();
-  pool_->ParallelFor(static_cast<int64_t>(md.num_tokens) * heads, 1, [&](int64_t b, int64_t e) {
+  const AttentionIsa isa = BestAttentionIsa();
+  const int64_t num_blocks = static_cast<int64_t>(blocks.size());
+  pool_->ParallelFor(num_blocks * heads, 1, [&](int64_t b, int64_t e) {
     std::vector<float>& scores = Scratch<float>(2, 0);
     std::vector<const float*>& keys = Scratch<const float*>(0, 0);
     std::vector<const float*>& values = Scratch<const float*>(1, 0);
     for (int64_t item = b; item < e; ++item) {
-      // Head-major: consecutive items are one head's consecutive queries, which read the same
-      // key and value rows, so those stay in L2 (a 512-token prefill of bloom-560m reads 256 KiB
-      // of them per head; token-major order cycled through every head's, 16 times that).
-      const int64_t h = item / md.num_tokens, t = item % md.num_tokens;
-      const int32_t s = seq_of[t];
-      const int32_t num_new = query_start[s + 1] - query_start[s];
-      // Position of this query token; causal: it sees keys 0..pos.
-      const int64_t pos = context_len[s] - num_new + (t - query_start[s]);
-      const int32_t* table = tables + static_cast<int64_t>(s) * md.max_blocks_per_seq;
-      const float* qv = q.as<const float>() + (t * heads + h) * d;
-      scores.resize(pos + 1);
-      keys.resize(pos + 1);
-      values.resize(pos + 1);
-      for (int64_t j = 0; j <= pos; ++j) {
-        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        keys[j] = kv.Key(layer, slot, h);
-        values[j] = kv.Value(layer, slot, h);
+      // Head-major: consecutive items are one head's query blocks, which read the same key and
+      // value rows, so those stay in L2 (a 512-token prefill of bloom-560m reads 256 KiB of
+      // them per head; token-major order cycled through every head's, 16 times that).
+      const int64_t h = item / num_blocks;
+      const QueryBlock& block = blocks[item % num_blocks];
+      const int64_t num_keys = block.first_pos + block.num_queries;
+      const int32_t* table = tables + static_cast<int64_t>(block.seq) * md.max_blocks_per_seq;
+      keys.resize(num_keys);
+      values.resize(num_keys);
+      for (int64_t j0 = 0; j0 < num_keys; j0 += bs) {  // a cache block's rows are contiguous
+        const int64_t slot = static_cast<int64_t>(table[j0 / bs]) * bs;
+        const float* k = kv.Key(layer, slot, h);
+        const float* v = kv.Value(layer, slot, h);
+        for (int64_t o = 0; o < std::min<int64_t>(bs, num_keys - j0); ++o) {
+          keys[j0 + o] = k + o * d;
+          values[j0 + o] = v + o * d;
+        }
       }
-      // Each score is its own DotF32 (vector_ops.h), so it does not depend on pos or the batch.
-      DotRowsF32(qv, keys.data(), pos + 1, d, scores.data(), avx2);
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j <= pos; ++j) {
-        // Hugging Face: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d)).
-        const float score = slope[h] * static_cast<float>(j) + scores[j] * scale;
-        scores[j] = score;
-        max_score = std::max(max_score, score);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j <= pos; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      const float inv_sum = 1.0f / sum;
-      for (int64_t j = 0; j <= pos; ++j) scores[j] *= inv_sum;
-      float* o = out.as<float>() + (t * heads + h) * d;
-      std::fill(o, o + d, 0.0f);
-      AxpyRowsF32(scores.data(), values.data(), pos + 1, d, o, avx2);
+      AttentionQueries queries;
+      queries.q = q.as<const float>() + (block.first_token * heads + h) * d;
+      queries.q_stride = heads * d;
+      queries.out = out.as<float>() + (block.first_token * heads + h) * d;
+      queries.out_stride = heads * d;
+      queries.num_queries = block.num_queries;
+      queries.first_pos = block.first_pos;
+      queries.keys = keys.data();
+      queries.values = values.data();
+      queries.head_dim = d;
+      queries.slope = slope[h];
+      queries.scale = scale;  // Hugging Face: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d))
+      AttendQueries(queries, isa, &scores);
     }
   });
   return absl::OkStatus();

@@ -7,6 +7,8 @@
 // Function attribute for the AVX2 kernels: compiled for AVX2 + FMA + F16C whatever the build's
 // -march, and called only after CpuHasAvx2Fma() said yes.
 #define BLOSSOM_AVX2 __attribute__((target("avx2,fma,f16c")))
+// The same for the AVX-512 kernels (F + VL + DQ + BW, with AVX2), after CpuHasAvx512().
+#define BLOSSOM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512dq,avx512bw")))
 
 namespace blossom {
 

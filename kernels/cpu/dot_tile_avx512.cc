@@ -4,7 +4,8 @@
 // row, widened) in both, so one FMA advances two elements exactly as two AVX2 FMAs would, lane
 // for lane. Twice the FMA work per instruction, and 32 registers: an 8-row tile by 6 weight rows
 // holds 24 accumulators, so each weight vector read from cache feeds 4 FMAs of 16 lanes (the
-// 4-row tile, 8 weight rows wide, feeds 2: it re-reads the weight panel from L2 twice as often). Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
+// 4-row tile, 8 weight rows wide, feeds 2: it re-reads the weight panel from L2 twice as often).
+// Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
 // Built with function target attributes; the GEMM calls it only after CpuHasAvx512() said yes.
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dot_tile.h"
@@ -17,8 +18,6 @@ namespace blossom {
 
 #if defined(__x86_64__)
 namespace {
-
-#define BLOSSOM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512dq,avx512bw")))
 
 // Eight weights from element i of a row, widened exactly to fp32, in both 256-bit halves.
 template <DType D>
