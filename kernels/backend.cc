@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace blossom {
@@ -38,6 +40,35 @@ absl::StatusOr<OwnedTensor> Backend::AllocateTensor(DType dtype,
   owned.tensor = t;
   owned.storage = std::move(*buffer);
   return owned;
+}
+
+absl::Status CheckCopyColumns(const Tensor& src, const Tensor& dst, int64_t col_begin) {
+  if (src.rank != 2 || dst.rank != 2 || src.dtype != dst.dtype || src.dim(0) != dst.dim(0) ||
+      col_begin < 0 || col_begin + src.dim(1) > dst.dim(1) || IsBlockQuantized(src.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyColumns: cannot place ", DTypeName(src.dtype), " ", src.ShapeString(),
+        " at column ", col_begin, " of ", DTypeName(dst.dtype), " ", dst.ShapeString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin) {
+  if (device() != DeviceKind::kHost) {
+    return absl::UnimplementedError(
+        absl::StrCat("CopyColumns is not implemented on the ", name(), " backend"));
+  }
+  absl::Status valid = CheckCopyColumns(src, dst, col_begin);
+  if (!valid.ok()) return valid;
+  const int64_t rows = src.dim(0);
+  const size_t width = DTypeBytes(src.dtype, src.dim(1));
+  const size_t dst_pitch = DTypeBytes(dst.dtype, dst.dim(1));
+  const size_t offset = DTypeBytes(dst.dtype, col_begin);
+  if (width == 0) return absl::OkStatus();
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(dst.data) + r * dst_pitch + offset,
+                static_cast<const char*>(src.data) + r * width, width);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<OwnedTensor> Backend::ImportLinearWeight(const Tensor& host, WeightQuant quant) {

@@ -123,6 +123,12 @@ class Backend {
   virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
   // Blocks until all issued work is done.
   virtual absl::Status Synchronize() = 0;
+  // dst[r, col_begin + c] = src[r, c] for every row r and column c of src: writes src [R, w] as
+  // columns [col_begin, col_begin + w) of dst [R, W], both in this backend's memory, same dtype.
+  // It is how the vocabulary-parallel logits slices become one [rows, vocab] tensor without
+  // leaving the device. This default serves backends whose memory is host memory
+  // (device() == kHost) and refuses the others with Unimplemented; device backends override it.
+  virtual absl::Status CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin);
 
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) = 0;
 
@@ -164,6 +170,10 @@ class Backend {
   friend class DeviceBuffer;
   virtual void Free(void* data, size_t bytes) = 0;
 };
+
+// InvalidArgument unless Backend::CopyColumns(src, dst, col_begin) is well formed: both rank 2,
+// one unblocked dtype, as many rows, and the columns inside dst. Shared by the implementations.
+absl::Status CheckCopyColumns(const Tensor& src, const Tensor& dst, int64_t col_begin);
 
 }  // namespace blossom
 

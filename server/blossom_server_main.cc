@@ -84,6 +84,10 @@ ABSL_FLAG(int32_t, max_waiting_requests, 1024,
 ABSL_FLAG(int32_t, max_input_tokens, 1024, "Longest prompt accepted (OUT_OF_RANGE beyond).");
 ABSL_FLAG(int32_t, max_total_tokens, 2048, "Cap on prompt + max_new_tokens.");
 ABSL_FLAG(bool, prefix_caching, true, "Share KV blocks of identical prompt prefixes.");
+ABSL_FLAG(bool, device_sampling, true,
+          "Sample each step's logits where the backend left them (on the GPU for cuda: only "
+          "token ids, requested logprobs and prompt-logprob rows reach the host). false: copy "
+          "every step's logits to the host and sample there. Identical results on cpu.");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 20, "Largest gRPC request message accepted.");
 ABSL_FLAG(double, drain_timeout, 30.0, "Seconds in-flight requests get to finish on SIGTERM.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key).");
@@ -319,6 +323,7 @@ int Run() {
   sc.block_size = absl::GetFlag(FLAGS_block_size);
   sc.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   engine_config.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mb) << 20;
+  engine_config.device_sampling = absl::GetFlag(FLAGS_device_sampling);
   // GPU backends: whatever the memory fraction leaves after weights and activations.
   if (auto from_memory = (*runner)->KvCacheBytesFromMemory(); from_memory.ok()) {
     engine_config.kv_cache_bytes = *from_memory;
@@ -334,10 +339,12 @@ int Run() {
                                   service_options.limits.max_input_tokens));
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
-  spdlog::info("serving {} ({} layers, hidden {}, {} KV blocks of {} tokens, backend {}, tp {})",
-               served_name, (*runner)->config().n_layer, (*runner)->config().hidden_size,
-               (*engine)->scheduler_stats().blocks_total, sc.block_size,
-               (*runner)->info().backend, (*runner)->world_size());
+  spdlog::info(
+      "serving {} ({} layers, hidden {}, {} KV blocks of {} tokens, backend {}, tp {}, "
+      "device sampling {})",
+      served_name, (*runner)->config().n_layer, (*runner)->config().hidden_size,
+      (*engine)->scheduler_stats().blocks_total, sc.block_size, (*runner)->info().backend,
+      (*runner)->world_size(), engine_config.device_sampling ? "on" : "off");
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -30,7 +30,10 @@ struct BloomModel::Workspace {
   OwnedTensor hidden, attn_out, ln, qkv, q, ctx, mlp;
   OwnedTensor gathered, gathered_ln, logits_local, logits_gathered;
   OwnedTensor ids, query_start, context_len, block_tables, slot_mapping, logit_rows;
-  std::vector<float> host_logits_gathered;
+  // Tensor parallelism: the all-gathered slices assembled into [rows, vocab], on the ranks that
+  // assemble them (the caller's, usually rank 0 only); grown on demand like the rest.
+  OwnedTensor logits_full;
+  int32_t logits_full_rows = 0;
 };
 
 void StepBatch::AddSequence(absl::Span<const int32_t> new_tokens, int32_t num_computed,
@@ -425,7 +428,27 @@ absl::Status BloomModel::ValidateBatch(const StepBatch& b, const KvCache& cache)
   return absl::OkStatus();
 }
 
-absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logits) {
+absl::StatusOr<Tensor> BloomModel::ForwardKeepLogits(const StepBatch& batch, KvCache& cache) {
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor logits, Step(batch, cache, /*assemble=*/true));
+  // The caller samples on the same stream, but the step's device errors (bad indices found by
+  // the kernels) belong to the step, and the step's time should be the step's.
+  BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
+  return logits;
+}
+
+absl::Status BloomModel::Forward(const StepBatch& batch, KvCache& cache, float* logits) {
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor kept, Step(batch, cache, /*assemble=*/logits != nullptr));
+  if (logits == nullptr) {
+    // No logits wanted (a tensor-parallel rank other than the caller's, or a step that only
+    // fills the KV cache). A single rank still waits for its device, so the step's device errors
+    // are this step's; a rank of a group returns once its share is issued.
+    return communicator_->world_size() == 1 ? backend_->Synchronize() : absl::OkStatus();
+  }
+  if (kept.dim(0) == 0) return absl::OkStatus();
+  return backend_->CopyToHost(kept, logits);
+}
+
+absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool assemble) {
   BLOSSOM_RETURN_IF_ERROR(ValidateBatch(b, cache));
   const int32_t T = b.num_tokens(), S = b.num_seqs();
   const int32_t R = static_cast<int32_t>(b.logit_rows.size());
@@ -529,7 +552,11 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
     }
     std::swap(hidden, other);
   }
-  if (R == 0) return absl::OkStatus();
+  if (R == 0) {
+    if (!assemble) return Tensor();
+    return Tensor(w.logits_local.tensor.data, DType::kF32, {0, config_.vocab_size},
+                  w.logits_local.tensor.device);
+  }
 
   // Final layer norm and the LM head (tied or not), only for the rows whose logits are wanted.
   absl::StatusOr<Tensor> rows = upload(b.logit_rows, w.logit_rows, {R});
@@ -542,10 +569,7 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
   BLOSSOM_RETURN_IF_ERROR(backend_->GatherRows(hidden, *rows, gathered));
   BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(gathered, ln_f_gamma_, ln_f_beta_, eps, none, gathered_ln));
   BLOSSOM_RETURN_IF_ERROR(backend_->Linear(gathered_ln, lm_head_, none, Activation::kNone, logits_local));
-  if (world == 1) {
-    if (logits == nullptr) return backend_->Synchronize();
-    return backend_->CopyToHost(logits_local, logits);
-  }
+  if (world == 1) return assemble ? logits_local : Tensor();
   // Ranks hold balanced but possibly unequal vocabulary slices; each sends a buffer of the
   // largest slice's size whose first R * vocab_local_ values are its [R, vocab_local_] logits.
   // [world, R * vocab_local_max_] -> [R, V]
@@ -554,17 +578,23 @@ absl::Status BloomModel::Forward(const StepBatch& b, KvCache& cache, float* logi
   Tensor all(w.logits_gathered.tensor.data, DType::kF32, {world, stride},
              w.logits_gathered.tensor.device);
   BLOSSOM_RETURN_IF_ERROR(communicator_->AllGather(send, all));
-  if (logits == nullptr) return absl::OkStatus();
-  w.host_logits_gathered.resize(static_cast<size_t>(world * stride));
-  BLOSSOM_RETURN_IF_ERROR(backend_->CopyToHost(all, w.host_logits_gathered.data()));
+  if (!assemble) return Tensor();
+  if (R > w.logits_full_rows) {
+    const int64_t r = std::max<int64_t>(R, 2 * static_cast<int64_t>(w.logits_full_rows));
+    BLOSSOM_ASSIGN_OR_RETURN(w.logits_full,
+                             backend_->AllocateTensor(DType::kF32, {r, config_.vocab_size}));
+    w.logits_full_rows = static_cast<int32_t>(r);
+  }
+  // Each rank's [R, slice] block becomes its columns of [R, V], on the device.
+  Tensor full(w.logits_full.tensor.data, DType::kF32, {R, config_.vocab_size},
+              w.logits_full.tensor.device);
   for (int r = 0; r < world; ++r) {
     const RankSlice slice = SliceForRank(config_.vocab_size, r, world);
-    for (int32_t row = 0; row < R; ++row)
-      std::memcpy(logits + static_cast<int64_t>(row) * config_.vocab_size + slice.begin,
-                  w.host_logits_gathered.data() + r * stride + row * slice.size(),
-                  slice.size() * sizeof(float));
+    const Tensor part(static_cast<float*>(all.data) + r * stride, DType::kF32, {R, slice.size()},
+                      all.device);
+    BLOSSOM_RETURN_IF_ERROR(backend_->CopyColumns(part, full, slice.begin));
   }
-  return absl::OkStatus();
+  return full;
 }
 
 }  // namespace blossom

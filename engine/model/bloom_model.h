@@ -118,6 +118,8 @@ class BloomModel {
   const ModelInfo& info() const { return info_; }
   int64_t vocab_size() const { return config_.vocab_size; }
   int32_t local_heads() const { return local_heads_; }
+  // The backend the model was loaded onto (where ForwardKeepLogits leaves the logits).
+  Backend* backend() const { return backend_; }
 
   // A KV cache for this rank's heads, in the backend's layout.
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int32_t num_blocks,
@@ -125,9 +127,16 @@ class BloomModel {
   // Bytes one KV block takes on this rank (for sizing the pool from a memory budget).
   size_t KvBytesPerBlock(int32_t block_size) const;
 
-  // Runs one step. Writes the new tokens' K/V into `cache`, and fp32 logits for
-  // batch.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory). `logits` may
-  // be null on a rank whose caller does not need them (the collectives still run).
+  // Runs one step. Writes the new tokens' K/V into `cache` and leaves the fp32 logits for
+  // batch.logit_rows in this model's backend memory: a [logit_rows.size(), vocab_size] tensor
+  // (the full vocabulary, all-gathered under tensor parallelism) that is valid until the next
+  // step of this model and is never copied to the host here. On the cpu backend that memory is
+  // host memory. The step's device work has completed when it returns (its errors are this
+  // step's). With tensor parallelism every rank must run the step (the collectives pair up).
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch, KvCache& cache);
+  // ForwardKeepLogits, then the logits copied into `logits` ([logit_rows.size(), vocab_size],
+  // host memory). `logits` may be null on a rank whose caller does not need them: the
+  // collectives still run, the full logits are not assembled.
   absl::Status Forward(const StepBatch& batch, KvCache& cache, float* logits);
 
  private:
@@ -150,6 +159,10 @@ class BloomModel {
                                        std::vector<int64_t> shape, int64_t begin, int64_t end,
                                        WeightQuant quant = WeightQuant::kNone);
   absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
+  // The one step both Forward variants run. With `assemble`, returns the full logits
+  // [logit rows, vocab] in the backend's memory; without, an empty tensor (this rank's share of
+  // the collectives is all that runs after the LM head).
+  absl::StatusOr<Tensor> Step(const StepBatch& batch, KvCache& cache, bool assemble);
 
   Backend* backend_;
   Communicator* communicator_;

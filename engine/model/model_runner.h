@@ -11,7 +11,10 @@
 //    (NcclCommunicator::CreateAll, one process, one thread per GPU). Every CUDA call of a rank is
 //    made on its thread, whose current device is that rank's GPU.
 // Forward hands the step to every rank and waits: the ranks run the same collectives in the same
-// order, rank 0's full logits are returned. If any rank fails, the group is aborted so no other
+// order, rank 0's full logits are returned. ForwardKeepLogits runs the same step but leaves rank
+// 0's full logits in rank 0's backend memory (device memory on "cuda", no copy to the host);
+// MakeBatchSampler's sampler samples them there, and CopyLogitsToHost brings back the rows a
+// caller must read itself (prompt logprobs). If any rank fails, the group is aborted so no other
 // rank waits forever on a collective, and the step returns the first rank's error (the one that
 // caused the abort); the group is re-armed afterwards (NCCL: new communicators), once every rank
 // has returned, so the next step can run.
@@ -34,9 +37,10 @@
 // with --config=nocuda or without the toolkit refuses it with Unimplemented.
 //
 // Thread-safety: config(), info(), world_size() and KvBytesPerBlock() may be called from any
-// thread. AllocateKvCache, KvCacheBytesFromMemory and Forward must be called by one thread at a
-// time (the engine thread); the KV cache belongs to one user (an Engine or a BatchGenerator),
-// never two at once.
+// thread. AllocateKvCache, KvCacheBytesFromMemory, Forward, ForwardKeepLogits, CopyLogitsToHost,
+// MakeBatchSampler and the sampler's calls must be made by one thread at a time (the engine
+// thread); the runner makes rank 0's backend calls on the thread that owns it. The KV cache
+// belongs to one user (an Engine or a BatchGenerator), never two at once.
 #ifndef BLOSSOM_ENGINE_MODEL_MODEL_RUNNER_H_
 #define BLOSSOM_ENGINE_MODEL_MODEL_RUNNER_H_
 
@@ -49,6 +53,8 @@
 #include "absl/status/statusor.h"
 #include "engine/loader/model_config.h"
 #include "engine/model/bloom_model.h"
+#include "engine/sampling/batch_sampler.h"
+#include "kernels/tensor.h"
 
 namespace blossom {
 
@@ -117,8 +123,23 @@ class ModelRunner {
   // All ranks run the step; full logits ([logit_rows, vocab]) from rank 0.
   // FailedPrecondition before AllocateKvCache.
   virtual absl::Status Forward(const StepBatch& batch, float* logits) = 0;
+  // The same step, but rank 0's full logits stay where its backend computed them: an fp32
+  // [logit_rows, vocab] tensor in rank 0's backend memory (host memory for "cpu", so reading it
+  // copies nothing; GPU memory for "cuda"), valid until the next Forward or ForwardKeepLogits on
+  // this runner. Nothing goes to the host. The step's device work has completed on return.
+  // Errors as Forward.
+  virtual absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) = 0;
+  // Copies `rows` (rows of ForwardKeepLogits' tensor, e.g. logits.Rows(first, end)) into host
+  // memory `out` through rank 0's backend, on the thread that drives it.
+  virtual absl::Status CopyLogitsToHost(const Tensor& rows, float* out) = 0;
+  // A sampler for ForwardKeepLogits' logits: HostBatchSampler when rank 0's backend keeps them
+  // in host memory ("cpu"), CudaBatchSampler on rank 0's CudaBackend ("cuda"; its calls are
+  // made on the thread that drives that backend). It must be destroyed before the runner.
+  // FailedPrecondition on an MPI follower; the device sampler's errors otherwise.
+  virtual absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() = 0;
 
-  // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward).
+  // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward,
+  // ForwardKeepLogits, CopyLogitsToHost, MakeBatchSampler).
   // Only launcher "mpi" has followers (ranks > 0), which call RunFollower instead and get
   // FailedPrecondition from those.
   virtual bool is_leader() const { return true; }

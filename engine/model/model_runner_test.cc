@@ -6,7 +6,8 @@
 // so callers fall back to a fixed budget.
 // With GPUs (cases SKIPPED otherwise): the CUDA runner against the CPU runner on bloom-tiny-h4
 // (fp32 weights: logits within 1e-4 max-abs, bloom_cuda_test's bound for fp32), KV sizing and
-// allocation failures, and (two GPUs) NCCL tensor parallelism including a failed step followed
+// allocation failures, logits kept on the GPU and sampled there (ForwardKeepLogits,
+// MakeBatchSampler), and (two GPUs) NCCL tensor parallelism including a failed step followed
 // by a good one.
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/bloom_model.h"
 #include "engine/model/model_runner.h"
+#include "engine/sampling/batch_sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/util/fixture_path.h"
@@ -137,8 +139,9 @@ const std::vector<int32_t>& Prompt() {
   return prompt;
 }
 
-// All-token logits of Prompt() in one prefill step.
-std::vector<float> PrefillLogits(ModelRunner& runner) {
+// A fresh KV cache for Prompt() on `runner`, and the step that prefills it with every row's
+// logits.
+StepBatch PrefillBatch(ModelRunner& runner) {
   const int32_t blocks = static_cast<int32_t>(Prompt().size()) / kBlockSize + 1;
   absl::Status allocated = runner.AllocateKvCache(blocks, kBlockSize);
   EXPECT_TRUE(allocated.ok()) << allocated;
@@ -147,6 +150,12 @@ std::vector<float> PrefillLogits(ModelRunner& runner) {
   std::vector<int32_t> table(blocks);
   for (int32_t b = 0; b < blocks; ++b) table[b] = blocks - 1 - b;  // scattered
   batch.AddSequence(Prompt(), 0, table, true, /*all_logits=*/true);
+  return batch;
+}
+
+// All-token logits of Prompt() in one prefill step.
+std::vector<float> PrefillLogits(ModelRunner& runner) {
+  const StepBatch batch = PrefillBatch(runner);
   std::vector<float> logits(batch.logit_rows.size() * runner.vocab_size());
   absl::Status status = runner.Forward(batch, logits.data());
   EXPECT_TRUE(status.ok()) << status;
@@ -216,6 +225,64 @@ TEST(ModelRunnerTest, CudaRunnerMatchesCpuAndSizesKvFromMemory) {
   batch.AddSequence({5}, 0, table, true);
   std::vector<float> logits(gpu.vocab_size());
   EXPECT_EQ(gpu.Forward(batch, logits.data()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Device sampling's runner half on CUDA (tp 1, and tp 2 with two GPUs): ForwardKeepLogits leaves
+// the logits in GPU memory (the same values Forward copies out), CopyLogitsToHost brings rows
+// back, and MakeBatchSampler's CUDA sampler reads them in place: greedy rows give the host
+// sampler's token on the same bits, a logprobs row (a host fallback) its token and logprob.
+TEST(ModelRunnerTest, CudaKeptLogitsStayOnTheGpuAndItsSamplerReadsThem) {
+  const int gpus = VisibleGpus();
+  if (gpus < 1) GTEST_SKIP() << "needs a GPU";
+  for (int tp = 1; tp <= std::min(gpus, 2); ++tp) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    auto runner = ModelRunner::Create(Options("cuda", tp));
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    ModelRunner& gpu = **runner;
+    const StepBatch batch = PrefillBatch(gpu);
+    const int64_t rows = static_cast<int64_t>(batch.logit_rows.size()), vocab = gpu.vocab_size();
+    std::vector<float> host(rows * vocab);
+    ASSERT_TRUE(gpu.Forward(batch, host.data()).ok());
+    const absl::StatusOr<Tensor> kept = gpu.ForwardKeepLogits(batch);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->device, DeviceKind::kCuda);
+    ASSERT_EQ(kept->dim(0), rows);
+    ASSERT_EQ(kept->dim(1), vocab);
+    std::vector<float> copied(rows * vocab);
+    ASSERT_TRUE(gpu.CopyLogitsToHost(*kept, copied.data()).ok());
+    EXPECT_LE(MaxAbsDiff(copied, host), kCudaTolerance);
+    EXPECT_LE(MaxAbsDiff(copied, CpuReference()), kCudaTolerance);
+
+    absl::StatusOr<std::unique_ptr<BatchSampler>> sampler = gpu.MakeBatchSampler();
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    EXPECT_EQ((*sampler)->name(), "cuda");
+    SamplingParams greedy, with_logprobs;
+    greedy.temperature = 0.0f;
+    with_logprobs.temperature = 0.0f;
+    with_logprobs.logprobs = 2;
+    std::vector<RequestRng> rngs;
+    for (int64_t r = 0; r < rows; ++r) rngs.emplace_back(uint64_t{1});
+    std::vector<SampleRow> sample_rows(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      sample_rows[r].logit_row = r;
+      sample_rows[r].params = r == rows - 1 ? &with_logprobs : &greedy;
+      sample_rows[r].rng = &rngs[r];
+    }
+    std::vector<absl::StatusOr<SampleResult>> on_gpu, on_host;
+    ASSERT_TRUE((*sampler)->SampleBatch(*kept, sample_rows, &on_gpu).ok());
+    HostBatchSampler reference;
+    ASSERT_TRUE(reference
+                    .SampleBatch(Tensor(copied.data(), DType::kF32, {rows, vocab}), sample_rows,
+                                 &on_host)
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(on_gpu[r].ok() && on_host[r].ok()) << r;
+      EXPECT_EQ(on_gpu[r]->token, on_host[r]->token) << r;
+    }
+    EXPECT_EQ(on_gpu[rows - 1]->logprob, on_host[rows - 1]->logprob);
+    sampler->reset();  // before the runner: its calls go to rank 0's thread
+  }
+  if (gpus < 2) std::printf("tp 2 not run: %d GPU visible\n", gpus);
 }
 
 TEST(ModelRunnerTest, CudaTensorParallelMatchesCpuAndRecoversFromAFailedStep) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "engine/model/rank_group.h"
 #include "engine/model/rank_setup.h"
 #include "engine/model/rank_thread.h"
+#include "engine/model/runner_sampler.h"
 #include "engine/model/step_plan.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/status_macros.h"
@@ -32,10 +34,11 @@ namespace {
 
 // One rank per process, started by mpirun (rank and world from MPI_COMM_WORLD). Rank 0, the
 // leader, is driven like any runner (by the engine or a BatchGenerator): each AllocateKvCache,
-// KvCacheBytesFromMemory (CUDA) and Forward is first broadcast as a plan over `control_`, then
-// run on the leader's own slice; the followers sit in RunFollower executing the same plans, so
-// the model's collectives (over `data_`: MPI on the CPU, NCCL on CUDA) pair up. The leader's
-// destructor broadcasts kShutdown, which ends RunFollower.
+// KvCacheBytesFromMemory (CUDA) and Forward / ForwardKeepLogits (the same plan) is first
+// broadcast as a plan over `control_`, then run on the leader's own slice; the followers sit in
+// RunFollower executing the same plans, so the model's collectives (over `data_`: MPI on the
+// CPU, NCCL on CUDA) pair up. The leader's destructor broadcasts kShutdown, which ends
+// RunFollower.
 //
 // Failures: start-up and KV allocation end with a status agreement (every rank returns the
 // first rank's error). A step fails identically on every rank for a bad batch (validated before
@@ -46,8 +49,9 @@ namespace {
 // kills the whole job as soon as a process dies, so the timeout matters for a rank that hangs,
 // or under `mpirun --enable-recovery`.
 //
-// Thread-safety: as ModelRunner. All work runs on `worker_`; only the leader may call the
-// leader's methods, only followers RunFollower.
+// Thread-safety: as ModelRunner. All work runs on `worker_`, the leader's sampler's calls and
+// logits copies included; only the leader may call the leader's methods, only followers
+// RunFollower.
 class MpiRunner : public ModelRunner {
  public:
   static constexpr std::chrono::seconds kShutdownTimeout{30};
@@ -124,27 +128,30 @@ class MpiRunner : public ModelRunner {
   }
 
   absl::Status Forward(const StepBatch& batch, float* logits) override {
-    BLOSSOM_RETURN_IF_ERROR(LeaderOnly("Forward"));
-    if (!has_cache_) {
-      return absl::FailedPreconditionError("ModelRunner::Forward before AllocateKvCache");
-    }
-    if (!broken_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the tensor-parallel processes are out of step since an earlier failure (",
-          broken_.message(), "); restart the job"));
-    }
-    return worker_.Run([&]() -> absl::Status {
-      std::string plan = EncodeForward(batch);
-      absl::Status s = control_->Broadcast(0, &plan);
-      if (s.ok()) s = model_->Forward(batch, *cache_, logits);
-      if (!s.ok() && GroupBroken()) broken_ = s;
-      if (!s.ok()) {
-        return absl::Status(s.code(),
-                            absl::StrCat("tensor-parallel rank 0 of ", world_size(), ": ",
-                                         s.message()));
-      }
-      return s;
-    });
+    return LeaderStep("Forward", batch, [&] { return model_->Forward(batch, *cache_, logits); });
+  }
+
+  // The followers run the same kForward plan; the leader's model assembles the all-gathered
+  // slices into full rows on its own backend.
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    Tensor kept;
+    BLOSSOM_RETURN_IF_ERROR(LeaderStep("ForwardKeepLogits", batch, [&]() -> absl::Status {
+      BLOSSOM_ASSIGN_OR_RETURN(kept, model_->ForwardKeepLogits(batch, *cache_));
+      return absl::OkStatus();
+    }));
+    return kept;
+  }
+
+  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
+    BLOSSOM_RETURN_IF_ERROR(LeaderOnly("CopyLogitsToHost"));
+    return worker_.Run([&] { return backend_->CopyToHost(rows, out); });
+  }
+
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
+    BLOSSOM_RETURN_IF_ERROR(LeaderOnly("MakeBatchSampler"));
+    return MakeSamplerOnBackendThread(
+        backend_.get(),
+        [this](const std::function<absl::Status()>& fn) { return worker_.Run(fn); });
   }
 
   absl::Status RunFollower() override {
@@ -194,6 +201,34 @@ class MpiRunner : public ModelRunner {
  private:
   MpiRunner(const MpiProcess& process, double gpu_memory_fraction)
       : process_(process), gpu_memory_fraction_(gpu_memory_fraction) {}
+
+  // A step on the leader: the plan to the followers, then `run_model` (this rank's share of the
+  // step) on the worker thread. A failure that broke the group fails every later step.
+  absl::Status LeaderStep(const char* what, const StepBatch& batch,
+                          const std::function<absl::Status()>& run_model) {
+    BLOSSOM_RETURN_IF_ERROR(LeaderOnly(what));
+    if (!has_cache_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ModelRunner::", what, " before AllocateKvCache"));
+    }
+    if (!broken_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the tensor-parallel processes are out of step since an earlier failure (",
+          broken_.message(), "); restart the job"));
+    }
+    return worker_.Run([&]() -> absl::Status {
+      std::string plan = EncodeForward(batch);
+      absl::Status s = control_->Broadcast(0, &plan);
+      if (s.ok()) s = run_model();
+      if (!s.ok() && GroupBroken()) broken_ = s;
+      if (!s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("tensor-parallel rank 0 of ", world_size(), ": ",
+                                         s.message()));
+      }
+      return s;
+    });
+  }
 
   absl::Status LeaderOnly(const char* what) const {
     if (is_leader()) return absl::OkStatus();

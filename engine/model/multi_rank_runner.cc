@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/rank_setup.h"
+#include "engine/model/runner_sampler.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -124,9 +125,32 @@ class MultiRankRunner : public ModelRunner {
       return absl::FailedPreconditionError("ModelRunner::Forward before AllocateKvCache");
     }
     return RunOnAllRanks(/*collective=*/true, [&](int r) {
-      // Every rank assembles the gathered logits collectively; only rank 0 copies them out.
+      // Every rank all-gathers the logits slices collectively; only rank 0 copies them out.
       return ranks_[r].model->Forward(batch, *ranks_[r].cache, r == 0 ? logits : nullptr);
     });
+  }
+
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    if (!has_cache_) {
+      return absl::FailedPreconditionError("ModelRunner::ForwardKeepLogits before AllocateKvCache");
+    }
+    Tensor kept;  // written by rank 0's thread; read after the hand-off returns
+    BLOSSOM_RETURN_IF_ERROR(RunOnAllRanks(/*collective=*/true, [&](int r) -> absl::Status {
+      if (r != 0) return ranks_[r].model->Forward(batch, *ranks_[r].cache, nullptr);
+      BLOSSOM_ASSIGN_OR_RETURN(kept, ranks_[0].model->ForwardKeepLogits(batch, *ranks_[0].cache));
+      return absl::OkStatus();
+    }));
+    return kept;
+  }
+
+  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
+    return RunOnRankZero([&] { return ranks_[0].backend->CopyToHost(rows, out); });
+  }
+
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
+    return MakeSamplerOnBackendThread(
+        ranks_[0].backend.get(),
+        [this](const std::function<absl::Status()>& fn) { return RunOnRankZero(fn); });
   }
 
  private:
@@ -158,6 +182,13 @@ class MultiRankRunner : public ModelRunner {
       return absl::Status(status.code(), absl::StrCat(status.message(), "; ", rearmed.message()));
     }
     return status;
+  }
+
+  // fn on rank 0's thread (the others return at once): how rank 0's backend is reached between
+  // steps, e.g. by the sampler.
+  absl::Status RunOnRankZero(const std::function<absl::Status()>& fn) const {
+    return Dispatch(/*collective=*/false,
+                    [&fn](int r) { return r == 0 ? fn() : absl::OkStatus(); });
   }
 
   // One hand-off: fn(rank) on every rank thread; the first error, or OK.

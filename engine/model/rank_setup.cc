@@ -40,10 +40,12 @@ int64_t ActivationReserveBytes(const BloomModel& model, DType activation, int wo
   // hidden, attn_out, ln; qkv; q, ctx; the MLP slice; ids, slots, query_start, context_len.
   const int64_t per_token = act * (3 * h + 3 * local + 2 * local + c.ffn_hidden_size() / world) +
                             4 * i32;
-  // gathered, gathered_ln; fp32 local and all-gathered logits (the largest vocabulary slice);
-  // the row index.
+  // gathered, gathered_ln; fp32 local and all-gathered logits (the largest vocabulary slice)
+  // and, under tensor parallelism, those assembled into full rows (on the leader only; counted
+  // on every rank, which is conservative); the row index.
   const int64_t vocab_local_max = SliceForRank(c.vocab_size, 0, world).size();
-  const int64_t per_row = act * 2 * h + 4 * vocab_local_max * (1 + world) + i32;
+  const int64_t assembled = world > 1 ? c.vocab_size : 0;
+  const int64_t per_row = act * 2 * h + 4 * (vocab_local_max * (1 + world) + assembled) + i32;
   return kReserveTokens * per_token + kReserveLogitRows * per_row + kReserveSlackBytes;
 }
 #endif  // BLOSSOM_HAVE_CUDA

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model/rank_setup.h"
+#include "engine/model/runner_sampler.h"
 
 namespace blossom {
 namespace {
@@ -53,6 +54,19 @@ class SingleRankRunner : public ModelRunner {
       return absl::FailedPreconditionError("ModelRunner::Forward before AllocateKvCache");
     }
     return model_->Forward(batch, *cache_, logits);
+  }
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    if (cache_ == nullptr) {
+      return absl::FailedPreconditionError("ModelRunner::ForwardKeepLogits before AllocateKvCache");
+    }
+    return model_->ForwardKeepLogits(batch, *cache_);
+  }
+  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
+    return model_->backend()->CopyToHost(rows, out);
+  }
+  // On the caller's thread, like every call of this runner (see the class comment).
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
+    return MakeSamplerForBackend(model_->backend());
   }
 
  private:

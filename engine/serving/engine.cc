@@ -108,8 +108,7 @@ Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConf
     : runner_(runner),
       tokenizer_(tokenizer),
       config_(config),
-      observer_(observer),
-      sampler_(std::make_unique<HostBatchSampler>()) {}
+      observer_(observer) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
                                                        const Tokenizer* tokenizer,
@@ -130,6 +129,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
   }
   BLOSSOM_RETURN_IF_ERROR(runner->AllocateKvCache(sc.num_blocks, sc.block_size));
   BLOSSOM_ASSIGN_OR_RETURN(engine->scheduler_, Scheduler::Create(sc));
+  if (config.device_sampling) {
+    BLOSSOM_ASSIGN_OR_RETURN(engine->sampler_, runner->MakeBatchSampler());
+  } else {
+    engine->sampler_ = std::make_unique<HostBatchSampler>();
+  }
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
@@ -178,6 +182,34 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   }
   work_cv_.notify_one();
   return stream;
+}
+
+absl::StatusOr<Tensor> Engine::ForwardStep(const StepBatch& batch,
+                                           std::vector<float>& host_logits) {
+  if (config_.device_sampling) return runner_->ForwardKeepLogits(batch);
+  const int64_t vocab = runner_->vocab_size();
+  const int64_t rows = std::max<int64_t>(1, batch.logit_rows.size());
+  host_logits.resize(static_cast<size_t>(rows * vocab));
+  BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, host_logits.data()));
+  return Tensor(host_logits.data(), DType::kF32, {rows, vocab});
+}
+
+absl::StatusOr<absl::Span<const float>> Engine::HostRows(const Tensor& logits, int64_t first,
+                                                         int64_t count,
+                                                         std::vector<float>& buffer) {
+  const int64_t vocab = logits.dim(1);
+  if (first < 0 || count < 0 || first + count > logits.dim(0)) {
+    return absl::InternalError(absl::StrCat("logit rows [", first, ", ", first + count,
+                                            ") outside the step's ", logits.dim(0)));
+  }
+  if (logits.device == DeviceKind::kHost) {
+    return absl::MakeConstSpan(static_cast<const float*>(logits.data) + first * vocab,
+                               static_cast<size_t>(count * vocab));
+  }
+  buffer.resize(static_cast<size_t>(count * vocab));
+  BLOSSOM_RETURN_IF_ERROR(runner_->CopyLogitsToHost(logits.Rows(first, first + count),
+                                                    buffer.data()));
+  return absl::MakeConstSpan(buffer);
 }
 
 absl::Status Engine::ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
@@ -265,14 +297,14 @@ int64_t Engine::num_unfinished() const {
 
 void Engine::Loop() {
   StepBatch batch;
-  std::vector<float> logits;
+  std::vector<float> host_logits;  // the step's logits without device_sampling
+  std::vector<float> prompt_rows;  // prompt-logprob rows copied from a device
   std::vector<Pending> pending;
   std::vector<int32_t> rows_of;        // logit rows per plan.seqs entry
   std::vector<bool> prompt_rows_of;    // whether those rows are the whole chunk (prompt logprobs)
   std::vector<SampleRow> sample_rows;  // this step's rows to sample
   std::vector<size_t> sampled_seq;     // the plan.seqs index of each of sample_rows
   std::vector<absl::StatusOr<SampleResult>> samples;
-  const int64_t vocab = runner_->vocab_size();
   while (true) {
     StepPlan plan;
     {
@@ -315,8 +347,8 @@ void Engine::Loop() {
     }
 
     const Clock::time_point step_start = Clock::now();
-    logits.resize(std::max<size_t>(1, batch.logit_rows.size()) * vocab);
-    absl::Status forward = runner_->Forward(batch, logits.data());
+    // Valid until the next step: only this iteration reads it.
+    const absl::StatusOr<Tensor> logits = ForwardStep(batch, host_logits);
     const Clock::time_point step_end = Clock::now();
 
     StepStats step;
@@ -337,17 +369,21 @@ void Engine::Loop() {
         auto it = requests_.find(s.id);
         if (it == requests_.end()) continue;  // cancelled during the forward pass
         Request& r = *it->second;
-        if (!forward.ok()) {
+        if (!logits.ok()) {
           pending.push_back(
-              {r.delivery, EndEarlyLocked(r, FinishReason::kError,
-                                          absl::InternalError(absl::StrCat(
-                                              "model step failed: ", forward.message())))});
+              {r.delivery,
+               EndEarlyLocked(r, FinishReason::kError,
+                              absl::InternalError(absl::StrCat("model step failed: ",
+                                                               logits.status().message())))});
           requests_.erase(it);
           continue;
         }
         if (prompt_rows_of[k]) {
-          absl::Status scored = ScorePromptRowsLocked(
-              r, s, absl::MakeConstSpan(logits.data() + first_row * vocab, rows_of[k] * vocab));
+          // Before the sampler: a device sampler may apply penalties to its rows in place.
+          absl::StatusOr<absl::Span<const float>> rows =
+              HostRows(*logits, static_cast<int64_t>(first_row), rows_of[k], prompt_rows);
+          absl::Status scored =
+              rows.ok() ? ScorePromptRowsLocked(r, s, *rows) : rows.status();
           if (!scored.ok()) {
             pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, scored)});
             requests_.erase(it);
@@ -366,9 +402,8 @@ void Engine::Loop() {
         sample_rows.push_back(*sample_row);
         sampled_seq.push_back(k);
       }
-      const int64_t logit_rows = std::max<int64_t>(1, batch.logit_rows.size());
-      absl::Status sampled = sampler_->SampleBatch(
-          Tensor(logits.data(), DType::kF32, {logit_rows, vocab}), sample_rows, &samples);
+      absl::Status sampled = absl::OkStatus();
+      if (!sample_rows.empty()) sampled = sampler_->SampleBatch(*logits, sample_rows, &samples);
       // Second pass: each sampled sequence's token through its stop rules, in plan order.
       for (size_t j = 0; j < sampled_seq.size(); ++j) {
         const ScheduledSeq& s = plan.seqs[sampled_seq[j]];

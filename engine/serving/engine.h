@@ -5,8 +5,11 @@
 // waiting queue is full). Each step the loop asks the scheduler for a plan (decode tokens of
 // running sequences plus chunked prefill of waiting ones), runs the model once for the whole
 // plan, samples a token for every sequence whose chunk reached its last known token (one
-// BatchSampler call for the whole step), applies its stop rules, and closes the loop with
-// Scheduler::Update. Finished and cancelled requests release their KV blocks at once.
+// BatchSampler call for the whole step, on the logits where the runner's backend left them:
+// EngineConfig::device_sampling), applies its stop rules, and closes the loop with
+// Scheduler::Update. Only the rows the engine reads itself (prompt logprobs) are copied to the
+// host when the logits are on a device. Finished and cancelled requests release their KV blocks
+// at once.
 // Preemption (by recompute) is invisible to clients: a preempted sequence keeps its sampled
 // tokens and its per-request RNG, and its recomputed KV is bit-identical on the CPU backend.
 //
@@ -47,6 +50,13 @@ using Clock = std::chrono::steady_clock;
 struct EngineConfig {
   SchedulerConfig scheduler;  // num_blocks = 0: sized from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;
+  // Sample each step's logits where the runner's backend left them
+  // (ModelRunner::ForwardKeepLogits and MakeBatchSampler): on the GPU for "cuda", where only the
+  // token ids come back, plus the rows that need the host (the GPU sampler's host fallbacks,
+  // prompt logprobs); on the CPU backend the logits are host memory already, so the results are
+  // bit-identical either way. false: copy every step's logits to the host and sample there
+  // (HostBatchSampler), as before device sampling existed.
+  bool device_sampling = true;
 };
 
 struct EngineRequest {
@@ -169,6 +179,13 @@ class Engine {
          EngineObserver* observer);
   void Loop();
   void Emit(Request& request, EngineEvent event);
+  // Runs the step: the logits where the runner left them (device_sampling), or copied into
+  // `host_logits` and viewed from there. Engine thread, without mutex_.
+  absl::StatusOr<Tensor> ForwardStep(const StepBatch& batch, std::vector<float>& host_logits);
+  // Rows [first, first + count) of the step's logits in host memory: a view when they are
+  // there already, else copied into `buffer` through the runner (rank 0's backend).
+  absl::StatusOr<absl::Span<const float>> HostRows(const Tensor& logits, int64_t first,
+                                                   int64_t count, std::vector<float>& buffer);
   // Scores the prompt tokens that this step's rows (the whole chunk of `s`) predict and that are
   // not scored yet, into request.prompt_lp. Requires mutex_.
   absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
@@ -184,9 +201,9 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   EngineObserver* observer_;
-  // Every token of a step in one call. The runner returns rank 0's logits in host memory, so
-  // this is the host sampler; a runner that leaves them on its device would bring its backend's
-  // sampler (cuda_batch_sampler). Engine thread only.
+  // Every token of a step in one call, on the logits where ForwardStep left them: the runner's
+  // sampler (MakeBatchSampler: host, or cuda_batch_sampler on a GPU) with device_sampling, else
+  // the host sampler. Set by Create; engine thread only after that.
   std::unique_ptr<BatchSampler> sampler_;
 
   mutable std::mutex mutex_;

@@ -284,6 +284,16 @@ absl::Status CudaBackend::CopyToHost(const Tensor& src, void* host) {
   return Synchronize();
 }
 
+absl::Status CudaBackend::CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin) {
+  BLOSSOM_RETURN_IF_ERROR(CheckCopyColumns(src, dst, col_begin));
+  const size_t width = DTypeBytes(src.dtype, src.dim(1)), pitch = DTypeBytes(dst.dtype, dst.dim(1));
+  if (width == 0 || src.dim(0) == 0) return absl::OkStatus();
+  BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      static_cast<char*>(dst.data) + DTypeBytes(dst.dtype, col_begin), pitch, src.data, width,
+      width, static_cast<size_t>(src.dim(0)), cudaMemcpyDeviceToDevice, impl_->stream));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Synchronize() {
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->host_error_flag, impl_->error_flag, sizeof(int),
                                                cudaMemcpyDeviceToHost, impl_->stream));

@@ -75,6 +75,8 @@ class CudaBackend : public Backend {
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override;
+  // One cudaMemcpy2DAsync on the compute stream, device to device.
+  absl::Status CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin) override;
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,

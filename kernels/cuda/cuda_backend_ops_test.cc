@@ -1,6 +1,7 @@
 // Parity of CudaBackend's per-token ops with the CPU reference backend, on fresh random inputs of
 // realistic and odd sizes, in F32, F16 and BF16: Embedding, LayerNorm, Linear (bias, GELU
-// epilogue or not, fp32 output, misaligned views), AddBiasResidual, GatherRows, Softmax, Argmax.
+// epilogue or not, fp32 output, misaligned views), AddBiasResidual, GatherRows, Softmax, Argmax;
+// CopyColumns in F32 (the logits assembly).
 //
 // Tolerances, and the "BLOSSOM_OP_ERROR {...}" lines each binary prints at the end:
 // cuda_backend_test_util.h. Without a visible GPU every test reports SKIPPED with the reason.
@@ -190,6 +191,24 @@ TEST_F(CudaBackendTest, GatherRowsMatchesCpu) {
   std::vector<int32_t> bad = {3};
   ASSERT_TRUE(gpu_->GatherRows(Empty(DType::kF32, {2, 4}), UploadI32(bad, {1}), Empty(DType::kF32, {1, 4})).ok());
   EXPECT_EQ(gpu_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The vocabulary-parallel logits assembly: unequal slices (250880 over 3 ranks) placed side by
+// side, exactly as the CPU backend (Backend's host default) places them.
+TEST_F(CudaBackendTest, CopyColumnsMatchesCpu) {
+  const int64_t rows = 5, vocab = 250880, world = 3;
+  std::vector<float> ref(rows * vocab, -1.0f);
+  Tensor out = Upload(ref, DType::kF32, {rows, vocab});
+  for (int64_t r = 0, begin = 0; r < world; ++r) {
+    const int64_t width = vocab / world + (r < vocab % world ? 1 : 0);
+    std::vector<float> slice = Random(rows * width, 95 + r);
+    ASSERT_TRUE(cpu_.CopyColumns(HostF32(slice, {rows, width}), HostF32(ref, {rows, vocab}), begin).ok());
+    ASSERT_TRUE(gpu_->CopyColumns(Upload(slice, DType::kF32, {rows, width}), out, begin).ok());
+    begin += width;
+  }
+  EXPECT_TRUE(Near("CopyColumns/f32", Download(out), ref, 0.0));
+  EXPECT_EQ(gpu_->CopyColumns(Empty(DType::kF32, {rows, 8}), out, vocab - 4).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaBackendTest, SoftmaxMatchesCpuOverTheFullVocabulary) {

@@ -35,7 +35,7 @@ if [[ ${#TARGETS[@]} -eq 0 ]]; then
            //kernels/cuda:cuda_backend_basics_test //kernels/cuda:cuda_backend_ops_test
            //kernels/cuda:cuda_sampling_test //kernels/cuda:lt_gemm_test
            //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
-           //engine/sampling:cuda_batch_sampler_test)
+           //engine/sampling:cuda_batch_sampler_test //engine/model:runner_sampler_test)
 fi
 TARGETS+=(//engine/model:model_runner_test)
 printf '  %s\n' "${TARGETS[@]}"

@@ -1,0 +1,52 @@
+// Backend's host default for CopyColumns (what the CPU backend uses): unequal slices placed side
+// by side, and the refusals.
+#include "kernels/backend.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace blossom {
+namespace {
+
+TEST(CopyColumnsTest, PlacesUnequalSlicesSideBySide) {
+  CpuBackend backend(1);
+  // 10 columns over 3 "ranks": slices of 4, 3 and 3, as SliceForRank splits a vocabulary.
+  const int64_t rows = 3, cols = 10;
+  std::vector<float> out(rows * cols, -1.0f);
+  const std::vector<int64_t> widths = {4, 3, 3};
+  int64_t begin = 0;
+  for (size_t s = 0; s < widths.size(); ++s) {
+    std::vector<float> slice(rows * widths[s]);
+    // Value r * 100 + (global column): the result is then easy to state.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < widths[s]; ++c) slice[r * widths[s] + c] = r * 100 + begin + c;
+    ASSERT_TRUE(backend
+                    .CopyColumns(Tensor(slice.data(), DType::kF32, {rows, widths[s]}),
+                                 Tensor(out.data(), DType::kF32, {rows, cols}), begin)
+                    .ok());
+    begin += widths[s];
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(out[r * cols + c], r * 100 + c) << r << "," << c;
+}
+
+TEST(CopyColumnsTest, RefusesWhatDoesNotFit) {
+  CpuBackend backend(1);
+  std::vector<float> src(2 * 4), dst(2 * 10);
+  std::vector<int32_t> ints(2 * 4);
+  const Tensor s(src.data(), DType::kF32, {2, 4}), d(dst.data(), DType::kF32, {2, 10});
+  EXPECT_TRUE(backend.CopyColumns(s, d, 6).ok());
+  EXPECT_EQ(backend.CopyColumns(s, d, 7).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.CopyColumns(s, d, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.CopyColumns(s, Tensor(dst.data(), DType::kF32, {4, 5}), 0).code(),
+            absl::StatusCode::kInvalidArgument);  // rows differ
+  EXPECT_EQ(backend.CopyColumns(Tensor(ints.data(), DType::kI32, {2, 4}), d, 0).code(),
+            absl::StatusCode::kInvalidArgument);  // dtypes differ
+  EXPECT_EQ(backend.CopyColumns(Tensor(src.data(), DType::kF32, {8}), d, 0).code(),
+            absl::StatusCode::kInvalidArgument);  // not rank 2
+}
+
+}  // namespace
+}  // namespace blossom
