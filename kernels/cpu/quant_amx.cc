@@ -117,10 +117,7 @@ BLOSSOM_AMX void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, co
       // d = x.scale * w.scale (one rounding, the same product as every path), then the multiply
       // and the add of the contract.
       const __m512 d = _mm512_mul_ps(xs, _mm512_set1_ps(ws));
-      // The zero-masked form with a full mask is the plain conversion; GCC 12's unmasked
-      // intrinsic reads _mm512_undefined_ps() and warns -Wmaybe-uninitialized (GCC PR 105593).
-      const __m512 sums = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_load_si512(c + n * 16));
-      const __m512 product = _mm512_mul_ps(sums, d);
+      const __m512 product = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + n * 16)), d);
       acc[n] = _mm512_add_ps(acc[n], product);
     }
   }
