@@ -58,6 +58,11 @@ ABSL_FLAG(std::string, launcher, "threads",
 ABSL_FLAG(double, collective_timeout, 300.0,
           "--launcher mpi: seconds a rank waits for the others in one collective before the step "
           "fails (a rank that died or hangs).");
+ABSL_FLAG(bool, nccl_async_collectives, true,
+          "--backend cuda --tp > 1, --launcher threads: order NCCL collectives on each rank's "
+          "compute stream with one bounded wait per step (a dead rank still fails the step after "
+          "the timeout). false: every collective waits for the GPU and then for itself (two host "
+          "waits per collective; the older, slower mode).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -219,6 +224,7 @@ int Run() {
   runner_options.backend = absl::GetFlag(FLAGS_backend);
   runner_options.launcher = absl::GetFlag(FLAGS_launcher);
   runner_options.collective_timeout_seconds = absl::GetFlag(FLAGS_collective_timeout);
+  runner_options.nccl_async_collectives = absl::GetFlag(FLAGS_nccl_async_collectives);
   runner_options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);
   runner_options.threads_per_rank = absl::GetFlag(FLAGS_threads);
   runner_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);

@@ -430,6 +430,8 @@ absl::Status BloomModel::ValidateBatch(const StepBatch& b, const KvCache& cache)
 
 absl::StatusOr<Tensor> BloomModel::ForwardKeepLogits(const StepBatch& batch, KvCache& cache) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor logits, Step(batch, cache, /*assemble=*/true));
+  // The fence first: it is bounded, the backend's wait is not (a collective stuck on a dead peer).
+  BLOSSOM_RETURN_IF_ERROR(communicator_->Fence());
   // The caller samples on the same stream, but the step's device errors (bad indices found by
   // the kernels) belong to the step, and the step's time should be the step's.
   BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
@@ -438,14 +440,14 @@ absl::StatusOr<Tensor> BloomModel::ForwardKeepLogits(const StepBatch& batch, KvC
 
 absl::Status BloomModel::Forward(const StepBatch& batch, KvCache& cache, float* logits) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor kept, Step(batch, cache, /*assemble=*/logits != nullptr));
+  // Every rank, before any backend wait (see ForwardKeepLogits); no collective outlives a step.
+  BLOSSOM_RETURN_IF_ERROR(communicator_->Fence());
   if (logits == nullptr) {
-    // No logits wanted (a tensor-parallel rank other than the caller's, or a step that only
-    // fills the KV cache). A single rank still waits for its device, so the step's device errors
-    // are this step's; a rank of a group returns once its share is issued.
-    return communicator_->world_size() == 1 ? backend_->Synchronize() : absl::OkStatus();
+    // No logits wanted; wait anyway, so the step's device errors are this step's on every rank.
+    return backend_->Synchronize();
   }
   if (kept.dim(0) == 0) return absl::OkStatus();
-  return backend_->CopyToHost(kept, logits);
+  return backend_->CopyToHost(kept, logits);  // waits for the backend
 }
 
 absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool assemble) {
@@ -506,6 +508,17 @@ absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool
   md.context_len = *cl;
   md.block_tables = *bt;
   md.slot_mapping = *sm;
+  // Whatever may wait for the device (a pageable copy, freeing an outgrown buffer) comes before
+  // the first collective: later it could wait on a collective that only Fence() bounds.
+  absl::StatusOr<Tensor> rows = Tensor();
+  if (R > 0) rows = upload(b.logit_rows, w.logit_rows, {R});
+  if (!rows.ok()) return rows.status();
+  if (assemble && world > 1 && R > w.logits_full_rows) {
+    const int64_t r = std::max<int64_t>(R, 2 * static_cast<int64_t>(w.logits_full_rows));
+    BLOSSOM_ASSIGN_OR_RETURN(w.logits_full,
+                             backend_->AllocateTensor(DType::kF32, {r, config_.vocab_size}));
+    w.logits_full_rows = static_cast<int32_t>(r);
+  }
 
   auto rows_of = [&](const OwnedTensor& o, int64_t cols) {
     return Tensor(o.tensor.data, o.tensor.dtype, {T, cols}, o.tensor.device);
@@ -559,8 +572,6 @@ absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool
   }
 
   // Final layer norm and the LM head (tied or not), only for the rows whose logits are wanted.
-  absl::StatusOr<Tensor> rows = upload(b.logit_rows, w.logit_rows, {R});
-  if (!rows.ok()) return rows.status();
   Tensor gathered(w.gathered.tensor.data, w.gathered.tensor.dtype, {R, H}, w.gathered.tensor.device);
   Tensor gathered_ln(w.gathered_ln.tensor.data, w.gathered_ln.tensor.dtype, {R, H},
                      w.gathered_ln.tensor.device);
@@ -579,12 +590,6 @@ absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool
              w.logits_gathered.tensor.device);
   BLOSSOM_RETURN_IF_ERROR(communicator_->AllGather(send, all));
   if (!assemble) return Tensor();
-  if (R > w.logits_full_rows) {
-    const int64_t r = std::max<int64_t>(R, 2 * static_cast<int64_t>(w.logits_full_rows));
-    BLOSSOM_ASSIGN_OR_RETURN(w.logits_full,
-                             backend_->AllocateTensor(DType::kF32, {r, config_.vocab_size}));
-    w.logits_full_rows = static_cast<int32_t>(r);
-  }
   // Each rank's [R, slice] block becomes its columns of [R, V], on the device.
   Tensor full(w.logits_full.tensor.data, DType::kF32, {R, config_.vocab_size},
               w.logits_full.tensor.device);

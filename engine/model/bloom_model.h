@@ -14,6 +14,14 @@
 // same way. Every rank runs the same steps; logits are all-gathered so every rank can see the full
 // row. Weights are views of (or, for column slices, copies of) this rank's slices only.
 //
+// Waiting: a step issues its kernels and collectives without waiting for the device (the
+// collectives may be asynchronous, ordered on the backend's stream: NcclCommunicator). It ends
+// with the communicator's Fence() and then the backend's Synchronize() (or the copy of the
+// logits, which waits too): the fence is bounded and turns a collective a dead peer never joins
+// into an error, where the backend's wait would block forever. Nothing in between the first
+// collective and the fence waits for the device (the logit rows are uploaded and the logits
+// buffer grown before the first collective).
+//
 // Thread-safety: Forward is called by one thread at a time (the engine thread). Config and
 // metadata accessors are safe from any thread after Load.
 #ifndef BLOSSOM_ENGINE_MODEL_BLOOM_MODEL_H_

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/loader/checkpoint.h"
@@ -20,6 +21,7 @@
 #include "engine/loader/safetensors_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/thread_communicator.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/fixture_path.h"
 
@@ -320,6 +322,166 @@ TEST(BloomModelLoadTest, MissingDirectoryIsAClearError) {
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("/nonexistent/model"), std::string::npos)
       << model.status();
+}
+
+// ---- Where a step waits (asynchronous collectives) ----
+
+// What a rank did, in order: its collectives, its fence and its backend's waits.
+using CallLog = std::vector<std::string>;
+
+// Forwards to `inner` (or, with none, acts as one rank), logging each call; Fence() returns
+// `fence_result`, as an NCCL communicator does for a collective a dead peer never joined.
+class LoggingCommunicator : public Communicator {
+ public:
+  LoggingCommunicator(Communicator* inner, CallLog* log) : inner_(inner), log_(log) {}
+  int rank() const override { return inner_ != nullptr ? inner_->rank() : 0; }
+  int world_size() const override { return inner_ != nullptr ? inner_->world_size() : 1; }
+  absl::Status AllReduceSum(Tensor inout) override {
+    log_->push_back("AllReduceSum");
+    return inner_ != nullptr ? inner_->AllReduceSum(inout) : absl::OkStatus();
+  }
+  absl::Status AllGather(const Tensor& in, Tensor out) override {
+    log_->push_back("AllGather");
+    return inner_ != nullptr ? inner_->AllGather(in, out) : single_.AllGather(in, out);
+  }
+  absl::Status Fence() override {
+    log_->push_back("Fence");
+    return fence_result;
+  }
+  absl::Status fence_result = absl::OkStatus();
+
+ private:
+  Communicator* const inner_;
+  CallLog* const log_;
+  SingleRankCommunicator single_;
+};
+
+// The CPU backend, logging the calls that wait for the device on a GPU backend.
+class LoggingBackend : public CpuBackend {
+ public:
+  explicit LoggingBackend(CallLog* log) : CpuBackend(1), log_(log) {}
+  absl::Status Synchronize() override {
+    log_->push_back("Synchronize");
+    return CpuBackend::Synchronize();
+  }
+  absl::Status CopyToHost(const Tensor& src, void* host) override {
+    log_->push_back("CopyToHost");
+    return CpuBackend::CopyToHost(src, host);
+  }
+
+ private:
+  CallLog* const log_;
+};
+
+StepBatch FiveTokenPrefill() {
+  StepBatch batch;
+  batch.max_blocks_per_seq = 2;
+  const std::vector<int32_t> table = {0, 3};
+  batch.AddSequence({5, 6, 7, 8, 9}, 0, table, true);
+  return batch;
+}
+
+// The step's calls from the first collective on: collectives, then exactly one fence, and only
+// then the backend's waits (a wait before the fence could block forever on a stuck collective).
+void ExpectFenceBeforeAnyWait(const CallLog& log, size_t from, const std::string& what) {
+  ASSERT_LT(from, log.size()) << what;
+  std::vector<std::string> step(log.begin() + static_cast<std::ptrdiff_t>(from), log.end());
+  const auto fence = std::find(step.begin(), step.end(), "Fence");
+  ASSERT_NE(fence, step.end()) << what << ": no fence";
+  EXPECT_EQ(std::count(step.begin(), step.end(), "Fence"), 1) << what;
+  for (auto it = step.begin(); it != fence; ++it) {
+    EXPECT_TRUE(*it == "AllReduceSum" || *it == "AllGather") << what << ": " << *it
+                                                             << " before the fence";
+  }
+  ASSERT_NE(fence + 1, step.end()) << what << ": the backend never waited after the fence";
+  for (auto it = fence + 1; it != step.end(); ++it) {
+    EXPECT_TRUE(*it == "Synchronize" || *it == "CopyToHost") << what << ": " << *it;
+  }
+}
+
+TEST(BloomModelFenceTest, EveryRankFencesAfterItsCollectivesAndBeforeTheBackendWaits) {
+  const std::string dir = FixturePath("models/bloom-tiny-h4");
+  constexpr int kWorld = 2;
+  ThreadCommunicatorGroup group(kWorld, std::chrono::seconds(60));
+  CallLog logs[kWorld];
+  std::vector<std::unique_ptr<LoggingBackend>> backends;
+  std::vector<std::unique_ptr<LoggingCommunicator>> comms;
+  std::vector<std::unique_ptr<BloomModel>> models;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int r = 0; r < kWorld; ++r) {
+    backends.push_back(std::make_unique<LoggingBackend>(&logs[r]));
+    comms.push_back(std::make_unique<LoggingCommunicator>(group.communicator(r), &logs[r]));
+    auto model = BloomModel::Load(dir, backends[r].get(), comms[r].get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(std::move(*model));
+    auto cache = models[r]->CreateKvCache(4, kBlockSize);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    caches.push_back(std::move(*cache));
+  }
+  const StepBatch batch = FiveTokenPrefill();
+  // Step 1: rank 0 keeps its logits (the engine's path), rank 1 wants none. Step 2: rank 0
+  // copies them to the host.
+  for (int step = 0; step < 2; ++step) {
+    size_t before[kWorld];
+    for (int r = 0; r < kWorld; ++r) before[r] = logs[r].size();
+    std::vector<absl::Status> status(kWorld);
+    std::vector<float> logits(models[0]->vocab_size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        if (r == 0 && step == 0) {
+          status[r] = models[r]->ForwardKeepLogits(batch, *caches[r]).status();
+        } else {
+          status[r] = models[r]->Forward(batch, *caches[r], r == 0 ? logits.data() : nullptr);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+      const std::string what = "step " + std::to_string(step) + " rank " + std::to_string(r);
+      // The first collective of a step is the embedding's all-reduce, the last the logits'
+      // all-gather.
+      EXPECT_EQ(logs[r][before[r]], "AllReduceSum") << what;
+      EXPECT_EQ(std::count(logs[r].begin() + before[r], logs[r].end(), "AllGather"), 1) << what;
+      ExpectFenceBeforeAnyWait(logs[r], before[r], what);
+    }
+    EXPECT_EQ(logs[0].back(), step == 0 ? "Synchronize" : "CopyToHost");
+  }
+}
+
+// A fence that fails (what NcclCommunicator::Fence returns for a collective a dead peer never
+// joined) is the step's error, and the backend is not waited for after it.
+TEST(BloomModelFenceTest, AFailedFenceIsTheStepsErrorAndNoBackendWaitFollows) {
+  const std::string dir = FixturePath("models/bloom-tiny-h4");
+  CallLog log;
+  LoggingBackend backend(&log);
+  LoggingCommunicator comm(nullptr, &log);
+  comm.fence_result = absl::DeadlineExceededError(
+      "NCCL AllReduceSum (the last of 3 collectives since the previous fence) did not complete");
+  auto model = BloomModel::Load(dir, &backend, &comm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cache = (*model)->CreateKvCache(4, kBlockSize);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const StepBatch batch = FiveTokenPrefill();
+  std::vector<float> logits((*model)->vocab_size());
+  for (int variant = 0; variant < 3; ++variant) {
+    log.clear();
+    absl::Status s = variant == 0   ? (*model)->ForwardKeepLogits(batch, **cache).status()
+                     : variant == 1 ? (*model)->Forward(batch, **cache, logits.data())
+                                    : (*model)->Forward(batch, **cache, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << "variant " << variant << ": " << s;
+    EXPECT_NE(s.message().find("AllReduceSum"), std::string::npos) << s;
+    ASSERT_FALSE(log.empty());
+    EXPECT_EQ(log.back(), "Fence") << "variant " << variant;
+    EXPECT_EQ(std::count(log.begin(), log.end(), "Synchronize"), 0) << "variant " << variant;
+    EXPECT_EQ(std::count(log.begin(), log.end(), "CopyToHost"), 0) << "variant " << variant;
+  }
+  // With the fence passing, a single rank still ends its step with the backend's wait.
+  comm.fence_result = absl::OkStatus();
+  log.clear();
+  ASSERT_TRUE((*model)->Forward(batch, **cache, nullptr).ok());
+  EXPECT_EQ(log, (CallLog{"Fence", "Synchronize"}));
 }
 
 }  // namespace

@@ -142,7 +142,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, tp, rank, backend->device_name());
       return std::unique_ptr<Backend>(std::move(backend));
     };
-    make_group = NcclRankGroup::Create;
+    const bool async_collectives = options.nccl_async_collectives;
+    make_group = [async_collectives](const std::vector<Backend*>& backends) {
+      return NcclRankGroup::Create(backends, async_collectives);
+    };
   }
 #endif
 

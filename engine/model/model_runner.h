@@ -79,6 +79,11 @@ struct ModelRunnerOptions {
   // Launcher "mpi": how long a rank waits in one collective for the others (a rank that died or
   // hangs) before the step fails. Larger than the slowest step's compute imbalance. > 0.
   double collective_timeout_seconds = 300.0;
+  // Backend "cuda", launcher "threads", tp > 1: NCCL collectives ordered on each rank's compute
+  // stream, with one bounded wait per step (Communicator::Fence) instead of two host waits per
+  // collective. false: every collective waits for the backend and then for itself (the slower
+  // mode, kept as a fallback). Launcher "mpi" always uses the synchronous mode today.
+  bool nccl_async_collectives = true;
 };
 
 class ModelRunner {

@@ -7,8 +7,8 @@
 // With GPUs (cases SKIPPED otherwise): the CUDA runner against the CPU runner on bloom-tiny-h4
 // (fp32 weights: logits within 1e-4 max-abs, bloom_cuda_test's bound for fp32), KV sizing and
 // allocation failures, logits kept on the GPU and sampled there (ForwardKeepLogits,
-// MakeBatchSampler), and (two GPUs) NCCL tensor parallelism including a failed step followed
-// by a good one.
+// MakeBatchSampler), and (two GPUs) NCCL tensor parallelism, with asynchronous and with
+// synchronous collectives, including a failed step followed by a good one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -285,29 +285,36 @@ TEST(ModelRunnerTest, CudaKeptLogitsStayOnTheGpuAndItsSamplerReadsThem) {
   if (gpus < 2) std::printf("tp 2 not run: %d GPU visible\n", gpus);
 }
 
+// Both NCCL modes: asynchronous (collectives on each rank's backend stream, one fence per step;
+// the default) and synchronous (--nccl_async_collectives=false).
 TEST(ModelRunnerTest, CudaTensorParallelMatchesCpuAndRecoversFromAFailedStep) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  auto runner = ModelRunner::Create(Options("cuda", 2));
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  ModelRunner& gpu = **runner;
-  EXPECT_EQ(gpu.world_size(), 2);
-  const std::vector<float> reference = CpuReference();
-  EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
+  for (bool async : {true, false}) {
+    SCOPED_TRACE(async ? "asynchronous collectives" : "synchronous collectives");
+    ModelRunnerOptions options = Options("cuda", 2);
+    options.nccl_async_collectives = async;
+    auto runner = ModelRunner::Create(options);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    ModelRunner& gpu = **runner;
+    EXPECT_EQ(gpu.world_size(), 2);
+    const std::vector<float> reference = CpuReference();
+    EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
 
-  const absl::StatusOr<int64_t> budget = gpu.KvCacheBytesFromMemory();
-  ASSERT_TRUE(budget.ok()) << budget.status();
-  EXPECT_GT(*budget, 0);
+    const absl::StatusOr<int64_t> budget = gpu.KvCacheBytesFromMemory();
+    ASSERT_TRUE(budget.ok()) << budget.status();
+    EXPECT_GT(*budget, 0);
 
-  // A step every rank refuses (token outside the vocabulary): the NCCL communicators are
-  // aborted and rebuilt, and the next step runs.
-  StepBatch bad;
-  bad.max_blocks_per_seq = 1;
-  std::vector<int32_t> table = {0};
-  bad.AddSequence({static_cast<int32_t>(gpu.vocab_size())}, 0, table, true);
-  std::vector<float> logits(gpu.vocab_size());
-  const absl::Status refused = gpu.Forward(bad, logits.data());
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
-  EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
+    // A step every rank refuses (token outside the vocabulary): the NCCL communicators are
+    // aborted and rebuilt, and the next step runs.
+    StepBatch bad;
+    bad.max_blocks_per_seq = 1;
+    std::vector<int32_t> table = {0};
+    bad.AddSequence({static_cast<int32_t>(gpu.vocab_size())}, 0, table, true);
+    std::vector<float> logits(gpu.vocab_size());
+    const absl::Status refused = gpu.Forward(bad, logits.data());
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_LE(MaxAbsDiff(PrefillLogits(gpu), reference), kCudaTolerance);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // How the ranks of a tensor-parallel group in one process reach each other (RankGroup): the
-// in-process ThreadCommunicatorGroup for the CPU backend, NCCL for CUDA; and the NCCL
-// communicator that waits for a rank's compute stream (also used by the MPI launcher).
+// in-process ThreadCommunicatorGroup for the CPU backend, NCCL for CUDA; and the wrapper that
+// orders a rank's NCCL collectives with its compute stream (also used by the MPI launcher).
 //
 // StreamOrderedCommunicator and NcclRankGroup exist where BLOSSOM_HAVE_CUDA is set
 // (engine/model/BUILD's RUNNER_CUDA_DEFINES, on this target and every target including it).
@@ -20,6 +20,7 @@
 #include "kernels/status_macros.h"
 
 #ifdef BLOSSOM_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/nccl/nccl_communicator.h"
 #endif
 
@@ -60,12 +61,15 @@ class ThreadRankGroup : public RankGroup {
 
 #ifdef BLOSSOM_HAVE_CUDA
 
-// Rank r's communicator for BloomModel: its NcclCommunicator, after draining the rank's compute
-// stream. CreateAll gives each communicator its own stream, and BloomModel calls a collective
-// right after enqueueing the kernels that produce its input, so without the drain NCCL could read
-// a buffer the backend is still writing. NcclCommunicator returns only once its stream has passed
-// the collective, so the kernels enqueued afterwards see the result. (One host sync per
-// collective; ordering the two streams with events instead would avoid it.)
+// Rank r's communicator for BloomModel: its NcclCommunicator, ordered with the rank's compute
+// stream. BloomModel calls a collective right after enqueueing the kernels that produce its
+// input, and enqueues the kernels that read its output right after it returns. Two cases:
+//  - the NcclCommunicator is asynchronous, on the backend's own stream: the stream orders
+//    everything, so collectives are forwarded as they are and the step's Fence() waits for them
+//    (no host wait per collective);
+//  - it is synchronous, on a stream of its own: the backend's stream is drained before each
+//    collective (otherwise NCCL could read a buffer the backend is still writing), and the
+//    collective returns once it has completed: two host waits per collective.
 // Thread-safety: used by rank r's thread; Bind only while that thread is idle.
 class StreamOrderedCommunicator : public Communicator {
  public:
@@ -77,13 +81,17 @@ class StreamOrderedCommunicator : public Communicator {
   int world_size() const override { return world_; }
   absl::Status AllReduceSum(Tensor inout) override {
     BLOSSOM_RETURN_IF_ERROR(Ready());
-    BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
+    if (nccl_->synchronous()) BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
     return nccl_->AllReduceSum(inout);
   }
   absl::Status AllGather(const Tensor& in, Tensor out) override {
     BLOSSOM_RETURN_IF_ERROR(Ready());
-    BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
+    if (nccl_->synchronous()) BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
     return nccl_->AllGather(in, out);
+  }
+  absl::Status Fence() override {
+    BLOSSOM_RETURN_IF_ERROR(Ready());
+    return nccl_->Fence();
   }
 
  private:
@@ -102,17 +110,31 @@ class StreamOrderedCommunicator : public Communicator {
 
 // CUDA: NCCL communicators over GPUs 0..world-1, created together by CreateAll. An aborted NCCL
 // communicator cannot be reused, so Rearm builds a new set and rebinds every rank to it.
+// Asynchronous (the default, --nccl_async_collectives): rank r's communicator enqueues on rank r's
+// CudaBackend stream; synchronous: on a stream of its own (see StreamOrderedCommunicator).
 // Invariant: wrappers_[r] forwards to comms_[r], or to nothing (failing every collective) when
-// that was released and not rebuilt.
+// that was released and not rebuilt; every set of comms_ has the same mode and streams.
 class NcclRankGroup : public RankGroup {
  public:
-  // `backends[r]`: rank r's backend (on GPU r), for the stream drain; must outlive the group.
-  static absl::StatusOr<std::unique_ptr<RankGroup>> Create(const std::vector<Backend*>& backends) {
+  // `backends[r]`: rank r's backend (a CudaBackend on GPU r); must outlive the group.
+  // InvalidArgument when `asynchronous` and a backend is not a CudaBackend (no stream to order
+  // collectives on), before any CUDA call.
+  static absl::StatusOr<std::unique_ptr<RankGroup>> Create(const std::vector<Backend*>& backends,
+                                                           bool asynchronous) {
     std::unique_ptr<NcclRankGroup> group(new NcclRankGroup());
     const int world = static_cast<int>(backends.size());
+    group->options_.synchronous = !asynchronous;
     for (int r = 0; r < world; ++r) {
       group->wrappers_.push_back(
           std::make_unique<StreamOrderedCommunicator>(backends[r], r, world));
+      if (!asynchronous) continue;
+      const auto* cuda = dynamic_cast<const CudaBackend*>(backends[r]);
+      if (cuda == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "asynchronous NCCL collectives need a CUDA backend on every rank; rank ", r,
+            " has backend ", backends[r]->name()));
+      }
+      group->streams_.push_back(cuda->stream());
     }
     BLOSSOM_RETURN_IF_ERROR(group->Build());
     return std::unique_ptr<RankGroup>(std::move(group));
@@ -140,8 +162,9 @@ class NcclRankGroup : public RankGroup {
 
   void ReleaseRank(int rank) override {
     // On the rank's thread, all ranks at once: finalizing a healthy communicator (teardown) may
-    // wait for its peers to finalize theirs; an aborted one only destroys its stream, on the
-    // GPU that is current there.
+    // wait for its peers to finalize theirs; an aborted one only destroys its own stream or
+    // event, on the GPU that is current there. It runs before rank r's backend goes, whose
+    // stream an asynchronous communicator enqueues on.
     wrappers_[rank]->Bind(nullptr);
     if (rank < static_cast<int>(comms_.size())) comms_[rank].reset();
   }
@@ -156,13 +179,15 @@ class NcclRankGroup : public RankGroup {
     // last GPU, which must not leak into the engine thread or a rank thread.
     absl::StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> comms =
         absl::InternalError("NCCL CreateAll did not run");
-    std::thread([&] { comms = NcclCommunicator::CreateAll(devices); }).join();
+    std::thread([&] { comms = NcclCommunicator::CreateAll(devices, options_, streams_); }).join();
     if (!comms.ok()) return comms.status();
     comms_ = std::move(*comms);
     for (size_t r = 0; r < wrappers_.size(); ++r) wrappers_[r]->Bind(comms_[r].get());
     return absl::OkStatus();
   }
 
+  NcclOptions options_;
+  std::vector<void*> streams_;  // rank r's CudaBackend stream (asynchronous), or empty
   std::vector<std::unique_ptr<StreamOrderedCommunicator>> wrappers_;
   std::vector<std::unique_ptr<NcclCommunicator>> comms_;
 };

@@ -84,6 +84,9 @@ struct CudaBackend::Impl {
   cudaEvent_t weights_copied = nullptr;
   void* attention_workspace = nullptr;
   size_t attention_workspace_bytes = 0;
+  // Outgrown attention workspaces that kernels enqueued earlier may still read; freed by the next
+  // Synchronize() (or the destructor), once the stream has drained. At most a few: growth doubles.
+  std::vector<void*> retired_workspaces;
   // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
   bool gelu_epilogue[3] = {false, false, false};
 
@@ -93,6 +96,7 @@ struct CudaBackend::Impl {
     gemm.reset();
     if (gemm_workspace) cudaFree(gemm_workspace);
     if (attention_workspace) cudaFree(attention_workspace);
+    for (void* p : retired_workspaces) cudaFree(p);
     if (error_flag) cudaFree(error_flag);
     if (host_error_flag) cudaFreeHost(host_error_flag);
     for (int i = 0; i < 2; ++i) {
@@ -298,6 +302,8 @@ absl::Status CudaBackend::Synchronize() {
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->host_error_flag, impl_->error_flag, sizeof(int),
                                                cudaMemcpyDeviceToHost, impl_->stream));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
+  for (void* p : impl_->retired_workspaces) cudaFree(p);  // the stream no longer uses them
+  impl_->retired_workspaces.clear();
   return CheckErrorFlag();
 }
 
@@ -546,12 +552,14 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.error_flag = impl_->error_flag;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
-    // Grow geometrically (computed before the old size is reset): each growth costs a stream
-    // synchronisation, so a run of slightly longer steps must not reallocate every time.
+    // Grow geometrically (computed before the old size is reset), so a run of slightly longer
+    // steps does not reallocate every time.
     const size_t grown = std::max(ws, 2 * impl_->attention_workspace_bytes);
     if (impl_->attention_workspace != nullptr) {
-      BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
-      cudaFree(impl_->attention_workspace);
+      // Retired, not freed: cudaFree (or a stream wait) here would wait in the middle of a step
+      // for the stream, which may hold a collective of an asynchronous NCCL communicator that a
+      // dead peer never joins; only the communicator's Fence() bounds that wait.
+      impl_->retired_workspaces.push_back(impl_->attention_workspace);
       impl_->attention_workspace = nullptr;
       impl_->attention_workspace_bytes = 0;
     }

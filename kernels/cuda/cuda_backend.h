@@ -55,7 +55,9 @@ class CudaBackend : public Backend {
     bool allow_gelu_epilogue = true;
     // Order each new GEMM plan's cuBLASLt candidates by timing them on its first call (a host
     // sync; see LtGemm). Off until a warm-up runs every M bucket before serving: on, the first
-    // step of each bucket pays for the timing. Not yet measured on a GPU.
+    // step of each bucket pays for the timing. Not yet measured on a GPU. The timing waits for the
+    // stream in the middle of a step: with asynchronous NCCL collectives on this stream, a peer
+    // that dies during such a step would block that wait without a bound (warm up before serving).
     bool time_gemm_candidates = false;
   };
 
@@ -105,7 +107,10 @@ class CudaBackend : public Backend {
   // ResourceExhausted when not even one block fits.
   absl::StatusOr<int32_t> KvBlocksThatFit(size_t bytes_per_block, double fraction) const;
   // The compute stream (a cudaStream_t), for libraries that must order work with the backend's
-  // ops (GPU sampling, NCCL).
+  // ops (GPU sampling, NCCL). Apart from Synchronize/CopyToHost (and the GEMM timing above), no
+  // op waits for it: an outgrown attention workspace is retired and freed at the next
+  // Synchronize, so a collective stuck on the stream is only ever waited for there, after the
+  // communicator's bounded Fence().
   void* stream() const;
   // Whether Linear fuses bias+GELU into cuBLASLt's epilogue for activations of `dtype` (decided
   // at Create() by checking the epilogue against BLOOM's tanh GELU in that dtype).

@@ -1,12 +1,14 @@
 #include "kernels/nccl/nccl_communicator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "cuda_runtime.h"
 #include "nccl.h"
 
@@ -78,8 +80,12 @@ ncclConfig_t NonBlockingConfig() {
 struct NcclCommunicator::Impl {
   int rank = 0, world = 1, device = 0;
   std::chrono::milliseconds timeout{0};
+  bool synchronous = true;
   cudaStream_t stream = nullptr;
   bool owns_stream = false;
+  // Asynchronous mode: recorded on the stream after every collective (created with the
+  // communicator, destroyed with it).
+  cudaEvent_t last_done = nullptr;
   std::atomic<bool> abort_requested{false};
 
   // Held by the owning thread for the whole of a collective (and by the destructor), so that
@@ -88,8 +94,12 @@ struct NcclCommunicator::Impl {
   std::mutex mutex;
   ncclComm_t comm = nullptr;  // guarded by mutex; null once aborted or destroyed
   bool aborted = false;       // guarded by mutex
+  // Asynchronous mode: collectives enqueued since the last completed Fence(), and the name of
+  // the last one (what a Fence() that times out reports). Guarded by mutex.
+  int64_t outstanding = 0;
+  const char* last_op = "";
 
-  std::string Where(const char* op) const {
+  std::string Where(absl::string_view op) const {
     return absl::StrCat("NCCL ", op, " on rank ", rank, " of ", world, " (GPU ", device, ")");
   }
   void AbortLocked() {
@@ -98,7 +108,7 @@ struct NcclCommunicator::Impl {
     aborted = true;
   }
   // A failed NCCL call: the communicator is unusable (a peer may be stuck), so abort it.
-  absl::Status FailLocked(const char* op, ncclResult_t r) {
+  absl::Status FailLocked(absl::string_view op, ncclResult_t r) {
     std::string detail = ncclGetErrorString(r);
     if (comm != nullptr) {
       const char* last = ncclGetLastError(comm);
@@ -108,7 +118,7 @@ struct NcclCommunicator::Impl {
     return absl::InternalError(
         absl::StrCat(Where(op), " failed: ", detail, "; the communicator is aborted"));
   }
-  absl::Status TimeoutOrAbortLocked(const char* op) {
+  absl::Status TimeoutOrAbortLocked(absl::string_view op) {
     const bool requested = abort_requested.load();
     AbortLocked();
     if (requested) {
@@ -118,7 +128,7 @@ struct NcclCommunicator::Impl {
         Where(op), " did not complete within ", timeout.count(),
         " ms (a rank died or never called it); the communicator is aborted"));
   }
-  absl::Status Begin(const char* op) {
+  absl::Status Begin(absl::string_view op) {
     if (aborted) {
       return absl::AbortedError(
           absl::StrCat(Where(op), ": the communicator was aborted earlier"));
@@ -130,17 +140,38 @@ struct NcclCommunicator::Impl {
     }
     return absl::OkStatus();
   }
-  // After enqueueing: waits for the enqueue (non-blocking comm) and then for the stream, checking
-  // for asynchronous NCCL errors from any rank, an abort request and the deadline.
+  // After enqueueing: waits for the enqueue itself (a non-blocking communicator may report
+  // ncclInProgress while it sets the operation up). Synchronous mode: then for the collective;
+  // asynchronous: records the event that Fence() waits for, and returns.
   absl::Status FinishLocked(const char* op, ncclResult_t enqueued, Clock::time_point deadline) {
     if (enqueued == ncclInProgress) {
       enqueued = WaitNotInProgress(comm, deadline, &abort_requested);
       if (enqueued == ncclInProgress) return TimeoutOrAbortLocked(op);
     }
     if (enqueued != ncclSuccess) return FailLocked(op, enqueued);
+    if (synchronous) return WaitLocked(op, /*event=*/nullptr, deadline);
+    // A failure a peer has reported already fails this collective rather than the next Fence():
+    // one non-blocking query, no wait.
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return FailLocked(op, r);
+    if (state != ncclSuccess && state != ncclInProgress) return FailLocked(op, state);
+    cudaError_t e = cudaEventRecord(last_done, stream);
+    if (e != cudaSuccess) {
+      AbortLocked();  // a peer may be inside the collective we can no longer track
+      return absl::InternalError(absl::StrCat(Where(op), ": cudaEventRecord: ", CudaMessage(e),
+                                              "; the communicator is aborted"));
+    }
+    ++outstanding;
+    last_op = op;
+    return absl::OkStatus();
+  }
+  // Polls until `event` (null: all work on the stream) has completed, checking for asynchronous
+  // NCCL errors from any rank, an abort request and the deadline.
+  absl::Status WaitLocked(absl::string_view op, cudaEvent_t event, Clock::time_point deadline) {
     Poller poller;
     while (true) {
-      cudaError_t q = cudaStreamQuery(stream);
+      cudaError_t q = event != nullptr ? cudaEventQuery(event) : cudaStreamQuery(stream);
       if (q == cudaSuccess) return absl::OkStatus();
       if (q != cudaErrorNotReady) {
         AbortLocked();
@@ -175,6 +206,10 @@ NcclCommunicator::~NcclCommunicator() {
     }
     impl_->comm = nullptr;
   }
+  if (impl_->last_done != nullptr) {
+    cudaSetDevice(impl_->device);
+    cudaEventDestroy(impl_->last_done);  // released once recorded work completes; no wait
+  }
   if (impl_->owns_stream && impl_->stream != nullptr) cudaStreamDestroy(impl_->stream);
 }
 
@@ -182,6 +217,7 @@ int NcclCommunicator::rank() const { return impl_->rank; }
 int NcclCommunicator::world_size() const { return impl_->world; }
 int NcclCommunicator::device() const { return impl_->device; }
 void* NcclCommunicator::stream() const { return impl_->stream; }
+bool NcclCommunicator::synchronous() const { return impl_->synchronous; }
 
 void NcclCommunicator::Abort() {
   impl_->abort_requested.store(true);
@@ -208,19 +244,39 @@ absl::StatusOr<std::string> NcclCommunicator::NewUniqueId() {
 
 namespace {
 
-// Creates the communicator's stream (or adopts the caller's) on the current device.
-absl::Status SetUpStream(int device, void* stream, cudaStream_t* out, bool* owns) {
+// Creates the communicator's stream (or adopts the caller's) on the current device, and in
+// asynchronous mode the event that marks the last collective.
+absl::Status SetUpStream(int device, void* stream, bool synchronous, cudaStream_t* out,
+                         bool* owns, cudaEvent_t* last_done) {
   if (stream != nullptr) {
     *out = static_cast<cudaStream_t>(stream);
     *owns = false;
-    return absl::OkStatus();
+  } else {
+    cudaError_t e = cudaStreamCreateWithFlags(out, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      return absl::InternalError(
+          absl::StrCat("NCCL: cannot create a stream on GPU ", device, ": ", CudaMessage(e)));
+    }
+    *owns = true;
   }
-  cudaError_t e = cudaStreamCreateWithFlags(out, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    return absl::InternalError(
-        absl::StrCat("NCCL: cannot create a stream on GPU ", device, ": ", CudaMessage(e)));
+  if (!synchronous) {
+    cudaError_t e = cudaEventCreateWithFlags(last_done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      return absl::InternalError(
+          absl::StrCat("NCCL: cannot create an event on GPU ", device, ": ", CudaMessage(e)));
+    }
   }
-  *owns = true;
+  return absl::OkStatus();
+}
+
+// The asynchronous mode orders collectives on the caller's stream; without one there is nothing
+// to order them with (and no stream a Fence() could stand for).
+absl::Status CheckMode(const NcclOptions& options, bool has_streams) {
+  if (!options.synchronous && !has_streams) {
+    return absl::InvalidArgumentError(
+        "NCCL asynchronous collectives need the stream the caller's kernels run on "
+        "(e.g. CudaBackend::stream()); none was given");
+  }
   return absl::OkStatus();
 }
 
@@ -251,24 +307,28 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL: rank ", rank, " is outside a world of ", world_size));
   }
+  if (absl::Status s = CheckMode(options, options.stream != nullptr); !s.ok()) return s;
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->world = world_size;
   impl->device = device;
   impl->timeout = options.timeout;
+  impl->synchronous = options.synchronous;
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) {
     return absl::InternalError(absl::StrCat(impl->Where("init"), ": cudaSetDevice: ",
                                             CudaMessage(e)));
   }
-  if (absl::Status s = SetUpStream(device, options.stream, &impl->stream, &impl->owns_stream);
+  // From here the destructor cleans up the stream and event (and the communicator, once it
+  // exists).
+  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(std::move(impl)));
+  Impl& m = *comm->impl_;
+  if (absl::Status s = SetUpStream(device, options.stream, m.synchronous, &m.stream,
+                                   &m.owns_stream, &m.last_done);
       !s.ok()) {
     return s;
   }
-  // From here the destructor cleans up the stream (and the communicator, once it exists).
-  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(std::move(impl)));
-  Impl& m = *comm->impl_;
   ncclUniqueId id;
   std::memcpy(id.internal, unique_id.data(), kUniqueIdBytes);
   ncclConfig_t config = NonBlockingConfig();
@@ -283,11 +343,21 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::CreateAll(
-    const std::vector<int>& devices, const NcclOptions& options) {
+    const std::vector<int>& devices, const NcclOptions& options,
+    const std::vector<void*>& streams) {
   if (devices.empty()) return absl::InvalidArgumentError("NCCL CreateAll: no devices");
   if (options.stream != nullptr) {
-    return absl::InvalidArgumentError("NCCL CreateAll: each rank needs its own stream");
+    return absl::InvalidArgumentError(
+        "NCCL CreateAll: each rank needs its own stream (pass one per device in `streams`)");
   }
+  if (!streams.empty() && streams.size() != devices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL CreateAll: ", streams.size(),
+                                                   " streams for ", devices.size(), " devices"));
+  }
+  for (void* stream : streams) {
+    if (stream == nullptr) return absl::InvalidArgumentError("NCCL CreateAll: a null stream");
+  }
+  if (absl::Status s = CheckMode(options, !streams.empty()); !s.ok()) return s;
   for (int d : devices)
     if (absl::Status s = CheckDevice(d); !s.ok()) return s;
   absl::StatusOr<std::string> id_bytes = NewUniqueId();
@@ -303,12 +373,15 @@ absl::StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator:
     impl->world = world;
     impl->device = devices[r];
     impl->timeout = options.timeout;
+    impl->synchronous = options.synchronous;
     cudaSetDevice(devices[r]);
-    if (absl::Status s = SetUpStream(devices[r], nullptr, &impl->stream, &impl->owns_stream);
+    comms.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(impl))));
+    Impl& m = *comms.back()->impl_;
+    if (absl::Status s = SetUpStream(devices[r], streams.empty() ? nullptr : streams[r],
+                                     m.synchronous, &m.stream, &m.owns_stream, &m.last_done);
         !s.ok()) {
       return s;
     }
-    comms.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(impl))));
   }
   // One thread initialises every rank inside a group, as ncclCommInitAll does internally;
   // non-blocking so a failure cannot hang us.
@@ -374,6 +447,22 @@ absl::Status NcclCommunicator::AllGather(const Tensor& in, Tensor out) {
   ncclResult_t r = ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), *type,
                                  m.comm, m.stream);
   return m.FinishLocked(kOp, r, deadline);
+}
+
+absl::Status NcclCommunicator::Fence() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  if (m.synchronous) return absl::OkStatus();  // every collective completed before it returned
+  if (m.outstanding == 0) return absl::OkStatus();  // an aborted one fails its next collective
+  // Errors name the collective the stream has not passed (the last one issued, or one before it).
+  const std::string what =
+      absl::StrCat(m.last_op, " (the last of ", m.outstanding, " collectives since the previous "
+                   "fence)");
+  if (absl::Status s = m.Begin(what); !s.ok()) return s;
+  const Clock::time_point deadline = Clock::now() + m.timeout;
+  if (absl::Status s = m.WaitLocked(what, m.last_done, deadline); !s.ok()) return s;
+  m.outstanding = 0;
+  return absl::OkStatus();
 }
 
 }  // namespace blossom
