@@ -89,43 +89,80 @@ bool AmxInt8Usable() {
   return usable;
 }
 
-BLOSSOM_AMX void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w,
-                                size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+namespace {
+
+// G x groups of 16 rows (packed codes and scales x_codes + g * x_group_bytes, x_scales + g *
+// x_group_scales) by 16 weight rows. With G = 2 each weight tile loaded (16 strided rows) feeds
+// two TDPBSSDs: the loads of the strided weight rows, not the scaling, are what the 16 x 16 tile
+// waits on. Tiles: C of group g in tmm g, the weights in tmm 2, x group g in tmm 3 + g.
+template <int G>
+BLOSSOM_AMX void AmxQ8Tile(const int8_t* x_codes, int64_t x_group_bytes, const float* x_scales,
+                           int64_t x_group_scales, const void* w, size_t row_bytes,
+                           int64_t blocks, float* dots, int64_t ldd) {
+  static_assert(G == 1 || G == 2, "one or two x groups");
   TileConfig config;
-  config.rows[0] = kAmxTileRows;  // tmm0, C: 16 weight rows x 16 int32 (one per x row)
-  config.colsb[0] = 64;
-  config.rows[1] = kAmxTileRows;  // tmm1, A: 16 weight rows x one block's 32 codes
-  config.colsb[1] = kQuantBlock;
-  config.rows[2] = kQuantBlock / 4;  // tmm2, B: 8 rows of 4 codes x 16 x rows
-  config.colsb[2] = 64;
+  for (int g = 0; g < G; ++g) {
+    config.rows[g] = kAmxTileRows;  // C: 16 weight rows x 16 int32 (one per x row)
+    config.colsb[g] = 64;
+    config.rows[3 + g] = kQuantBlock / 4;  // B: 8 rows of 4 codes x 16 x rows
+    config.colsb[3 + g] = 64;
+  }
+  config.rows[2] = kAmxTileRows;  // A: 16 weight rows x one block's 32 codes
+  config.colsb[2] = kQuantBlock;
   _tile_loadconfig(&config);
   const char* w_codes = static_cast<const char*>(w) + offsetof(Q8Block, codes);
-  alignas(64) int32_t c[kAmxTileRows * kAmxTileRows];
-  __m512 acc[kAmxTileRows];  // acc[weight row] lane r: the pair (x row r, weight row)
-  for (int n = 0; n < kAmxTileRows; ++n) acc[n] = _mm512_setzero_ps();
+  alignas(64) int32_t c[G][kAmxTileRows * kAmxTileRows];
+  __m512 acc[G][kAmxTileRows];  // acc[g][weight row] lane r: the pair (x row 16 g + r, weight row)
+  for (int g = 0; g < G; ++g)
+    for (int n = 0; n < kAmxTileRows; ++n) acc[g][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    _tile_loadd(2, w_codes + b * sizeof(Q8Block), row_bytes);
+    // Tile numbers are immediates, hence the spelled-out groups.
     _tile_zero(0);
-    _tile_loadd(1, w_codes + b * sizeof(Q8Block), row_bytes);
-    _tile_loadd(2, x_codes + b * kAmxXBlockBytes, 64);
-    _tile_dpbssd(0, 1, 2);
-    _tile_stored(0, c, 64);
-    const __m512 xs = _mm512_loadu_ps(x_scales + b * kAmxTileRows);
+    _tile_loadd(3, x_codes + b * kAmxXBlockBytes, 64);
+    _tile_dpbssd(0, 2, 3);
+    if constexpr (G == 2) {
+      _tile_zero(1);
+      _tile_loadd(4, x_codes + x_group_bytes + b * kAmxXBlockBytes, 64);
+      _tile_dpbssd(1, 2, 4);
+    }
+    _tile_stored(0, c[0], 64);
+    if constexpr (G == 2) _tile_stored(1, c[1], 64);
+    for (int g = 0; g < G; ++g) {
+      const __m512 xs = _mm512_loadu_ps(x_scales + g * x_group_scales + b * kAmxTileRows);
 #pragma GCC unroll 16
-    for (int n = 0; n < kAmxTileRows; ++n) {
-      const float ws =
-          reinterpret_cast<const Q8Block*>(static_cast<const char*>(w) + n * row_bytes)[b].scale;
-      // d = x.scale * w.scale (one rounding, the same product as every path), then the multiply
-      // and the add of the contract.
-      const __m512 d = _mm512_mul_ps(xs, _mm512_set1_ps(ws));
-      const __m512 product = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + n * 16)), d);
-      acc[n] = _mm512_add_ps(acc[n], product);
+      for (int n = 0; n < kAmxTileRows; ++n) {
+        const float ws =
+            reinterpret_cast<const Q8Block*>(static_cast<const char*>(w) + n * row_bytes)[b].scale;
+        // d = x.scale * w.scale (one rounding, the same product as every path), then the
+        // multiply and the add of the contract.
+        const __m512 d = _mm512_mul_ps(xs, _mm512_set1_ps(ws));
+        const __m512 product =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[g] + n * 16)), d);
+        acc[g][n] = _mm512_add_ps(acc[g][n], product);
+      }
     }
   }
   _tile_release();
   alignas(64) float t[kAmxTileRows][kAmxTileRows];
-  for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[n]);
-  for (int r = 0; r < kAmxTileRows; ++r)
-    for (int n = 0; n < kAmxTileRows; ++n) dots[r * ldd + n] = t[n][r];
+  for (int g = 0; g < G; ++g) {
+    for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[g][n]);
+    for (int r = 0; r < kAmxTileRows; ++r)
+      for (int n = 0; n < kAmxTileRows; ++n) dots[(g * kAmxTileRows + r) * ldd + n] = t[n][r];
+  }
+}
+
+}  // namespace
+
+void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w,
+                    size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+  AmxQ8Tile<1>(x_codes, 0, x_scales, 0, w, row_bytes, blocks, dots, ldd);
+}
+
+void AmxQ8Tile32x16(const int8_t* x_codes, const float* x_scales, const void* w,
+                    size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+  AmxQ8Tile<2>(x_codes, blocks * kAmxXBlockBytes, x_scales, blocks * kAmxTileRows, w, row_bytes,
+               blocks, dots, ldd);
 }
 
 #else  // no AMX on this platform
@@ -135,6 +172,13 @@ bool AmxInt8Usable() { return false; }
 void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
                     int64_t blocks, float* dots, int64_t ldd) {
   Q8Tile16x16Scalar(x_codes, x_scales, w, row_bytes, blocks, dots, ldd);
+}
+
+void AmxQ8Tile32x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
+                    int64_t blocks, float* dots, int64_t ldd) {
+  for (int g = 0; g < 2; ++g)
+    Q8Tile16x16Scalar(x_codes + g * blocks * kAmxXBlockBytes, x_scales + g * blocks * kAmxTileRows,
+                      w, row_bytes, blocks, dots + g * kAmxTileRows * ldd, ldd);
 }
 
 #endif

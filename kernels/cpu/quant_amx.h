@@ -38,6 +38,11 @@ void PackAmxX(const Q8Block* x, int64_t ldx, int rows, int64_t blocks, int8_t* c
 // (elsewhere this runs Q8Tile16x16Scalar).
 void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
                     int64_t blocks, float* dots, int64_t ldd);
+// Two consecutive packed 16-row x groups (the second `blocks` blocks after the first, as
+// quant_gemm packs them) by the same 16 weight rows: dots rows 0..31. Same bits as two
+// AmxQ8Tile16x16 calls; each weight tile is loaded once for both groups.
+void AmxQ8Tile32x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
+                    int64_t blocks, float* dots, int64_t ldd);
 // The same in plain C++ from the packed layout: the reference for tests, any CPU.
 void Q8Tile16x16Scalar(const int8_t* x_codes, const float* x_scales, const void* w,
                        size_t row_bytes, int64_t blocks, float* dots, int64_t ldd);

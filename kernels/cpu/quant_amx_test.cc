@@ -87,5 +87,32 @@ TEST(QuantAmxTest, AmxTileMatchesTheScalarTile) {
   }
 }
 
+// The two-group tile gives the bits of the scalar tile on each group (two different x groups
+// against the same weight rows, packed one after the other as QuantGemmNT packs them). Without
+// AMX it runs the scalar fallback, which the same comparison checks.
+TEST(QuantAmxTest, TwoGroupTileMatchesTheScalarTileOnEachGroup) {
+  std::mt19937 rng(5);
+  for (int64_t k : {32, 96, 1024, 4096}) {
+    const Operands first = Make(k, rng), second = Make(k, rng);
+    const int64_t blocks = k / kQuantBlock;
+    std::vector<int8_t> codes(2 * blocks * kAmxXBlockBytes);
+    std::vector<float> scales(2 * blocks * kAmxTileRows);
+    PackAmxX(first.x.data(), blocks, kAmxTileRows, blocks, codes.data(), scales.data());
+    PackAmxX(second.x.data(), blocks, kAmxTileRows, blocks, codes.data() + blocks * kAmxXBlockBytes,
+             scales.data() + blocks * kAmxTileRows);
+    float want[2 * kAmxTileRows * kAmxTileRows], got[2 * kAmxTileRows * kAmxTileRows];
+    for (int g = 0; g < 2; ++g)
+      Q8Tile16x16Scalar(codes.data() + g * blocks * kAmxXBlockBytes,
+                        scales.data() + g * blocks * kAmxTileRows, first.w.data(),
+                        first.row_bytes, blocks, want + g * kAmxTileRows * kAmxTileRows,
+                        kAmxTileRows);
+    AmxQ8Tile32x16(codes.data(), scales.data(), first.w.data(), first.row_bytes, blocks, got,
+                   kAmxTileRows);
+    EXPECT_EQ(0, std::memcmp(want, got, sizeof(want))) << "k " << k;
+    // The groups differ, so a tile that computed one group twice would fail above.
+    EXPECT_NE(0, std::memcmp(want, want + kAmxTileRows * kAmxTileRows, sizeof(want) / 2));
+  }
+}
+
 }  // namespace
 }  // namespace blossom

@@ -18,7 +18,7 @@ constexpr int64_t kMinQuantizeElems = 64 * 1024;
 }  // namespace
 
 static_assert(kQuantMaxTileRows * kQuantMaxTileCols <= kMaxTiledGemmDots &&
-                  kAmxTileRows * kAmxTileRows <= kMaxTiledGemmDots,
+                  2 * kAmxTileRows * kAmxTileRows <= kMaxTiledGemmDots,
               "RunTiledGemm's dots scratch must hold the largest quantized tile");
 
 void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
@@ -63,7 +63,10 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   }
   GemmTiling tiling;
   tiling.decode_cols = 4;
-  tiling.prefill_rows = amx ? kAmxTileRows : kQuantMaxTileRows;
+  // AMX: 32-row tiles (two x groups per weight tile) where M has them, then 16-row ones.
+  const bool amx32 = amx && m_run >= 2 * kAmxTileRows;
+  tiling.prefill_rows = amx32 ? 2 * kAmxTileRows : amx ? kAmxTileRows : kQuantMaxTileRows;
+  if (amx32) tiling.prefill_rows_small = kAmxTileRows;
   tiling.prefill_cols = amx ? kAmxTileRows : 2;
   tiling.max_cols = amx ? kAmxTileRows : kQuantMaxTileCols;
   tiling.w_row_bytes = DTypeBytes(a.w_dtype, a.k);
@@ -87,11 +90,11 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
                amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
   }
   RunTiledGemm(run, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
-    if (amx && rows == kAmxTileRows && cols == kAmxTileRows) {
-      const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for 16-row tiles
-      AmxQ8Tile16x16(amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows,
-                     w_base + n0 * tiling.w_row_bytes, tiling.w_row_bytes, blocks, dots,
-                     tiling.max_cols);
+    if (amx && (rows == kAmxTileRows || rows == 2 * kAmxTileRows) && cols == kAmxTileRows) {
+      const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for these tiles
+      (rows == kAmxTileRows ? AmxQ8Tile16x16 : AmxQ8Tile32x16)(
+          amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows,
+          w_base + n0 * tiling.w_row_bytes, tiling.w_row_bytes, blocks, dots, tiling.max_cols);
       return;
     }
     if (!amx) {

@@ -68,10 +68,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmShapes,
                                            GemmShape{2, 250, 64}));
 
 // Batch invariance as in gemm_test: a row's result is bit-identical whatever the batch (M picks
-// the tiles: 1x4 below 4 rows, 4x2 from 4, with AMX 16x16 from 16), the thread count and the
-// instruction-set path. The reference is each row alone, single-threaded, on the portable path.
-// M runs to 37 so AMX CPUs cover two 16-row groups with 4-row and single-row leftovers, and
-// N = 37 leaves weight rows after two 16-column tiles.
+// the tiles: 1x4 below 4 rows, 4x2 from 4, with AMX 16x16 from 4 (M padded to 16) and 32x16
+// from 17), the thread count and the instruction-set path. The reference is each row alone,
+// single-threaded, on the portable path. M runs to 37 so AMX CPUs cover a 32-row tile with a
+// 16-row one after it, and N = 37 leaves weight rows after two 16-column tiles.
 TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 224, max_m = 37;
