@@ -283,6 +283,16 @@ def svg(report, args, width=760, row_height=18):
     return "\n".join(out) + "\n"
 
 
+def llama_build_mode(args):
+    """' (no-amx build)' when setup_peers.sh built llama.cpp without its AMX code, else ''."""
+    try:
+        with open(os.path.join(args.peers, "llama.cpp", "build", "blossom-mode")) as f:
+            mode = f.read().strip()
+    except OSError:
+        return ""
+    return " (%s build)" % mode if mode and mode != "native" else ""
+
+
 def peer_versions(args):
     python = os.path.join(args.peers, "venv", "bin", "python")
     try:
@@ -291,7 +301,7 @@ def peer_versions(args):
                                "__version__, transformers.__version__, torch.__version__))"],
                               capture_output=True, text=True, timeout=120).stdout.strip() + \
             ", llama.cpp from " + os.path.basename(os.path.realpath(
-                os.path.join(args.peers, "llama.cpp", "..", "..")))
+                os.path.join(args.peers, "llama.cpp", "..", ".."))) + llama_build_mode(args)
     except (OSError, subprocess.SubprocessError) as e:
         return "unknown (%s)" % e
 

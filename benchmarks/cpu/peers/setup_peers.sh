@@ -8,7 +8,10 @@
 #                         (transformers, CTranslate2, the converters' needs)
 #   llama.cpp             from the llama-cpp-python sdist on PyPI (the version pinned below): its
 #                         vendored llama.cpp, built with CMake for this CPU (GGML_NATIVE), giving
-#                         llama-bench and llama-batched-bench, llama.cpp's own benchmark tools
+#                         llama-bench and llama-batched-bench, llama.cpp's own benchmark tools.
+#                         LLAMA_CPP_NO_AMX=1: built for this CPU's x86 extensions named one by
+#                         one, without its AMX code (on the 2-core Xeon VM of 2026-11-25 its AMX
+#                         q8_0 path dies: SIGILL, and SIGSEGV with the tile permission granted)
 #   models/               gguf f32 and q8_0 (from F32_MODEL_DIR), bf16 (from BF16_MODEL_DIR);
 #                         CTranslate2 float32 and int8 (from F32), bfloat16 (from BF16)
 # Needs: apt-get install python3-venv python3-torch libopenblas0-pthread cmake ninja-build g++
@@ -45,11 +48,28 @@ if [ ! -d "$SRC" ]; then
       "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$WORK/sdist"
   tar xzf "$WORK/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" -C "$WORK"
 fi
+# The build's mode is recorded in build/blossom-mode (peer_bench.py prints it); a build of the
+# other mode is replaced (builds from before the marker are native ones).
+MODE=native
+ISA=(-DGGML_NATIVE=ON)
+if [ "${LLAMA_CPP_NO_AMX:-0}" = 1 ]; then
+  MODE=no-amx
+  ISA=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+  for pair in sse4_2:SSE42 f16c:F16C fma:FMA bmi2:BMI2 avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI \
+              avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI \
+              avx512_bf16:AVX512_BF16; do
+    case "$flags" in *" ${pair%%:*} "*) ISA+=("-DGGML_${pair##*:}=ON") ;; esac
+  done
+fi
+built=$(cat "$SRC/build/blossom-mode" 2>/dev/null || { [ -d "$SRC/build" ] && echo native; } || true)
+if [ -n "$built" ] && [ "$built" != "$MODE" ]; then rm -rf "$SRC/build"; fi
 if [ ! -x "$SRC/build/bin/llama-batched-bench" ]; then
-  cmake -S "$SRC" -B "$SRC/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  cmake -S "$SRC" -B "$SRC/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >/dev/null
   cmake --build "$SRC/build" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
+  echo "$MODE" > "$SRC/build/blossom-mode"
 fi
 ln -sfn "$SRC" "$WORK/llama.cpp"
 
