@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/lt_gemm.h"
 #include "kernels/status_macros.h"
@@ -41,13 +42,6 @@ absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
 
 bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
 
-// Slot of an activation dtype in CudaBackend::Impl::gelu_epilogue.
-int GeluSlot(DType dtype) { return dtype == DType::kF16 ? 1 : (dtype == DType::kBF16 ? 2 : 0); }
-
-float HostBloomGelu(float x) {
-  return x * 0.5f * (1.0f + std::tanh(0.79788456f * x * (1.0f + 0.044715f * x * x)));
-}
-
 class CudaKvCache : public KvCache {
  public:
   CudaKvCache(const KvCacheSpec& spec, DeviceBuffer storage) : spec_(spec), storage_(std::move(storage)) {
@@ -68,46 +62,6 @@ class CudaKvCache : public KvCache {
 };
 
 }  // namespace
-
-struct CudaBackend::Impl {
-  Options options;
-  std::string device_name;
-  cudaStream_t stream = nullptr;
-  cudaStream_t copy_stream = nullptr;
-  void* gemm_workspace = nullptr;
-  std::unique_ptr<LtGemm> gemm;
-  int* error_flag = nullptr;       // device
-  int* host_error_flag = nullptr;  // pinned
-  void* staging[2] = {nullptr, nullptr};
-  cudaEvent_t staging_free[2] = {nullptr, nullptr};
-  int next_staging = 0;
-  cudaEvent_t weights_copied = nullptr;
-  void* attention_workspace = nullptr;
-  size_t attention_workspace_bytes = 0;
-  // Outgrown attention workspaces that kernels enqueued earlier may still read; freed by the next
-  // Synchronize() (or the destructor), once the stream has drained. At most a few: growth doubles.
-  std::vector<void*> retired_workspaces;
-  // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
-  bool gelu_epilogue[3] = {false, false, false};
-
-  ~Impl() {
-    if (stream != nullptr) cudaStreamSynchronize(stream);
-    if (copy_stream != nullptr) cudaStreamSynchronize(copy_stream);
-    gemm.reset();
-    if (gemm_workspace) cudaFree(gemm_workspace);
-    if (attention_workspace) cudaFree(attention_workspace);
-    for (void* p : retired_workspaces) cudaFree(p);
-    if (error_flag) cudaFree(error_flag);
-    if (host_error_flag) cudaFreeHost(host_error_flag);
-    for (int i = 0; i < 2; ++i) {
-      if (staging[i]) cudaFreeHost(staging[i]);
-      if (staging_free[i]) cudaEventDestroy(staging_free[i]);
-    }
-    if (weights_copied) cudaEventDestroy(weights_copied);
-    if (copy_stream) cudaStreamDestroy(copy_stream);
-    if (stream) cudaStreamDestroy(stream);
-  }
-};
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaBackend::~CudaBackend() = default;
@@ -416,78 +370,6 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
                                                         bias.data, Elem(bias.dtype), gelu, m, n, k, out.data,
                                                         Elem(out.dtype), impl_->stream));
   return absl::OkStatus();
-}
-
-absl::Status CudaBackend::CalibrateGeluEpilogue() {
-  for (bool& ok : impl_->gelu_epilogue) ok = false;
-  if (!impl_->options.allow_gelu_epilogue) return absl::OkStatus();
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    BLOSSOM_ASSIGN_OR_RETURN(impl_->gelu_epilogue[GeluSlot(dtype)], GeluEpilogueMatchesBloom(dtype));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> CudaBackend::GeluEpilogueMatchesBloom(DType dtype) {
-  // At a decode-sized M (cuBLASLt picks kernels, and so epilogue code, by shape): row i of x is
-  // (1, c_i, 0, ...) and row j of w is (v_j, 0.5, 0, ...), so out[i, j] = gelu(v_j + 0.5 c_i + b_j)
-  // samples the epilogue's GELU on about [-6.5, 6.5]. Inputs are rounded to `dtype` first and
-  // every product is exact, so the host reference sees the same pre-activations.
-  constexpr int64_t kM = 128, kN = 256, kK = 64;
-  std::vector<float> x(kM * kK, 0.0f), w(kN * kK, 0.0f), bias(kN, 0.0f);
-  for (int64_t i = 0; i < kM; ++i) {
-    x[i * kK] = 1.0f;
-    x[i * kK + 1] = 0.25f * static_cast<float>(i % 8) - 1.0f;
-  }
-  for (int64_t j = 0; j < kN; ++j) {
-    w[j * kK] = -6.0f + 12.0f * static_cast<float>(j) / (kN - 1);
-    w[j * kK + 1] = 0.5f;
-    bias[j] = 0.125f * static_cast<float>(j % 3) - 0.125f;
-  }
-  std::vector<uint16_t> half(std::max(x.size(), w.size()));
-  auto round_to_dtype = [&](std::vector<float>& v) {
-    if (dtype == DType::kF32) return;
-    ConvertFromF32(v.data(), half.data(), dtype, v.size());
-    ConvertToF32(half.data(), dtype, v.data(), v.size());
-  };
-  round_to_dtype(x);
-  round_to_dtype(w);
-  round_to_dtype(bias);
-  auto upload = [&](const std::vector<float>& v, const Tensor& dst) -> absl::Status {
-    if (dtype == DType::kF32) return CopyToDevice(v.data(), dst);
-    ConvertFromF32(v.data(), half.data(), dtype, v.size());
-    return CopyToDevice(half.data(), dst);
-  };
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dx, AllocateTensor(dtype, {kM, kK}));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dw, AllocateTensor(dtype, {kN, kK}));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor db, AllocateTensor(dtype, {kN}));
-  BLOSSOM_RETURN_IF_ERROR(upload(x, dx.tensor));
-  BLOSSOM_RETURN_IF_ERROR(upload(w, dw.tensor));
-  BLOSSOM_RETURN_IF_ERROR(upload(bias, db.tensor));
-  BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor dout, AllocateTensor(dtype, {kM, kN}));
-  bool done = false;
-  BLOSSOM_RETURN_IF_ERROR(impl_->gemm->Matmul(dx.tensor, dw.tensor, db.tensor, /*gelu=*/true, dout.tensor, &done));
-  if (!done) return false;
-  std::vector<float> out(kM * kN);
-  if (dtype == DType::kF32) {
-    BLOSSOM_RETURN_IF_ERROR(CopyToHost(dout.tensor, out.data()));
-  } else {
-    std::vector<uint16_t> raw(out.size());
-    BLOSSOM_RETURN_IF_ERROR(CopyToHost(dout.tensor, raw.data()));
-    ConvertToF32(raw.data(), dtype, out.data(), out.size());
-  }
-  // One unit of the output's last place, relative: an erf GELU or a coarse tanh approximation
-  // differs from BLOOM's by > 1e-4 somewhere on the range, which fp32 resolves; in 16 bits only
-  // differences above the format's own rounding matter.
-  const float rel = dtype == DType::kF32 ? 2e-6f : (dtype == DType::kF16 ? 1.0f / 1024 : 1.0f / 128);
-  for (int64_t i = 0; i < kM; ++i) {
-    for (int64_t j = 0; j < kN; ++j) {
-      const float pre = w[j * kK] * x[i * kK] + w[j * kK + 1] * x[i * kK + 1] + bias[j];
-      const float ref = HostBloomGelu(pre);
-      const float got = out[i * kN + j];
-      if (!(std::fabs(got - ref) <= rel * (1.0f + std::fabs(ref)))) return false;
-    }
-  }
-  return true;
 }
 
 absl::Status CudaBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) {

@@ -1,0 +1,250 @@
+// BloomModel: loading this rank's slices of the checkpoint's weights (the step is in
+// bloom_model.cc).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/loader/progress_bar.h"
+#include "engine/model/alibi.h"
+#include "engine/model/bloom_model.h"
+#include "engine/model/bloom_model_internal.h"
+#include "engine/model/bloom_tensor_names.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+
+absl::Status CheckTensorParallelSplit(const BloomConfig& config, int world_size) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-parallel size must be at least 1, got ", world_size));
+  }
+  if (config.n_head % world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_head ", config.n_head, " is not divisible by tensor-parallel size ", world_size,
+        " (each rank must hold whole heads)"));
+  }
+  // The MLP width is 4 * hidden = 4 * n_head * head_dim, so it divides whenever n_head does.
+  if (config.vocab_size < world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", config.vocab_size,
+                                                   " is smaller than tensor-parallel size ",
+                                                   world_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(const std::string& model_dir,
+                                                             Backend* backend,
+                                                             Communicator* communicator,
+                                                             const ModelLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  // Refuse a bad split before mapping anything.
+  absl::StatusOr<BloomConfig> config = LoadBloomConfig(model_dir);
+  if (!config.ok()) return config.status();
+  const absl::Status split = CheckTensorParallelSplit(
+      *config, communicator == nullptr ? 1 : communicator->world_size());
+  if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(model_dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (options.prefetch) {
+    // Draws only on a terminal and only for large checkpoints (ProgressBar decides).
+    ProgressBar bar((*checkpoint)->total_bytes());
+    absl::Status s = (*checkpoint)->Prefetch(bar.Callback());
+    bar.Finish();
+    if (!s.ok()) return s;
+  }
+  ModelLoadOptions rest = options;
+  rest.prefetch = false;
+  absl::StatusOr<std::unique_ptr<BloomModel>> model =
+      Load(std::shared_ptr<const Checkpoint>(std::move(*checkpoint)), backend, communicator, rest);
+  if (model.ok()) {
+    (*model)->info_.load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
+    std::shared_ptr<const Checkpoint> checkpoint, Backend* backend, Communicator* communicator,
+    const ModelLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<BloomModel> model(new BloomModel(backend, communicator));
+  const std::string& model_dir = checkpoint->model_dir();
+  const BloomConfig& config = checkpoint->config();
+  model->config_ = config;
+  const int world = model->communicator_->world_size();
+  const int rank = model->communicator_->rank();
+  const absl::Status split = CheckTensorParallelSplit(config, world);
+  if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
+  if (options.prefetch) {
+    ProgressBar bar(checkpoint->total_bytes());
+    absl::Status s = checkpoint->Prefetch(bar.Callback());
+    bar.Finish();
+    if (!s.ok()) return s;
+  }
+  model->local_heads_ = static_cast<int32_t>(config.n_head / world);
+  const RankSlice vocab = SliceForRank(config.vocab_size, rank, world);
+  model->vocab_begin_ = vocab.begin;
+  model->vocab_local_ = vocab.size();
+  model->vocab_local_max_ = SliceForRank(config.vocab_size, 0, world).size();
+  absl::Status s = CheckUnexpectedTensors(*checkpoint, options.strict_load, /*log=*/rank == 0);
+  if (!s.ok()) return s;
+  model->info_.quantize = options.quantize;
+  model->info_.quantize_lm_head = options.quantize_lm_head && options.quantize != WeightQuant::kNone;
+  s = model->LoadWeights(*checkpoint);
+  if (!s.ok()) return s;
+  model->checkpoint_ = std::move(checkpoint);
+
+  std::vector<float> all_slopes = AlibiSlopes(static_cast<int>(config.n_head));
+  absl::StatusOr<OwnedTensor> slopes =
+      backend->AllocateTensor(DType::kF32, {model->local_heads_});
+  if (!slopes.ok()) return slopes.status();
+  model->slopes_ = std::move(*slopes);
+  s = backend->CopyToDevice(all_slopes.data() + rank * model->local_heads_, model->slopes_.tensor);
+  if (!s.ok()) return s;
+
+  model->info_.model_dir = model_dir;
+  model->info_.backend = backend->name();
+  model->info_.rank = rank;
+  model->info_.world_size = world;
+  model->info_.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
+                                                  const std::string& name,
+                                                  const std::vector<int64_t>& shape) const {
+  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
+  if (!host.ok()) return host.status();
+  if (!IsFloat(host->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint.DescribeLocation(name), ": tensor '",
+                                                   name, "' has dtype ", DTypeName(host->dtype),
+                                                   "; expected F32, F16 or BF16"));
+  }
+  return host;
+}
+
+absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightQuant quant) {
+  info_.weight_dtype = host.dtype;
+  absl::StatusOr<OwnedTensor> imported = backend_->ImportLinearWeight(host, quant);
+  if (!imported.ok()) return imported.status();
+  info_.weight_bytes_this_rank += imported->tensor.bytes();
+  Tensor t = imported->tensor;
+  owned_weights_.push_back(std::move(*imported));
+  return t;
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
+                                              const std::string& name,
+                                              std::vector<int64_t> shape, int64_t begin,
+                                              int64_t end, WeightQuant quant) {
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
+  return Import(host.Rows(begin, end), quant);
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
+                                                 const std::string& name,
+                                                 std::vector<int64_t> shape, int64_t begin,
+                                                 int64_t end, WeightQuant quant) {
+  if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0], quant);
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
+  // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
+  const size_t elem = DTypeSize(host.dtype);
+  const int64_t rows = shape[0], cols = end - begin;
+  std::vector<char> slice(static_cast<size_t>(rows * cols) * elem);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(slice.data() + r * cols * elem,
+                static_cast<const char*>(host.data) + (r * shape[1] + begin) * elem, cols * elem);
+  }
+  Tensor view(slice.data(), host.dtype, {rows, cols});
+  host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
+  return Import(view, quant);
+}
+
+absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
+  const int64_t h = config_.hidden_size, v = config_.vocab_size, ffn = config_.ffn_hidden_size();
+  const int world = communicator_->world_size(), rank = communicator_->rank();
+  const int64_t d = config_.head_dim();
+  const int64_t heads_local = local_heads_;
+  const int64_t ffn_local = ffn / world;
+  const int64_t h_local = heads_local * d;
+  const WeightQuant q = info_.quantize;  // for the Linear weights
+  const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
+  auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
+                  Tensor* out, WeightQuant quant = WeightQuant::kNone) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e, quant);
+    if (!t.ok()) return t.status();
+    *out = *t;
+    return absl::OkStatus();
+  };
+  auto whole = [&](const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+    int64_t n = shape[0];
+    return rows(name, std::move(shape), 0, n, out);
+  };
+  auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
+                  Tensor* out, WeightQuant quant) -> absl::Status {
+    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e, quant);
+    if (!t.ok()) return t.status();
+    *out = *t;
+    return absl::OkStatus();
+  };
+  BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
+                               vocab_begin_ + vocab_local_, &word_embeddings_));
+  BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.weight", {h}, &emb_ln_gamma_));
+  BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.bias", {h}, &emb_ln_beta_));
+  BLOSSOM_RETURN_IF_ERROR(whole("ln_f.weight", {h}, &ln_f_gamma_));
+  BLOSSOM_RETURN_IF_ERROR(whole("ln_f.bias", {h}, &ln_f_beta_));
+  if (!config_.tie_word_embeddings) {
+    // An untied head is its own matrix; serving the embeddings instead would silently change
+    // every logit, so a config that unties it without the tensor is an error.
+    if (!ckpt.Has("lm_head.weight")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt.model_dir(), ": config.json sets tie_word_embeddings: false but the checkpoint "
+          "has no 'lm_head.weight' (the untied LM head)"));
+    }
+    BLOSSOM_RETURN_IF_ERROR(rows("lm_head.weight", {v, h}, vocab_begin_,
+                                 vocab_begin_ + vocab_local_, &lm_head_, q_head));
+  } else {
+    if (ckpt.Has("lm_head.weight")) {
+      // Tied: an explicit copy must agree in shape. It is not loaded (the embedding is used),
+      // exactly as Hugging Face ties it on load.
+      absl::StatusOr<Tensor> lm_head = ckpt.Get("lm_head.weight", {v, h});
+      if (!lm_head.ok()) return lm_head.status();
+    }
+    lm_head_ = word_embeddings_;
+    if (q_head != WeightQuant::kNone) {
+      BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
+                                   vocab_begin_ + vocab_local_, &lm_head_, q_head));
+    }
+  }
+  layers_.resize(config_.n_layer);
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    const std::string p = absl::StrCat("h.", i, ".");
+    LayerWeights& L = layers_[i];
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "input_layernorm.weight", {h}, &L.input_ln_gamma));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "input_layernorm.bias", {h}, &L.input_ln_beta));
+    // Row order [head][q,k,v][d]: a contiguous block of rows holds whole heads of this rank.
+    const int64_t qkv_begin = rank * heads_local * 3 * d, qkv_end = qkv_begin + heads_local * 3 * d;
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.weight", {3 * h, h},
+                                 qkv_begin, qkv_end, &L.qkv_weight, q));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "self_attention.query_key_value.bias", {3 * h}, qkv_begin,
+                                 qkv_end, &L.qkv_bias));
+    BLOSSOM_RETURN_IF_ERROR(cols(p + "self_attention.dense.weight", {h, h}, rank * h_local,
+                                 (rank + 1) * h_local, &L.dense_weight, q));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "self_attention.dense.bias", {h}, &L.dense_bias));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.weight", {h}, &L.post_ln_gamma));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "post_attention_layernorm.bias", {h}, &L.post_ln_beta));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.weight", {ffn, h}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc1_weight, q));
+    BLOSSOM_RETURN_IF_ERROR(rows(p + "mlp.dense_h_to_4h.bias", {ffn}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc1_bias));
+    BLOSSOM_RETURN_IF_ERROR(cols(p + "mlp.dense_4h_to_h.weight", {h, ffn}, rank * ffn_local,
+                                 (rank + 1) * ffn_local, &L.fc2_weight, q));
+    BLOSSOM_RETURN_IF_ERROR(whole(p + "mlp.dense_4h_to_h.bias", {h}, &L.fc2_bias));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace blossom

@@ -1,0 +1,66 @@
+// CudaBackend's private state, shared by its source files: cuda_backend.cc (memory, copies and
+// the ops) and cuda_backend_gelu_check.cc (the start-up check of cuBLASLt's GELU epilogue). Not
+// for other targets.
+#ifndef BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_IMPL_H_
+#define BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_IMPL_H_
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/lt_gemm.h"
+#include "kernels/dtype.h"
+
+namespace blossom {
+
+// Slot of an activation dtype in CudaBackend::Impl::gelu_epilogue.
+inline int GeluSlot(DType dtype) {
+  return dtype == DType::kF16 ? 1 : (dtype == DType::kBF16 ? 2 : 0);
+}
+
+struct CudaBackend::Impl {
+  Options options;
+  std::string device_name;
+  cudaStream_t stream = nullptr;
+  cudaStream_t copy_stream = nullptr;
+  void* gemm_workspace = nullptr;
+  std::unique_ptr<LtGemm> gemm;
+  int* error_flag = nullptr;       // device
+  int* host_error_flag = nullptr;  // pinned
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t staging_free[2] = {nullptr, nullptr};
+  int next_staging = 0;
+  cudaEvent_t weights_copied = nullptr;
+  void* attention_workspace = nullptr;
+  size_t attention_workspace_bytes = 0;
+  // Outgrown attention workspaces that kernels enqueued earlier may still read; freed by the next
+  // Synchronize() (or the destructor), once the stream has drained. At most a few: growth doubles.
+  std::vector<void*> retired_workspaces;
+  // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
+  bool gelu_epilogue[3] = {false, false, false};
+
+  ~Impl() {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    if (copy_stream != nullptr) cudaStreamSynchronize(copy_stream);
+    gemm.reset();
+    if (gemm_workspace) cudaFree(gemm_workspace);
+    if (attention_workspace) cudaFree(attention_workspace);
+    for (void* p : retired_workspaces) cudaFree(p);
+    if (error_flag) cudaFree(error_flag);
+    if (host_error_flag) cudaFreeHost(host_error_flag);
+    for (int i = 0; i < 2; ++i) {
+      if (staging[i]) cudaFreeHost(staging[i]);
+      if (staging_free[i]) cudaEventDestroy(staging_free[i]);
+    }
+    if (weights_copied) cudaEventDestroy(weights_copied);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_IMPL_H_
