@@ -1,10 +1,13 @@
 // AVX-512 micro-kernels for the GEMM's 4- and 8-row panels (prefill and batches), bit-identical
 // to the AVX2 ones (the contract in dot_tile.h). A 512-bit register holds the 8 fp32 lanes of two
-// elements side by side: rows r and r + 1 of x in its halves, one weight vector (8 elements of a
-// row, widened) in both, so one FMA advances two elements exactly as two AVX2 FMAs would, lane
-// for lane. Twice the FMA work per instruction, and 32 registers: an 8-row tile by 6 weight rows
-// holds 24 accumulators, so each weight vector read from cache feeds 4 FMAs of 16 lanes (the
-// 4-row tile, 8 weight rows wide, feeds 2: it re-reads the weight panel from L2 twice as often).
+// elements side by side: weight rows c and c + 1 (8 elements each, widened) in its halves, one x
+// vector broadcast to both, so one FMA advances two elements exactly as two AVX2 FMAs would, lane
+// for lane. Twice the FMA work per instruction, and 32 registers: an 8-row tile by 3 weight-row
+// pairs holds 24 accumulators, so each paired weight vector read from cache feeds 8 FMAs.
+// Why the weights are paired and x broadcast, not the other way round: the x broadcast is a plain
+// load, and a 16-bit pair is widened once for both rows (pair, widen: 3 shuffle/shift
+// instructions where two rows widened apart and an x pair took 5), 1.10x on the bf16 GEMM and
+// the same on f32 (benchmarks/results/2026-11-25-cpu-gemm-pairs-block-1024.md).
 // Decode (1 x-row) stays on the AVX2 kernels: it is bound by memory, not by FMAs.
 // Built with function target attributes; the GEMM calls it only after CpuHasAvx512() said yes.
 #include "kernels/cpu/cpu_features.h"
@@ -19,14 +22,20 @@ namespace blossom {
 #if defined(__x86_64__)
 namespace {
 
-// Eight weights from element i of a row, widened exactly to fp32, in both 256-bit halves.
+// Eight weights from element i of rows a and b, widened exactly to fp32: row a's in the low
+// 256-bit half, row b's in the high half. The 16-bit dtypes are paired before widening, so one
+// widening serves both rows.
 template <DType D>
-BLOSSOM_AVX512 inline __m512 LoadW8Twice(const void* w, int64_t i) {
+BLOSSOM_AVX512 inline __m512 LoadWPair(const void* a, const void* b, int64_t i) {
   if constexpr (D == DType::kF32) {
-    return _mm512_broadcast_f32x8(_mm256_loadu_ps(static_cast<const float*>(w) + i));
+    return _mm512_insertf32x8(
+        _mm512_castps256_ps512(_mm256_loadu_ps(static_cast<const float*>(a) + i)),
+        _mm256_loadu_ps(static_cast<const float*>(b) + i), 1);
   } else {
-    const __m256i h = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(a) + i))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(b) + i)), 1);
     if constexpr (D == DType::kBF16) {
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     } else {
@@ -35,17 +44,16 @@ BLOSSOM_AVX512 inline __m512 LoadW8Twice(const void* w, int64_t i) {
   }
 }
 
-// Rows r and r + 1 of x from element i, one per 256-bit half.
-BLOSSOM_AVX512 inline __m512 LoadXPair(const float* x, int64_t ldx, int64_t i) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + i)),
-                            _mm256_loadu_ps(x + ldx + i), 1);
+// Eight x values from element i of a row, in both 256-bit halves (a load, no shuffle).
+BLOSSOM_AVX512 inline __m512 LoadX8Twice(const float* x, int64_t i) {
+  return _mm512_broadcast_f32x8(_mm256_loadu_ps(x + i));
 }
 
-// A row pair's 8 fp32 lanes each (rows 2p and 2p + 1 in the halves of `lanes`) into their 4 fp64
-// accumulators, a[0..3] (row 2p) and a[4..7] (row 2p + 1): per element a[i] += double(l[i]) +
-// double(l[i + 4]), the AVX2 path's fold. One permute lines the lanes up as [2p: l0-3, 2p + 1:
-// l0-3 | 2p: l4-7, 2p + 1: l4-7], so both elements fold with 512-bit conversions and adds (8
-// instructions for the pair instead of 15 with a 256-bit fold per element).
+// The 16 fp32 lanes of two elements (one per 256-bit half of `lanes`) into their 4 fp64
+// accumulators each, a[0..3] (low half) and a[4..7] (high half): per element a[i] +=
+// double(l[i]) + double(l[i + 4]), the AVX2 path's fold. One permute lines the lanes up as
+// [low: l0-3, high: l0-3 | low: l4-7, high: l4-7], so both elements fold with 512-bit conversions
+// and adds (8 instructions for the pair instead of 15 with a 256-bit fold per element).
 BLOSSOM_AVX512 inline void FoldPair(__m512 lanes, double* a) {
   const __m512i order = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
   const __m512 p = _mm512_permutexvar_ps(order, lanes);
@@ -54,76 +62,77 @@ BLOSSOM_AVX512 inline void FoldPair(__m512 lanes, double* a) {
   _mm512_store_pd(a, _mm512_add_pd(_mm512_load_pd(a), _mm512_add_pd(lo, hi)));
 }
 
-// One block [b, end) of the contract for 2P x-rows times C w-rows (see the AVX2 TileBlock): P
-// row pairs, 2P * C accumulators of 16 lanes; each widened weight vector feeds P FMAs.
-template <int P, int C, DType D>
+// One block [b, end) of the contract for R x-rows times Q pairs of w-rows (w rows 2q and 2q + 1,
+// `row_bytes` apart; row_bytes = 0 pairs a row with itself): R * Q accumulators of 16 lanes,
+// element (r, 2q) in the low half and (r, 2q + 1) in the high half. Each paired, widened weight
+// vector feeds R FMAs and each broadcast x vector Q. The pair's element accumulators are
+// adjacent in `acc`: (r * acc_ld + 2q) * 4, 8 doubles, 64-byte aligned (acc_ld even).
+template <int R, int Q, DType D>
 BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w, size_t row_bytes,
                                      int64_t b, int64_t end, double* acc, int64_t acc_ld) {
-  const void* wr[C];
+  const void* wr[2 * Q];
 #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) wr[c] = w + c * row_bytes;
-  __m512 lanes[P][C];  // [row pair][column]: rows 2p and 2p + 1 in the low and high halves
+  for (int c = 0; c < 2 * Q; ++c) wr[c] = w + c * row_bytes;
+  __m512 lanes[R][Q];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) lanes[p][c] = _mm512_setzero_ps();
+    for (int q = 0; q < Q; ++q) lanes[r][q] = _mm512_setzero_ps();
   for (int64_t i = b; i < end; i += 8) {
-    __m512 xp[P];
+    __m512 wv[Q];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) xp[p] = LoadXPair(x + 2 * p * ldx, ldx, i);
+    for (int q = 0; q < Q; ++q) wv[q] = LoadWPair<D>(wr[2 * q], wr[2 * q + 1], i);
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const __m512 wv = LoadW8Twice<D>(wr[c], i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = LoadX8Twice(x + r * ldx, i);
 #pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) lanes[p][c] = _mm512_fmadd_ps(xp[p], wv, lanes[p][c]);
+      for (int q = 0; q < Q; ++q) lanes[r][q] = _mm512_fmadd_ps(xv, wv[q], lanes[r][q]);
     }
   }
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) FoldPair(lanes[p][c], acc + (p * acc_ld + c) * 8);
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) FoldPair(lanes[r][q], acc + (r * acc_ld + 2 * q) * 4);
 }
 
-// 2P x-rows times `cols` w-rows: groups of kWide weight rows over all their k-blocks (each weight
-// row streams whole, as in the AVX2 panel), then smaller groups for what is left. 4 rows: 8 wide
-// (16 accumulators); 8 rows: 6 wide (24 accumulators, 4 x pairs and a weight vector: 29 of the
-// 32 registers).
-template <int P, DType D>
+// R x-rows times `cols` w-rows: groups of kPairs weight-row pairs over all their k-blocks (each
+// weight row streams whole, as in the AVX2 panel), then single pairs, then an odd last row
+// paired with itself (its high half lands in a spare accumulator column). 8 rows: 3 pairs (24
+// accumulators, 3 weight pairs and an x vector: 28 of the 32 registers); 4 rows: 4 pairs (16).
+template <int R, DType D>
 BLOSSOM_AVX512 void Panel(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
                           float* dots, int64_t ldd) {
-  constexpr int kRows = 2 * P;
-  constexpr int kWide = P == 2 ? 8 : 6;
+  constexpr int kPairs = R == 8 ? 3 : 4;
   const int64_t k8 = k & ~int64_t{7};
   const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
   const char* wc = static_cast<const char*>(w);
-  alignas(64) double acc[kRows * kMaxTileCols * 4];
-  for (int i = 0; i < kRows * cols * 4; ++i) acc[i] = 0.0;
+  const int acc_ld = (cols + 1) & ~1;  // even, with the odd row's spare column
+  alignas(64) double acc[R * (kMaxTileCols + 1) * 4];
+  for (int i = 0; i < R * acc_ld * 4; ++i) acc[i] = 0.0;
   auto block_end = [k8](int64_t b) { return b + kDotBlock < k8 ? b + kDotBlock : k8; };
   int c = 0;
-  for (; c + kWide <= cols; c += kWide)
+  for (; c + 2 * kPairs <= cols; c += 2 * kPairs)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock<P, kWide, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 8,
-                             cols);
-  for (; c + 4 <= cols; c += 4)
+      TileBlock<R, kPairs, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                              acc_ld);
+  for (; c + 2 <= cols; c += 2)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock<P, 4, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 8,
-                         cols);
-  for (; c < cols; ++c)
+      TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
+                         acc_ld);
+  if (c < cols)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock<P, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 8,
-                         cols);
-  // acc: [row pair][column][row 2p's 4 doubles, row 2p + 1's 4] (FoldPair's layout).
-  for (int r = 0; r < kRows; ++r)
+      TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, 0, b, block_end(b), acc + c * 4, acc_ld);
+  for (int r = 0; r < R; ++r)
     for (int j = 0; j < cols; ++j)
-      dots[r * ldd + j] = FinishDot(acc + ((r / 2) * cols + j) * 8 + (r % 2) * 4, x + r * ldx,
-                                    wc + j * row_bytes, D, k8, k);
+      dots[r * ldd + j] = FinishDot(acc + (r * acc_ld + j) * 4, x + r * ldx, wc + j * row_bytes,
+                                    D, k8, k);
 }
 
 using PanelFn = void (*)(const float*, int64_t, const void*, int, int64_t, float*, int64_t);
 
 template <DType D>
 PanelFn Pick(int rows) {
-  return rows == 8 ? &Panel<4, D> : &Panel<2, D>;
+  return rows == 8 ? &Panel<8, D> : &Panel<4, D>;
 }
 
 }  // namespace
