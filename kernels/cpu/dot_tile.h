@@ -17,12 +17,15 @@
 // portable path uses std::fma on floats (correctly rounded in software where the CPU has no FMA).
 //
 // Why this order: the inner loop is plain fp32 FMA (8 lanes per AVX2 register, the CPU's full
-// FMA rate, no widening), and each lane sums only kDotBlock / 8 = 32 products before its partial
-// sum moves into fp64, so rounding error grows with 32 terms rather than with k. The oracle
+// FMA rate, no widening), and each lane sums only kDotBlock / 8 = 128 products before its partial
+// sum moves into fp64, so rounding error grows with 128 terms rather than with k. The oracle
 // (transformers' fp32 GEMM) accumulates each output over all of k in fp32; Blossom stays closer
 // to an fp64 evaluation than it does (bloom_model_test and tensor_parallel_test check that on
-// every golden model). The previous contract accumulated every product in fp64 lanes: twice the
-// FMAs and a widening per element, for an accuracy the golden tests did not need.
+// every golden model; benchmarks/cpu/dot_block_error.py measures 2-3x less error than torch's
+// fp32 matmul at bloom-560m's k = 1024 and 4096). The previous contract accumulated every product
+// in fp64 lanes: twice the FMAs and a widening per element, for an accuracy the golden tests did
+// not need. Blocks were 256 elements until 2026-11-25: each block's fold into fp64 costs about
+// as many instructions as 8 of its FMA steps, and 1024 made the AVX-512 GEMM 1.08-1.14x faster.
 #ifndef BLOSSOM_KERNELS_CPU_DOT_TILE_H_
 #define BLOSSOM_KERNELS_CPU_DOT_TILE_H_
 
@@ -66,7 +69,7 @@ void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w
 bool DotTileAvx512Supported();
 
 // Elements per fp32 block before the lanes move into fp64 (a multiple of 8).
-constexpr int64_t kDotBlock = 256;
+constexpr int64_t kDotBlock = 1024;
 
 // The end of the contract, shared by every path: the fixed reduction of the fp64 accumulators,
 // then the scalar tail k8 .. k-1.

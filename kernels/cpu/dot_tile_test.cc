@@ -36,8 +36,8 @@ const void* Weights(const Case& c, DType dtype) {
   return dtype == DType::kF32 ? static_cast<const void*>(c.w32.data()) : c.w16.data();
 }
 
-// Around the fp32 block (kDotBlock = 256) and across several blocks with a short last one.
-const int64_t kKs[] = {1, 7, 8, 9, 16, 64, 203, 255, 256, 257, 264, 520, 1024, 4100};
+// Around the fp32 block (kDotBlock = 1024) and across several blocks with a short last one.
+const int64_t kKs[] = {1, 7, 8, 9, 16, 64, 203, 255, 256, 257, 1016, 1023, 1024, 1025, 1032, 2056, 4100};
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
 // The portable path against a double-precision dot product, within the contract's error bound:
