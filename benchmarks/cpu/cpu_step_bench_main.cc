@@ -4,8 +4,8 @@
 //                  [--batch 8] [--bandwidth-mib 512] [--quantize none|int8|int4]
 //                  [--quantize-lm-head]
 //
-// Measures, in this order, with exact token counts (prompt ids are fixed pseudo-random ids, so no
-// tokenizer is involved and every engine gets the same lengths):
+// Measures, in this order, greedy as the peers run, with exact token counts (prompt ids are fixed
+// pseudo-random ids, so no tokenizer is involved and every engine gets the same lengths):
 //   prefill_ms              one prompt of --prompt-tokens tokens, prompt -> first token
 //   decode_ms_per_token     batch 1 after that prompt: median wall time of one decode step
 //   batch_tokens_per_s      --batch such prompts decoded together: decode tokens / decode time
@@ -121,6 +121,9 @@ int Run() {
     r.prompt = PromptIds(prompt_len, seed, vocab);
     r.stopping.max_new_tokens = absl::GetFlag(FLAGS_decode_tokens);
     r.stopping.ignore_eos = true;
+    // Greedy, as the peers run (peer_bench.py): a sampled request adds a softmax over the whole
+    // vocabulary per row and step, which the peers' timings do not include.
+    r.sampling.temperature = 0.0f;
     return r;
   };
   // Warm-up (page faults, first-touch of the KV cache), untimed.

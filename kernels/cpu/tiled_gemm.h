@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/gemm.h"
@@ -53,13 +54,24 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
   const int64_t block_cols = std::max<int64_t>(
       width, kColumnBlockBytes / static_cast<int64_t>(std::max<size_t>(1, t.w_row_bytes)) / width * width);
 
+  // The bias as fp32 once per call (16-bit biases widened here, not per element and row).
+  const float* bias = nullptr;
+  if (a.bias != nullptr && a.bias_dtype == DType::kF32) {
+    bias = static_cast<const float*>(a.bias);
+  } else if (a.bias != nullptr) {
+    thread_local std::vector<float> widened;  // keeps its capacity: no allocation per step
+    widened.resize(static_cast<size_t>(a.n));
+    ConvertToF32(a.bias, a.bias_dtype, widened.data(), widened.size());
+    bias = widened.data();
+  }
   auto store = [&](int64_t m0, int rows, int64_t n0, int cols, const float* dots) {
     for (int r = 0; r < rows; ++r) {
       float* out_row = a.out + (m0 + r) * a.n + n0;
-      for (int c = 0; c < cols; ++c) {
-        float v = dots[r * t.max_cols + c];
-        if (a.bias != nullptr) v += LoadAsFloat(a.bias, a.bias_dtype, n0 + c);
-        out_row[c] = v;
+      const float* dot_row = dots + r * t.max_cols;
+      if (bias == nullptr) {
+        std::copy(dot_row, dot_row + cols, out_row);
+      } else {
+        for (int c = 0; c < cols; ++c) out_row[c] = dot_row[c] + bias[n0 + c];
       }
     }
   };
