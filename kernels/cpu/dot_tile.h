@@ -62,10 +62,21 @@ void DotTilePortable(const float* x, int64_t ldx, int rows, const void* w, DType
 void DotTileAvx2(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
                  int64_t k, float* dots, int64_t ldd);
 bool DotTileAvx2Supported();
+// Weights a tile prefetches into L2 while it computes: one 64-byte line from `next` per inner
+// step (8 elements of k), advancing `next` until it reaches `end`. The GEMM points it at the
+// column block it runs next when the batch is small, so that block's read from DRAM overlaps this
+// block's FMAs instead of stalling the first x rows that touch it. A hint only: results never
+// depend on it.
+struct WeightPrefetch {
+  const char* next = nullptr;
+  const char* end = nullptr;
+};
+
 // AVX-512 (F, VL, DQ, BW) for 4- and 8-row tiles, two elements per 512-bit register; 1-row tiles
-// run the AVX2 kernels (x86-64 only; callers check DotTileAvx512Supported() first).
+// run the AVX2 kernels (x86-64 only; callers check DotTileAvx512Supported() first). `prefetch`
+// (may be null) is consumed by the 4- and 8-row tiles.
 void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
-                   int64_t k, float* dots, int64_t ldd);
+                   int64_t k, float* dots, int64_t ldd, WeightPrefetch* prefetch = nullptr);
 bool DotTileAvx512Supported();
 
 // Elements per fp32 block before the lanes move into fp64 (a multiple of 8).

@@ -66,10 +66,12 @@ BLOSSOM_AVX512 inline void FoldPair(__m512 lanes, double* a) {
 // `row_bytes` apart; row_bytes = 0 pairs a row with itself): R * Q accumulators of 16 lanes,
 // element (r, 2q) in the low half and (r, 2q + 1) in the high half. Each paired, widened weight
 // vector feeds R FMAs and each broadcast x vector Q. The pair's element accumulators are
-// adjacent in `acc`: (r * acc_ld + 2q) * 4, 8 doubles, 64-byte aligned (acc_ld even).
+// adjacent in `acc`: (r * acc_ld + 2q) * 4, 8 doubles, 64-byte aligned (acc_ld even). Each step
+// also prefetches one line of `prefetch` into L2 (dot_tile.h), if any is left.
 template <int R, int Q, DType D>
 BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w, size_t row_bytes,
-                                     int64_t b, int64_t end, double* acc, int64_t acc_ld) {
+                                     int64_t b, int64_t end, double* acc, int64_t acc_ld,
+                                     WeightPrefetch& prefetch) {
   const void* wr[2 * Q];
 #pragma GCC unroll 8
   for (int c = 0; c < 2 * Q; ++c) wr[c] = w + c * row_bytes;
@@ -78,7 +80,15 @@ BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w,
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q) lanes[r][q] = _mm512_setzero_ps();
+  const char* pf = prefetch.next;
+  const char* const pf_end = prefetch.end;
   for (int64_t i = b; i < end; i += 8) {
+    // One line per step: two or three measured slower at batch 8 (they compete with the demand
+    // reads of this block's weights).
+    if (pf < pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
+    }
     __m512 wv[Q];
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q) wv[q] = LoadWPair<D>(wr[2 * q], wr[2 * q + 1], i);
@@ -89,6 +99,7 @@ BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w,
       for (int q = 0; q < Q; ++q) lanes[r][q] = _mm512_fmadd_ps(xv, wv[q], lanes[r][q]);
     }
   }
+  prefetch.next = pf;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -101,7 +112,9 @@ BLOSSOM_AVX512 inline void TileBlock(const float* x, int64_t ldx, const char* w,
 // accumulators, 3 weight pairs and an x vector: 28 of the 32 registers); 4 rows: 4 pairs (16).
 template <int R, DType D>
 BLOSSOM_AVX512 void Panel(const float* x, int64_t ldx, const void* w, int cols, int64_t k,
-                          float* dots, int64_t ldd) {
+                          float* dots, int64_t ldd, WeightPrefetch* prefetch) {
+  WeightPrefetch none;
+  WeightPrefetch& pf = prefetch != nullptr ? *prefetch : none;
   constexpr int kPairs = R == 8 ? 3 : 4;
   const int64_t k8 = k & ~int64_t{7};
   const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(D);
@@ -114,21 +127,22 @@ BLOSSOM_AVX512 void Panel(const float* x, int64_t ldx, const void* w, int cols, 
   for (; c + 2 * kPairs <= cols; c += 2 * kPairs)
     for (int64_t b = 0; b < k8; b += kDotBlock)
       TileBlock<R, kPairs, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
-                              acc_ld);
+                              acc_ld, pf);
   for (; c + 2 <= cols; c += 2)
     for (int64_t b = 0; b < k8; b += kDotBlock)
       TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, row_bytes, b, block_end(b), acc + c * 4,
-                         acc_ld);
+                         acc_ld, pf);
   if (c < cols)
     for (int64_t b = 0; b < k8; b += kDotBlock)
-      TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, 0, b, block_end(b), acc + c * 4, acc_ld);
+      TileBlock<R, 1, D>(x, ldx, wc + c * row_bytes, 0, b, block_end(b), acc + c * 4, acc_ld, pf);
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < cols; ++j)
       dots[r * ldd + j] = FinishDot(acc + (r * acc_ld + j) * 4, x + r * ldx, wc + j * row_bytes,
                                     D, k8, k);
 }
 
-using PanelFn = void (*)(const float*, int64_t, const void*, int, int64_t, float*, int64_t);
+using PanelFn = void (*)(const float*, int64_t, const void*, int, int64_t, float*, int64_t,
+                         WeightPrefetch*);
 
 template <DType D>
 PanelFn Pick(int rows) {
@@ -140,7 +154,7 @@ PanelFn Pick(int rows) {
 bool DotTileAvx512Supported() { return CpuHasAvx512(); }
 
 void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
-                   int64_t k, float* dots, int64_t ldd) {
+                   int64_t k, float* dots, int64_t ldd, WeightPrefetch* prefetch) {
   if (rows != 4 && rows != 8) {
     DotTileAvx2(x, ldx, rows, w, w_dtype, cols, k, dots, ldd);
     return;
@@ -157,14 +171,14 @@ void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w
       fn = Pick<DType::kF32>(rows);
       break;
   }
-  fn(x, ldx, w, cols, k, dots, ldd);
+  fn(x, ldx, w, cols, k, dots, ldd, prefetch);
 }
 
 #else  // not x86-64: the portable path only.
 
 bool DotTileAvx512Supported() { return false; }
 void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w_dtype, int cols,
-                   int64_t k, float* dots, int64_t ldd) {
+                   int64_t k, float* dots, int64_t ldd, WeightPrefetch* prefetch) {
   DotTilePortable(x, ldx, rows, w, w_dtype, cols, k, dots, ldd);
 }
 

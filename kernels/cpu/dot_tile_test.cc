@@ -1,5 +1,6 @@
 #include "kernels/cpu/dot_tile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -129,6 +130,37 @@ TEST(DotTileTest, Avx512IsBitIdenticalToPortable) {
                 << DTypeName(dtype) << " k " << k << " tile " << rows << "x" << cols;
         }
       }
+    }
+}
+
+// A WeightPrefetch is a hint: with one, the AVX-512 tiles give the same bits, and they walk it one
+// 64-byte line per 8 elements of k per weight-row group, never past its end (plus the last line).
+TEST(DotTileTest, Avx512PrefetchLeavesResultsAndStaysInRange) {
+  if (!DotTileAvx512Supported()) GTEST_SKIP() << "this CPU lacks AVX-512 (F, VL, DQ, BW)";
+  const std::vector<char> next_block(64 * 1024);
+  for (DType dtype : kDtypes)
+    for (int64_t k : {int64_t{64}, int64_t{1032}}) {
+      Case c = MakeCase(dtype, k, 77u + static_cast<uint32_t>(k));
+      for (int rows : {4, kMaxTileRows})
+        for (int64_t range : {int64_t{64 * 3}, static_cast<int64_t>(next_block.size())}) {
+          const int cols = 13;
+          float want[kMaxTileRows * kMaxTileCols], got[kMaxTileRows * kMaxTileCols];
+          DotTileAvx512(c.x.data(), k, rows, Weights(c, dtype), dtype, cols, k, want,
+                        kMaxTileCols);
+          WeightPrefetch prefetch{next_block.data(), next_block.data() + range};
+          DotTileAvx512(c.x.data(), k, rows, Weights(c, dtype), dtype, cols, k, got, kMaxTileCols,
+                        &prefetch);
+          for (int r = 0; r < rows; ++r)
+            ASSERT_EQ(0, std::memcmp(want + r * kMaxTileCols, got + r * kMaxTileCols,
+                                     cols * sizeof(float)))
+                << DTypeName(dtype) << " k " << k << " rows " << rows;
+          // Groups of weight rows (pairs and the odd one) each walk k / 8 steps.
+          const int groups = rows == 4 ? 1 + 2 + 1 : 2 + 0 + 1;  // cols 13: 8+4+1 / 6+6+1
+          const int64_t steps = groups * (k / 8);
+          const int64_t walked = std::min<int64_t>(steps * 64, range);
+          EXPECT_EQ(prefetch.next, next_block.data() + walked)
+              << DTypeName(dtype) << " k " << k << " rows " << rows << " range " << range;
+        }
     }
 }
 

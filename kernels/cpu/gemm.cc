@@ -57,7 +57,7 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   isa = Resolve(isa);
   const bool avx2 = isa != GemmIsa::kPortable;
   const bool avx512 = isa == GemmIsa::kAvx512;
-  const DotTileFn tile = avx512 ? &DotTileAvx512 : avx2 ? &DotTileAvx2 : &DotTilePortable;
+  const DotTileFn tile = avx2 ? &DotTileAvx2 : &DotTilePortable;  // below AVX-512
   const char* w_base = static_cast<const char*>(a.w);
   // Decode-sized batches run one x row against 8 weight rows (a weight element is used once per
   // row anyway); larger ones 4 x rows against a panel of weight rows about 192 KiB big (dot_tile
@@ -80,10 +80,19 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   tiling.prefill_cols = panel_cols;
   tiling.prefill_any_cols = true;
   tiling.max_cols = kMaxTileCols;
-  RunTiledGemm(a, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
-    tile(a.x + m0 * a.k, a.k, rows, w_base + n0 * tiling.w_row_bytes, a.w_dtype, cols, a.k, dots,
-         kMaxTileCols);
-  });
+  // Batches up to 128 rows prefetch their next weight block (dot_tile.h): 1.07-1.11x at batch 8
+  // and 32 on bloom-560m; the AVX-512 tiles only (the machines measured have it).
+  tiling.prefetch_max_m = avx512 ? 128 : 0;
+  RunTiledGemm(a, pool, avx2, tiling,
+               [&](int64_t m0, int rows, int64_t n0, int cols, float* dots, WeightPrefetch* pf) {
+                 const float* x = a.x + m0 * a.k;
+                 const char* w = w_base + n0 * tiling.w_row_bytes;
+                 if (avx512) {
+                   DotTileAvx512(x, a.k, rows, w, a.w_dtype, cols, a.k, dots, kMaxTileCols, pf);
+                 } else {
+                   tile(x, a.k, rows, w, a.w_dtype, cols, a.k, dots, kMaxTileCols);
+                 }
+               });
 }
 
 }  // namespace blossom

@@ -89,7 +89,8 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
       PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
                amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
   }
-  RunTiledGemm(run, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots) {
+  RunTiledGemm(run, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots,
+                                            WeightPrefetch*) {
     if (amx && (rows == kAmxTileRows || rows == 2 * kAmxTileRows) && cols == kAmxTileRows) {
       const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for these tiles
       (rows == kAmxTileRows ? AmxQ8Tile16x16 : AmxQ8Tile32x16)(

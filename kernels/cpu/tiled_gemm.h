@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/dot_tile.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -39,9 +40,16 @@ struct GemmTiling {
   bool prefill_any_cols = false;  // the tile takes any cols <= prefill_cols (a panel)
   int max_cols = 1;         // row stride of the dots scratch (>= every tile's cols)
   size_t w_row_bytes = 0;   // bytes of one weight row
+  // Up to this many x rows (0: never), the multi-row tiles get the thread's next column block as
+  // their WeightPrefetch (dot_tile.h). With few rows a block's weights are used by few tiles, the
+  // first of which would otherwise wait on DRAM; with many the block is read once among many
+  // tiles, and prefetching the next one early only evicts it again (512-token prefill measured
+  // 0.96x with it).
+  int64_t prefetch_max_m = 0;
 };
 
-// tile(m0, rows, n0, cols, dots) writes dots[r * tiling.max_cols + c] = x row m0 + r . w row n0 + c.
+// tile(m0, rows, n0, cols, dots, prefetch) writes dots[r * tiling.max_cols + c] = x row m0 + r .
+// w row n0 + c; `prefetch` (never null; often empty) is the weight range it may prefetch.
 template <typename Tile>
 void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, const GemmTiling& t,
                   const Tile& tile) {
@@ -84,8 +92,15 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
   auto run_groups = [&](int64_t g_begin, int64_t g_end) {
     float dots[kMaxTiledGemmDots];
     const int64_t n_begin = g_begin * width, n_end = std::min(a.n, g_end * width);
+    const bool prefetch_next = !row_at_a_time && a.m <= t.prefetch_max_m;
     for (int64_t nb = n_begin; nb < n_end; nb += block_cols) {
       const int64_t ne = std::min(n_end, nb + block_cols);
+      WeightPrefetch prefetch;
+      if (prefetch_next) {  // this chunk's next block, if it has one
+        const char* w = static_cast<const char*>(a.w);
+        prefetch.next = w + ne * static_cast<int64_t>(t.w_row_bytes);
+        prefetch.end = w + std::min(n_end, ne + block_cols) * static_cast<int64_t>(t.w_row_bytes);
+      }
       int64_t m0 = 0;
       if (!row_at_a_time) {
         for (const int rows : {t.prefill_rows, t.prefill_rows_small}) {
@@ -95,7 +110,7 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
               const int cols = ne - n0 >= t.prefill_cols ? t.prefill_cols
                                : t.prefill_any_cols    ? static_cast<int>(ne - n0)
                                                        : 1;
-              tile(m0, rows, n0, cols, dots);
+              tile(m0, rows, n0, cols, dots, &prefetch);
               store(m0, rows, n0, cols, dots);
               n0 += cols;
             }
@@ -109,7 +124,7 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
           const int cols = left >= t.decode_cols                             ? t.decode_cols
                            : (t.decode_mid_cols > 0 && left >= t.decode_mid_cols) ? t.decode_mid_cols
                                                                                   : 1;
-          tile(m0, 1, n0, cols, dots);
+          tile(m0, 1, n0, cols, dots, &prefetch);
           store(m0, 1, n0, cols, dots);
           n0 += cols;
         }
