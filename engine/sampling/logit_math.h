@@ -113,6 +113,34 @@ inline float MaxOf(const float* l, size_t n) {
   return best;
 }
 
+// MaxOf, and whether every value is below +inf (false for NaN and +inf; -inf is a mask) in the
+// same pass.
+inline float MaxOfBelowInf(const float* l, size_t n, bool* below_inf) {
+  float best = -kInf;
+  bool ok = true;
+  size_t i = 0;
+#if BLOSSOM_SAMPLER_SIMD
+  F4 lanes = {-kInf, -kInf, -kInf, -kInf};
+  const F4 inf = {kInf, kInf, kInf, kInf};
+  I4 ok4 = {-1, -1, -1, -1};
+  for (; i + 4 <= n; i += 4) {
+    const F4 v = Load4(l + i);
+    ok4 &= v < inf;
+    lanes = Select4(v > lanes, v, lanes);
+  }
+  for (int k = 0; k < 4; ++k) {
+    best = std::max(best, lanes[k]);
+    ok = ok && ok4[k] != 0;
+  }
+#endif
+  for (; i < n; ++i) {
+    ok = ok && l[i] < kInf;
+    best = std::max(best, l[i]);
+  }
+  *below_inf = ok;
+  return best;
+}
+
 // x[i] = (l[i] - max) / temperature and w[i] = exp(x[i]) when kStore; returns the sum of the
 // weights and, when block_sums is set, the sum of each kBlock-token block.
 template <bool kStore>

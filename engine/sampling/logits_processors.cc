@@ -12,6 +12,7 @@ namespace {
 
 using logit_math::ExpNonPositive;
 using logit_math::ExpWeights;
+using logit_math::MaxOfBelowInf;
 using logit_math::kBlock;
 using logit_math::kInf;
 using logit_math::MaxOf;
@@ -101,9 +102,10 @@ class LogitsProcessors {
     return out;
   }
 
-  // Steps 1-3: copies the row into s.logits_, checks it and applies suppression and penalties.
-  static absl::Status Prepare(absl::Span<const float> logits, const SamplingParams& params,
-                              const SamplingContext& ctx, SamplerScratch& s) {
+  // Step 1's checks of the request against the row: params valid for this vocabulary, token ids
+  // in range.
+  static absl::Status CheckRequest(absl::Span<const float> logits, const SamplingParams& params,
+                                   const SamplingContext& ctx) {
     const size_t vocab = logits.size();
     if (vocab == 0) return absl::InvalidArgumentError("logits must not be empty");
     if (vocab > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -113,10 +115,42 @@ class LogitsProcessors {
     if (!status.ok()) return status;
     if (!(status = CheckIds(ctx.prompt_tokens, "prompt_tokens", vocab)).ok()) return status;
     if (!(status = CheckIds(ctx.output_tokens, "output_tokens", vocab)).ok()) return status;
-    if (!(status = CheckIds(ctx.suppressed_tokens, "suppressed_tokens", vocab)).ok()) {
-      return status;
-    }
+    return CheckIds(ctx.suppressed_tokens, "suppressed_tokens", vocab);
+  }
 
+  // The error for a row holding NaN or +inf, naming the first such position.
+  static absl::Status NonFinite(absl::Span<const float> logits) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!(logits[i] < kInf)) {
+        return absl::InternalError(absl::StrCat("logits[", i, "] is ", logits[i],
+                                                ": the model produced a non-finite logit"));
+      }
+    }
+    return absl::InternalError("the model produced a non-finite logit");
+  }
+
+  // Steps 1-4 for a greedy request whose row nothing edits (no suppressed tokens, no penalties):
+  // the same checks and token as Prepare then Argmax, without copying the row (1 MiB at BLOOM's
+  // vocabulary, per row and step).
+  static absl::StatusOr<int32_t> UneditedArgmax(absl::Span<const float> logits,
+                                                const SamplingParams& params,
+                                                const SamplingContext& ctx) {
+    absl::Status status = CheckRequest(logits, params, ctx);
+    if (!status.ok()) return status;
+    bool below_inf = true;
+    const float best_value = MaxOfBelowInf(logits.data(), logits.size(), &below_inf);
+    if (!below_inf) return NonFinite(logits);
+    if (best_value == -kInf) return AllMasked();
+    return static_cast<int32_t>(std::find(logits.begin(), logits.end(), best_value) -
+                                logits.begin());
+  }
+
+  // Steps 1-3: copies the row into s.logits_, checks it and applies suppression and penalties.
+  static absl::Status Prepare(absl::Span<const float> logits, const SamplingParams& params,
+                              const SamplingContext& ctx, SamplerScratch& s) {
+    absl::Status status = CheckRequest(logits, params, ctx);
+    if (!status.ok()) return status;
+    const size_t vocab = logits.size();
     s.logits_.resize(vocab);
     float* l = s.logits_.data();
     // A branch-free flag keeps the copy loop cheap; the position is only searched for on the
@@ -127,14 +161,7 @@ class LogitsProcessors {
       bad |= !(v < kInf);
       l[i] = v;
     }
-    if (bad) {
-      for (size_t i = 0; i < vocab; ++i) {
-        if (!(logits[i] < kInf)) {
-          return absl::InternalError(absl::StrCat("logits[", i, "] is ", logits[i],
-                                                  ": the model produced a non-finite logit"));
-        }
-      }
-    }
+    if (bad) return NonFinite(logits);
 
     for (int32_t t : ctx.suppressed_tokens) l[t] = -kInf;
 
@@ -479,6 +506,17 @@ class LogitsProcessors {
 absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams& params,
                            const SamplingContext& ctx, SamplerScratch& scratch) {
   return LogitsProcessors::Prepare(logits, params, ctx, scratch);
+}
+
+bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx) {
+  return ctx.suppressed_tokens.empty() && params.repetition_penalty == 1.0f &&
+         params.frequency_penalty == 0.0f && params.presence_penalty == 0.0f;
+}
+
+absl::StatusOr<int32_t> UneditedGreedyToken(absl::Span<const float> logits,
+                                            const SamplingParams& params,
+                                            const SamplingContext& ctx) {
+  return LogitsProcessors::UneditedArgmax(logits, params, ctx);
 }
 
 absl::StatusOr<int32_t> GreedyToken(const SamplerScratch& scratch) {

@@ -76,6 +76,15 @@ absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams&
 // FailedPrecondition when every token is -inf.
 absl::StatusOr<int32_t> GreedyToken(const SamplerScratch& scratch);
 
+// True when steps 2-3 leave the row as it is: no suppressed tokens, no penalties.
+bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx);
+
+// Steps 1-4 for a greedy request with RowIsUnedited: the same checks, errors and token as
+// PrepareLogits then GreedyToken, reading `logits` in place instead of copying the row.
+absl::StatusOr<int32_t> UneditedGreedyToken(absl::Span<const float> logits,
+                                            const SamplingParams& params,
+                                            const SamplingContext& ctx);
+
 // Steps 4 (temperature) to 8 on the row PrepareLogits left. Returns true when the survivors are
 // the dense form (every token with a nonzero weight; nothing was filtered), false when they are
 // the scratch's explicit candidate list. FailedPrecondition when every token is -inf.

@@ -273,5 +273,80 @@ TEST(SamplerReferenceTest, ExactBoundaries) {
   }
 }
 
+// The greedy path that reads an unedited row in place gives Prepare + Argmax's token and errors:
+// ties to the lowest id, -inf masks, a row of -inf, NaN and +inf at the start, middle and tail
+// (the vector loop's remainder), bad ids and bad params.
+TEST(UneditedGreedyTest, SameTokenAndErrorsAsPrepareThenArgmax) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> rows;
+  for (size_t n : {1, 3, 4, 7, 8, 1001}) {
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; ++i) r[i] = std::sin(0.7f * static_cast<float>(i)) * 5.0f;
+    rows.push_back(r);
+    if (n >= 4) {
+      std::vector<float> tie = r;
+      tie[n - 1] = tie[1] = 9.0f;  // two maxima: the lower id wins
+      rows.push_back(tie);
+    }
+    rows.push_back(std::vector<float>(n, -kInf));
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      for (float bad : {nan, kInf, -kInf}) {
+        std::vector<float> b = r;
+        b[at] = bad;
+        rows.push_back(b);
+      }
+    }
+  }
+  SamplingContext ctx;
+  const std::vector<int32_t> history = {0, 2};
+  ctx.prompt_tokens = history;
+  const SamplingParams greedy = Make(0.0f);
+  int checked = 0;
+  for (const std::vector<float>& row : rows) {
+    SamplerScratch scratch;
+    const absl::Status prepared = PrepareLogits(row, greedy, ctx, scratch);
+    const absl::StatusOr<int32_t> want =
+        prepared.ok() ? GreedyToken(scratch) : absl::StatusOr<int32_t>(prepared);
+    absl::StatusOr<int32_t> got = UneditedGreedyToken(row, greedy, ctx);
+    ASSERT_EQ(want.status(), got.status()) << "row of " << row.size();
+    if (want.ok()) EXPECT_EQ(*want, *got) << "row of " << row.size();
+    ++checked;
+  }
+  EXPECT_GT(checked, 40);
+  // Token ids out of range and invalid params fail the same way.
+  const std::vector<float> row(16, 1.0f);
+  SamplingContext bad_ids;
+  const std::vector<int32_t> out_of_range = {16};
+  bad_ids.output_tokens = out_of_range;
+  SamplerScratch scratch;
+  EXPECT_EQ(PrepareLogits(row, greedy, bad_ids, scratch),
+            UneditedGreedyToken(row, greedy, bad_ids).status());
+  EXPECT_FALSE(UneditedGreedyToken(row, greedy, bad_ids).ok());
+  SamplingParams bad_params = greedy;
+  bad_params.top_p = 1.5f;
+  EXPECT_EQ(PrepareLogits(row, bad_params, ctx, scratch),
+            UneditedGreedyToken(row, bad_params, ctx).status());
+  EXPECT_FALSE(UneditedGreedyToken(row, bad_params, ctx).ok());
+}
+
+// Suppression and penalties edit the row; anything else leaves it as it is.
+TEST(UneditedGreedyTest, RowIsUneditedOnlyWithoutSuppressionOrPenalties) {
+  SamplingContext ctx;
+  EXPECT_TRUE(RowIsUnedited(Make(0.0f), ctx));
+  const std::vector<int32_t> suppressed = {1};
+  SamplingContext with_suppressed;
+  with_suppressed.suppressed_tokens = suppressed;
+  EXPECT_FALSE(RowIsUnedited(Make(0.0f), with_suppressed));
+  SamplingParams p = Make(0.0f);
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+  p = Make(0.0f);
+  p.frequency_penalty = 0.5f;
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+  p = Make(0.0f);
+  p.presence_penalty = -0.5f;
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+}
+
 }  // namespace
 }  // namespace blossom

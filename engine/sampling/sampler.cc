@@ -54,9 +54,16 @@ class SamplerImpl {
                                                 const SamplingParams& params,
                                                 const SamplingContext& ctx, RequestRng& rng,
                                                 SamplerScratch& s) {
+    SampleResult result;
+    if (IsGreedy(params) && RowIsUnedited(params, ctx)) {
+      absl::StatusOr<int32_t> token = UneditedGreedyToken(logits, params, ctx);
+      if (!token.ok()) return token.status();
+      result.token = *token;
+      if (params.logprobs >= 0) Logprobs(logits, params.logprobs, result);
+      return result;
+    }
     absl::Status status = PrepareLogits(logits, params, ctx, s);
     if (!status.ok()) return status;
-    SampleResult result;
     if (IsGreedy(params)) {
       absl::StatusOr<int32_t> token = GreedyToken(s);
       if (!token.ok()) return token.status();
