@@ -35,14 +35,17 @@ void PackAmxX(const Q8Block* x, int64_t ldx, int rows, int64_t blocks, int8_t* c
 
 // dots[r * ldd + c] = the quant_dot_tile.h dot of packed x row r (r < 16) and q8g32 weight row c
 // (c < 16, rows row_bytes apart from w), for `blocks` blocks. Callers check AmxInt8Usable()
-// (elsewhere this runs Q8Tile16x16Scalar).
+// (elsewhere this runs Q8Tile16x16Scalar). With `prefetch_weights`, each step prefetches the
+// weight rows' block 8 blocks on into L1 (then the first blocks of the 16 rows after them): worth
+// it when the weights come from DRAM, i.e. when few tiles share a column block (small batches);
+// a hint only.
 void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
-                    int64_t blocks, float* dots, int64_t ldd);
+                    int64_t blocks, float* dots, int64_t ldd, bool prefetch_weights = false);
 // Two consecutive packed 16-row x groups (the second `blocks` blocks after the first, as
 // quant_gemm packs them) by the same 16 weight rows: dots rows 0..31. Same bits as two
 // AmxQ8Tile16x16 calls; each weight tile is loaded once for both groups.
 void AmxQ8Tile32x16(const int8_t* x_codes, const float* x_scales, const void* w, size_t row_bytes,
-                    int64_t blocks, float* dots, int64_t ldd);
+                    int64_t blocks, float* dots, int64_t ldd, bool prefetch_weights = false);
 // The same in plain C++ from the packed layout: the reference for tests, any CPU.
 void Q8Tile16x16Scalar(const int8_t* x_codes, const float* x_scales, const void* w,
                        size_t row_bytes, int64_t blocks, float* dots, int64_t ldd);

@@ -89,13 +89,17 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
       PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
                amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
   }
+  // Up to 64 rows (at most two tiles per column block) the AMX tiles prefetch their weight rows
+  // (quant_amx.h): those come from DRAM; with more, from L2 after the first tile.
+  const bool prefetch_amx_weights = m_run <= 2 * 2 * kAmxTileRows;
   RunTiledGemm(run, pool, avx2, tiling, [&](int64_t m0, int rows, int64_t n0, int cols, float* dots,
                                             WeightPrefetch*) {
     if (amx && (rows == kAmxTileRows || rows == 2 * kAmxTileRows) && cols == kAmxTileRows) {
       const int64_t g = m0 / kAmxTileRows;  // m0 is a multiple of 16 for these tiles
       (rows == kAmxTileRows ? AmxQ8Tile16x16 : AmxQ8Tile32x16)(
           amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows,
-          w_base + n0 * tiling.w_row_bytes, tiling.w_row_bytes, blocks, dots, tiling.max_cols);
+          w_base + n0 * tiling.w_row_bytes, tiling.w_row_bytes, blocks, dots, tiling.max_cols,
+          prefetch_amx_weights);
       return;
     }
     if (!amx) {
