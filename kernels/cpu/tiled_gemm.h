@@ -19,6 +19,10 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/dot_tile.h"
 #include "kernels/cpu/gemm.h"
@@ -32,6 +36,18 @@ constexpr int64_t kColumnBlockBytes = 192 * 1024;
 // Size of the per-thread dots scratch: every tiling needs prefill_rows * max_cols (and
 // max_cols >= decode_cols) at most this; GemmNT and QuantGemmNT check theirs at compile time.
 constexpr int kMaxTiledGemmDots = 8 * 96;
+
+// out[i] = a[i] + b[i] for i < n: the same IEEE additions in any width. SSE (baseline x86-64)
+// where available: the compiler left this loop scalar (its -O2 vectorizer refuses loops that
+// need a remainder), and the scalar loop was 9% of a 512-token int8 prefill.
+inline void AddRows(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+#endif
+  for (; i < n; ++i) out[i] = a[i] + b[i];
+}
 
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
@@ -79,7 +95,7 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
       if (bias == nullptr) {
         std::copy(dot_row, dot_row + cols, out_row);
       } else {
-        for (int c = 0; c < cols; ++c) out_row[c] = dot_row[c] + bias[n0 + c];
+        AddRows(dot_row, bias + n0, out_row, cols);
       }
     }
   };
