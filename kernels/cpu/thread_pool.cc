@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace blossom {
 
@@ -34,11 +35,26 @@ void ThreadPool::RunChunks() {
   lock.release();
 }
 
+template <typename Done>
+bool ThreadPool::SpinFor(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    SpinFor([&] { return stopping_.load() || generation_.load() != seen; });
+    std::unique_lock<std::mutex> lock(mutex_);
+    work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
     if (stopping_) return;
     seen = generation_;
     ++active_workers_;
@@ -68,8 +84,12 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk, ChunkFn fn) {
   work_ready_.notify_all();
   lock.release();
   RunChunks();
-  lock = std::unique_lock<std::mutex>(mutex_, std::adopt_lock);
-  work_done_.wait(lock, [&] { return active_workers_ == 0; });
+  // Every chunk is claimed now, each by a thread counted in active_workers_ until it finished
+  // (claims and the count change under mutex_), so a zero count means every chunk is done.
+  mutex_.unlock();
+  SpinFor([&] { return active_workers_.load() == 0; });
+  lock = std::unique_lock<std::mutex>(mutex_);
+  work_done_.wait(lock, [&] { return active_workers_.load() == 0; });
   job_ = nullptr;
 }
 

@@ -6,9 +6,16 @@
 //
 // Thread-safety: ParallelFor may be called from one thread at a time per pool (the engine thread);
 // calls from several threads are serialised by an internal mutex.
+//
+// Waiting: a worker that finished a job spins (with a pause instruction) for up to kSpinMicros
+// before it sleeps on the condition variable, and so does the calling thread waiting for the
+// workers' chunks. A decode step runs a few hundred short ParallelFors back to back; sleeping
+// and waking through the kernel between each cost microseconds per op (the scheduler's functions
+// were about 4% of a batch-1 decode profile). Idle pools sleep after the spin.
 #ifndef BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
 #define BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -54,6 +61,11 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunChunks();
+  // Spins until done() or kSpinMicros have passed; returns done()'s last value.
+  template <typename Done>
+  static bool SpinFor(const Done& done);
+
+  static constexpr int64_t kSpinMicros = 100;
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -62,14 +74,15 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  bool stopping_ = false;
-  uint64_t generation_ = 0;
+  // Written under mutex_; atomic so that the spins can read them without it.
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> generation_{0};
   // The current job (valid while pending_ > 0 or workers are in it).
   const ChunkFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_chunk_ = 0;
   int64_t next_begin_ = 0;
-  int active_workers_ = 0;
+  std::atomic<int> active_workers_{0};
 };
 
 }  // namespace blossom
