@@ -124,8 +124,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   const double open_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  BackendFactory make_backend = [threads](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads));
+  // The ranks' pools spin between ops when every thread has a core of its own.
+  const bool spin_wait =
+      static_cast<int64_t>(threads) * tp <= static_cast<int64_t>(std::thread::hardware_concurrency());
+  BackendFactory make_backend = [threads,
+                                 spin_wait](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads, spin_wait));
   };
   GroupFactory make_group =
       [tp](const std::vector<Backend*>&) -> absl::StatusOr<std::unique_ptr<RankGroup>> {

@@ -342,7 +342,11 @@ class MpiRunner : public ModelRunner {
         threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                   std::max(1, process_.local_size));
       }
-      backend_ = std::make_unique<CpuBackend>(threads);
+      // Spin between ops only when this machine's ranks have a core per thread (thread_pool.h).
+      const bool spin_wait =
+          static_cast<int64_t>(threads) * std::max(1, process_.local_size) <=
+          static_cast<int64_t>(std::thread::hardware_concurrency());
+      backend_ = std::make_unique<CpuBackend>(threads, spin_wait);
     }
     ModelLoadOptions load;
     load.prefetch = false;  // done above

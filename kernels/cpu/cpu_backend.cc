@@ -144,7 +144,8 @@ void NormalizeRow(const float* in, float mean, float inv_std, const float* g, co
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : pool_(std::make_unique<ThreadPool>(num_threads)) {}
+CpuBackend::CpuBackend(int num_threads, bool spin_wait)
+    : pool_(std::make_unique<ThreadPool>(num_threads, spin_wait)) {}
 CpuBackend::~CpuBackend() = default;
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {

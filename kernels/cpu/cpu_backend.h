@@ -25,7 +25,9 @@ namespace blossom {
 class CpuBackend : public Backend {
  public:
   // num_threads <= 0: all hardware threads.
-  explicit CpuBackend(int num_threads = 0);
+  // spin_wait: the pool's threads spin between ops (thread_pool.h); for a process whose
+  // backends together have no more threads than the machine has cores.
+  explicit CpuBackend(int num_threads = 0, bool spin_wait = false);
   ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }

@@ -5,7 +5,7 @@
 
 namespace blossom {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, bool spin_wait) : spin_wait_(spin_wait) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   num_threads_ = std::max(1, num_threads);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -36,7 +36,8 @@ void ThreadPool::RunChunks() {
 }
 
 template <typename Done>
-bool ThreadPool::SpinFor(const Done& done) {
+bool ThreadPool::SpinFor(const Done& done) const {
+  if (!spin_wait_) return done();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
   while (true) {
     for (int i = 0; i < 64; ++i) {

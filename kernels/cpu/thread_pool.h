@@ -7,11 +7,13 @@
 // Thread-safety: ParallelFor may be called from one thread at a time per pool (the engine thread);
 // calls from several threads are serialised by an internal mutex.
 //
-// Waiting: a worker that finished a job spins (with a pause instruction) for up to kSpinMicros
-// before it sleeps on the condition variable, and so does the calling thread waiting for the
-// workers' chunks. A decode step runs a few hundred short ParallelFors back to back; sleeping
-// and waking through the kernel between each cost microseconds per op (the scheduler's functions
-// were about 4% of a batch-1 decode profile). Idle pools sleep after the spin.
+// Waiting (spin_wait): a worker that finished a job spins (with a pause instruction) for up to
+// kSpinMicros before it sleeps on the condition variable, and so does the calling thread waiting
+// for the workers' chunks. A decode step runs a few hundred short ParallelFors back to back;
+// sleeping and waking through the kernel between each cost microseconds per op (the scheduler's
+// functions were about 4% of a batch-1 decode profile). Idle pools sleep after the spin. Only
+// where the process's pools have a core per thread: a spinning thread on a shared core takes
+// time from the thread it waits for.
 #ifndef BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
 #define BLOSSOM_KERNELS_CPU_THREAD_POOL_H_
 
@@ -47,7 +49,7 @@ class ThreadPool {
  public:
   // num_threads <= 0 picks the hardware concurrency. The calling thread also does work, so the
   // pool starts num_threads - 1 workers.
-  explicit ThreadPool(int num_threads);
+  explicit ThreadPool(int num_threads, bool spin_wait = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -61,13 +63,14 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunChunks();
-  // Spins until done() or kSpinMicros have passed; returns done()'s last value.
+  // With spin_wait_, spins until done() or kSpinMicros have passed; returns done()'s last value.
   template <typename Done>
-  static bool SpinFor(const Done& done);
+  bool SpinFor(const Done& done) const;
 
   static constexpr int64_t kSpinMicros = 100;
 
   int num_threads_;
+  bool spin_wait_;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one ParallelFor at a time
 

@@ -12,32 +12,36 @@ namespace {
 
 TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
   for (int threads : {1, 2, 3, 8}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {0, 1, 5, 97, 10000}) {
-      std::vector<std::atomic<int>> hits(n);
-      for (auto& h : hits) h = 0;
-      pool.ParallelFor(n, 3, [&](int64_t b, int64_t e) {
-        EXPECT_LE(b, e);
-        for (int64_t i = b; i < e; ++i) hits[i]++;
-      });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "n=" << n << " i=" << i;
+    for (bool spin : {false, true}) {
+      ThreadPool pool(threads, spin);
+      for (int64_t n : {0, 1, 5, 97, 10000}) {
+        std::vector<std::atomic<int>> hits(n);
+        for (auto& h : hits) h = 0;
+        pool.ParallelFor(n, 3, [&](int64_t b, int64_t e) {
+          EXPECT_LE(b, e);
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "n=" << n << " i=" << i;
+      }
     }
   }
 }
 
 TEST(ThreadPoolTest, ManyConsecutiveJobs) {
-  ThreadPool pool(4);
-  std::atomic<int64_t> sum{0};
-  for (int round = 0; round < 2000; ++round) {
-    pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  for (bool spin : {false, true}) {
+    ThreadPool pool(4, spin);
+    std::atomic<int64_t> sum{0};
+    for (int round = 0; round < 2000; ++round) {
+      pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+    }
+    EXPECT_EQ(sum.load(), 2000 * 64);
   }
-  EXPECT_EQ(sum.load(), 2000 * 64);
 }
 
 // Workers spin for a while after a job, then sleep on the condition variable: jobs after the
 // workers fell asleep still run every chunk, on more than one thread.
 TEST(ThreadPoolTest, JobsAfterTheWorkersSleptStillUseThem) {
-  ThreadPool pool(3);
+  ThreadPool pool(3, /*spin_wait=*/true);
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // far longer than the spin
     std::vector<std::atomic<int>> hits(3000);
@@ -59,7 +63,7 @@ TEST(ThreadPoolTest, JobsAfterTheWorkersSleptStillUseThem) {
 // stop flag in their spin).
 TEST(ThreadPoolTest, DestroysWhileWorkersSpin) {
   for (int i = 0; i < 50; ++i) {
-    ThreadPool pool(4);
+    ThreadPool pool(4, /*spin_wait=*/true);
     std::atomic<int64_t> sum{0};
     pool.ParallelFor(16, 1, [&](int64_t b, int64_t e) { sum += e - b; });
     EXPECT_EQ(sum.load(), 16);
