@@ -37,7 +37,7 @@
 namespace blossom {
 
 // A tile is 1, 4 or kMaxTileRows (8) rows of x against 1 to kMaxTileCols consecutive rows of w.
-// 8-row tiles are the AVX-512 kernel's (each weight vector read from cache feeds 4 row pairs);
+// 8-row tiles are the AVX-512 kernel's (each paired weight vector read from cache feeds 8 rows);
 // the other paths run them as two 4-row tiles.
 constexpr int kMaxTileRows = 8;
 constexpr int kMaxTileCols = 96;
