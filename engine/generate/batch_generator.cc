@@ -19,6 +19,42 @@ BatchGenerator::BatchGenerator(ModelRunner* runner, const Tokenizer* tokenizer,
                                BatchGeneratorOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options) {}
 
+absl::Status BatchGenerator::StepAndSample(
+    const StepBatch& batch, const std::vector<int32_t>& sampled,
+    std::vector<std::unique_ptr<SequenceOutput>>& seqs,
+    const std::function<void(int32_t, const TokenEvent&)>& deliver) {
+  if (sampler_ == nullptr) {
+    if (options_.device_sampling) {
+      BLOSSOM_ASSIGN_OR_RETURN(sampler_, runner_->MakeBatchSampler());
+    } else {
+      sampler_ = std::make_unique<HostBatchSampler>();
+    }
+  }
+  Tensor logits;
+  if (options_.device_sampling) {
+    BLOSSOM_ASSIGN_OR_RETURN(logits, runner_->ForwardKeepLogits(batch));
+  } else {
+    const int64_t vocab = runner_->vocab_size();
+    const int64_t rows = std::max<int64_t>(1, batch.logit_rows.size());
+    host_logits_.resize(static_cast<size_t>(rows * vocab));
+    BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, host_logits_.data()));
+    logits = Tensor(host_logits_.data(), DType::kF32, {rows, vocab});
+  }
+  sample_rows_.clear();
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    BLOSSOM_ASSIGN_OR_RETURN(SampleRow row,
+                             seqs[sampled[r]]->PrepareSample(static_cast<int64_t>(r)));
+    sample_rows_.push_back(row);
+  }
+  BLOSSOM_RETURN_IF_ERROR(sampler_->SampleBatch(logits, sample_rows_, &samples_));
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    if (!samples_[r].ok()) return samples_[r].status();
+    BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event, seqs[sampled[r]]->Accept(std::move(*samples_[r])));
+    deliver(sampled[r], event);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     const std::vector<GenerateRequest>& requests, GenerateStats* stats,
     const TokenCallback& on_token) {
@@ -71,7 +107,6 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     if (on_token) on_token(i, event);
   };
 
-  std::vector<float> logits;
   StepBatch batch;
   batch.max_blocks_per_seq = max_blocks;
 
@@ -95,15 +130,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       budget -= take;
       if (last_chunk) ++next_seq;
     }
-    logits.resize(batch.logit_rows.size() * vocab);
-    BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, logits.data()));
-    for (size_t r = 0; r < sampled_seqs.size(); ++r) {
-      const int32_t i = sampled_seqs[r];
-      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,
-                               seqs[i]->Next(absl::MakeConstSpan(logits.data() + r * vocab, vocab),
-                                             scratch_));
-      deliver(i, event);
-    }
+    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, sampled_seqs, seqs, deliver));
   }
   stats->prefill_seconds = SecondsSince(prefill_start);
 
@@ -121,15 +148,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     }
     if (active.empty()) break;
     const auto step_start = std::chrono::steady_clock::now();
-    logits.resize(active.size() * vocab);
-    BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, logits.data()));
-    for (size_t r = 0; r < active.size(); ++r) {
-      const int32_t i = active[r];
-      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event,
-                               seqs[i]->Next(absl::MakeConstSpan(logits.data() + r * vocab, vocab),
-                                             scratch_));
-      deliver(i, event);
-    }
+    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, active, seqs, deliver));
     stats->decode_step_seconds.push_back(SecondsSince(step_start));
   }
   stats->decode_seconds = SecondsSince(decode_start);

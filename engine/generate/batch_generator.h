@@ -5,6 +5,8 @@
 // together one token per step; a sequence leaves the batch as soon as it finishes. Every
 // sequence has its own KV blocks, positions and sampling state, so padding never enters the
 // computation and each sequence's output equals its output alone (greedy: bit-identical).
+// Each step's tokens are sampled where the runner left the logits (options.device_sampling): in
+// place in host memory on the CPU backend, on the GPU with the CUDA backend.
 //
 // Not thread-safe: one Generate() at a time per generator. The generator allocates the runner's
 // KV cache (growing it when a batch needs more blocks), so a runner serves one generator or one
@@ -20,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/generate/sequence_output.h"
+#include "engine/sampling/batch_sampler.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -51,6 +54,11 @@ struct GenerateStats {
 struct BatchGeneratorOptions {
   int32_t block_size = 16;
   int32_t max_step_tokens = 2048;  // bounds activation memory during prefill
+  // Sample each step where the runner left its logits (ForwardKeepLogits and the runner's
+  // BatchSampler: in place in host memory on "cpu", on the GPU on "cuda"), as the serving engine
+  // does with --device_sampling. false: copy the step's logits to the host and sample there.
+  // Same tokens either way on the CPU (the host sampler is the per-row sampler).
+  bool device_sampling = true;
 };
 
 class BatchGenerator {
@@ -69,8 +77,16 @@ class BatchGenerator {
   ModelRunner* runner_;
   const Tokenizer* tokenizer_;
   BatchGeneratorOptions options_;
+  // Runs `batch` and samples logits row r for seqs[sampled[r]], delivering each token in order.
+  absl::Status StepAndSample(const StepBatch& batch, const std::vector<int32_t>& sampled,
+                             std::vector<std::unique_ptr<SequenceOutput>>& seqs,
+                             const std::function<void(int32_t, const TokenEvent&)>& deliver);
+
   int32_t cache_blocks_ = 0;  // blocks of the runner's cache this generator allocated
-  SamplerScratch scratch_;
+  std::unique_ptr<BatchSampler> sampler_;  // made on first use; destroyed before the runner
+  std::vector<float> host_logits_;         // device_sampling = false
+  std::vector<SampleRow> sample_rows_;
+  std::vector<absl::StatusOr<SampleResult>> samples_;
 };
 
 }  // namespace blossom

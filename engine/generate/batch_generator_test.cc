@@ -1,0 +1,188 @@
+// BatchGenerator samples where the runner leaves the logits (device_sampling, the default) or
+// copies them to the host first: on the CPU backend both give bit-identical tokens, logprobs and
+// text for a batch mixing greedy, seeded top-k/top-p, penalties, min_new_tokens suppression and
+// logprobs. With logits that claim to be GPU memory (a wrapped runner, as in
+// engine/serving/device_sampling_test), the generator samples them only through the runner's
+// sampler and never asks for host logits.
+#include "engine/generate/batch_generator.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "engine/model/bloom_model.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+Tensor Tagged(Tensor t, DeviceKind device) {
+  t.device = device;
+  return t;
+}
+
+// Rejects logits that are not tagged as device memory, then samples them on the host.
+class DeviceOnlySampler : public BatchSampler {
+ public:
+  explicit DeviceOnlySampler(std::atomic<int64_t>* rows) : rows_(rows) {}
+  std::string name() const override { return "device-only"; }
+  absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
+                           std::vector<absl::StatusOr<SampleResult>>* results) override {
+    if (logits.device != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError("expected the runner's device logits");
+    }
+    *rows_ += static_cast<int64_t>(rows.size());
+    return host_.SampleBatch(Tagged(logits, DeviceKind::kHost), rows, results);
+  }
+
+ private:
+  std::atomic<int64_t>* rows_;
+  HostBatchSampler host_;
+};
+
+// `inner` whose kept logits are tagged as GPU memory; counts host forwards and sampled rows.
+class DeviceLogitsRunner : public ModelRunner {
+ public:
+  explicit DeviceLogitsRunner(ModelRunner* inner) : inner_(inner) {}
+  const BloomConfig& config() const override { return inner_->config(); }
+  const ModelInfo& info() const override { return inner_->info(); }
+  int world_size() const override { return inner_->world_size(); }
+  size_t KvBytesPerBlock(int32_t block_size) const override {
+    return inner_->KvBytesPerBlock(block_size);
+  }
+  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override {
+    return inner_->AllocateKvCache(num_blocks, block_size);
+  }
+  absl::Status Forward(const StepBatch& batch, float* logits) override {
+    ++host_forwards;
+    return inner_->Forward(batch, logits);
+  }
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    absl::StatusOr<Tensor> kept = inner_->ForwardKeepLogits(batch);
+    if (!kept.ok()) return kept;
+    return Tagged(*kept, DeviceKind::kCuda);
+  }
+  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
+    ++copies;
+    return inner_->CopyLogitsToHost(Tagged(rows, DeviceKind::kHost), out);
+  }
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
+    return std::unique_ptr<BatchSampler>(std::make_unique<DeviceOnlySampler>(&sampled_rows));
+  }
+  std::atomic<int64_t> host_forwards{0}, copies{0}, sampled_rows{0};
+
+ private:
+  ModelRunner* inner_;
+};
+
+class BatchGeneratorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = std::make_unique<CpuBackend>(2);
+    const std::string dir = FixturePath("models/bloom-tiny-h4");
+    auto model = BloomModel::Load(dir, backend_.get(), nullptr);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    runner_ = ModelRunner::ForModel(model_.get());
+    auto tokenizer = Tokenizer::FromFile(dir + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+  }
+
+  std::vector<GenerateRequest> Requests() const {
+    std::vector<GenerateRequest> out;
+    auto add = [&](const char* prompt, int32_t n) -> GenerateRequest& {
+      GenerateRequest r;
+      r.prompt = *tokenizer_->Encode(prompt);
+      r.stopping.max_new_tokens = n;
+      r.stopping.ignore_eos = true;
+      out.push_back(r);
+      return out.back();
+    };
+    add("Hello world, this is", 12).sampling.temperature = 0.0f;
+    GenerateRequest& sampled = add("Peace is the only way", 16);
+    sampled.sampling.temperature = 0.9f;
+    sampled.sampling.top_k = 40;
+    sampled.sampling.top_p = 0.9f;
+    sampled.sampling.seed = 77;
+    sampled.sampling.logprobs = 3;
+    GenerateRequest& penalised = add("The the the the", 10);
+    penalised.sampling.temperature = 0.0f;
+    penalised.sampling.repetition_penalty = 1.3f;
+    penalised.sampling.frequency_penalty = 0.5f;
+    penalised.sampling.logprobs = 0;
+    GenerateRequest& suppressed = add("Once upon a time", 9);
+    suppressed.sampling.temperature = 0.7f;
+    suppressed.sampling.seed = 5;
+    suppressed.stopping.ignore_eos = false;
+    suppressed.stopping.min_new_tokens = 6;
+    return out;
+  }
+
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<BloomModel> model_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+void ExpectSame(const std::vector<GenerateResult>& got, const std::vector<GenerateResult>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "request " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+    // (Seeds: the sampled requests set theirs; the greedy ones draw a fresh one per run.)
+  }
+}
+
+TEST_F(BatchGeneratorTest, SamplingWhereTheLogitsLieMatchesHostCopies) {
+  BatchGeneratorOptions host_copy;
+  host_copy.device_sampling = false;
+  std::vector<GenerateResult> copied, kept;
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get(), host_copy);
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    copied = *out;
+  }
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get());
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    kept = *out;
+  }
+  ExpectSame(kept, copied);
+  EXPECT_EQ(copied[1].logprobs.size(), copied[1].tokens.size());
+  EXPECT_EQ(copied[2].logprobs.size(), copied[2].tokens.size());
+  EXPECT_GE(copied[3].tokens.size(), 6u) << "min_new_tokens";
+}
+
+TEST_F(BatchGeneratorTest, DeviceLogitsAreSampledOnlyThroughTheRunnersSampler) {
+  BatchGeneratorOptions host_copy;
+  host_copy.device_sampling = false;
+  std::vector<GenerateResult> want;
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get(), host_copy);
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    want = *out;
+  }
+  DeviceLogitsRunner device(runner_.get());
+  int64_t tokens = 0;
+  {
+    BatchGenerator gen(&device, tokenizer_.get());
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectSame(*out, want);
+    for (const GenerateResult& r : *out) tokens += static_cast<int64_t>(r.tokens.size());
+  }
+  EXPECT_EQ(device.host_forwards.load(), 0);
+  EXPECT_EQ(device.copies.load(), 0);
+  EXPECT_EQ(device.sampled_rows.load(), tokens) << "one sampled row per generated token";
+}
+
+}  // namespace
+}  // namespace blossom
