@@ -309,7 +309,9 @@ TEST(UneditedGreedyTest, SameTokenAndErrorsAsPrepareThenArgmax) {
         prepared.ok() ? GreedyToken(scratch) : absl::StatusOr<int32_t>(prepared);
     absl::StatusOr<int32_t> got = UneditedGreedyToken(row, greedy, ctx);
     ASSERT_EQ(want.status(), got.status()) << "row of " << row.size();
-    if (want.ok()) EXPECT_EQ(*want, *got) << "row of " << row.size();
+    if (want.ok()) {
+      EXPECT_EQ(*want, *got) << "row of " << row.size();
+    }
     ++checked;
   }
   EXPECT_GT(checked, 40);
