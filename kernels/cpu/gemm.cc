@@ -80,7 +80,7 @@ void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   tiling.prefill_cols = panel_cols;
   tiling.prefill_any_cols = true;
   tiling.max_cols = kMaxTileCols;
-  // Batches up to 128 rows prefetch their next weight block (dot_tile.h): 1.07-1.11x at batch 8
+  // Batches up to 128 rows prefetch their next weight block (dot_tile.h): 1.08-1.19x at batch 8
   // and 32 on bloom-560m; the AVX-512 tiles only (the machines measured have it).
   tiling.prefetch_max_m = avx512 ? 128 : 0;
   RunTiledGemm(a, pool, avx2, tiling,
