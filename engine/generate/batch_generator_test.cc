@@ -1,81 +1,21 @@
 // BatchGenerator samples where the runner leaves the logits (device_sampling, the default) or
 // copies them to the host first: on the CPU backend both give bit-identical tokens, logprobs and
 // text for a batch mixing greedy, seeded top-k/top-p, penalties, min_new_tokens suppression and
-// logprobs. With logits that claim to be GPU memory (a wrapped runner, as in
-// engine/serving/device_sampling_test), the generator samples them only through the runner's
+// logprobs. With logits that claim to be GPU memory (PretendDeviceRunner), the generator samples them only through the runner's
 // sampler and never asks for host logits.
 #include "engine/generate/batch_generator.h"
 
-#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "engine/model/bloom_model.h"
+#include "engine/model/pretend_device_runner.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/util/fixture_path.h"
 
 namespace blossom {
 namespace {
-
-Tensor Tagged(Tensor t, DeviceKind device) {
-  t.device = device;
-  return t;
-}
-
-// Rejects logits that are not tagged as device memory, then samples them on the host.
-class DeviceOnlySampler : public BatchSampler {
- public:
-  explicit DeviceOnlySampler(std::atomic<int64_t>* rows) : rows_(rows) {}
-  std::string name() const override { return "device-only"; }
-  absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
-                           std::vector<absl::StatusOr<SampleResult>>* results) override {
-    if (logits.device != DeviceKind::kCuda) {
-      return absl::InvalidArgumentError("expected the runner's device logits");
-    }
-    *rows_ += static_cast<int64_t>(rows.size());
-    return host_.SampleBatch(Tagged(logits, DeviceKind::kHost), rows, results);
-  }
-
- private:
-  std::atomic<int64_t>* rows_;
-  HostBatchSampler host_;
-};
-
-// `inner` whose kept logits are tagged as GPU memory; counts host forwards and sampled rows.
-class DeviceLogitsRunner : public ModelRunner {
- public:
-  explicit DeviceLogitsRunner(ModelRunner* inner) : inner_(inner) {}
-  const BloomConfig& config() const override { return inner_->config(); }
-  const ModelInfo& info() const override { return inner_->info(); }
-  int world_size() const override { return inner_->world_size(); }
-  size_t KvBytesPerBlock(int32_t block_size) const override {
-    return inner_->KvBytesPerBlock(block_size);
-  }
-  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override {
-    return inner_->AllocateKvCache(num_blocks, block_size);
-  }
-  absl::Status Forward(const StepBatch& batch, float* logits) override {
-    ++host_forwards;
-    return inner_->Forward(batch, logits);
-  }
-  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
-    absl::StatusOr<Tensor> kept = inner_->ForwardKeepLogits(batch);
-    if (!kept.ok()) return kept;
-    return Tagged(*kept, DeviceKind::kCuda);
-  }
-  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
-    ++copies;
-    return inner_->CopyLogitsToHost(Tagged(rows, DeviceKind::kHost), out);
-  }
-  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
-    return std::unique_ptr<BatchSampler>(std::make_unique<DeviceOnlySampler>(&sampled_rows));
-  }
-  std::atomic<int64_t> host_forwards{0}, copies{0}, sampled_rows{0};
-
- private:
-  ModelRunner* inner_;
-};
 
 class BatchGeneratorTest : public ::testing::Test {
  protected:
@@ -170,7 +110,7 @@ TEST_F(BatchGeneratorTest, DeviceLogitsAreSampledOnlyThroughTheRunnersSampler) {
     ASSERT_TRUE(out.ok()) << out.status();
     want = *out;
   }
-  DeviceLogitsRunner device(runner_.get());
+  PretendDeviceRunner device(runner_.get());
   int64_t tokens = 0;
   {
     BatchGenerator gen(&device, tokenizer_.get());
@@ -180,7 +120,7 @@ TEST_F(BatchGeneratorTest, DeviceLogitsAreSampledOnlyThroughTheRunnersSampler) {
     for (const GenerateResult& r : *out) tokens += static_cast<int64_t>(r.tokens.size());
   }
   EXPECT_EQ(device.host_forwards.load(), 0);
-  EXPECT_EQ(device.copies.load(), 0);
+  EXPECT_EQ(device.copied_rows.load(), 0);
   EXPECT_EQ(device.sampled_rows.load(), tokens) << "one sampled row per generated token";
 }
 

@@ -7,11 +7,11 @@
 // A third run wraps the runner so that its kept logits claim to be device memory: the engine must
 // then sample them only through the runner's sampler and read rows only through
 // CopyLogitsToHost, and copy exactly the prompt-logprob rows, nothing else.
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/model/pretend_device_runner.h"
 #include "engine/serving/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -19,76 +19,6 @@
 
 namespace blossom {
 namespace {
-
-// Logits that are host memory tagged as a GPU's: what the engine sees from a CUDA runner.
-Tensor AsDevice(Tensor t) {
-  t.device = DeviceKind::kCuda;
-  return t;
-}
-Tensor AsHost(Tensor t) {
-  t.device = DeviceKind::kHost;
-  return t;
-}
-
-// Refuses logits that are not "device" logits, then samples them on the host; counts the rows.
-class PretendDeviceSampler : public BatchSampler {
- public:
-  explicit PretendDeviceSampler(std::atomic<int64_t>* sampled) : sampled_(sampled) {}
-  std::string name() const override { return "pretend-device"; }
-  absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
-                           std::vector<absl::StatusOr<SampleResult>>* results) override {
-    if (logits.device != DeviceKind::kCuda) {
-      return absl::InvalidArgumentError("expected the runner's device logits");
-    }
-    *sampled_ += static_cast<int64_t>(rows.size());
-    return host_.SampleBatch(AsHost(logits), rows, results);
-  }
-
- private:
-  std::atomic<int64_t>* sampled_;
-  HostBatchSampler host_;
-};
-
-// `inner` whose kept logits are "device" logits (see AsDevice). Counts the rows the engine copies
-// to the host and the rows it samples.
-class PretendDeviceRunner : public ModelRunner {
- public:
-  explicit PretendDeviceRunner(ModelRunner* inner) : inner_(inner) {}
-
-  const BloomConfig& config() const override { return inner_->config(); }
-  const ModelInfo& info() const override { return inner_->info(); }
-  int world_size() const override { return inner_->world_size(); }
-  size_t KvBytesPerBlock(int32_t block_size) const override {
-    return inner_->KvBytesPerBlock(block_size);
-  }
-  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override {
-    return inner_->AllocateKvCache(num_blocks, block_size);
-  }
-  absl::Status Forward(const StepBatch& batch, float* logits) override {
-    ++host_forwards;
-    return inner_->Forward(batch, logits);
-  }
-  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
-    absl::StatusOr<Tensor> kept = inner_->ForwardKeepLogits(batch);
-    if (!kept.ok()) return kept;
-    return AsDevice(*kept);
-  }
-  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
-    if (rows.device != DeviceKind::kCuda) {
-      return absl::InvalidArgumentError("expected rows of the runner's device logits");
-    }
-    copied_rows += rows.dim(0);
-    return inner_->CopyLogitsToHost(AsHost(rows), out);
-  }
-  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
-    return std::unique_ptr<BatchSampler>(std::make_unique<PretendDeviceSampler>(&sampled_rows));
-  }
-
-  std::atomic<int64_t> host_forwards{0}, copied_rows{0}, sampled_rows{0};
-
- private:
-  ModelRunner* inner_;
-};
 
 struct Outcome {
   std::vector<int32_t> tokens;

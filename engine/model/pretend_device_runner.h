@@ -1,0 +1,51 @@
+// Test support: a ModelRunner whose kept logits claim to be GPU memory, for checking on the CPU
+// that a caller (the engine, BatchGenerator) treats device logits as a CUDA runner needs: samples
+// them only through the runner's sampler and reads rows only through CopyLogitsToHost.
+//
+// PretendDeviceRunner forwards every call to `inner`; ForwardKeepLogits' tensor is tagged
+// DeviceKind::kCuda (the memory is still the CPU backend's). Its sampler and CopyLogitsToHost
+// refuse logits not so tagged, then work on the host. It counts host forwards (Forward), rows
+// copied to the host and rows sampled. Thread-safety: the counters are atomic; otherwise as the
+// ModelRunner it wraps.
+#ifndef BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
+#define BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "engine/model/model_runner.h"
+#include "engine/sampling/batch_sampler.h"
+
+namespace blossom {
+
+// `t` with its device tag replaced (the data pointer is unchanged).
+Tensor WithDevice(Tensor t, DeviceKind device);
+
+class PretendDeviceRunner : public ModelRunner {
+ public:
+  explicit PretendDeviceRunner(ModelRunner* inner) : inner_(inner) {}
+
+  const BloomConfig& config() const override { return inner_->config(); }
+  const ModelInfo& info() const override { return inner_->info(); }
+  int world_size() const override { return inner_->world_size(); }
+  size_t KvBytesPerBlock(int32_t block_size) const override {
+    return inner_->KvBytesPerBlock(block_size);
+  }
+  absl::Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override {
+    return inner_->AllocateKvCache(num_blocks, block_size);
+  }
+  absl::Status Forward(const StepBatch& batch, float* logits) override;
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override;
+  absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override;
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override;
+
+  std::atomic<int64_t> host_forwards{0}, copied_rows{0}, sampled_rows{0};
+
+ private:
+  ModelRunner* inner_;
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
