@@ -113,11 +113,12 @@ class Backend {
   // Makes a host weight usable by ops. The CPU backend returns a zero-copy view (the caller keeps
   // the host memory alive); a GPU backend copies it into device memory it owns.
   virtual absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) = 0;
-  // Makes the weight [N, K] of a Linear usable, quantized as `quant` asks (kNone: ImportWeight).
-  // A quantized weight is a backend-owned tensor of a block-quantized dtype (kernels/dtype.h) that
-  // only Linear accepts. This default serves kNone and refuses the others with Unimplemented
-  // naming the backend and the mode: a backend without quantized kernels (CUDA for now) never
-  // dequantizes behind the user's back.
+  // Makes the weight [N, K] of a Linear usable, quantized as `quant` asks (kNone: ImportWeight
+  // here; the CPU backend may repack it, see cpu_backend.h). Call it only for a weight no op but
+  // Linear reads: the result may be a backend-owned tensor of a dtype only Linear accepts
+  // (block-quantized or row-paired, kernels/dtype.h). This default serves kNone and refuses the
+  // others with Unimplemented naming the backend and the mode: a backend without quantized
+  // kernels (CUDA for now) never dequantizes behind the user's back.
   virtual absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant);
   virtual absl::Status CopyToDevice(const void* host, Tensor dst) = 0;
   virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
@@ -142,7 +143,7 @@ class Backend {
   virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  float eps, Tensor residual, Tensor out) = 0;
   // out[M, N] = activation(x[M, K] * weight[N, K]^T + bias[N]); bias may be empty. weight may be
-  // block-quantized if it came from ImportLinearWeight.
+  // block-quantized or row-paired if it came from ImportLinearWeight.
   // Each output row depends only on its input row (batch invariance).
   virtual absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Activation activation, Tensor out) = 0;

@@ -9,9 +9,12 @@ size_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kF32:
     case DType::kI32:
+    case DType::kF32Pairs:
       return 4;
     case DType::kF16:
     case DType::kBF16:
+    case DType::kF16Pairs:
+    case DType::kBF16Pairs:
       return 2;
     case DType::kI64:
       return 8;
@@ -51,6 +54,12 @@ const char* DTypeName(DType dtype) {
       return "q8g32";
     case DType::kQ4G32:
       return "q4g32";
+    case DType::kF32Pairs:
+      return "f32-pairs";
+    case DType::kF16Pairs:
+      return "f16-pairs";
+    case DType::kBF16Pairs:
+      return "bf16-pairs";
   }
   return "unknown";
 }

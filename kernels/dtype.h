@@ -26,6 +26,13 @@ enum class DType : uint8_t {
   // symmetric integer codes (value = scale * code). Layouts in kernels/cpu/quant.h.
   kQ8G32 = 5,  // int8 codes in [-127, 127]: 4 + 32 = 36 bytes per block
   kQ4G32 = 6,  // int4 codes in [-8, 7], two per byte: 4 + 16 = 20 bytes per block
+  // Float weights repacked at load time for the CPU GEMM (never read from a checkpoint): an [n, k]
+  // matrix (k a multiple of 8) with rows 2p and 2p + 1 interleaved 8 elements at a time; the same
+  // elements and bytes as the row-major dtype, another order (layout and why in
+  // kernels/cpu/weight_pairs.h).
+  kF32Pairs = 7,
+  kF16Pairs = 8,
+  kBF16Pairs = 9,
 };
 
 // Bytes per element of an unblocked dtype; 0 for the block-quantized ones (use DTypeBytes).
@@ -34,7 +41,8 @@ size_t DTypeSize(DType dtype);
 int64_t DTypeBlockElems(DType dtype);
 // Bytes of n elements (n a multiple of DTypeBlockElems).
 size_t DTypeBytes(DType dtype, int64_t n);
-// "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32".
+// "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32", "f32-pairs", "f16-pairs",
+// "bf16-pairs".
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
@@ -64,6 +72,22 @@ uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
 
 inline bool IsBlockQuantized(DType dtype) {
   return dtype == DType::kQ8G32 || dtype == DType::kQ4G32;
+}
+
+// True for the row-paired float weights; PairedElementDType gives their element dtype (F32, F16
+// or BF16), PairsOf the row-paired dtype of a float dtype.
+inline bool IsRowPaired(DType dtype) {
+  return dtype == DType::kF32Pairs || dtype == DType::kF16Pairs || dtype == DType::kBF16Pairs;
+}
+inline DType PairedElementDType(DType packed) {
+  return packed == DType::kF16Pairs    ? DType::kF16
+         : packed == DType::kBF16Pairs ? DType::kBF16
+                                        : DType::kF32;
+}
+inline DType PairsOf(DType element) {
+  return element == DType::kF16    ? DType::kF16Pairs
+         : element == DType::kBF16 ? DType::kBF16Pairs
+                                   : DType::kF32Pairs;
 }
 
 // Element `index` of a float-dtype buffer (F32, F16 or BF16) as fp32.

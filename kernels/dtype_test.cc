@@ -27,6 +27,20 @@ TEST(DTypeTest, BlockQuantizedDtypesCountBytesPerBlock) {
   EXPECT_STREQ(DTypeName(DType::kQ4G32), "q4g32");
 }
 
+TEST(DTypeTest, RowPairedDtypesKeepTheirElementSize) {
+  for (DType element : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const DType packed = PairsOf(element);
+    EXPECT_TRUE(IsRowPaired(packed));
+    EXPECT_FALSE(IsFloat(packed));  // not a row-major float tensor: only the CPU GEMM reads it
+    EXPECT_FALSE(IsBlockQuantized(packed));
+    EXPECT_EQ(PairedElementDType(packed), element);
+    EXPECT_EQ(DTypeBytes(packed, 1024), DTypeBytes(element, 1024));
+    EXPECT_EQ(DTypeBlockElems(packed), 1);
+  }
+  EXPECT_FALSE(IsRowPaired(DType::kF32));
+  EXPECT_STREQ(DTypeName(DType::kBF16Pairs), "bf16-pairs");
+}
+
 TEST(DTypeTest, ParseAcceptsHuggingFaceNamesAndRejectsOthers) {
   EXPECT_EQ(*ParseDType("float16"), DType::kF16);
   EXPECT_EQ(*ParseDType("bfloat16"), DType::kBF16);

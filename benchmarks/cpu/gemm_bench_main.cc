@@ -2,7 +2,8 @@
 // linear shapes of a BLOOM model, as one JSON line per (dtype, M, shape): median milliseconds,
 // weight GB/s and GFLOP/s.
 //
-//   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128] [--dtypes f32,bf16,f16,int8,int4]
+//   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128]
+//              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int4]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2|avx512]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
@@ -15,10 +16,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/weight_pairs.h"
 #include "kernels/weight_quant.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -27,7 +30,8 @@ ABSL_FLAG(int64_t, vocab, 250880, "Vocabulary rows of the LM head (0 = skip it).
 ABSL_FLAG(std::vector<std::string>, ms, std::vector<std::string>({"1", "8", "128"}),
           "Rows of x (tokens in the step).");
 ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf16", "f16"}),
-          "Weight dtypes: f32, bf16, f16, or int8 / int4 (packed as --quantize does).");
+          "Weight dtypes: f32, bf16, f16, their row-paired forms f32-pairs, bf16-pairs, "
+          "f16-pairs (as the backend pairs them on AVX-512), or int8 / int4 (as --quantize).");
 ABSL_FLAG(int32_t, threads, 2, "Threads.");
 ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
 ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable, avx2 or avx512.");
@@ -58,7 +62,11 @@ int Run() {
   for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
     absl::StatusOr<WeightQuant> quant = ParseWeightQuant(dtype_name);
     const bool quantized = quant.ok() && *quant != WeightQuant::kNone;
-    absl::StatusOr<DType> dtype = quantized ? QuantizedDType(*quant) : ParseDType(dtype_name);
+    // "<float dtype>-pairs": row-paired as the CPU backend pairs Linear weights on AVX-512.
+    const bool pairs = absl::EndsWith(dtype_name, "-pairs");
+    absl::StatusOr<DType> dtype =
+        quantized ? QuantizedDType(*quant)
+                  : ParseDType(pairs ? dtype_name.substr(0, dtype_name.size() - 6) : dtype_name);
     if (!dtype.ok()) {
       std::cerr << "gemm-bench: " << dtype.status().message() << std::endl;
       return 2;
@@ -70,6 +78,9 @@ int Run() {
         std::vector<float> x(m * s.k, 0.01f), out(m * s.n), w32(s.n * s.k);
         for (size_t i = 0; i < w32.size(); ++i) w32[i] = 0.02f * static_cast<float>(i % 97) - 1.0f;
         std::vector<char> w(DTypeBytes(*dtype, s.k) * s.n);
+        // Paired weights sit 64-byte aligned, as the backend allocates them.
+        std::vector<char> aligned_pairs;
+        void* w_data = w.data();
         if (quantized) {
           absl::Status packed = QuantizeWeightRows(w32.data(), DType::kF32, s.n, s.k, *dtype, w.data());
           if (!packed.ok()) {
@@ -79,11 +90,17 @@ int Run() {
         } else {
           ConvertFromF32(w32.data(), w.data(), *dtype, w32.size());
         }
+        if (pairs) {
+          aligned_pairs.resize(w.size() + 64);
+          w_data = aligned_pairs.data() + (64 - reinterpret_cast<uintptr_t>(aligned_pairs.data()) % 64);
+          PackPairRows(w.data(), *dtype, s.n, s.k, 0, s.n, w_data);
+          w = {};
+        }
         w32 = {};
         GemmArgs a;
         a.x = x.data();
-        a.w = w.data();
-        a.w_dtype = *dtype;
+        a.w = w_data;
+        a.w_dtype = pairs ? PairsOf(*dtype) : *dtype;
         a.out = out.data();
         a.m = m;
         a.n = s.n;
@@ -104,7 +121,7 @@ int Run() {
                          "\"n\": %d, \"k\": %d, \"median_ms\": %.3f, \"weight_gbs\": %.2f, "
                          "\"gflops\": %.2f}",
                          GemmIsaName(isa == GemmIsa::kAuto ? BestGemmIsa() : isa), dtype_name, m,
-                         s.name, s.n, s.k, sec * 1e3, w.size() / sec / 1e9,
+                         s.name, s.n, s.k, sec * 1e3, DTypeBytes(*dtype, s.k) * s.n / sec / 1e9,
                          2.0 * m * s.n * s.k / sec / 1e9)
                   << std::endl;
       }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <set>
 #include <utility>
 
@@ -316,6 +317,30 @@ absl::Status Checkpoint::Prefetch(const ProgressCallback& progress, uint64_t chu
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Checkpoint::ReleasePages(const Tensor& view) const {
+  const uint8_t* begin = static_cast<const uint8_t*>(view.data);
+  const uint64_t bytes = view.bytes();
+  for (const auto& file : files_) {
+    const MappedFile& mapping = file->mapping();
+    const uint8_t* base = mapping.data();
+    if (begin < base || begin > base + mapping.size() ||
+        bytes > static_cast<uint64_t>(base + mapping.size() - begin))
+      continue;
+    // Inward to whole pages: a page shared with a neighbouring tensor stays.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t offset = static_cast<uint64_t>(begin - base);
+    const uint64_t first = (offset + page - 1) / page * page, last = (offset + bytes) / page * page;
+    if (last <= first) return absl::OkStatus();
+    if (::madvise(const_cast<uint8_t*>(base) + first, last - first, MADV_DONTNEED) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("madvise(MADV_DONTNEED) on ", mapping.path()));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("Checkpoint::ReleasePages: ", bytes,
+                                                 " bytes that are not inside a mapping of ",
+                                                 model_dir_));
 }
 
 }  // namespace blossom

@@ -86,6 +86,14 @@ class Checkpoint {
   absl::Status Prefetch(const ProgressCallback& progress = nullptr,
                         uint64_t chunk_bytes = uint64_t{64} << 20) const;
 
+  // Gives back the pages of this process's mapping that lie wholly inside `view` (a tensor Get
+  // returned, or rows of one): madvise(MADV_DONTNEED). For a weight the backend copied at import
+  // (repacked or quantized), whose mapped pages would otherwise stay resident next to the copy.
+  // The file is untouched and the mapping stays valid: a later read pages the data back in, so a
+  // release of pages still in use costs time, never data. InvalidArgument if `view` is not
+  // inside one of this checkpoint's mappings.
+  absl::Status ReleasePages(const Tensor& view) const;
+
   // Non-fatal problems found by Open (also logged with spdlog).
   const std::vector<std::string>& warnings() const { return warnings_; }
 

@@ -1,10 +1,12 @@
 #include "engine/loader/checkpoint.h"
 
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/loader/progress_bar.h"
@@ -428,6 +430,52 @@ TEST_F(CheckpointTest, PrefetchReportsMonotonicProgressToTheTotal) {
   EXPECT_EQ(calls.back().first, 120u);
   EXPECT_TRUE((*checkpoint)->Prefetch().ok());  // no callback, default chunks
   EXPECT_FALSE((*checkpoint)->Prefetch(nullptr, 0).ok());
+}
+
+// Resident kB of this process's mapping of `path` (/proc/self/smaps), -1 if not found. A mapping's
+// header line starts with its address range ("7f...-7f... r--p ... /path"); its fields follow.
+int64_t MappedResidentKb(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_mapping = false;
+  while (std::getline(smaps, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.find('-') != std::string::npos) {
+      in_mapping = absl::EndsWith(line, path);
+    } else if (in_mapping && absl::StartsWith(line, "Rss:")) {
+      return std::stoll(line.substr(4));
+    }
+  }
+  return -1;
+}
+
+TEST_F(CheckpointTest, ReleasePagesGivesBackTheMappedPagesOfAViewAndKeepsItsData) {
+  WriteConfig();
+  std::vector<float> big(256 * 1024);  // 1 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
+  std::vector<TestTensor> tensors = TinyTensors("");
+  tensors.push_back({"h.0.mlp.dense_h_to_4h.weight", "F32", {256, 1024}, F32Bytes(big)});
+  Write("model.safetensors", BuildSafetensors(tensors));
+  auto checkpoint = Checkpoint::Open(dir_);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_TRUE((*checkpoint)->Prefetch().ok());
+  const std::string path = absl::StrCat(dir_, "/model.safetensors");
+  const int64_t before = MappedResidentKb(path);
+  ASSERT_GE(before, 1024) << "the prefetched mapping should be resident";
+  absl::StatusOr<Tensor> view = (*checkpoint)->Get("h.0.mlp.dense_h_to_4h.weight", {256, 1024});
+  ASSERT_TRUE(view.ok());
+  ASSERT_TRUE((*checkpoint)->ReleasePages(*view).ok());
+  const int64_t after = MappedResidentKb(path);
+  EXPECT_LE(after, before - 1000) << "before " << before << " kB, after " << after << " kB";
+  // Read back from the file on the next touch.
+  const float* data = view->as<const float>();
+  for (size_t i = 0; i < big.size(); i += 997) ASSERT_EQ(data[i], big[i]) << i;
+  // Rows of a view (what a tensor-parallel rank imports) and a range outside every mapping.
+  EXPECT_TRUE((*checkpoint)->ReleasePages(view->Rows(10, 20)).ok());
+  std::vector<float> elsewhere(16);
+  absl::Status outside =
+      (*checkpoint)->ReleasePages(Tensor(elsewhere.data(), DType::kF32, {16}));
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointTest, PrefetchDrivesAProgressBar) {

@@ -157,15 +157,22 @@ class BloomModel {
   // The checkpoint tensor `name` with `shape`, refusing non-float dtypes.
   absl::StatusOr<Tensor> GetFloatWeight(const Checkpoint& checkpoint, const std::string& name,
                                         const std::vector<int64_t>& shape) const;
-  // Hands a host weight (view or slice) to the backend and accounts for it.
-  // `quant` applies to Linear weights only (ModelLoadOptions::quantize).
-  absl::StatusOr<Tensor> Import(const Tensor& host, WeightQuant quant = WeightQuant::kNone);
+  // What a weight feeds. Only a Linear weight (read by no op but Linear) goes through
+  // Backend::ImportLinearWeight, which may return it quantized or repacked in a dtype only Linear
+  // accepts; the embedding table, LayerNorm parameters and biases are imported as they are. When
+  // the backend copied a kLinear weight, the checkpoint's pages (or the column slice) behind it
+  // are given back; kLinearOfViewedTensor (a tied LM head quantized apart from the embedding
+  // that keeps viewing the same rows) keeps them.
+  enum class WeightUse { kOther, kLinear, kLinearOfViewedTensor };
+  // Hands a host weight (view or slice) to the backend and accounts for it. `quant` (a Linear
+  // weight's only; ModelLoadOptions::quantize) is kNone for the others.
+  absl::StatusOr<Tensor> Import(const Tensor& host, WeightUse use, WeightQuant quant);
   absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
                                     std::vector<int64_t> shape, int64_t begin, int64_t end,
-                                    WeightQuant quant = WeightQuant::kNone);
+                                    WeightUse use, WeightQuant quant);
   absl::StatusOr<Tensor> ImportColumns(const Checkpoint& checkpoint, const std::string& name,
                                        std::vector<int64_t> shape, int64_t begin, int64_t end,
-                                       WeightQuant quant = WeightQuant::kNone);
+                                       WeightUse use, WeightQuant quant);
   absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
   // The one step both Forward variants run. With `assemble`, returns the full logits
   // [logit rows, vocab] in the backend's memory; without, an empty tensor (this rank's share of

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "engine/model/bloom_model_internal.h"
 #include "engine/model/bloom_tensor_names.h"
 #include "kernels/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace blossom {
 
@@ -126,9 +128,14 @@ absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
   return host;
 }
 
-absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightQuant quant) {
+absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightUse use, WeightQuant quant) {
+  if (use == WeightUse::kOther && quant != WeightQuant::kNone) {
+    return absl::InternalError("bloom: only a Linear weight can be quantized");
+  }
   info_.weight_dtype = host.dtype;
-  absl::StatusOr<OwnedTensor> imported = backend_->ImportLinearWeight(host, quant);
+  absl::StatusOr<OwnedTensor> imported = use == WeightUse::kOther
+                                             ? backend_->ImportWeight(host)
+                                             : backend_->ImportLinearWeight(host, quant);
   if (!imported.ok()) return imported.status();
   info_.weight_bytes_this_rank += imported->tensor.bytes();
   Tensor t = imported->tensor;
@@ -139,16 +146,25 @@ absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightQuant quant)
 absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
                                               const std::string& name,
                                               std::vector<int64_t> shape, int64_t begin,
-                                              int64_t end, WeightQuant quant) {
+                                              int64_t end, WeightUse use, WeightQuant quant) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
-  return Import(host.Rows(begin, end), quant);
+  const Tensor rows = host.Rows(begin, end);
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(rows, use, quant));
+  if (use == WeightUse::kLinear && imported.data != rows.data) {
+    // The backend made its own copy: the mapped pages would only sit next to it (a CPU with
+    // AVX-512 copies every Linear weight, weight_pairs.h). Only a hint if the kernel refuses.
+    absl::Status released = checkpoint.ReleasePages(rows);
+    if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
+  }
+  return imported;
 }
 
 absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
                                                  const std::string& name,
                                                  std::vector<int64_t> shape, int64_t begin,
-                                                 int64_t end, WeightQuant quant) {
-  if (begin == 0 && end == shape[1]) return ImportRows(checkpoint, name, shape, 0, shape[0], quant);
+                                                 int64_t end, WeightUse use, WeightQuant quant) {
+  if (begin == 0 && end == shape[1])
+    return ImportRows(checkpoint, name, shape, 0, shape[0], use, quant);
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
   const size_t elem = DTypeSize(host.dtype);
@@ -160,7 +176,9 @@ absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
   }
   Tensor view(slice.data(), host.dtype, {rows, cols});
   host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
-  return Import(view, quant);
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant));
+  if (imported.data != view.data) host_slices_.pop_back();  // the backend copied it
+  return imported;
 }
 
 absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
@@ -172,9 +190,13 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t h_local = heads_local * d;
   const WeightQuant q = info_.quantize;  // for the Linear weights
   const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
+  // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given.
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
-                  Tensor* out, WeightQuant quant = WeightQuant::kNone) -> absl::Status {
-    absl::StatusOr<Tensor> t = ImportRows(ckpt, name, std::move(shape), b, e, quant);
+                  Tensor* out, std::optional<WeightQuant> linear_quant = std::nullopt,
+                  WeightUse linear_use = WeightUse::kLinear) -> absl::Status {
+    absl::StatusOr<Tensor> t =
+        ImportRows(ckpt, name, std::move(shape), b, e, linear_quant ? linear_use : WeightUse::kOther,
+                   linear_quant.value_or(WeightQuant::kNone));
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -184,8 +206,9 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
     return rows(name, std::move(shape), 0, n, out);
   };
   auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
-                  Tensor* out, WeightQuant quant) -> absl::Status {
-    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e, quant);
+                  Tensor* out, WeightQuant linear_quant) -> absl::Status {
+    absl::StatusOr<Tensor> t =
+        ImportColumns(ckpt, name, std::move(shape), b, e, WeightUse::kLinear, linear_quant);
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -216,7 +239,8 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
     lm_head_ = word_embeddings_;
     if (q_head != WeightQuant::kNone) {
       BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
-                                   vocab_begin_ + vocab_local_, &lm_head_, q_head));
+                                   vocab_begin_ + vocab_local_, &lm_head_, q_head,
+                                   WeightUse::kLinearOfViewedTensor));
     }
   }
   layers_.resize(config_.n_layer);

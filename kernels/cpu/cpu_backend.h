@@ -2,8 +2,10 @@
 //
 // This is the numerical reference the CUDA backend is tested against, and it runs every test on
 // every machine. Weights are zero-copy views of the memory-mapped checkpoint (F32, F16 or BF16),
-// widened to fp32 in registers inside the GEMM's micro-kernels (kernels/cpu/dot_tile.h), or, with
-// --quantize, Linear weights packed at load time into int8 / int4 blocks (kernels/cpu/quant.h).
+// widened to fp32 in registers inside the GEMM's micro-kernels (kernels/cpu/dot_tile.h), except
+// Linear weights: on a CPU with AVX-512 they are copied at load time into row pairs
+// (kernels/cpu/weight_pairs.h, the same values in the order the AVX-512 tile reads), and with
+// --quantize they are packed into int8 / int4 blocks (kernels/cpu/quant.h).
 // Activations and the KV cache are fp32.
 //
 // Every op computes each output row from its own input row only, with an operation order that
@@ -37,7 +39,9 @@ class CpuBackend : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
   // kInt8 / kInt4: packs the weight into a backend-owned kQ8G32 / kQ4G32 tensor (quant.h);
-  // InvalidArgument if its row length is not a multiple of 32.
+  // InvalidArgument if its row length is not a multiple of 32. kNone: a backend-owned
+  // row-paired copy (weight_pairs.h) where the GEMM runs its AVX-512 path and the row length is
+  // a multiple of 8, else ImportWeight's zero-copy view.
   absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant) override;
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;

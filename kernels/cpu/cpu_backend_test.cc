@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm.h"
 
 namespace blossom {
 namespace {
@@ -90,8 +91,7 @@ TEST(CpuBackendTest, LinearRejectsMismatchedShapes) {
   EXPECT_NE(s.message().find("Linear"), std::string::npos);
 }
 
-// A quantized Linear stays close to the fp32 one (int8: ~1% of the output's scale, int4 ~10%),
-// and kNone is the zero-copy import.
+// A quantized Linear stays close to the fp32 one (int8: ~1% of the output's scale, int4 ~10%).
 TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
   CpuBackend backend(2);
   const int64_t m = 5, n = 24, k = 128;
@@ -99,9 +99,6 @@ TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
   std::vector<float> ref(m * n), out(m * n);
   ASSERT_TRUE(backend.Linear(F32(x, {m, k}), F32(w, {n, k}), F32(bias, {n}), Activation::kNone,
                              F32(ref, {m, n})).ok());
-  absl::StatusOr<OwnedTensor> plain = backend.ImportLinearWeight(F32(w, {n, k}), WeightQuant::kNone);
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(plain->tensor.data, w.data());
   double ref_rms = 0;
   for (float v : ref) ref_rms += double(v) * v;
   ref_rms = std::sqrt(ref_rms / ref.size());
@@ -116,6 +113,42 @@ TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
     EXPECT_LT(max_error, tolerance * ref_rms) << WeightQuantName(quant);
     EXPECT_GT(max_error, 0.0) << WeightQuantName(quant) << ": quantization must change something";
   }
+}
+
+// Unquantized: on AVX-512 a row-paired copy (weight_pairs.h) that gives the row-major weight's
+// bits, at decode and prefill batch sizes and with an odd last row; elsewhere, or with rows
+// that are not whole 8-element chunks, the zero-copy view.
+TEST(CpuBackendTest, UnquantizedLinearWeightIsRowPairedOnAvx512WithTheSameBits) {
+  CpuBackend backend(2);
+  const bool packs = BestGemmIsa() == GemmIsa::kAvx512;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t n = 29, k = 64;
+    std::vector<float> w = Random(n * k, 24);
+    std::vector<uint16_t> half(w.size());
+    Tensor rows = F32(w, {n, k});
+    if (dtype == DType::kBF16) {
+      ConvertFromF32(w.data(), half.data(), dtype, w.size());
+      rows = Tensor(half.data(), dtype, {n, k});
+    }
+    absl::StatusOr<OwnedTensor> imported = backend.ImportLinearWeight(rows, WeightQuant::kNone);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->tensor.dtype, packs ? PairsOf(dtype) : dtype);
+    EXPECT_EQ(imported->tensor.data == rows.data, !packs);
+    EXPECT_EQ(imported->tensor.bytes(), rows.bytes());
+    for (int64_t m : {1, 3, 8, 13}) {
+      std::vector<float> x = Random(m * k, 25), bias = Random(n, 26), want(m * n), got(m * n);
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), rows, F32(bias, {n}), Activation::kBloomGelu,
+                                 F32(want, {m, n})).ok());
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), imported->tensor, F32(bias, {n}),
+                                 Activation::kBloomGelu, F32(got, {m, n})).ok());
+      EXPECT_EQ(got, want) << DTypeName(dtype) << " m " << m;
+    }
+  }
+  std::vector<float> odd(4 * 20);
+  absl::StatusOr<OwnedTensor> view = backend.ImportLinearWeight(F32(odd, {4, 20}), WeightQuant::kNone);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->tensor.data, odd.data());
+  EXPECT_EQ(view->tensor.dtype, DType::kF32);
 }
 
 TEST(CpuBackendTest, QuantizeRefusesRowsThatAreNotWholeBlocks) {

@@ -79,6 +79,14 @@ void DotTileAvx512(const float* x, int64_t ldx, int rows, const void* w, DType w
                    int64_t k, float* dots, int64_t ldd, WeightPrefetch* prefetch = nullptr);
 bool DotTileAvx512Supported();
 
+// The AVX-512 tiles over row-paired weights (weight_pairs.h) of element dtype `element` (F32, F16
+// or BF16): `w` is the start of a pair (an even row), the tile's `cols` weight rows are whole
+// pairs except that the last may be the matrix's odd last row, and k is a multiple of 8. rows is
+// 1, 4 or kMaxTileRows. The same contract, so the same bits as the row-major tiles.
+void DotTileAvx512Pairs(const float* x, int64_t ldx, int rows, const void* w, DType element,
+                        int cols, int64_t k, float* dots, int64_t ldd,
+                        WeightPrefetch* prefetch = nullptr);
+
 // Elements per fp32 block before the lanes move into fp64 (a multiple of 8).
 constexpr int64_t kDotBlock = 1024;
 

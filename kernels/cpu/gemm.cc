@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dot_tile.h"
 #include "kernels/cpu/tiled_gemm.h"
+#include "kernels/cpu/weight_pairs.h"
 
 namespace blossom {
 namespace {
@@ -52,9 +54,56 @@ float BloomGelu(float x) {
 static_assert(kMaxTileRows * kMaxTileCols <= kMaxTiledGemmDots,
               "RunTiledGemm's dots scratch must hold the largest dot_tile panel");
 
+namespace {
+
+// GemmNT over row-paired weights (weight_pairs.h). Tiles start on pairs: every tile width and
+// column block is even, so only the matrix's last tile can end in its odd last row. The AVX-512
+// tiles read the pairs directly; the other paths (the backend never pairs weights for them; tests
+// and other callers) unpack each tile's rows first.
+void PairedGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
+  const DType element = PairedElementDType(a.w_dtype);
+  const bool avx512 = isa == GemmIsa::kAvx512;
+  const DotTileFn row_tile = isa == GemmIsa::kPortable ? &DotTilePortable : &DotTileAvx2;
+  const char* w_base = static_cast<const char*>(a.w);
+  GemmTiling tiling;
+  tiling.w_row_bytes = DTypeBytes(element, a.k);
+  // Prefill tiles of a ~192 KiB panel in whole groups of the 8- and 4-row tiles (3 and 4 pairs),
+  // as GemmNT's; decode tiles of 12 pairs (dot_tile_avx512.cc).
+  constexpr int kGroup = 24;
+  tiling.prefill_cols = static_cast<int>(std::clamp<size_t>(
+      kColumnBlockBytes / std::max<size_t>(1, tiling.w_row_bytes) / kGroup * kGroup, kGroup,
+      kMaxTileCols / kGroup * kGroup));
+  tiling.prefill_any_cols = true;
+  tiling.decode_cols = kGroup;
+  tiling.decode_any_cols = true;
+  tiling.prefill_rows = avx512 ? 8 : 4;
+  tiling.prefill_rows_small = avx512 ? 4 : 0;
+  tiling.max_cols = kMaxTileCols;
+  tiling.prefetch_max_m = avx512 ? 128 : 0;
+  RunTiledGemm(a, pool, isa != GemmIsa::kPortable, tiling,
+               [&](int64_t m0, int rows, int64_t n0, int cols, float* dots, WeightPrefetch* pf) {
+                 const float* x = a.x + m0 * a.k;
+                 if (avx512) {
+                   DotTileAvx512Pairs(x, a.k, rows, w_base + n0 * tiling.w_row_bytes, element,
+                                       cols, a.k, dots, kMaxTileCols, pf);
+                   return;
+                 }
+                 thread_local std::vector<char> unpacked;  // keeps its capacity
+                 unpacked.resize(static_cast<size_t>(cols) * tiling.w_row_bytes);
+                 UnpackPairRows(a.w, element, a.n, a.k, n0, cols, unpacked.data());
+                 row_tile(x, a.k, rows, unpacked.data(), element, cols, a.k, dots, kMaxTileCols);
+               });
+}
+
+}  // namespace
+
 void GemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   if (a.m <= 0 || a.n <= 0) return;
   isa = Resolve(isa);
+  if (IsRowPaired(a.w_dtype)) {
+    PairedGemmNT(a, pool, isa);
+    return;
+  }
   const bool avx2 = isa != GemmIsa::kPortable;
   const bool avx512 = isa == GemmIsa::kAvx512;
   const DotTileFn tile = avx2 ? &DotTileAvx2 : &DotTilePortable;  // below AVX-512

@@ -28,7 +28,9 @@ namespace blossom {
 
 struct GemmArgs {
   const float* x = nullptr;  // [M, K]
-  const void* w = nullptr;   // [N, K] in w_dtype
+  // [N, K] in w_dtype: F32, F16 or BF16 row-major, or their row-paired forms
+  // (weight_pairs.h; K a multiple of 8), which give the same bits faster on AVX-512.
+  const void* w = nullptr;
   DType w_dtype = DType::kF32;
   const void* bias = nullptr;  // [N] in bias_dtype, or null
   DType bias_dtype = DType::kF32;

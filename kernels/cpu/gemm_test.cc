@@ -1,11 +1,13 @@
 #include "kernels/cpu/gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm_test_util.h"
+#include "kernels/cpu/weight_pairs.h"
 
 namespace blossom {
 namespace {
@@ -94,6 +96,60 @@ TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
     args.k = k;
     args.activation = Activation::kBloomGelu;
     ExpectBatchInvariant(&GemmNT, args, big_x, max_m, DTypeName(dtype));
+  }
+}
+
+// Row-paired weights (weight_pairs.h) hold the same elements in another order: every path, at
+// every batch size (the 1-row decode tiles and the 4- and 8-row ones), odd last rows and
+// k across the contract's 1024-element blocks, must give the row-major weights' bits.
+TEST(GemmTest, RowPairedWeightsGiveTheRowMajorBitsOnEveryPath) {
+  std::mt19937 rng(7);
+  const GemmShape shapes[] = {{1, 1, 8},  {3, 5, 16},  {4, 7, 64},    {9, 13, 1032},
+                              {17, 50, 2056}, {8, 97, 1024}, {13, 6, 24}, {2, 12, 8}};
+  for (const GemmShape& s : shapes) {
+    std::vector<float> x = RandomNormal(s.m * s.k, rng), w = RandomNormal(s.n * s.k, rng),
+                       bias = RandomNormal(s.n, rng);
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      std::vector<uint16_t> half(w.size());
+      const void* rows = w.data();
+      if (dtype != DType::kF32) {
+        ConvertFromF32(w.data(), half.data(), dtype, w.size());
+        rows = half.data();
+      }
+      std::vector<char> packed(DTypeBytes(dtype, s.n * s.k));
+      PackPairRows(rows, dtype, s.n, s.k, 0, s.n, packed.data());
+      for (int64_t m = 1; m <= s.m; ++m) {
+        GemmArgs args;
+        args.x = x.data();
+        args.bias = bias.data();
+        args.m = m;
+        args.n = s.n;
+        args.k = s.k;
+        args.activation = Activation::kBloomGelu;
+        std::vector<float> want(m * s.n), got(m * s.n);
+        args.w = rows;
+        args.w_dtype = dtype;
+        args.out = want.data();
+        GemmNT(args, nullptr, GemmIsa::kPortable);
+        args.w = packed.data();
+        args.w_dtype = PairsOf(dtype);
+        for (GemmIsa isa : {GemmIsa::kPortable, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+          if (!GemmIsaSupported(isa)) continue;
+          for (int threads : {1, 3}) {
+            ThreadPool pool(threads);
+            std::fill(got.begin(), got.end(), -7.0f);
+            args.out = got.data();
+            GemmNT(args, &pool, isa);
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_TRUE(std::isfinite(got[i]));
+              ASSERT_EQ(got[i], want[i])
+                  << DTypeName(dtype) << " " << GemmIsaName(isa) << " m " << m << " n " << s.n
+                  << " k " << s.k << " threads " << threads << " index " << i;
+            }
+          }
+        }
+      }
+    }
   }
 }
 
