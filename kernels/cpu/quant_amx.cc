@@ -171,17 +171,140 @@ BLOSSOM_AMX void AmxQ8Tile(const int8_t* x_codes, int64_t x_group_bytes, const f
   }
 }
 
+// The tile half of AmxQ8TilePipelined: block b's loads and multiplies into the C tiles of one
+// parity, and their stores.
+template <int G>
+struct AmxPipeline {
+  static_assert(G == 1 || G == 2, "one or two x groups");
+  const int8_t* x_codes;
+  int64_t x_group_bytes;
+  const char* w_codes;
+  size_t row_bytes;
+
+  // Loads block b's tiles and starts its multiplies into the C tiles of parity P. The tile
+  // intrinsics paste their tile numbers into the instruction, so they take literals.
+  template <int P>
+  BLOSSOM_AMX void Issue(int64_t b) const {
+    const char* w_block = w_codes + b * sizeof(Q8Block);
+    const int8_t* x0 = x_codes + b * kAmxXBlockBytes;
+    const int8_t* x1 = x0 + x_group_bytes;
+#define BLOSSOM_AMX_ISSUE(C0, C1, W)       \
+  _tile_loadd(W, w_block, row_bytes);      \
+  _tile_zero(C0);                          \
+  _tile_loadd(3, x0, 64);                  \
+  _tile_dpbssd(C0, W, 3);                  \
+  if constexpr (G == 2) {                  \
+    _tile_zero(C1);                        \
+    _tile_loadd(4, x1, 64);                \
+    _tile_dpbssd(C1, W, 4);                \
+  }
+    if constexpr (P == 0) {
+      BLOSSOM_AMX_ISSUE(0, 1, 2)
+    } else {
+      BLOSSOM_AMX_ISSUE(5, 6, 7)
+    }
+#undef BLOSSOM_AMX_ISSUE
+  }
+  // Stores the C tiles of parity P (int32, [weight row][x row]) to c[g].
+  template <int P>
+  BLOSSOM_AMX void Store(int32_t (*c)[kAmxTileRows * kAmxTileRows]) const {
+    if constexpr (P == 0) {
+      _tile_stored(0, c[0], 64);
+      if constexpr (G == 2) _tile_stored(1, c[1], 64);
+    } else {
+      _tile_stored(5, c[0], 64);
+      if constexpr (G == 2) _tile_stored(6, c[1], 64);
+    }
+  }
+};
+
+// AmxQ8Tile for weights in L2 (prefill and large batches: no prefetch_weights), software-
+// pipelined over blocks: block b + 1's tile loads and TDPBSSDs are issued before block b's
+// results are stored and scaled, so the tile unit multiplies while the vector units scale. Done
+// one block at a time, a profile of a 512-token prefill had the tile stores waiting on the
+// multiplies and the multiplies on the loads for over half of AmxQ8Tile's time, the scaling the
+// rest (benchmarks/results/2026-11-25-cpu-amx-pipeline.md). Weights streaming from DRAM keep
+// AmxQ8Tile: there the next block's load, waiting on memory, held up this block's scaling.
+template <int G>
+BLOSSOM_AMX void AmxQ8TilePipelined(const int8_t* x_codes, int64_t x_group_bytes,
+                                    const float* x_scales, int64_t x_group_scales, const void* w,
+                                    size_t row_bytes, int64_t blocks, float* dots, int64_t ldd) {
+  TileConfig config;
+  for (const int first : {0, 5}) {  // the even blocks' tiles 0 (1) and 2, the odd ones' 5 (6), 7
+    for (int g = 0; g < G; ++g) {
+      config.rows[first + g] = kAmxTileRows;  // C: 16 weight rows x 16 int32 (one per x row)
+      config.colsb[first + g] = 64;
+    }
+    config.rows[first + 2] = kAmxTileRows;  // A: 16 weight rows x one block's 32 codes
+    config.colsb[first + 2] = kQuantBlock;
+  }
+  for (int g = 0; g < G; ++g) {
+    config.rows[3 + g] = kQuantBlock / 4;  // B: 8 rows of 4 codes x 16 x rows
+    config.colsb[3 + g] = 64;
+  }
+  _tile_loadconfig(&config);
+  const AmxPipeline<G> pipe{x_codes, x_group_bytes,
+                            static_cast<const char*>(w) + offsetof(Q8Block, codes), row_bytes};
+  const char* weights = static_cast<const char*>(w);
+  alignas(64) int32_t c[G][kAmxTileRows * kAmxTileRows];
+  __m512 acc[G][kAmxTileRows];  // as in AmxQ8Tile
+  for (int g = 0; g < G; ++g)
+    for (int n = 0; n < kAmxTileRows; ++n) acc[g][n] = _mm512_setzero_ps();
+  // Two blocks per iteration so that every tile number is a constant; the scaling is a macro,
+  // not a lambda (called from two places, a lambda kept the accumulators in memory), and a loop
+  // choosing the parity at run time measured no faster than AmxQ8Tile.
+#define BLOSSOM_AMX_SCALE(block)                                                               \
+  for (int g = 0; g < G; ++g) {                                                                \
+    const __m512 xs = _mm512_loadu_ps(x_scales + g * x_group_scales + (block) * kAmxTileRows); \
+    _Pragma("GCC unroll 16") for (int n = 0; n < kAmxTileRows; ++n) {                          \
+      const float ws = reinterpret_cast<const Q8Block*>(weights + n * row_bytes)[block].scale; \
+      const __m512 d = _mm512_mul_ps(xs, _mm512_set1_ps(ws)); /* as in AmxQ8Tile */            \
+      const __m512 product =                                                                   \
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[g] + n * 16)), d);              \
+      acc[g][n] = _mm512_add_ps(acc[g][n], product);                                           \
+    }                                                                                          \
+  }
+  pipe.template Issue<0>(0);
+  for (int64_t b = 0; b < blocks; b += 2) {
+    // Block b is in flight in the even tiles: start b + 1 in the odd ones, then scale b.
+    if (b + 1 < blocks) pipe.template Issue<1>(b + 1);
+    pipe.template Store<0>(c);
+    BLOSSOM_AMX_SCALE(b)
+    if (b + 1 >= blocks) break;
+    if (b + 2 < blocks) pipe.template Issue<0>(b + 2);
+    pipe.template Store<1>(c);
+    BLOSSOM_AMX_SCALE(b + 1)
+  }
+#undef BLOSSOM_AMX_SCALE
+  _tile_release();
+  alignas(64) float t[kAmxTileRows][kAmxTileRows];
+  for (int g = 0; g < G; ++g) {
+    for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[g][n]);
+    for (int r = 0; r < kAmxTileRows; ++r)
+      for (int n = 0; n < kAmxTileRows; ++n) dots[(g * kAmxTileRows + r) * ldd + n] = t[n][r];
+  }
+}
+
 }  // namespace
 
 void AmxQ8Tile16x16(const int8_t* x_codes, const float* x_scales, const void* w,
                     size_t row_bytes, int64_t blocks, float* dots, int64_t ldd,
                     bool prefetch_weights) {
+  if (!prefetch_weights) {
+    AmxQ8TilePipelined<1>(x_codes, 0, x_scales, 0, w, row_bytes, blocks, dots, ldd);
+    return;
+  }
   AmxQ8Tile<1>(x_codes, 0, x_scales, 0, w, row_bytes, blocks, dots, ldd, prefetch_weights);
 }
 
 void AmxQ8Tile32x16(const int8_t* x_codes, const float* x_scales, const void* w,
                     size_t row_bytes, int64_t blocks, float* dots, int64_t ldd,
                     bool prefetch_weights) {
+  if (!prefetch_weights) {
+    AmxQ8TilePipelined<2>(x_codes, blocks * kAmxXBlockBytes, x_scales, blocks * kAmxTileRows, w,
+                          row_bytes, blocks, dots, ldd);
+    return;
+  }
   AmxQ8Tile<2>(x_codes, blocks * kAmxXBlockBytes, x_scales, blocks * kAmxTileRows, w, row_bytes,
                blocks, dots, ldd, prefetch_weights);
 }
