@@ -85,9 +85,18 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
     amx_scales_buffer.resize(static_cast<size_t>(groups * blocks * kAmxTileRows));
     amx_codes = amx_codes_buffer.data();
     amx_scales = amx_scales_buffer.data();
-    for (int64_t g = 0; g < groups; ++g)
-      PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
-               amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
+    // Groups are independent: across the pool (done on the calling thread alone, the other
+    // threads waited through 1.6% of a 512-token int8 prefill).
+    auto pack_groups = [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g)
+        PackAmxX(xq + g * kAmxTileRows * blocks, blocks, kAmxTileRows, blocks,
+                 amx_codes + g * blocks * kAmxXBlockBytes, amx_scales + g * blocks * kAmxTileRows);
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(groups, 1, pack_groups);
+    } else {
+      pack_groups(0, groups);
+    }
   }
   // Up to 64 rows (at most two tiles per column block) the AMX tiles prefetch their weight rows
   // (quant_amx.h): those come from DRAM; with more, from L2 after the first tile.
