@@ -83,7 +83,8 @@ def markdown(report):
         "- decode: batch 1 after a %d-token prompt, median of its %d decode steps (the first of "
         "%d new tokens comes from the prefill); batch %d: decode tokens/s (16-token prompts)" % (
             s["prompt_tokens"], s["decode_tokens"] - 1, s["decode_tokens"], s["batch"]),
-        "- floor: weight bytes / measured read bandwidth (one multi-threaded read, bytes read only)",
+        "- floor: weight bytes / measured read bandwidth (one multi-threaded read of a buffer as large "
+        "as the weights a decode step reads, unless --bandwidth-mib says otherwise; bytes read only)",
         "",
         "| engine | weights | decode ms/token, batch 1 | floor ms | x floor | %d-token prefill, ms "
         "| batch %d tokens/s |" % (s["prompt_tokens"], s["batch"]),
@@ -110,7 +111,9 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--bandwidth-mib", type=int, default=512)
+    p.add_argument("--bandwidth-mib", type=int, default=-1,
+                   help="read-bandwidth probe buffer in MiB; -1: as large as the weights a decode "
+                        "step reads (cpu-step-bench)")
     p.add_argument("--out-prefix", required=True, help="writes PREFIX.json and PREFIX.md")
     p.add_argument("--machine", default="")
     p.add_argument("--commit", default="")

@@ -9,8 +9,12 @@
 //   prefill_ms              one prompt of --prompt-tokens tokens, prompt -> first token
 //   decode_ms_per_token     batch 1 after that prompt: median wall time of one decode step
 //   batch_tokens_per_s      --batch such prompts decoded together: decode tokens / decode time
-//   read_bandwidth_gbs      a multi-threaded read of --bandwidth-mib MiB (best of 5; bytes read
-//                           only), so decode_read_bytes / it is the decode memory floor
+//   read_bandwidth_gbs      a multi-threaded read of a --bandwidth-mib MiB buffer (best of 5;
+//                           bytes read only), so decode_read_bytes / it is the decode memory
+//                           floor. -1: a buffer of decode_read_bytes, so that the caches hold as
+//                           much of it as of the weights a step reads (this VM's 480 MiB L3
+//                           holds a fifth of the f32 weights and most of the int8 ones: a fixed
+//                           512 MiB probe put the int8 floor anywhere from 23 to 30 ms)
 //   decode_read_bytes       weight bytes one decode step reads (weight_bytes less an embedding
 //                           table that is not also the LM head)
 // cpu_bench.py runs this for each engine build, alternating, and takes medians over runs.
@@ -38,7 +42,9 @@ ABSL_FLAG(int32_t, prompt_tokens, 128, "Prompt length for the prefill and batch-
 ABSL_FLAG(int32_t, decode_tokens, 32, "New tokens per sequence.");
 ABSL_FLAG(int32_t, batch, 8, "Sequences decoded together for the throughput point.");
 ABSL_FLAG(int32_t, batch_prompt_tokens, 16, "Prompt length of each sequence of the batch.");
-ABSL_FLAG(int32_t, bandwidth_mib, 512, "Buffer for the read-bandwidth probe (0 = skip).");
+ABSL_FLAG(int32_t, bandwidth_mib, 512,
+          "Buffer for the read-bandwidth probe in MiB (0 = skip; -1 = the bytes a decode step "
+          "reads).");
 ABSL_FLAG(std::string, quantize, "none", "Weight quantization at load: none, int8 or int4.");
 
 ABSL_FLAG(bool, quantize_lm_head, false,
@@ -147,11 +153,6 @@ int Run() {
   const double batch_decode_tokens =
       static_cast<double>(many.decode_step_seconds.size()) * absl::GetFlag(FLAGS_batch);
 
-  const double bandwidth =
-      absl::GetFlag(FLAGS_bandwidth_mib) > 0
-          ? ReadBandwidthGbs(static_cast<size_t>(absl::GetFlag(FLAGS_bandwidth_mib)) << 20,
-                             std::max(1, absl::GetFlag(FLAGS_threads)))
-          : 0.0;
   const ModelInfo& info = (*runner)->info();
   // What one decode step reads: every weight but the embedding table, unless that same table is
   // the LM head (tied and not quantized separately); a lookup reads only a few of its rows.
@@ -161,6 +162,12 @@ int Run() {
                                    DTypeSize(info.weight_dtype);
   const uint64_t decode_read_bytes =
       info.weight_bytes_this_rank - (head_is_embedding ? 0 : embedding_bytes);
+  const int32_t probe_mib = absl::GetFlag(FLAGS_bandwidth_mib);
+  const size_t probe_bytes = probe_mib < 0 ? static_cast<size_t>(decode_read_bytes)
+                                           : static_cast<size_t>(probe_mib) << 20;
+  const double bandwidth =
+      probe_mib != 0 ? ReadBandwidthGbs(probe_bytes, std::max(1, absl::GetFlag(FLAGS_threads)))
+                     : 0.0;
   std::cout << absl::StrFormat(
                    "{\"weight_dtype\": \"%s\", \"quantize\": \"%s%s\", \"weight_bytes\": %d, "
                    "\"decode_read_bytes\": %d, \"threads\": %d, "

@@ -17,7 +17,7 @@ Points, the same for every engine (greedy, EOS ignored, fixed pseudo-random prom
   prefill_ms       prompt -> first token, for --prompt-tokens and --long-prompt-tokens
   batch_tok_s      decode tokens/s of B sequences of 16-token prompts, for each B in --batches
   floor_ms         the weight bytes a Blossom decode step reads / read bandwidth, both from
-                   cpu-step-bench
+                   cpu-step-bench (a read of a buffer as large as those weights, in every run)
 
 Weights per dtype: fp32 = F32 checkpoint everywhere; bf16 = the BF16 checkpoint (gguf bf16,
 CTranslate2 bfloat16, transformers bfloat16, Blossom's BF16 weights); int8 = from the F32
@@ -84,7 +84,7 @@ def blossom_points(args, dtype):
         prompt = args.prompt_tokens if i == 0 else args.long_prompt_tokens
         try:
             r = run_json_lines(args, base + ["--prompt-tokens", str(prompt), "--batch", str(batch),
-                                       "--bandwidth-mib", "512" if i == 0 else "0"])[-1]
+                                       "--bandwidth-mib", "-1" if i == 0 else "0"])[-1]
         except RuntimeError as e:
             if extra and "quantize" in str(e):
                 raise Unsupported("this cpu-step-bench has no --quantize") from e
@@ -93,7 +93,8 @@ def blossom_points(args, dtype):
         points["batch_tok_s@%d" % batch] = r["batch_tokens_per_s"]
         if i == 0:
             points["decode_ms"] = r["decode_ms_per_token"]
-            points["floor_ms"] = r["decode_read_bytes"] / (r["read_bandwidth_gbs"] * 1e9) * 1e3
+            if r["read_bandwidth_gbs"] > 0:
+                points["floor_ms"] = r["decode_read_bytes"] / (r["read_bandwidth_gbs"] * 1e9) * 1e3
             points["weight_bytes"] = r["weight_bytes"]
     if len(args.batches) == 1:  # the long prompt still gets its prefill point
         r = run_json_lines(args, base + ["--prompt-tokens", str(args.long_prompt_tokens), "--batch", "1",
@@ -244,8 +245,8 @@ def markdown(report, args):
                 ratios.append("-")
         lines.append("| **ratio** | %s |" % " | ".join(ratios))
         if floor and "decode_ms" in blossom:
-            lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / measured read "
-                      "bandwidth): "
+            lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / the read "
+                      "bandwidth of a buffer that large, median over runs): "
                       "%.1f ms; Blossom at %.2fx the floor." % (floor, blossom["decode_ms"] / floor)]
         lines.append("")
     return "\n".join(lines)
