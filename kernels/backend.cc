@@ -71,7 +71,13 @@ absl::Status Backend::CopyColumns(const Tensor& src, Tensor dst, int64_t col_beg
   return absl::OkStatus();
 }
 
-absl::StatusOr<OwnedTensor> Backend::ImportLinearWeight(const Tensor& host, WeightQuant quant) {
+absl::StatusOr<OwnedTensor> Backend::ImportEmbeddingAndLinearWeight(const Tensor& host,
+                                                                    const HostRowsDone&) {
+  return ImportWeight(host);
+}
+
+absl::StatusOr<OwnedTensor> Backend::ImportLinearWeight(const Tensor& host, WeightQuant quant,
+                                                        const HostRowsDone&) {
   if (quant == WeightQuant::kNone) return ImportWeight(host);
   return absl::UnimplementedError(absl::StrCat("--quantize ", WeightQuantName(quant),
                                                " is not implemented on the ", name(),

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -119,7 +120,22 @@ class Backend {
   // (block-quantized or row-paired, kernels/dtype.h). This default serves kNone and refuses the
   // others with Unimplemented naming the backend and the mode: a backend without quantized
   // kernels (CUDA for now) never dequantizes behind the user's back.
-  virtual absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant);
+  //
+  // A backend that copies the weight on the host calls `rows_done` (if set) with each range of
+  // host rows [begin, end) it has finished reading, as it goes, so that the caller can give that
+  // memory back before the copy is whole: otherwise a large weight (a 1 GB embedding) is resident
+  // twice at once. Others may never call it.
+  using HostRowsDone = std::function<void(int64_t begin, int64_t end)>;
+  virtual absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant,
+                                                         const HostRowsDone& rows_done);
+  absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant) {
+    return ImportLinearWeight(host, quant, nullptr);
+  }
+  // Makes a [vocab, hidden] table usable by both Embedding and Linear (a tied LM head): the
+  // result may be in a layout only those two ops accept. `rows_done` as above. This default is
+  // ImportWeight.
+  virtual absl::StatusOr<OwnedTensor> ImportEmbeddingAndLinearWeight(
+      const Tensor& host, const HostRowsDone& rows_done);
   virtual absl::Status CopyToDevice(const void* host, Tensor dst) = 0;
   virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
   // Blocks until all issued work is done.

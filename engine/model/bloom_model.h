@@ -159,14 +159,18 @@ class BloomModel {
                                         const std::vector<int64_t>& shape) const;
   // What a weight feeds. Only a Linear weight (read by no op but Linear) goes through
   // Backend::ImportLinearWeight, which may return it quantized or repacked in a dtype only Linear
-  // accepts; the embedding table, LayerNorm parameters and biases are imported as they are. When
-  // the backend copied a kLinear weight, the checkpoint's pages (or the column slice) behind it
-  // are given back; kLinearOfViewedTensor (a tied LM head quantized apart from the embedding
-  // that keeps viewing the same rows) keeps them.
-  enum class WeightUse { kOther, kLinear, kLinearOfViewedTensor };
+  // accepts; the LayerNorm parameters, biases and an untied embedding table are imported as they
+  // are. kEmbeddingAndLinear, the tied embedding table that is also the LM head, goes through
+  // Backend::ImportEmbeddingAndLinearWeight. When the backend copied a kLinear or
+  // kEmbeddingAndLinear weight, the checkpoint's pages (or the column slice) behind it are given
+  // back; kLinearOfViewedTensor (a tied LM head quantized apart from the embedding, which keeps
+  // viewing the same rows) keeps them.
+  enum class WeightUse { kOther, kLinear, kLinearOfViewedTensor, kEmbeddingAndLinear };
   // Hands a host weight (view or slice) to the backend and accounts for it. `quant` (a Linear
   // weight's only; ModelLoadOptions::quantize) is kNone for the others.
-  absl::StatusOr<Tensor> Import(const Tensor& host, WeightUse use, WeightQuant quant);
+  // `rows_done`: as Backend::HostRowsDone, for the weights whose host rows may be given back.
+  absl::StatusOr<Tensor> Import(const Tensor& host, WeightUse use, WeightQuant quant,
+                                const Backend::HostRowsDone& rows_done);
   absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
                                     std::vector<int64_t> shape, int64_t begin, int64_t end,
                                     WeightUse use, WeightQuant quant);

@@ -128,14 +128,18 @@ absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
   return host;
 }
 
-absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightUse use, WeightQuant quant) {
-  if (use == WeightUse::kOther && quant != WeightQuant::kNone) {
+absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightUse use, WeightQuant quant,
+                                          const Backend::HostRowsDone& rows_done) {
+  const bool linear_only = use == WeightUse::kLinear || use == WeightUse::kLinearOfViewedTensor;
+  if (!linear_only && quant != WeightQuant::kNone) {
     return absl::InternalError("bloom: only a Linear weight can be quantized");
   }
   info_.weight_dtype = host.dtype;
-  absl::StatusOr<OwnedTensor> imported = use == WeightUse::kOther
-                                             ? backend_->ImportWeight(host)
-                                             : backend_->ImportLinearWeight(host, quant);
+  absl::StatusOr<OwnedTensor> imported =
+      linear_only ? backend_->ImportLinearWeight(host, quant, rows_done)
+      : use == WeightUse::kEmbeddingAndLinear
+          ? backend_->ImportEmbeddingAndLinearWeight(host, rows_done)
+          : backend_->ImportWeight(host);
   if (!imported.ok()) return imported.status();
   info_.weight_bytes_this_rank += imported->tensor.bytes();
   Tensor t = imported->tensor;
@@ -149,13 +153,19 @@ absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
                                               int64_t end, WeightUse use, WeightQuant quant) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   const Tensor rows = host.Rows(begin, end);
-  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(rows, use, quant));
-  if (use == WeightUse::kLinear && imported.data != rows.data) {
-    // The backend made its own copy: the mapped pages would only sit next to it (a CPU with
-    // AVX-512 copies every Linear weight, weight_pairs.h). Only a hint if the kernel refuses.
-    absl::Status released = checkpoint.ReleasePages(rows);
+  // A weight nothing else views: once the backend has copied rows of it (a CPU with AVX-512
+  // copies every Linear weight, weight_pairs.h; --quantize does; a GPU backend uploads), their
+  // mapped pages would only sit next to the copy. Given back slice by slice as the backend goes
+  // (Backend::HostRowsDone), and whole after a copy. Only a hint if the kernel refuses.
+  const bool sole_view = use == WeightUse::kLinear || use == WeightUse::kEmbeddingAndLinear;
+  auto release = [&](int64_t b, int64_t e) {
+    absl::Status released = checkpoint.ReleasePages(rows.Rows(b, e));
     if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
-  }
+  };
+  BLOSSOM_ASSIGN_OR_RETURN(
+      Tensor imported,
+      Import(rows, use, quant, sole_view ? Backend::HostRowsDone(release) : nullptr));
+  if (sole_view && imported.data != rows.data) release(0, rows.dim(0));
   return imported;
 }
 
@@ -176,7 +186,7 @@ absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
   }
   Tensor view(slice.data(), host.dtype, {rows, cols});
   host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
-  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant));
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant, nullptr));
   if (imported.data != view.data) host_slices_.pop_back();  // the backend copied it
   return imported;
 }
@@ -190,7 +200,8 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t h_local = heads_local * d;
   const WeightQuant q = info_.quantize;  // for the Linear weights
   const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
-  // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given.
+  // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given
+  // (then imported as `linear_use` says).
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, std::optional<WeightQuant> linear_quant = std::nullopt,
                   WeightUse linear_use = WeightUse::kLinear) -> absl::Status {
@@ -213,8 +224,14 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
     *out = *t;
     return absl::OkStatus();
   };
-  BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
-                               vocab_begin_ + vocab_local_, &word_embeddings_));
+  // A tied head that is not quantized apart is the embedding table itself: one import for both.
+  const bool embedding_is_head = config_.tie_word_embeddings && q_head == WeightQuant::kNone;
+  BLOSSOM_RETURN_IF_ERROR(
+      embedding_is_head
+          ? rows("word_embeddings.weight", {v, h}, vocab_begin_, vocab_begin_ + vocab_local_,
+                 &word_embeddings_, WeightQuant::kNone, WeightUse::kEmbeddingAndLinear)
+          : rows("word_embeddings.weight", {v, h}, vocab_begin_, vocab_begin_ + vocab_local_,
+                 &word_embeddings_));
   BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.weight", {h}, &emb_ln_gamma_));
   BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.bias", {h}, &emb_ln_beta_));
   BLOSSOM_RETURN_IF_ERROR(whole("ln_f.weight", {h}, &ln_f_gamma_));

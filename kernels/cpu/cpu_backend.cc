@@ -173,7 +173,26 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportWeight(const Tensor& host) {
   return owned;
 }
 
-absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, WeightQuant quant) {
+absl::StatusOr<OwnedTensor> CpuBackend::ImportEmbeddingAndLinearWeight(
+    const Tensor& host, const HostRowsDone& rows_done) {
+  return ImportLinearWeight(host, WeightQuant::kNone, rows_done);
+}
+
+void CpuBackend::CopyInSlices(int64_t rows, size_t row_bytes, const HostRowsDone& rows_done,
+                              const std::function<void(int64_t, int64_t)>& copy_rows) {
+  // Even, so that a slice of a row-paired copy holds whole pairs.
+  constexpr size_t kSliceBytes = size_t{32} << 20;
+  const int64_t slice = std::max<int64_t>(
+      2, static_cast<int64_t>(kSliceBytes / std::max<size_t>(1, row_bytes)) & ~int64_t{1});
+  for (int64_t begin = 0; begin < rows; begin += slice) {
+    const int64_t end = std::min(rows, begin + slice);
+    copy_rows(begin, end);
+    if (rows_done) rows_done(begin, end);
+  }
+}
+
+absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, WeightQuant quant,
+                                                           const HostRowsDone& rows_done) {
   if (quant == WeightQuant::kNone) {
     if (host.rank != 2 || BestGemmIsa() != GemmIsa::kAvx512 ||
         !CanPackPairs(host.dtype, host.dim(0), host.dim(1)))
@@ -184,10 +203,12 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
     const int64_t n = host.dim(0), k = host.dim(1);
     absl::StatusOr<OwnedTensor> packed = AllocateTensor(PairsOf(host.dtype), {n, k});
     if (!packed.ok()) return packed.status();
-    const int64_t pairs = (n + 1) / 2;
-    pool_->ParallelFor(pairs, 64, [&](int64_t begin, int64_t end) {
-      PackPairRows(host.data, host.dtype, n, k, 2 * begin, std::min(n, 2 * end),
-                   packed->tensor.data);
+    CopyInSlices(n, DTypeBytes(host.dtype, k), rows_done, [&](int64_t first, int64_t last) {
+      const int64_t pairs = (last - first + 1) / 2;
+      pool_->ParallelFor(pairs, 64, [&](int64_t begin, int64_t end) {
+        PackPairRows(host.data, host.dtype, n, k, first + 2 * begin,
+                     std::min(last, first + 2 * end), packed->tensor.data);
+      });
     });
     return packed;
   }
@@ -209,14 +230,18 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
   const size_t in_row = DTypeBytes(host.dtype, k), out_row = DTypeBytes(dtype, k);
   absl::Status status;
   std::mutex status_mutex;
-  pool_->ParallelFor(rows, 16, [&](int64_t begin, int64_t end) {
-    absl::Status s = QuantizeWeightRows(static_cast<const char*>(host.data) + begin * in_row,
-                                        host.dtype, end - begin, k, dtype,
-                                        static_cast<char*>(packed->tensor.data) + begin * out_row);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(status_mutex);
-      status.Update(s);
-    }
+  CopyInSlices(rows, in_row, rows_done, [&](int64_t first, int64_t last) {
+    pool_->ParallelFor(last - first, 16, [&](int64_t begin, int64_t end) {
+      begin += first;
+      end += first;
+      absl::Status s = QuantizeWeightRows(static_cast<const char*>(host.data) + begin * in_row,
+                                          host.dtype, end - begin, k, dtype,
+                                          static_cast<char*>(packed->tensor.data) + begin * out_row);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(status_mutex);
+        status.Update(s);
+      }
+    });
   });
   if (!status.ok()) return status;
   return packed;
@@ -250,8 +275,10 @@ absl::StatusOr<std::unique_ptr<KvCache>> CpuBackend::CreateKvCache(const KvCache
 absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
                                    Tensor out) {
   const int64_t rows = table.dim(0), hidden = table.dim(1), n = ids.numel();
+  const bool paired = IsRowPaired(table.dtype);  // a tied LM head (ImportEmbeddingAndLinearWeight)
   if (auto s = Check(IsF32(out) && out.dim(0) == n && out.dim(1) == hidden &&
-                         ids.dtype == DType::kI32,
+                         ids.dtype == DType::kI32 &&
+                         (IsFloat(table.dtype) || (paired && hidden % 8 == 0)),
                      "Embedding", "bad shapes or dtypes");
       !s.ok())
     return s;
@@ -263,6 +290,8 @@ absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, int64
       float* dst = out.as<float>() + t * hidden;
       if (local < 0 || local >= rows) {
         std::fill(dst, dst + hidden, 0.0f);
+      } else if (paired) {
+        PairedRowToF32(table.data, PairedElementDType(table.dtype), rows, hidden, local, dst);
       } else {
         ConvertToF32(static_cast<const char*>(table.data) + local * row_bytes, table.dtype, dst,
                      hidden);

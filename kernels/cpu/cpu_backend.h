@@ -3,9 +3,10 @@
 // This is the numerical reference the CUDA backend is tested against, and it runs every test on
 // every machine. Weights are zero-copy views of the memory-mapped checkpoint (F32, F16 or BF16),
 // widened to fp32 in registers inside the GEMM's micro-kernels (kernels/cpu/dot_tile.h), except
-// Linear weights: on a CPU with AVX-512 they are copied at load time into row pairs
-// (kernels/cpu/weight_pairs.h, the same values in the order the AVX-512 tile reads), and with
-// --quantize they are packed into int8 / int4 blocks (kernels/cpu/quant.h).
+// Linear weights (and a tied embedding table, also the LM head): on a CPU with AVX-512 they are
+// copied at load time into row pairs (kernels/cpu/weight_pairs.h, the same values in the order
+// the AVX-512 tile reads), and with --quantize they are packed into int8 / int4 blocks
+// (kernels/cpu/quant.h).
 // Activations and the KV cache are fp32.
 //
 // Every op computes each output row from its own input row only, with an operation order that
@@ -42,7 +43,14 @@ class CpuBackend : public Backend {
   // InvalidArgument if its row length is not a multiple of 32. kNone: a backend-owned
   // row-paired copy (weight_pairs.h) where the GEMM runs its AVX-512 path and the row length is
   // a multiple of 8, else ImportWeight's zero-copy view.
-  absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant) override;
+  // Either copy is made in slices of about 32 MiB of host rows, `rows_done` called after each.
+  using Backend::ImportLinearWeight;
+  absl::StatusOr<OwnedTensor> ImportLinearWeight(const Tensor& host, WeightQuant quant,
+                                                 const HostRowsDone& rows_done) override;
+  // As ImportLinearWeight with kNone (Embedding reads row-paired tables too): the tied LM head's
+  // decode GEMV over row pairs is 1.18x (bf16) / 1.08x (f32) faster than over the rows.
+  absl::StatusOr<OwnedTensor> ImportEmbeddingAndLinearWeight(
+      const Tensor& host, const HostRowsDone& rows_done) override;
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
@@ -70,6 +78,11 @@ class CpuBackend : public Backend {
   void Free(void* data, size_t bytes) override;
 
  private:
+  // copy_rows(begin, end) over [0, rows) in slices of ~32 MiB of host rows (an even count), then
+  // rows_done(begin, end) for each, if set.
+  static void CopyInSlices(int64_t rows, size_t row_bytes, const HostRowsDone& rows_done,
+                           const std::function<void(int64_t, int64_t)>& copy_rows);
+
   std::unique_ptr<ThreadPool> pool_;
 };
 

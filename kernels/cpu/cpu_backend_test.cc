@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -45,6 +47,34 @@ TEST(CpuBackendTest, EmbeddingWithVocabOffsetAndHalfTable) {
       EXPECT_EQ(out[t * 6 + i], expected) << t << "," << i;
     }
   }
+}
+
+// A tied LM head's table (ImportEmbeddingAndLinearWeight): row-paired on AVX-512, and Embedding
+// reads the same rows from it as from the checkpoint's, odd last row included; Linear over it
+// gives the row-major bits.
+TEST(CpuBackendTest, EmbeddingAndLinearTableServesBothOps) {
+  CpuBackend backend(2);
+  const int64_t vocab = 11, hidden = 16;
+  std::vector<float> table = Random(vocab * hidden, 3);
+  std::vector<uint16_t> table_bf16(table.size());
+  ConvertFromF32(table.data(), table_bf16.data(), DType::kBF16, table.size());
+  const Tensor rows(table_bf16.data(), DType::kBF16, {vocab, hidden});
+  absl::StatusOr<OwnedTensor> imported = backend.ImportEmbeddingAndLinearWeight(rows, nullptr);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->tensor.dtype,
+            BestGemmIsa() == GemmIsa::kAvx512 ? DType::kBF16Pairs : DType::kBF16);
+  std::vector<int32_t> ids = {100, 110, 103, 99, 111, 107};  // rows 100..110 live here
+  std::vector<float> want(ids.size() * hidden), got(ids.size() * hidden, -1.0f);
+  ASSERT_TRUE(backend.Embedding(rows, I32(ids, {6}), 100, F32(want, {6, hidden})).ok());
+  ASSERT_TRUE(backend.Embedding(imported->tensor, I32(ids, {6}), 100, F32(got, {6, hidden})).ok());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[1 * hidden + 3], BF16ToFloat(table_bf16[10 * hidden + 3]));  // the odd last row
+  std::vector<float> x = Random(2 * hidden, 4), head_rows(2 * vocab), head_table(2 * vocab);
+  ASSERT_TRUE(backend.Linear(F32(x, {2, hidden}), rows, Tensor(), Activation::kNone,
+                             F32(head_rows, {2, vocab})).ok());
+  ASSERT_TRUE(backend.Linear(F32(x, {2, hidden}), imported->tensor, Tensor(), Activation::kNone,
+                             F32(head_table, {2, vocab})).ok());
+  EXPECT_EQ(head_table, head_rows);
 }
 
 TEST(CpuBackendTest, LayerNormWithAndWithoutResidual) {
@@ -149,6 +179,39 @@ TEST(CpuBackendTest, UnquantizedLinearWeightIsRowPairedOnAvx512WithTheSameBits) 
   ASSERT_TRUE(view.ok());
   EXPECT_EQ(view->tensor.data, odd.data());
   EXPECT_EQ(view->tensor.dtype, DType::kF32);
+}
+
+// A copy made at import reports the host rows it has read in slices of ~32 MiB (so that the
+// caller can release them early), in order, covering every row once, each slice an even count
+// of rows; the copy is the same with or without the callback.
+TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
+  CpuBackend backend(2);
+  const int64_t n = 8500, k = 1024;  // 34 MB of f32: two slices
+  std::vector<float> w = Random(n * k, 27);
+  for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8}) {
+    std::vector<std::pair<int64_t, int64_t>> slices;
+    absl::StatusOr<OwnedTensor> sliced = backend.ImportLinearWeight(
+        F32(w, {n, k}), quant, [&](int64_t b, int64_t e) { slices.emplace_back(b, e); });
+    ASSERT_TRUE(sliced.ok()) << sliced.status();
+    absl::StatusOr<OwnedTensor> whole = backend.ImportLinearWeight(F32(w, {n, k}), quant);
+    ASSERT_TRUE(whole.ok());
+    if (sliced->tensor.data == w.data()) {  // a zero-copy view (no AVX-512): nothing was copied
+      EXPECT_TRUE(slices.empty());
+      continue;
+    }
+    ASSERT_GE(slices.size(), 2u) << WeightQuantName(quant);
+    int64_t next = 0;
+    for (const auto& [b, e] : slices) {
+      EXPECT_EQ(b, next);
+      EXPECT_GT(e, b);
+      if (e != n) EXPECT_EQ((e - b) % 2, 0);
+      next = e;
+    }
+    EXPECT_EQ(next, n);
+    ASSERT_EQ(sliced->tensor.bytes(), whole->tensor.bytes());
+    EXPECT_EQ(std::memcmp(sliced->tensor.data, whole->tensor.data, whole->tensor.bytes()), 0)
+        << WeightQuantName(quant);
+  }
 }
 
 TEST(CpuBackendTest, QuantizeRefusesRowsThatAreNotWholeBlocks) {

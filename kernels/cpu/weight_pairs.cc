@@ -27,4 +27,11 @@ void UnpackPairRows(const void* packed, DType dtype, int64_t n, int64_t k, int64
       std::memcpy(dst + (r * k + i) * elem, src + PairElementIndex(n, k, c0 + r, i) * elem, chunk);
 }
 
+void PairedRowToF32(const void* packed, DType dtype, int64_t n, int64_t k, int64_t c, float* out) {
+  const size_t elem = DTypeSize(dtype);
+  const char* src = static_cast<const char*>(packed);
+  for (int64_t i = 0; i < k; i += 8)
+    ConvertToF32(src + PairElementIndex(n, k, c, i) * elem, dtype, out + i, 8);
+}
+
 }  // namespace blossom

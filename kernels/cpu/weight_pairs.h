@@ -48,6 +48,10 @@ void PackPairRows(const void* rows, DType dtype, int64_t n, int64_t k, int64_t r
 void UnpackPairRows(const void* packed, DType dtype, int64_t n, int64_t k, int64_t c0,
                     int64_t count, void* out);
 
+// Row c of a row-paired [n, k] matrix of element dtype `dtype`, widened to fp32 (an embedding
+// lookup in a table that is also the LM head).
+void PairedRowToF32(const void* packed, DType dtype, int64_t n, int64_t k, int64_t c, float* out);
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_KERNELS_CPU_WEIGHT_PAIRS_H_

@@ -30,6 +30,11 @@ TEST(WeightPairsTest, PackedElementsSitWhereTheIndexSaysAndUnpackRestoresTheRows
         for (int64_t i = 0; i < k; ++i) ++hits[PairElementIndex(n, k, c, i)];
       for (int h : hits) ASSERT_EQ(h, 1) << "n " << n << " k " << k;
       for (int64_t c = 0; c < n; c += 2) ASSERT_EQ(PairElementIndex(n, k, c, 0), c * k);
+      std::vector<float> row(k);
+      for (int64_t c = 0; c < n; ++c) {
+        PairedRowToF32(packed.data(), DType::kF32, n, k, c, row.data());
+        for (int64_t i = 0; i < k; ++i) ASSERT_EQ(row[i], rows[c * k + i]) << "row " << c;
+      }
       for (int64_t c0 : {int64_t{0}, n / 3, n - 1}) {
         const int64_t count = n - c0;
         std::vector<float> out(count * k, -1.0f);
