@@ -204,7 +204,9 @@ TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
     for (const auto& [b, e] : slices) {
       EXPECT_EQ(b, next);
       EXPECT_GT(e, b);
-      if (e != n) EXPECT_EQ((e - b) % 2, 0);
+      if (e != n) {
+        EXPECT_EQ((e - b) % 2, 0);
+      }
       next = e;
     }
     EXPECT_EQ(next, n);
