@@ -2,7 +2,8 @@
 // (quant_gemm.h); each supplies its micro-kernel call and tile widths.
 //
 // Below the smallest multi-row tile (decode) each x row runs against `decode_cols` weight rows at
-// a time, then the rest at once (decode_any_cols) or `decode_mid_cols` (if non-zero), then 1; otherwise tiles of prefill_rows x
+// a time, then the rest at once (decode_any_cols) or `decode_mid_cols` (if non-zero), then 1;
+// otherwise tiles of prefill_rows x
 // prefill_cols, then prefill_rows x (the columns left, with prefill_any_cols; else 1 at a time),
 // then the same with prefill_rows_small rows (if set), and the leftover rows one at a time.
 // Columns are processed in blocks of ~192 KiB of weights (kept in L2 while every x row passes
@@ -51,7 +52,7 @@ inline void AddRows(const float* a, const float* b, float* out, int64_t n) {
 
 struct GemmTiling {
   int decode_cols = 1, decode_mid_cols = 0;
-  bool decode_any_cols = false;  // the 1-row tile takes any cols <= decode_cols (panel weights)
+  bool decode_any_cols = false;  // the 1-row tile takes any cols <= decode_cols (row pairs)
   int prefill_rows = 1, prefill_cols = 1;
   int prefill_rows_small = 0;  // if non-zero (< prefill_rows): tiles of this many rows next
   bool prefill_any_cols = false;  // the tile takes any cols <= prefill_cols (a panel)
@@ -138,8 +139,8 @@ void RunTiledGemm(const GemmArgs& a, ThreadPool* pool, bool vector_epilogue, con
       for (; m0 < a.m; ++m0) {
         for (int64_t n0 = nb; n0 < ne;) {
           const int64_t left = ne - n0;
-          const int cols = left >= t.decode_cols                             ? t.decode_cols
-                           : t.decode_any_cols                                     ? static_cast<int>(left)
+          const int cols = left >= t.decode_cols ? t.decode_cols
+                           : t.decode_any_cols   ? static_cast<int>(left)
                            : (t.decode_mid_cols > 0 && left >= t.decode_mid_cols) ? t.decode_mid_cols
                                                                                   : 1;
           tile(m0, 1, n0, cols, dots, &prefetch);
