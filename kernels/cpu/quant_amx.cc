@@ -91,6 +91,20 @@ bool AmxInt8Usable() {
 
 namespace {
 
+// dots[(16 g + r) * ldd + n] = lane r of acc[g][n]: the accumulators (one per weight row, lanes
+// over x rows) transposed into the tile's row-major output. Inlined so that the accumulators can
+// stay in registers in the tile loops.
+template <int G>
+BLOSSOM_AMX __attribute__((always_inline)) inline void StoreDots(
+    const __m512 (&acc)[G][kAmxTileRows], float* dots, int64_t ldd) {
+  alignas(64) float t[kAmxTileRows][kAmxTileRows];
+  for (int g = 0; g < G; ++g) {
+    for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[g][n]);
+    for (int r = 0; r < kAmxTileRows; ++r)
+      for (int n = 0; n < kAmxTileRows; ++n) dots[(g * kAmxTileRows + r) * ldd + n] = t[n][r];
+  }
+}
+
 // G x groups of 16 rows (packed codes and scales x_codes + g * x_group_bytes, x_scales + g *
 // x_group_scales) by 16 weight rows. With G = 2 each weight tile loaded (16 strided rows) feeds
 // two TDPBSSDs: the loads of the strided weight rows, not the scaling, are what the 16 x 16 tile
@@ -163,12 +177,7 @@ BLOSSOM_AMX void AmxQ8Tile(const int8_t* x_codes, int64_t x_group_bytes, const f
     }
   }
   _tile_release();
-  alignas(64) float t[kAmxTileRows][kAmxTileRows];
-  for (int g = 0; g < G; ++g) {
-    for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[g][n]);
-    for (int r = 0; r < kAmxTileRows; ++r)
-      for (int n = 0; n < kAmxTileRows; ++n) dots[(g * kAmxTileRows + r) * ldd + n] = t[n][r];
-  }
+  StoreDots<G>(acc, dots, ldd);
 }
 
 // The tile half of AmxQ8TilePipelined: block b's loads and multiplies into the C tiles of one
@@ -277,12 +286,7 @@ BLOSSOM_AMX void AmxQ8TilePipelined(const int8_t* x_codes, int64_t x_group_bytes
   }
 #undef BLOSSOM_AMX_SCALE
   _tile_release();
-  alignas(64) float t[kAmxTileRows][kAmxTileRows];
-  for (int g = 0; g < G; ++g) {
-    for (int n = 0; n < kAmxTileRows; ++n) _mm512_store_ps(t[n], acc[g][n]);
-    for (int r = 0; r < kAmxTileRows; ++r)
-      for (int n = 0; n < kAmxTileRows; ++n) dots[(g * kAmxTileRows + r) * ldd + n] = t[n][r];
-  }
+  StoreDots<G>(acc, dots, ldd);
 }
 
 }  // namespace
