@@ -85,6 +85,13 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   runner_options.gpu_memory_fraction = options.gpu_memory_fraction;
   runner_options.tensor_parallel_size = options.tensor_parallel_size;
   runner_options.threads_per_rank = options.threads;
+  if (options.backend == "cuda" && options.cuda_graphs) {
+    runner_options.step_graphs = true;
+    const std::vector<int32_t>& sizes = options.sweep.batch_sizes;
+    runner_options.step_graph_options.max_batch =
+        std::min<int32_t>(4096, *std::max_element(sizes.begin(), sizes.end()));
+    runner_options.step_graph_options.max_context = 1024 + options.sweep.max_new_tokens;
+  }
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
                            ModelRunner::Create(runner_options));
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,

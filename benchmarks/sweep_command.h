@@ -28,6 +28,9 @@ struct SweepCommandOptions {
   double gpu_memory_fraction = 0.90;
   int tensor_parallel_size = 1;
   int threads = 0;  // CPU threads per rank (0 = all cores / tp)
+  // Backend "cuda", tp 1: decode steps replayed from CUDA graphs (ModelRunnerOptions::step_graphs)
+  // for batches up to the largest swept, contexts up to 1024 + max_new_tokens.
+  bool cuda_graphs = true;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,19 @@ void DeviceBuffer::Reset() {
   owner_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+}
+
+KvCache::KvCache() {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::Status Backend::BeginCapture() {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot capture steps"));
+}
+
+absl::StatusOr<std::unique_ptr<StepGraph>> Backend::EndCapture() {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot capture steps"));
 }
 
 size_t KvCacheSpec::BytesPerBlock() const {

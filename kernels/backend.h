@@ -75,15 +75,24 @@ struct KvCacheSpec {
 // The backend's KV storage: layout is private to the backend (the CUDA layout differs).
 class KvCache {
  public:
+  KvCache();
   virtual ~KvCache() = default;
   virtual const KvCacheSpec& spec() const = 0;
+  // Unique for the life of the process (never reused, unlike the object's address): what a
+  // captured step graph, which holds this cache's device addresses, is keyed on.
+  uint64_t id() const { return id_; }
+
+ private:
+  uint64_t id_;
 };
 
 // Per-step description of the flattened batch for attention, in device memory (I32 tensors).
 // Sequence s owns token rows [query_start[s], query_start[s+1]); its new tokens sit at positions
 // [context_len[s] - num_new, context_len[s]) where num_new = query_start[s+1] - query_start[s].
 // block_tables is [num_seqs, max_blocks_per_seq]; slot_mapping[t] is the KV slot
-// (block * block_size + offset) that token row t writes.
+// (block * block_size + offset) that token row t writes, or kPaddingSlot: a padding row (a step
+// graph's batch filled up to its bucket) whose K/V is written nowhere.
+inline constexpr int32_t kPaddingSlot = -1;
 struct AttentionMetadata {
   int32_t num_seqs = 0;
   int32_t num_tokens = 0;
@@ -97,6 +106,24 @@ struct AttentionMetadata {
 };
 
 enum class Activation : uint8_t { kNone = 0, kBloomGelu = 1 };
+
+// A captured step (Backend::BeginCapture): the ops issued during the capture, replayed as one
+// unit (a CUDA graph on "cuda"). A replay runs the same ops on the same tensors, with the same
+// host-side arguments (shapes, metadata scalars, pointers) they had at capture; only the contents
+// of device memory (the step's inputs, uploaded before the replay) differ between replays. So
+// whatever a step computes from host values must be fixed for the graph: its batch is padded to
+// a bucket, and grids are sized for a capacity the device-side metadata stays within.
+//
+// Thread-safety: replayed by the thread that issues the backend's ops. The graph holds what it
+// needs to stay valid (the CUDA backend's scratch buffers) but not the tensors it was captured
+// with: its owner must drop it before freeing those.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  // Issues the captured ops again, in order, like the ops themselves would (asynchronously on a
+  // device backend: errors found by kernels surface at the next Synchronize).
+  virtual absl::Status Replay() = 0;
+};
 
 class Backend {
  public:
@@ -182,6 +209,17 @@ class Backend {
   virtual absl::Status Softmax(const Tensor& x, Tensor out) = 0;
   // out[r] = argmax over row r (ties: lowest index). out is I32 [rows].
   virtual absl::Status Argmax(const Tensor& x, Tensor out) = 0;
+
+  // ---- Step graphs (see StepGraph) ----
+  // Between BeginCapture and EndCapture the ops above are recorded, not run. Whatever a CUDA
+  // graph cannot hold fails with FailedPrecondition meanwhile: Allocate, the copies to and from
+  // the host, Synchronize, and an op that would have to grow a scratch buffer (run the same step
+  // once uncaptured first: that sizes them). After an op failed while capturing, EndCapture must
+  // still be called (it ends the capture) and its graph, if any, dropped. These defaults refuse
+  // (Unimplemented): a backend without graphs runs every step uncaptured.
+  virtual bool SupportsCapture() const { return false; }
+  virtual absl::Status BeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture();
 
  protected:
   friend class DeviceBuffer;

@@ -15,6 +15,7 @@
 // server's I/O and handler threads, and the main thread, which waits for a signal.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -63,6 +64,9 @@ ABSL_FLAG(bool, nccl_async_collectives, true,
           "compute stream with one bounded wait per step (a dead rank still fails the step after "
           "the timeout). false: every collective waits for the GPU and then for itself (two host "
           "waits per collective; the older, slower mode).");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "--backend cuda, --tp 1: replay decode steps (up to --max_batch_size sequences, at most "
+          "256; contexts up to --max_total_tokens) from CUDA graphs.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -233,6 +237,13 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {
+    runner_options.step_graphs = true;
+    runner_options.step_graph_options.max_batch =
+        std::clamp(absl::GetFlag(FLAGS_max_batch_size), 1, 256);
+    runner_options.step_graph_options.max_context =
+        std::max(1, absl::GetFlag(FLAGS_max_total_tokens));
+  }
   // Only rank 0 serves (--launcher mpi); the others follow it.
   auto process_rank = ModelRunner::ProcessRank(runner_options);
   if (!process_rank.ok()) return Fail(process_rank.status());

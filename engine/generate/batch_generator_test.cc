@@ -124,5 +124,38 @@ TEST_F(BatchGeneratorTest, DeviceLogitsAreSampledOnlyThroughTheRunnersSampler) {
   EXPECT_EQ(device.sampled_rows.load(), tokens) << "one sampled row per generated token";
 }
 
+TEST_F(BatchGeneratorTest, StepGraphsGiveTheSameTokens) {
+  std::vector<GenerateResult> want;
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get());
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    want = *out;
+  }
+  // The runner as the server builds it, with graphs (recorded op lists on the cpu backend).
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.threads_per_rank = 2;
+  options.prefetch = false;
+  options.step_graphs = true;
+  options.step_graph_options.max_batch = 4;
+  auto graphed = ModelRunner::Create(options);
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  for (bool device_sampling : {true, false}) {
+    BatchGeneratorOptions generator_options;
+    generator_options.device_sampling = device_sampling;
+    BatchGenerator gen(graphed->get(), tokenizer_.get(), generator_options);
+    auto out = gen.Generate(Requests());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectSame(*out, want);
+  }
+  // The four requests finish at different steps: decode batches of 4, 3, 2 and 1 sequences.
+  const StepGraphStats stats = (*graphed)->step_graph_stats();
+  EXPECT_GE(stats.captured, 3);
+  EXPECT_GE(stats.replayed, 20);
+  EXPECT_EQ(stats.failed, 0);
+  EXPECT_EQ(runner_->step_graph_stats().replayed, 0) << "off unless asked for";
+}
+
 }  // namespace
 }  // namespace blossom

@@ -105,6 +105,7 @@ absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_r
       *out = std::move(*buf);
     }
     w.token_capacity = static_cast<int32_t>(t);
+    ++w.generation;
   }
   if (num_logit_rows > w.logit_row_capacity) {
     const int64_t r = std::max<int64_t>(num_logit_rows, 2 * static_cast<int64_t>(w.logit_row_capacity));
@@ -119,6 +120,7 @@ absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_r
       *out = std::move(*buf);
     }
     w.logit_row_capacity = static_cast<int32_t>(r);
+    ++w.generation;
   }
   return absl::OkStatus();
 }
@@ -194,13 +196,12 @@ absl::Status BloomModel::Forward(const StepBatch& batch, KvCache& cache, float* 
 
 absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool assemble) {
   BLOSSOM_RETURN_IF_ERROR(ValidateBatch(b, cache));
+  if (GraphEligible(b, cache)) return GraphStep(b, cache);
   const int32_t T = b.num_tokens(), S = b.num_seqs();
   const int32_t R = static_cast<int32_t>(b.logit_rows.size());
   BLOSSOM_RETURN_IF_ERROR(EnsureWorkspace(T, std::max(R, 1)));
   Workspace& w = *workspace_;
-  const int64_t H = config_.hidden_size, d = config_.head_dim(), heads = local_heads_;
   const int world = communicator_->world_size();
-  const float eps = static_cast<float>(config_.layer_norm_epsilon);
   const int32_t block_size = cache.spec().block_size;
 
   // Metadata to the device.
@@ -261,6 +262,23 @@ absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool
                              backend_->AllocateTensor(DType::kF32, {r, config_.vocab_size}));
     w.logits_full_rows = static_cast<int32_t>(r);
   }
+  StepInputs in;
+  in.ids = *ids;
+  in.logit_rows = *rows;
+  in.num_logit_rows = R;
+  in.md = md;
+  return RunOps(in, cache, assemble);
+}
+
+absl::StatusOr<Tensor> BloomModel::RunOps(const StepInputs& in, KvCache& cache, bool assemble) {
+  const AttentionMetadata& md = in.md;
+  const int32_t T = md.num_tokens, R = in.num_logit_rows;
+  Workspace& w = *workspace_;
+  const int64_t H = config_.hidden_size, d = config_.head_dim(), heads = local_heads_;
+  const int world = communicator_->world_size();
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  const Tensor* ids = &in.ids;
+  const Tensor* rows = &in.logit_rows;
 
   auto rows_of = [&](const OwnedTensor& o, int64_t cols) {
     return Tensor(o.tensor.data, o.tensor.dtype, {T, cols}, o.tensor.device);

@@ -95,6 +95,22 @@ struct ModelLoadOptions {
   bool quantize_lm_head = false;
 };
 
+// Decode steps replayed from captured graphs (BloomModel::EnableStepGraphs).
+struct StepGraphOptions {
+  // The largest decode batch that runs from a graph. A batch of S sequences is padded to the
+  // next power of two (one graph per bucket: 1, 2, 4, ...); padding rows write no KV.
+  int32_t max_batch = 256;
+  // The longest context (tokens, prompt and output) a graph's attention covers: its grid and
+  // block tables are sized for it. A step with a longer context runs uncaptured.
+  int32_t max_context = 2048;
+};
+
+struct StepGraphStats {
+  int64_t captured = 0;  // graphs captured (again after the workspace or the cache changed)
+  int64_t replayed = 0;  // steps served by a replay
+  int64_t failed = 0;    // captures that failed (graphs are then off for good)
+};
+
 struct ModelInfo {
   std::string model_dir;
   std::string backend;
@@ -147,7 +163,23 @@ class BloomModel {
   // collectives still run, the full logits are not assembled.
   absl::Status Forward(const StepBatch& batch, KvCache& cache, float* logits);
 
+  // From now on a decode step (every sequence brings one token and wants its logits, in order:
+  // what AddSequence(token, n, table, true) builds) of at most options.max_batch sequences with
+  // contexts of at most options.max_context tokens runs as the replay of a graph captured for
+  // its bucket (Backend::BeginCapture: a CUDA graph on "cuda", a recorded op list on "cpu"). The
+  // first step of a bucket runs uncaptured and is then captured; later ones copy their padded
+  // inputs up in one piece and replay. The logits are those of the uncaptured step up to the
+  // backend's batch invariance (bit-identical on "cpu"). A capture that fails is logged once and
+  // every step runs uncaptured from then on. InvalidArgument for options out of range;
+  // FailedPrecondition when the backend cannot capture or with tensor parallelism (collectives
+  // are not captured yet).
+  absl::Status EnableStepGraphs(const StepGraphOptions& options);
+  bool step_graphs_enabled() const { return graphs_ != nullptr; }
+  StepGraphStats step_graph_stats() const;
+
  private:
+  struct StepInputs;
+  struct StepGraphs;
   struct LayerWeights;
   struct Workspace;
 
@@ -182,6 +214,14 @@ class BloomModel {
   // [logit rows, vocab] in the backend's memory; without, an empty tensor (this rank's share of
   // the collectives is all that runs after the LM head).
   absl::StatusOr<Tensor> Step(const StepBatch& batch, KvCache& cache, bool assemble);
+  // The ops of a step (layers, LM head, collectives) on inputs already on the device; issues
+  // nothing else, so it can be captured.
+  absl::StatusOr<Tensor> RunOps(const StepInputs& inputs, KvCache& cache, bool assemble);
+  // Whether `batch` (validated) runs from a step graph (EnableStepGraphs).
+  bool GraphEligible(const StepBatch& batch, const KvCache& cache) const;
+  // Runs an eligible batch from its bucket's graph, capturing it first if needed. Returns its
+  // logits [batch rows, vocab].
+  absl::StatusOr<Tensor> GraphStep(const StepBatch& batch, KvCache& cache);
 
   Backend* backend_;
   Communicator* communicator_;
@@ -200,6 +240,7 @@ class BloomModel {
   std::vector<std::vector<char>> host_slices_;    // row-parallel slices copied on the host
   OwnedTensor slopes_;                            // this rank's ALiBi slopes, F32
   std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<StepGraphs> graphs_;  // null until EnableStepGraphs
 };
 
 }  // namespace blossom

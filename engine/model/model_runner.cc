@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     if (options.launcher != "mpi") BLOSSOM_RETURN_IF_ERROR(CheckVisibleGpus(tp));
   }
 #endif
+  if (options.step_graphs && (tp > 1 || options.launcher == "mpi")) {
+    spdlog::warn("step graphs: not used with tensor parallelism or the mpi launcher yet "
+                 "(collectives are not captured): every step runs uncaptured");
+  }
   if (options.launcher == "mpi") {
     if (!(options.collective_timeout_seconds > 0.0)) {
       return absl::InvalidArgumentError(absl::StrCat("collective_timeout_seconds must be > 0, got ",
@@ -163,6 +167,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
                              BloomModel::Load(checkpoint, backend.get(), nullptr, load));
     LogWeights(model->info());
+    if (options.step_graphs) {
+      BLOSSOM_RETURN_IF_ERROR(model->EnableStepGraphs(options.step_graph_options));
+      spdlog::info("step graphs: decode batches up to {} sequences, contexts up to {} tokens",
+                   options.step_graph_options.max_batch, options.step_graph_options.max_context);
+    }
     BloomModel* raw = model.get();
     return MakeSingleRankRunner(std::move(backend), std::move(model), raw, open_seconds,
                                 options.gpu_memory_fraction);

@@ -84,6 +84,11 @@ struct ModelRunnerOptions {
   // collective. false: every collective waits for the backend and then for itself (the slower
   // mode, kept as a fallback). Launcher "mpi" always uses the synchronous mode today.
   bool nccl_async_collectives = true;
+  // Decode steps replayed from captured graphs (BloomModel::EnableStepGraphs): CUDA graphs on
+  // "cuda"; recorded op lists on "cpu" (no speed-up there: it is how tests run the graph path).
+  // tp 1 only for now (collectives are not captured): with tp > 1 it is logged and ignored.
+  bool step_graphs = false;
+  StepGraphOptions step_graph_options;
 };
 
 class ModelRunner {
@@ -142,6 +147,9 @@ class ModelRunner {
   // made on the thread that drives that backend). It must be destroyed before the runner.
   // FailedPrecondition on an MPI follower; the device sampler's errors otherwise.
   virtual absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() = 0;
+
+  // Rank 0's step graph counters (ModelRunnerOptions::step_graphs): all zero when off.
+  virtual StepGraphStats step_graph_stats() const { return StepGraphStats(); }
 
   // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward,
   // ForwardKeepLogits, CopyLogitsToHost, MakeBatchSampler).

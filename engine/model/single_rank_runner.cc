@@ -64,6 +64,7 @@ class SingleRankRunner : public ModelRunner {
   absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
     return model_->backend()->CopyToHost(rows, out);
   }
+  StepGraphStats step_graph_stats() const override { return model_->step_graph_stats(); }
   // On the caller's thread, like every call of this runner (see the class comment).
   absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
     return MakeSamplerForBackend(model_->backend());

@@ -16,6 +16,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/weight_pairs.h"
+#include "kernels/status_macros.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -150,6 +151,7 @@ CpuBackend::CpuBackend(int num_threads, bool spin_wait)
 CpuBackend::~CpuBackend() = default;
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
+  BLOSSOM_RETURN_IF_ERROR(recorder_.RefuseWhileCapturing("Allocate"));
   if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
   // 64-byte alignment for vector loads.
   size_t rounded = (bytes + 63) / 64 * 64;
@@ -248,11 +250,13 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
 }
 
 absl::Status CpuBackend::CopyToDevice(const void* host, Tensor dst) {
+  BLOSSOM_RETURN_IF_ERROR(recorder_.RefuseWhileCapturing("CopyToDevice"));
   if (dst.bytes() > 0) std::memcpy(dst.data, host, dst.bytes());
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopyToHost(const Tensor& src, void* host) {
+  BLOSSOM_RETURN_IF_ERROR(recorder_.RefuseWhileCapturing("CopyToHost"));
   if (src.bytes() > 0) std::memcpy(host, src.data, src.bytes());
   return absl::OkStatus();
 }
@@ -274,6 +278,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> CpuBackend::CreateKvCache(const KvCache
 
 absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
                                    Tensor out) {
+  if (recorder_.Record([=, this] { return Embedding(table, ids, vocab_begin, out); }))
+    return absl::OkStatus();
   const int64_t rows = table.dim(0), hidden = table.dim(1), n = ids.numel();
   const bool paired = IsRowPaired(table.dtype);  // a tied LM head (ImportEmbeddingAndLinearWeight)
   if (auto s = Check(IsF32(out) && out.dim(0) == n && out.dim(1) == hidden &&
@@ -303,6 +309,8 @@ absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, int64
 
 absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    float eps, Tensor residual, Tensor out) {
+  if (recorder_.Record([=, this] { return LayerNorm(x, gamma, beta, eps, residual, out); }))
+    return absl::OkStatus();
   const int64_t rows = x.dim(0), hidden = x.dim(-1);
   if (auto s = Check(IsF32(x) && IsF32(out) && out.numel() == x.numel() &&
                          gamma.numel() == hidden && beta.numel() == hidden &&
@@ -333,6 +341,8 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
 
 absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 Activation activation, Tensor out) {
+  if (recorder_.Record([=, this] { return Linear(x, weight, bias, activation, out); }))
+    return absl::OkStatus();
   const int64_t m = x.dim(0), k = x.dim(-1), n = weight.dim(0);
   const bool quantized = IsBlockQuantized(weight.dtype);
   if (auto s = Check(IsF32(x) && IsF32(out) && weight.rank == 2 && weight.dim(1) == k &&
@@ -365,6 +375,8 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Ten
 }
 
 absl::Status CpuBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) {
+  if (recorder_.Record([=, this] { return AddBiasResidual(x, bias, residual); }))
+    return absl::OkStatus();
   const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, x.dim(0));
   if (auto s = Check(IsF32(x) && IsF32(residual) && residual.numel() == x.numel() &&
                          (bias.empty() || bias.numel() == cols),
@@ -385,6 +397,9 @@ absl::Status CpuBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Ten
 
 absl::Status CpuBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionMetadata& md,
                                             int32_t layer, KvCache& cache, Tensor q) {
+  KvCache* cache_ptr = &cache;
+  if (recorder_.Record([=, this] { return SplitQkvWriteCache(qkv, md, layer, *cache_ptr, q); }))
+    return absl::OkStatus();
   auto& kv = static_cast<CpuKvCache&>(cache);
   const KvCacheSpec& spec = kv.spec();
   const int64_t heads = spec.num_heads, d = spec.head_dim, tokens = md.num_tokens;
@@ -397,7 +412,7 @@ absl::Status CpuBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionMe
   const int32_t* slots = md.slot_mapping.as<const int32_t>();
   const int64_t num_slots = static_cast<int64_t>(spec.num_blocks) * spec.block_size;
   for (int64_t t = 0; t < tokens; ++t) {
-    if (slots[t] < 0 || slots[t] >= num_slots)
+    if ((slots[t] < 0 && slots[t] != kPaddingSlot) || slots[t] >= num_slots)
       return absl::InvalidArgumentError(absl::StrCat("SplitQkvWriteCache: slot ", slots[t],
                                                      " of token ", t, " outside the KV pool"));
   }
@@ -407,6 +422,7 @@ absl::Status CpuBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionMe
       for (int64_t h = 0; h < heads; ++h) {
         const float* src = row + h * 3 * d;  // [q | k | v] of head h
         std::memcpy(q.as<float>() + (t * heads + h) * d, src, d * sizeof(float));
+        if (slots[t] == kPaddingSlot) continue;
         std::memcpy(kv.Key(layer, slots[t], h), src + d, d * sizeof(float));
         std::memcpy(kv.Value(layer, slots[t], h), src + 2 * d, d * sizeof(float));
       }
@@ -418,6 +434,10 @@ absl::Status CpuBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionMe
 absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md, int32_t layer,
                                    const KvCache& cache, const Tensor& slopes, float scale,
                                    Tensor out) {
+  const KvCache* cache_ptr = &cache;
+  if (recorder_.Record(
+          [=, this] { return Attention(q, md, layer, *cache_ptr, slopes, scale, out); }))
+    return absl::OkStatus();
   const auto& kv = static_cast<const CpuKvCache&>(cache);
   const KvCacheSpec& spec = kv.spec();
   const int64_t heads = spec.num_heads, d = spec.head_dim, bs = spec.block_size;
@@ -489,6 +509,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
 }
 
 absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
+  if (recorder_.Record([=, this] { return GatherRows(x, rows, out); })) return absl::OkStatus();
   const int64_t n = rows.numel(), cols = x.numel() / std::max<int64_t>(1, x.dim(0));
   if (auto s = Check(x.dtype == out.dtype && rows.dtype == DType::kI32 && out.numel() == n * cols,
                      "GatherRows", "bad shapes or dtypes");
@@ -506,6 +527,7 @@ absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor 
 }
 
 absl::Status CpuBackend::Softmax(const Tensor& x, Tensor out) {
+  if (recorder_.Record([=, this] { return Softmax(x, out); })) return absl::OkStatus();
   const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, rows);
   if (auto s = Check(IsF32(x) && IsF32(out) && out.numel() == x.numel(), "Softmax",
                      "bad shapes or dtypes");
@@ -530,6 +552,7 @@ absl::Status CpuBackend::Softmax(const Tensor& x, Tensor out) {
 }
 
 absl::Status CpuBackend::Argmax(const Tensor& x, Tensor out) {
+  if (recorder_.Record([=, this] { return Argmax(x, out); })) return absl::OkStatus();
   const int64_t rows = x.dim(0), cols = x.numel() / std::max<int64_t>(1, rows);
   if (auto s = Check(IsF32(x) && out.dtype == DType::kI32 && out.numel() == rows, "Argmax",
                      "bad shapes or dtypes");

@@ -12,6 +12,9 @@
 // Every op computes each output row from its own input row only, with an operation order that
 // does not depend on the batch, so a sequence's results are bit-identical alone or batched.
 //
+// Step capture (Backend::BeginCapture) records the ops and replays them (op_recorder.h): no
+// speed-up, the twin of CUDA graphs for tests.
+//
 // Thread-safety: ops are issued by one thread at a time (they use the internal thread pool);
 // Allocate/Free are thread-safe.
 #ifndef BLOSSOM_KERNELS_CPU_CPU_BACKEND_H_
@@ -21,6 +24,7 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/op_recorder.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace blossom {
@@ -53,7 +57,7 @@ class CpuBackend : public Backend {
       const Tensor& host, const HostRowsDone& rows_done) override;
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return recorder_.RefuseWhileCapturing("Synchronize"); }
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
@@ -72,6 +76,12 @@ class CpuBackend : public Backend {
   absl::Status Softmax(const Tensor& x, Tensor out) override;
   absl::Status Argmax(const Tensor& x, Tensor out) override;
 
+  // Captures record each op as a closure (op_recorder.h): the CPU twin of the CUDA backend's
+  // graphs, with the same refusals, so the engine's graph path is tested here.
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override { return recorder_.Begin(); }
+  absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override { return recorder_.End(); }
+
   ThreadPool* pool() { return pool_.get(); }
 
  protected:
@@ -84,6 +94,7 @@ class CpuBackend : public Backend {
                            const std::function<void(int64_t, int64_t)>& copy_rows);
 
   std::unique_ptr<ThreadPool> pool_;
+  OpRecorder recorder_;
 };
 
 }  // namespace blossom

@@ -394,5 +394,108 @@ TEST(CpuBackendTest, GatherSoftmaxArgmax) {
   }
 }
 
+// ---- Step capture (the twin of CUDA graphs) and the padding slot captured steps use ----
+
+TEST(CpuBackendCaptureTest, CapturedOpsRunOnlyAtReplayAndReadTheInputsOfThatMoment) {
+  CpuBackend backend(2);
+  ASSERT_TRUE(backend.SupportsCapture());
+  std::vector<float> x = {1, 2, 3, 4}, residual = {10, 20, 30, 40}, probs(4, -1.0f);
+  std::vector<int32_t> arg(2, -1);
+  ASSERT_TRUE(backend.BeginCapture().ok());
+  ASSERT_TRUE(backend.AddBiasResidual(F32(x, {2, 2}), Tensor(), F32(residual, {2, 2})).ok());
+  ASSERT_TRUE(backend.Softmax(F32(x, {2, 2}), F32(probs, {2, 2})).ok());
+  ASSERT_TRUE(backend.Argmax(F32(x, {2, 2}), I32(arg, {2})).ok());
+  absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend.EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // Nothing ran while capturing.
+  EXPECT_EQ(x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(probs, (std::vector<float>(4, -1.0f)));
+
+  for (const std::vector<float>& input :
+       {std::vector<float>{1, 2, 3, 4}, std::vector<float>{9, 1, 0, 5}}) {
+    x = input;  // new contents at the captured address, as a step uploads its inputs
+    ASSERT_TRUE((*graph)->Replay().ok());
+    std::vector<float> want_x = input, want_probs(4);
+    std::vector<int32_t> want_arg(2);
+    ASSERT_TRUE(backend.AddBiasResidual(F32(want_x, {2, 2}), Tensor(), F32(residual, {2, 2})).ok());
+    ASSERT_TRUE(backend.Softmax(F32(want_x, {2, 2}), F32(want_probs, {2, 2})).ok());
+    ASSERT_TRUE(backend.Argmax(F32(want_x, {2, 2}), I32(want_arg, {2})).ok());
+    EXPECT_EQ(x, want_x);
+    EXPECT_EQ(0, std::memcmp(probs.data(), want_probs.data(), probs.size() * sizeof(float)));
+    EXPECT_EQ(arg, want_arg);
+  }
+}
+
+TEST(CpuBackendCaptureTest, RefusesCopiesAllocationAndWaitsWhileCapturing) {
+  CpuBackend backend(1);
+  std::vector<float> host = {1, 2}, dev = {0, 0};
+  ASSERT_TRUE(backend.BeginCapture().ok());
+  EXPECT_EQ(backend.CopyToDevice(host.data(), F32(dev, {2})).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend.CopyToHost(F32(dev, {2}), host.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend.Allocate(64).status().code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Status wait = backend.Synchronize();
+  EXPECT_EQ(wait.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wait.message().find("Synchronize inside a step capture"), std::string::npos)
+      << wait.message();
+  EXPECT_EQ(dev, (std::vector<float>{0, 0}));
+  ASSERT_TRUE(backend.EndCapture().ok());
+  EXPECT_TRUE(backend.CopyToDevice(host.data(), F32(dev, {2})).ok());
+  EXPECT_TRUE(backend.Allocate(64).ok());
+  EXPECT_TRUE(backend.Synchronize().ok());
+  EXPECT_EQ(dev, host);
+}
+
+TEST(CpuBackendCaptureTest, ErrorsOfCapturedOpsSurfaceAtReplay) {
+  CpuBackend backend(1);
+  std::vector<float> x = {1, 2, 3}, out(3);
+  ASSERT_TRUE(backend.BeginCapture().ok());
+  // Shapes do not match: accepted while capturing, refused when the op runs.
+  ASSERT_TRUE(backend.Softmax(F32(x, {1, 3}), F32(out, {1, 2})).ok());
+  absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend.EndCapture();
+  ASSERT_TRUE(graph.ok());
+  EXPECT_EQ((*graph)->Replay().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackendCaptureTest, PaddingSlotWritesTheQueryButNoKeyOrValue) {
+  CpuBackend backend(1);
+  // 1 layer, 2 blocks of 2 tokens, 1 head of dim 2.
+  auto cache = backend.CreateKvCache(KvCacheSpec{1, 2, 2, 1, 2, DType::kF32});
+  ASSERT_TRUE(cache.ok());
+  // Token 0 writes slot 1; token 1 is padding. Then token 2 reads slot 1 and the untouched
+  // slot 0 (zeros) back through attention.
+  std::vector<float> qkv = {1, 1, 5, 6, 7, 8, /*padding:*/ 2, 2, 50, 60, 70, 80}, q(4, -1.0f);
+  std::vector<int32_t> slots = {1, kPaddingSlot}, qs = {0, 1, 2}, cl = {2, 1}, tables = {0, 0};
+  AttentionMetadata md;
+  md.num_seqs = 2;
+  md.num_tokens = 2;
+  md.max_query_len = 1;
+  md.max_context_len = 2;
+  md.max_blocks_per_seq = 1;
+  md.query_start = I32(qs, {3});
+  md.context_len = I32(cl, {2});
+  md.block_tables = I32(tables, {2, 1});
+  md.slot_mapping = I32(slots, {2});
+  ASSERT_TRUE(backend.SplitQkvWriteCache(F32(qkv, {2, 6}), md, 0, **cache, F32(q, {2, 1, 2})).ok());
+  EXPECT_EQ(q, (std::vector<float>{1, 1, 2, 2}));  // both queries written
+  // Sequence 0 attends over slot 0 (never written: zeros) and slot 1 (5, 6 / 7, 8); sequence 1,
+  // the padding row, over slot 0 only. Had the padding row written slot 0, its values would show.
+  std::vector<float> slopes = {0.0f}, out(4);
+  ASSERT_TRUE(
+      backend.Attention(F32(q, {2, 1, 2}), md, 0, **cache, F32(slopes, {1}), 1.0f, F32(out, {2, 2}))
+          .ok());
+  EXPECT_EQ(out[2], 0.0f);
+  EXPECT_EQ(out[3], 0.0f);
+  // softmax([0, 11]) over values [0, 0] and [7, 8].
+  const float w = 1.0f / (1.0f + std::exp(-11.0f));
+  EXPECT_NEAR(out[0], 7.0f * w, 1e-5f);
+  EXPECT_NEAR(out[1], 8.0f * w, 1e-5f);
+  // Only -1 marks padding: other negative slots are still refused.
+  slots[1] = -2;
+  EXPECT_EQ(backend.SplitQkvWriteCache(F32(qkv, {2, 6}), md, 0, **cache, F32(q, {2, 1, 2})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace blossom

@@ -153,6 +153,7 @@ absl::StatusOr<int32_t> CudaBackend::KvBlocksThatFit(size_t bytes_per_block, dou
 // ---- Memory ----
 
 absl::StatusOr<DeviceBuffer> CudaBackend::Allocate(size_t bytes) {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("Allocate"));
   if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
   // Any thread may allocate: make sure it targets this backend's device.
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->options.device));
@@ -176,6 +177,7 @@ void CudaBackend::Free(void* data, size_t) {
 }
 
 absl::StatusOr<OwnedTensor> CudaBackend::ImportWeight(const Tensor& host) {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("ImportWeight"));
   if (!IsFloat(host.dtype) || (host.data == nullptr && host.numel() > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda backend: weights must be f32, f16 or bf16, got ", DTypeName(host.dtype)));
@@ -226,6 +228,7 @@ absl::StatusOr<OwnedTensor> CudaBackend::ImportWeight(const Tensor& host) {
 }
 
 absl::Status CudaBackend::CopyToDevice(const void* host, Tensor dst) {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("CopyToDevice"));
   if (dst.bytes() == 0) return absl::OkStatus();
   // Pageable host memory: cudaMemcpyAsync returns once the source was staged, so the caller may
   // reuse it at once. (Pinned host memory must stay untouched until the next Synchronize.)
@@ -235,6 +238,7 @@ absl::Status CudaBackend::CopyToDevice(const void* host, Tensor dst) {
 }
 
 absl::Status CudaBackend::CopyToHost(const Tensor& src, void* host) {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("CopyToHost"));
   if (src.bytes() > 0) {
     BLOSSOM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, impl_->stream));
@@ -253,11 +257,11 @@ absl::Status CudaBackend::CopyColumns(const Tensor& src, Tensor dst, int64_t col
 }
 
 absl::Status CudaBackend::Synchronize() {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("Synchronize"));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->host_error_flag, impl_->error_flag, sizeof(int),
                                                cudaMemcpyDeviceToHost, impl_->stream));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
-  for (void* p : impl_->retired_workspaces) cudaFree(p);  // the stream no longer uses them
-  impl_->retired_workspaces.clear();
+  impl_->retired_workspaces.clear();  // the stream no longer uses them (graphs may: they hold them)
   return CheckErrorFlag();
 }
 
@@ -434,6 +438,11 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.error_flag = impl_->error_flag;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
+    if (impl_->capturing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Attention inside a step capture needs ", ws, " bytes of workspace, ",
+          impl_->attention_workspace_bytes, " allocated: run the step once uncaptured first"));
+    }
     // Grow geometrically (computed before the old size is reset), so a run of slightly longer
     // steps does not reallocate every time.
     const size_t grown = std::max(ws, 2 * impl_->attention_workspace_bytes);
@@ -441,19 +450,23 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
       // Retired, not freed: cudaFree (or a stream wait) here would wait in the middle of a step
       // for the stream, which may hold a collective of an asynchronous NCCL communicator that a
       // dead peer never joins; only the communicator's Fence() bounds that wait.
-      impl_->retired_workspaces.push_back(impl_->attention_workspace);
-      impl_->attention_workspace = nullptr;
+      impl_->retired_workspaces.push_back(std::move(impl_->attention_workspace));
       impl_->attention_workspace_bytes = 0;
     }
-    if (cudaMalloc(&impl_->attention_workspace, grown) != cudaSuccess) {
+    void* fresh = nullptr;
+    if (cudaMalloc(&fresh, grown) != cudaSuccess) {
       cudaGetLastError();
-      impl_->attention_workspace = nullptr;
       return absl::ResourceExhaustedError(
           absl::StrCat("cuda backend: cannot allocate ", grown, " bytes of attention workspace"));
     }
+    const int device = impl_->options.device;
+    impl_->attention_workspace = std::shared_ptr<void>(fresh, [device](void* p) {
+      cudaSetDevice(device);
+      cudaFree(p);
+    });
     impl_->attention_workspace_bytes = grown;
   }
-  BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(a, impl_->attention_workspace, impl_->stream));
+  BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(a, impl_->attention_workspace.get(), impl_->stream));
   return absl::OkStatus();
 }
 

@@ -97,6 +97,16 @@ class CudaBackend : public Backend {
   absl::Status Softmax(const Tensor& x, Tensor out) override;
   absl::Status Argmax(const Tensor& x, Tensor out) override;
 
+  // Step capture as a CUDA graph (cuda_backend_graph.cc): BeginCapture captures the compute
+  // stream (thread-local mode: a CUDA call of this thread that a capture forbids spoils it),
+  // EndCapture instantiates what was captured, Replay is one cudaGraphLaunch on the stream. A
+  // graph holds the attention workspace it was captured with (a later, larger step only retires
+  // it from the backend). Attention refuses to grow its workspace while capturing: run the step
+  // once uncaptured first. Not yet run on a GPU.
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override;
+
   // Free device memory right now (cudaMemGetInfo). Size the KV pool as
   // fraction * (FreeDeviceMemory() after weights and the workspace are allocated).
   absl::StatusOr<size_t> FreeDeviceMemory() const;
@@ -125,6 +135,8 @@ class CudaBackend : public Backend {
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
   absl::Status CheckErrorFlag();
+  // FailedPrecondition naming `what` between BeginCapture and EndCapture.
+  absl::Status RefuseWhileCapturing(const char* what) const;
   absl::Status CalibrateGeluEpilogue();
   absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,11 +35,16 @@ struct CudaBackend::Impl {
   cudaEvent_t staging_free[2] = {nullptr, nullptr};
   int next_staging = 0;
   cudaEvent_t weights_copied = nullptr;
-  void* attention_workspace = nullptr;
+  // Shared with the step graphs captured while it was current (a graph reads the workspace it
+  // was captured with at every replay); cudaFree runs when the last holder lets go.
+  std::shared_ptr<void> attention_workspace;
   size_t attention_workspace_bytes = 0;
-  // Outgrown attention workspaces that kernels enqueued earlier may still read; freed by the next
-  // Synchronize() (or the destructor), once the stream has drained. At most a few: growth doubles.
-  std::vector<void*> retired_workspaces;
+  // Outgrown attention workspaces that kernels enqueued earlier may still read; let go by the
+  // next Synchronize() (or the destructor), once the stream has drained. At most a few: growth
+  // doubles.
+  std::vector<std::shared_ptr<void>> retired_workspaces;
+  // Between BeginCapture and EndCapture (read by Allocate, which any thread may call).
+  std::atomic<bool> capturing{false};
   // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
   bool gelu_epilogue[3] = {false, false, false};
 
@@ -47,8 +53,8 @@ struct CudaBackend::Impl {
     if (copy_stream != nullptr) cudaStreamSynchronize(copy_stream);
     gemm.reset();
     if (gemm_workspace) cudaFree(gemm_workspace);
-    if (attention_workspace) cudaFree(attention_workspace);
-    for (void* p : retired_workspaces) cudaFree(p);
+    attention_workspace.reset();
+    retired_workspaces.clear();
     if (error_flag) cudaFree(error_flag);
     if (host_error_flag) cudaFreeHost(host_error_flag);
     for (int i = 0; i < 2; ++i) {

@@ -109,7 +109,8 @@ __global__ void SplitQkvKernel(const T* __restrict__ qkv, const int32_t* __restr
   const int32_t slot = slots[t];
   const int64_t num_slots = kv.num_blocks * kv.block_size;
   const bool slot_ok = slot >= 0 && slot < num_slots;
-  if (!slot_ok && threadIdx.x == 0) atomicOr(error_flag, kErrorBadSlot);
+  // kPaddingSlot (-1): a padding row of a captured step; its q is written, its K/V nowhere.
+  if (!slot_ok && slot != -1 && threadIdx.x == 0) atomicOr(error_flag, kErrorBadSlot);
   const int64_t block = slot_ok ? slot / kv.block_size : 0;
   const int32_t offset = slot_ok ? slot % kv.block_size : 0;
   T* k_base = static_cast<T*>(kv.base) + layer * kv.LayerStride();

@@ -33,6 +33,7 @@ mapfile -t TARGETS < <(bazel query 'attr(tags, "\bgpu\b", tests(//kernels/cuda:a
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
   TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_attention_test
            //kernels/cuda:cuda_backend_basics_test //kernels/cuda:cuda_backend_ops_test
+           //kernels/cuda:cuda_backend_graph_test
            //kernels/cuda:cuda_sampling_test //kernels/cuda:lt_gemm_test
            //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
            //engine/sampling:cuda_batch_sampler_test //engine/model:runner_sampler_test)

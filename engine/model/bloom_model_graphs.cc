@@ -1,0 +1,179 @@
+// BloomModel's decode steps replayed from captured graphs (EnableStepGraphs).
+//
+// A graph replays the host-side arguments it was captured with, so a bucket's step is made to
+// look the same every time: B = the batch rounded up to a power of two sequences (padding rows:
+// token 0, one position of context in block 0, their K/V written nowhere: kPaddingSlot), block
+// tables table_width blocks wide, max_context_len = table_width * block_size (the attention
+// kernels size their grids from it and skip what a sequence's real context does not reach), and
+// the logits of all B rows. Only the packed metadata buffer changes between replays: one copy up
+// per step.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/bloom_model.h"
+#include "engine/model/bloom_model_internal.h"
+#include "kernels/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace blossom {
+namespace {
+
+int32_t BucketFor(int32_t num_seqs) {
+  int32_t bucket = 1;
+  while (bucket < num_seqs) bucket *= 2;
+  return bucket;
+}
+
+// Offsets (in int32 elements) of the packed metadata of bucket B; see StepGraphs::metadata.
+struct PackedLayout {
+  int64_t ids, query_start, context_len, slots, rows, tables, total;
+  PackedLayout(int32_t B, int32_t table_width) {
+    ids = 0;
+    query_start = ids + B;
+    context_len = query_start + B + 1;
+    slots = context_len + B;
+    rows = slots + B;
+    tables = rows + B;
+    total = tables + static_cast<int64_t>(B) * table_width;
+  }
+};
+
+}  // namespace
+
+absl::Status BloomModel::EnableStepGraphs(const StepGraphOptions& options) {
+  if (options.max_batch < 1 || options.max_batch > 4096 || options.max_context < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("step graphs: max_batch ", options.max_batch,
+                                                   " must be in [1, 4096] and max_context ",
+                                                   options.max_context, " positive"));
+  }
+  if (!backend_->SupportsCapture()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step graphs: the ", backend_->name(), " backend cannot capture steps"));
+  }
+  if (communicator_->world_size() > 1) {
+    return absl::FailedPreconditionError(
+        "step graphs: not with tensor parallelism yet (collectives are not captured)");
+  }
+  graphs_ = std::make_unique<StepGraphs>();
+  graphs_->options = options;
+  graphs_->max_bucket = BucketFor(options.max_batch);
+  return absl::OkStatus();
+}
+
+StepGraphStats BloomModel::step_graph_stats() const {
+  return graphs_ == nullptr ? StepGraphStats() : graphs_->stats;
+}
+
+bool BloomModel::GraphEligible(const StepBatch& b, const KvCache& cache) const {
+  if (graphs_ == nullptr || graphs_->disabled) return false;
+  const int32_t S = b.num_seqs();
+  if (S > graphs_->options.max_batch || b.num_tokens() != S ||
+      static_cast<int32_t>(b.logit_rows.size()) != S) {
+    return false;
+  }
+  const int32_t block_size = cache.spec().block_size;
+  const int64_t table_width = (graphs_->options.max_context + block_size - 1) / block_size;
+  for (int32_t s = 0; s < S; ++s) {
+    // One token per sequence (num_tokens == S and every sequence has >= 1: ValidateBatch).
+    if (b.logit_rows[s] != s || b.context_len[s] > table_width * block_size) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Tensor> BloomModel::GraphStep(const StepBatch& b, KvCache& cache) {
+  StepGraphs& g = *graphs_;
+  const int32_t S = b.num_seqs(), B = BucketFor(S);
+  const int32_t block_size = cache.spec().block_size;
+  // Sized once for the largest bucket, so that steps of smaller buckets never reallocate (which
+  // would drop every graph).
+  BLOSSOM_RETURN_IF_ERROR(EnsureWorkspace(g.max_bucket, g.max_bucket));
+  Workspace& w = *workspace_;
+  if (g.cache_id != cache.id() || g.block_size != block_size ||
+      g.workspace_generation != w.generation) {
+    g.by_bucket.clear();
+    g.cache_id = cache.id();
+    g.workspace_generation = w.generation;
+    if (g.block_size != block_size) {
+      g.block_size = block_size;
+      g.table_width = (g.options.max_context + block_size - 1) / block_size;
+      const PackedLayout largest(g.max_bucket, g.table_width);
+      BLOSSOM_ASSIGN_OR_RETURN(g.metadata, backend_->AllocateTensor(DType::kI32, {largest.total}));
+      g.host.assign(static_cast<size_t>(largest.total), 0);
+    }
+  }
+
+  // The padded inputs, packed.
+  const int32_t W = g.table_width;
+  const PackedLayout at(B, W);
+  int32_t* host = g.host.data();
+  std::fill(host, host + at.total, 0);  // padding: token 0, block 0
+  for (int32_t s = 0; s < B; ++s) {
+    host[at.query_start + s] = s;
+    host[at.rows + s] = s;
+    if (s >= S) {
+      host[at.context_len + s] = 1;
+      host[at.slots + s] = kPaddingSlot;
+      continue;
+    }
+    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+    std::copy_n(table, std::min(b.max_blocks_per_seq, W),
+                host + at.tables + static_cast<int64_t>(s) * W);
+    const int32_t pos = b.context_len[s] - 1;
+    host[at.ids + s] = b.token_ids[s];
+    host[at.context_len + s] = b.context_len[s];
+    host[at.slots + s] = table[pos / block_size] * block_size + pos % block_size;
+  }
+  host[at.query_start + B] = B;
+  const Tensor& buf = g.metadata.tensor;
+  BLOSSOM_RETURN_IF_ERROR(
+      backend_->CopyToDevice(host, Tensor(buf.data, DType::kI32, {at.total}, buf.device)));
+  auto view = [&](int64_t offset, std::initializer_list<int64_t> shape) {
+    return Tensor(static_cast<int32_t*>(buf.data) + offset, DType::kI32, shape, buf.device);
+  };
+  StepInputs in;
+  in.ids = view(at.ids, {B});
+  in.logit_rows = view(at.rows, {B});
+  in.num_logit_rows = B;
+  in.md.num_seqs = B;
+  in.md.num_tokens = B;
+  in.md.max_query_len = 1;
+  in.md.max_context_len = W * block_size;
+  in.md.max_blocks_per_seq = W;
+  in.md.query_start = view(at.query_start, {B + 1});
+  in.md.context_len = view(at.context_len, {B});
+  in.md.slot_mapping = view(at.slots, {B});
+  in.md.block_tables = view(at.tables, {B, W});
+  auto first_rows = [&](const Tensor& logits) {
+    return Tensor(logits.data, DType::kF32, {S, config_.vocab_size}, logits.device);
+  };
+
+  auto found = g.by_bucket.find(B);
+  if (found != g.by_bucket.end()) {
+    BLOSSOM_RETURN_IF_ERROR(found->second->Replay());
+    ++g.stats.replayed;
+    return first_rows(w.logits_local.tensor);
+  }
+  // The bucket's first step runs uncaptured (it also sizes the backend's scratch buffers for
+  // the capture), then the same ops are captured for the next steps.
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor logits, RunOps(in, cache, /*assemble=*/true));
+  BLOSSOM_RETURN_IF_ERROR(backend_->BeginCapture());
+  const absl::StatusOr<Tensor> captured_ops = RunOps(in, cache, /*assemble=*/true);
+  absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend_->EndCapture();
+  if (!captured_ops.ok() || !graph.ok()) {
+    const absl::Status why = captured_ops.ok() ? graph.status() : captured_ops.status();
+    spdlog::warn(
+        "step graphs: capturing the decode step of bucket {} failed ({}); every step runs "
+        "uncaptured from now on",
+        B, why.ToString());
+    ++g.stats.failed;
+    g.disabled = true;
+    g.by_bucket.clear();
+    return first_rows(logits);
+  }
+  g.by_bucket.emplace(B, std::move(*graph));
+  ++g.stats.captured;
+  return first_rows(logits);
+}
+
+}  // namespace blossom

@@ -1,0 +1,202 @@
+// BloomModel's step graphs (EnableStepGraphs) on the CPU backend, whose captures record the ops
+// and replay them: every step of a model with graphs gives the bits of the same step on a model
+// without, through captures, replays, padding to the bucket, steps that do not qualify, and the
+// recaptures after the workspace or the KV cache changed.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/model/bloom_model.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+constexpr int32_t kBlockSize = 4;
+constexpr int32_t kBlocksPerSeq = 12;
+constexpr int32_t kSeqs = 5;
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> table;
+  int32_t computed = 0;
+};
+
+class StepGraphsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = FixturePath("models/bloom-tiny-h4");
+    for (auto* model : {&graphed_, &eager_}) {
+      auto loaded = BloomModel::Load(dir, &backend_, nullptr);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      *model = std::move(*loaded);
+    }
+    StepGraphOptions options;
+    options.max_batch = 4;
+    options.max_context = 24;  // 6 blocks of 4
+    ASSERT_TRUE(graphed_->EnableStepGraphs(options).ok());
+    NewCaches();
+    // Sequence s owns blocks s, s + kSeqs, s + 2 kSeqs, ...: scattered and interleaved.
+    const std::vector<std::vector<int32_t>> prompts = {
+        {1, 17, 250},
+        {3, 99, 1024, 7, 512, 33, 2047},
+        {5},
+        {8, 8, 300, 41, 1999, 6, 9, 10, 11, 12, 13, 14},
+        {20, 21, 22, 23, 24}};
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      seqs_[s].tokens = prompts[s];
+      for (int32_t i = 0; i < kBlocksPerSeq; ++i) seqs_[s].table.push_back(i * kSeqs + s);
+    }
+  }
+
+  void NewCaches() {
+    for (auto [model, cache] :
+         {std::pair{graphed_.get(), &graphed_cache_}, std::pair{eager_.get(), &eager_cache_}}) {
+      auto created = model->CreateKvCache(kSeqs * kBlocksPerSeq, kBlockSize);
+      ASSERT_TRUE(created.ok()) << created.status();
+      *cache = std::move(*created);
+    }
+  }
+
+  // Runs `batch` on both models; expects the same logits bit for bit; returns them.
+  std::vector<float> RunBoth(const StepBatch& batch) {
+    const int64_t vocab = eager_->vocab_size();
+    std::vector<float> graphed(std::max<size_t>(1, batch.logit_rows.size()) * vocab, -1.0f);
+    std::vector<float> eager(graphed.size(), -2.0f);
+    absl::Status s = graphed_->Forward(batch, *graphed_cache_, graphed.data());
+    EXPECT_TRUE(s.ok()) << s;
+    s = eager_->Forward(batch, *eager_cache_, eager.data());
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(std::memcmp(graphed.data(), eager.data(), graphed.size() * sizeof(float)), 0)
+        << "step of " << batch.num_seqs() << " sequences, " << batch.num_tokens() << " tokens";
+    return eager;
+  }
+
+  // The whole prompt (whatever of it is not computed yet) of each of `which`, in one step.
+  void Prefill(const std::vector<int32_t>& which) {
+    StepBatch batch;
+    batch.max_blocks_per_seq = kBlocksPerSeq;
+    for (int32_t s : which) {
+      Seq& q = seqs_[s];
+      batch.AddSequence(absl::MakeConstSpan(q.tokens).subspan(q.computed), q.computed, q.table,
+                        true);
+    }
+    Append(which, RunBoth(batch));
+  }
+
+  // One decode step of `which` (each feeds its last token), in that order.
+  void Decode(const std::vector<int32_t>& which) {
+    StepBatch batch;
+    batch.max_blocks_per_seq = kBlocksPerSeq;
+    for (int32_t s : which) {
+      Seq& q = seqs_[s];
+      ASSERT_EQ(q.computed + 1, static_cast<int32_t>(q.tokens.size()));
+      batch.AddSequence({q.tokens.back()}, q.computed, q.table, true);
+    }
+    Append(which, RunBoth(batch));
+  }
+
+  // Each of `which` computed its pending tokens and gets the greedy token of its logits row.
+  void Append(const std::vector<int32_t>& which, const std::vector<float>& logits) {
+    const int64_t vocab = eager_->vocab_size();
+    for (size_t i = 0; i < which.size(); ++i) {
+      Seq& q = seqs_[which[i]];
+      q.computed = static_cast<int32_t>(q.tokens.size());
+      const float* row = logits.data() + i * vocab;
+      q.tokens.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+  }
+
+  CpuBackend backend_{2};
+  std::unique_ptr<BloomModel> graphed_, eager_;
+  std::unique_ptr<KvCache> graphed_cache_, eager_cache_;
+  Seq seqs_[kSeqs];
+};
+
+TEST_F(StepGraphsTest, EveryStepGivesTheUncapturedBitsAndOnlyDecodeStepsReplay) {
+  Prefill({0, 1, 2, 3, 4});
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 0) << "a prefill step is never captured";
+  for (int i = 0; i < 4; ++i) Decode({0, 1, 2});  // bucket 4, one padding row
+  StepGraphStats stats = graphed_->step_graph_stats();
+  EXPECT_EQ(stats.captured, 1);
+  EXPECT_EQ(stats.replayed, 3);
+  for (int i = 0; i < 3; ++i) Decode({4});     // bucket 1
+  for (int i = 0; i < 3; ++i) Decode({2, 0});  // bucket 2, in another order
+  Decode({0, 1, 2});                           // bucket 4 again: a replay
+  stats = graphed_->step_graph_stats();
+  EXPECT_EQ(stats.captured, 3);
+  EXPECT_EQ(stats.replayed, 3 + 2 + 2 + 1);
+  // Five sequences are over max_batch (4): uncaptured, and the buckets stay as they were.
+  Decode({0, 1, 2, 3, 4});
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, stats.replayed);
+  EXPECT_EQ(graphed_->step_graph_stats().captured, stats.captured);
+  // A mixed step (a prompt chunk and a decode token) is not a decode step.
+  seqs_[3].tokens.insert(seqs_[3].tokens.end(), {40, 41, 42});
+  StepBatch mixed;
+  mixed.max_blocks_per_seq = kBlocksPerSeq;
+  mixed.AddSequence(absl::MakeConstSpan(seqs_[3].tokens).subspan(seqs_[3].computed),
+                    seqs_[3].computed, seqs_[3].table, true);
+  mixed.AddSequence({seqs_[4].tokens.back()}, seqs_[4].computed, seqs_[4].table, true);
+  Append({3, 4}, RunBoth(mixed));
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, stats.replayed);
+  EXPECT_EQ(graphed_->step_graph_stats().failed, 0);
+}
+
+TEST_F(StepGraphsTest, ContextsLongerThanMaxContextRunUncaptured) {
+  Prefill({1, 3});
+  // Sequence 3 (12-token prompt) passes 24 tokens of context after 12 decode steps; sequence 1
+  // (7 tokens) stays within.
+  int64_t replayed_before_long = -1;
+  for (int i = 0; i < 16; ++i) {
+    const bool long_context = seqs_[3].computed + 1 > 24;
+    if (long_context && replayed_before_long < 0)
+      replayed_before_long = graphed_->step_graph_stats().replayed;
+    Decode({1, 3});
+  }
+  ASSERT_GE(replayed_before_long, 1);
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, replayed_before_long)
+      << "no step with a context beyond max_context may replay";
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 1);
+}
+
+TEST_F(StepGraphsTest, RecapturesAfterTheWorkspaceGrowsOrTheCacheChanges) {
+  Prefill({0, 2});
+  for (int i = 0; i < 3; ++i) Decode({0, 2});
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 1);
+  // A 30-token prompt needs a larger step workspace than the graphs were captured with (sized
+  // for 4 tokens): its reallocation must drop them, or their replays would read freed memory.
+  for (int t = 0; t < 30; ++t) seqs_[1].tokens.push_back(100 + t);
+  Prefill({1});
+  for (int i = 0; i < 3; ++i) Decode({0, 2});
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 2);
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, 2 + 2);
+  // A new KV cache (the runner's AllocateKvCache): the graphs held the old one's addresses.
+  NewCaches();
+  for (Seq& q : seqs_) {
+    q.tokens.resize(q.computed + 1);  // keep the prompt and the tokens so far; recompute all
+    q.computed = 0;
+  }
+  Prefill({0, 2});
+  for (int i = 0; i < 2; ++i) Decode({0, 2});
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 3);
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, 4 + 1);
+}
+
+TEST(StepGraphsOptionsTest, RefusesOptionsOutOfRange) {
+  CpuBackend backend(1);
+  auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (StepGraphOptions bad :
+       {StepGraphOptions{0, 2048}, StepGraphOptions{5000, 2048}, StepGraphOptions{8, 0}}) {
+    EXPECT_EQ((*model)->EnableStepGraphs(bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_FALSE((*model)->step_graphs_enabled());
+  EXPECT_TRUE((*model)->EnableStepGraphs(StepGraphOptions{}).ok());
+  EXPECT_TRUE((*model)->step_graphs_enabled());
+}
+
+}  // namespace
+}  // namespace blossom

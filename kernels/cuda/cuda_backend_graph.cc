@@ -1,0 +1,82 @@
+// CudaBackend's step capture: the compute stream captured into a CUDA graph and replayed.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+namespace {
+
+// elementwise.cu's SplitQkvKernel skips slot -1 (it cannot include backend.h).
+static_assert(kPaddingSlot == -1, "the CUDA kernels take -1 for the padding slot");
+
+class CudaStepGraph : public StepGraph {
+ public:
+  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, std::shared_ptr<void> workspace)
+      : graph_(graph), exec_(exec), stream_(stream), workspace_(std::move(workspace)) {}
+  ~CudaStepGraph() override {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  absl::Status Replay() override {
+    const cudaError_t err = cudaGraphLaunch(exec_, stream_);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaGraphLaunch: ", cudaGetErrorString(err)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  std::shared_ptr<void> workspace_;  // the attention workspace the captured kernels read
+};
+
+}  // namespace
+
+absl::Status CudaBackend::RefuseWhileCapturing(const char* what) const {
+  if (!impl_->capturing.load()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " inside a step capture (a captured step cannot copy, allocate or wait)"));
+}
+
+absl::Status CudaBackend::BeginCapture() {
+  if (impl_->capturing.load()) return absl::FailedPreconditionError("BeginCapture: a capture is already open");
+  const cudaError_t err = cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaStreamBeginCapture: ", cudaGetErrorString(err)));
+  }
+  impl_->capturing.store(true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StepGraph>> CudaBackend::EndCapture() {
+  if (!impl_->capturing.load()) return absl::FailedPreconditionError("EndCapture without BeginCapture");
+  impl_->capturing.store(false);
+  cudaGraph_t graph = nullptr;
+  // Ends the capture even when an op spoiled it (then it fails and returns no graph), so the
+  // stream is usable again either way.
+  cudaError_t err = cudaStreamEndCapture(impl_->stream, &graph);
+  if (err != cudaSuccess || graph == nullptr) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaStreamEndCapture: ", cudaGetErrorString(err)));
+  }
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiate(&exec, graph, 0);
+  if (err != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaGraphInstantiate: ", cudaGetErrorString(err)));
+  }
+  return std::unique_ptr<StepGraph>(new CudaStepGraph(graph, exec, impl_->stream, impl_->attention_workspace));
+}
+
+}  // namespace blossom
