@@ -10,7 +10,10 @@
 //    the batch, so a sequence's decode result is the same in any decode batch.
 //  * Prefill / mixed steps: one block per (sequence, tile of kQTile queries, head). Keys and
 //    values stream through shared memory kKChunk at a time with an online (running max) softmax,
-//    so each K/V tile is read once per query tile instead of once per query.
+//    so each K/V tile is read once per query tile instead of once per query. With an f16/bf16
+//    cache and head_dim % 16 == 0 (<= 128) these steps run on tensor cores instead
+//    (attention_tc.cu; AttentionArgs::allow_tensor_cores), whose dot products are the tensor
+//    cores' fp32 sums: the bit-identical scores below hold for the CUDA-core kernels.
 // Scores are fp32 and computed with the CPU reference's exact operation order, without FMA
 // contraction: dot = sum_e q[e]*k[e] in increasing e, score = slope*j + dot*scale. So the scores
 // (which reach |slope * j| ~ 10^3 at long contexts, where one ulp is ~10^-4) match the CPU
@@ -20,6 +23,7 @@
 // between an all-decode step and a step that also carries a prefill chunk.
 #include <algorithm>
 
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -32,32 +36,6 @@ constexpr int kPartition = 512;  // keys per decode block
 constexpr int kPrefillThreads = 128;
 constexpr int kQTile = 16;
 constexpr int kKChunk = 32;  // == warp size: one lane per key in the online softmax
-
-struct SeqInfo {
-  int32_t ctx, num_new, first_token;
-  bool ok;
-};
-
-__device__ __forceinline__ SeqInfo LoadSeq(const AttentionArgs& a, int32_t s) {
-  SeqInfo si;
-  si.first_token = a.query_start[s];
-  si.num_new = a.query_start[s + 1] - si.first_token;
-  si.ctx = a.context_len[s];
-  const int32_t bs = a.kv.block_size;
-  si.ok = si.num_new >= 0 && si.ctx >= si.num_new &&
-          (static_cast<int64_t>(si.ctx) + bs - 1) / bs <= a.max_blocks_per_seq;
-  return si;
-}
-
-// Offset (elements) of key/value row j of head h in a layer's K (or V) tensor; -1 when the block
-// table points outside the pool.
-__device__ __forceinline__ int64_t KvRow(const AttentionArgs& a, const int32_t* table, int32_t j,
-                                         int32_t h) {
-  const int32_t bs = a.kv.block_size;
-  const int32_t block = table[j / bs];
-  if (block < 0 || block >= a.kv.num_blocks) return -1;
-  return ((static_cast<int64_t>(block) * a.kv.num_heads + h) * bs + j % bs) * a.kv.head_dim;
-}
 
 template <typename T>
 __device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d, bool vec) {
@@ -74,10 +52,6 @@ __device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d, b
     for (int32_t e = 0; e < d; ++e) acc = __fadd_rn(acc, __fmul_rn(q[e], ToF32<T>(k[e])));
   }
   return acc;
-}
-
-__device__ __forceinline__ float Score(float dot, float scale, float slope, int32_t j) {
-  return __fadd_rn(__fmul_rn(slope, static_cast<float>(j)), __fmul_rn(dot, scale));
 }
 
 template <typename T>
@@ -218,48 +192,6 @@ __host__ __device__ inline int64_t PrefillSmemFloats(int32_t d) {
          + 3 * kQTile;                              // running max, sum, rescale
 }
 
-// tile_start[s] = number of kQTile-query tiles of sequences before s (tile_start[num_seqs] is the
-// total). One block; chunks of blockDim sequences, each chunk an inclusive scan plus a carry.
-__global__ void TileStartKernel(const int32_t* __restrict__ query_start, int32_t num_seqs,
-                                int32_t* __restrict__ tile_start) {
-  __shared__ int32_t warp_sums[32];
-  __shared__ int32_t carry;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  if (threadIdx.x == 0) {
-    carry = 0;
-    tile_start[0] = 0;
-  }
-  __syncthreads();
-  for (int32_t base = 0; base < num_seqs; base += blockDim.x) {
-    const int32_t s = base + threadIdx.x;
-    int32_t n = 0;
-    if (s < num_seqs) n = max(0, (query_start[s + 1] - query_start[s] + kQTile - 1) / kQTile);
-    int32_t v = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t up = __shfl_up_sync(0xffffffffu, v, o);
-      if (lane >= o) v += up;
-    }
-    if (lane == 31) warp_sums[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-      int32_t w = lane < warps ? warp_sums[lane] : 0;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int32_t up = __shfl_up_sync(0xffffffffu, w, o);
-        if (lane >= o) w += up;
-      }
-      if (lane < warps) warp_sums[lane] = w;
-    }
-    __syncthreads();
-    const int32_t inclusive = carry + v + (warp > 0 ? warp_sums[warp - 1] : 0);
-    if (s < num_seqs) tile_start[s + 1] = inclusive;
-    __syncthreads();  // everyone has read carry and warp_sums
-    if (threadIdx.x == blockDim.x - 1) carry = inclusive;
-    __syncthreads();
-  }
-}
-
 // The grid is an upper bound on the tile count (num_tokens / kQTile + num_seqs), so a step that
 // mixes one long prompt with many decode tokens launches only as many blocks as it has tiles
 // (plus a few), instead of num_seqs x (longest prompt / kQTile).
@@ -268,26 +200,10 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(AttentionArgs a
   extern __shared__ float smem[];
   const int32_t heads = a.kv.num_heads, d = a.kv.head_dim;
   const int32_t h = blockIdx.y;
-  const int32_t b = blockIdx.x;
-  if (b >= tile_start[a.num_seqs]) return;
-  // The sequence owning tile b: the last s with tile_start[s] <= b.
-  int32_t lo = 0, hi = a.num_seqs - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] <= b) lo = mid; else hi = mid - 1;
-  }
-  const int32_t s = lo, tile = b - tile_start[s];
-  const SeqInfo si = LoadSeq(a, s);
-  if (!si.ok) {
-    if (threadIdx.x == 0 && h == 0) atomicOr(a.error_flag, kErrorBadMetadata);
-    return;
-  }
-  const int32_t q_first = tile * kQTile;
-  const int32_t nq = min(kQTile, si.num_new - q_first);
-  if (nq <= 0) return;
-  const int32_t pos0 = si.ctx - si.num_new + q_first;  // position of the tile's first query
-  const int32_t kv_end = pos0 + nq;                     // causal: the last query sees up to here
-  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  PrefillTile tile;
+  if (!FindPrefillTile<kQTile>(a, tile_start, blockIdx.x, h, &tile)) return;
+  const int32_t nq = tile.nq, pos0 = tile.pos0, kv_end = tile.kv_end;
+  const int32_t* table = tile.table;
   const T* k_base = static_cast<const T*>(a.kv.base) + a.layer * a.kv.LayerStride();
   const T* v_base = k_base + a.kv.TensorElems();
   const float slope = a.slopes[h];
@@ -301,7 +217,7 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(AttentionArgs a
   float* l_s = m_s + kQTile;
   float* alpha_s = l_s + kQTile;
 
-  const int64_t t0 = si.first_token + q_first;
+  const int64_t t0 = tile.t0;
   for (int32_t i = threadIdx.x; i < kQTile * d; i += blockDim.x) {
     const int32_t qi = i / d, e = i % d;
     q_s[i] = qi < nq ? ToF32<T>(static_cast<const T*>(a.q)[((t0 + qi) * heads + h) * d + e]) : 0.0f;
@@ -420,7 +336,8 @@ cudaError_t LaunchAttention(const AttentionArgs& a, void* workspace, cudaStream_
   }
   if (workspace == nullptr) return cudaErrorInvalidValue;
   int32_t* tile_start = static_cast<int32_t*>(workspace);
-  TileStartKernel<<<1, 1024, 0, stream>>>(a.query_start, a.num_seqs, tile_start);
+  if (PrefillOnTensorCores(a)) return LaunchPrefillOnTensorCores(a, tile_start, stream);
+  TileStartKernel<kQTile><<<1, 1024, 0, stream>>>(a.query_start, a.num_seqs, tile_start);
   const int64_t blocks = (static_cast<int64_t>(a.num_tokens) + kQTile - 1) / kQTile + a.num_seqs;
   if (blocks > 0x7fffffff || a.kv.num_heads > 65535) return cudaErrorInvalidConfiguration;
   const size_t smem = PrefillSmemFloats(a.kv.head_dim) * sizeof(float);

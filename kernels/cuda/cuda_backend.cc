@@ -436,6 +436,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.max_context_len = md.max_context_len;
   a.max_blocks_per_seq = md.max_blocks_per_seq;
   a.error_flag = impl_->error_flag;
+  a.allow_tensor_cores = impl_->options.tensor_core_attention;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
     if (impl_->capturing) {

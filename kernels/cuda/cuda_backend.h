@@ -59,6 +59,10 @@ class CudaBackend : public Backend {
     // stream in the middle of a step: with asynchronous NCCL collectives on this stream, a peer
     // that dies during such a step would block that wait without a bound (warm up before serving).
     bool time_gemm_candidates = false;
+    // Prefill and mixed steps of f16/bf16 activations with head_dim % 16 == 0 (<= 128) compute
+    // attention on tensor cores (flash-attention style, attention_tc.cu); false keeps every step
+    // on the CUDA-core kernels (the reference the GPU tests compare the tensor-core kernel with).
+    bool tensor_core_attention = true;
   };
 
   // Fails (FailedPrecondition) when no usable device is present, never crashes.

@@ -1,6 +1,7 @@
 // Parity of CudaBackend's SplitQkvWriteCache + paged ALiBi attention with the CPU reference
 // backend (prefill, split-KV decode over long scattered contexts, mixed steps) in F32, F16 and
-// BF16, and a bad KV slot reported at the next Synchronize.
+// BF16, and a bad KV slot reported at the next Synchronize. F16/BF16 prefill with head_dim % 16
+// == 0 runs on the tensor-core kernel; one case turns it off to check the CUDA-core kernel.
 //
 // Tolerances, and the "BLOSSOM_OP_ERROR {...}" lines each binary prints at the end:
 // cuda_backend_test_util.h. Without a visible GPU every test reports SKIPPED with the reason.
@@ -191,6 +192,23 @@ TEST_F(AttentionParity, MixedPrefillChunksAndDecode) {
   for (DType dt : kFloatTypes) {
     Run(dt, 8, 64, {{300, 129}, {50, 1}, {2000, 1}, {7, 7}}, 300);
     Run(dt, 4, 96, {{129, 7}, {1, 1}, {640, 33}}, 301);
+    // The BLOOM-7b1 head size; a 600-token chunk over 500 cached tokens spans ten 64-query tiles
+    // and seventeen 64-key chunks of the tensor-core kernel.
+    Run(dt, 4, 128, {{1100, 600}, {70, 70}, {900, 1}}, 302);
+  }
+}
+
+// f16/bf16 prefill with head_dim % 16 == 0 runs on tensor cores by default (attention_tc.cu):
+// the CUDA-core prefill kernel, which serves every other case, is checked on the same shapes.
+TEST_F(AttentionParity, PrefillOnCudaCoresWhenTensorCoresAreOff) {
+  CudaBackend::Options options;
+  options.tensor_core_attention = false;
+  auto backend = CudaBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  gpu_ = std::move(*backend);
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    Run(dt, 4, 64, {{300, 129}, {50, 1}, {7, 7}}, 400);
+    Run(dt, 4, 128, {{1100, 600}, {70, 70}}, 401);
   }
 }
 

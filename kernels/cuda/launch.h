@@ -100,6 +100,9 @@ struct AttentionArgs {
   int32_t max_context_len = 0;
   int32_t max_blocks_per_seq = 0;
   int* error_flag = nullptr;
+  // Prefill / mixed steps of an f16/bf16 cache with head_dim % 16 == 0 (<= 128) run on tensor
+  // cores (attention_tc.cu); false keeps them on the CUDA-core kernel.
+  bool allow_tensor_cores = true;
 };
 
 // Scratch the split-KV decode path needs (fp32), in bytes; 0 when it will not split.
