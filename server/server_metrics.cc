@@ -43,6 +43,12 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
       step_(registry->AddHistogram(
           "blossom_step_duration_seconds", "Duration of one engine step, by phase.",
           metrics::ExponentialBuckets(0.0005, 2.0, 16), Labels({"phase"}))),
+      step_host_(registry->AddHistogram(
+          "blossom_step_host_seconds",
+          "Engine work of one step outside the forward, by phase and part: schedule (planning "
+          "and the batch), sample (the sampler's call), output (stop rules, detokenization, the "
+          "scheduler's update; not the hand-off to the streams).",
+          metrics::ExponentialBuckets(0.00002, 2.0, 16), Labels({"phase", "part"}))),
       batch_size_(registry->AddHistogram("blossom_batch_size", "Sequences in one engine step.",
                                          TokenCountBuckets(), Labels())),
       prompt_len_(registry->AddHistogram("blossom_request_prompt_tokens",
@@ -101,6 +107,7 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
   for (const char* phase : {"prefill", "decode", "mixed"}) {
     step_.Get({model_, phase});
     steps_.Get({model_, phase});
+    for (const char* part : {"schedule", "sample", "output"}) step_host_.Get({model_, phase, part});
   }
   for (auto* family : {&ttft_, &itl_, &e2e_, &queue_, &batch_size_, &prompt_len_, &output_len_,
                        &prefill_time_, &decode_time_, &max_tokens_}) {
@@ -117,6 +124,9 @@ void ServerMetrics::OnStep(const StepStats& step) {
   const char* phase =
       step.prefill_tokens > 0 ? (step.decode_tokens > 0 ? "mixed" : "prefill") : "decode";
   step_.Get({model_, phase}).Observe(step.duration_seconds);
+  step_host_.Get({model_, phase, "schedule"}).Observe(step.schedule_seconds);
+  step_host_.Get({model_, phase, "sample"}).Observe(step.sample_seconds);
+  step_host_.Get({model_, phase, "output"}).Observe(step.output_seconds);
   steps_.Get({model_, phase}).Increment();
   batch_size_.Get({model_}).Observe(step.batch_size);
   // Token counters advance every step (not at request end), so rate() over them is smooth.

@@ -53,6 +53,7 @@ class ServerMetrics : public EngineObserver {
   metrics::Family<metrics::Histogram>& e2e_;
   metrics::Family<metrics::Histogram>& queue_;
   metrics::Family<metrics::Histogram>& step_;
+  metrics::Family<metrics::Histogram>& step_host_;  // by phase and part (StepStats)
   metrics::Family<metrics::Histogram>& batch_size_;
   metrics::Family<metrics::Histogram>& prompt_len_;
   metrics::Family<metrics::Histogram>& output_len_;

@@ -30,6 +30,7 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
         "blossom_prefix_cache_hits_total{model_name=\"m\"} 0",
         "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 0",
         "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 0",
+        "blossom_step_host_seconds_count{model_name=\"m\",phase=\"prefill\",part=\"sample\"} 0",
         "blossom_prefix_cache_query_tokens_total{model_name=\"m\"} 0",
         "blossom_request_prefill_time_seconds_count{model_name=\"m\"} 0",
         "blossom_build_info{model_name=\"m\",version=\"9.9\"} 1",
@@ -49,6 +50,9 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   step.prefill_tokens = 10;
   step.decode_tokens = 2;
   step.duration_seconds = 0.004;
+  step.schedule_seconds = 0.125;
+  step.sample_seconds = 0.25;
+  step.output_seconds = 0.5;
   step.blocks_used = 5;
   step.blocks_total = 20;
   step.running = 3;
@@ -96,6 +100,9 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   const std::string text = registry.Render();
   for (const char* line :
        {"blossom_step_duration_seconds_count{model_name=\"m\",phase=\"mixed\"} 1",
+        "blossom_step_host_seconds_count{model_name=\"m\",phase=\"mixed\",part=\"output\"} 1",
+        "blossom_step_host_seconds_sum{model_name=\"m\",phase=\"decode\",part=\"schedule\"} 0.125",
+        "blossom_step_host_seconds_sum{model_name=\"m\",phase=\"mixed\",part=\"sample\"} 0.25",
         "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 1",
         "blossom_steps_total{model_name=\"m\",phase=\"prefill\"} 0",
         "blossom_batch_size_count{model_name=\"m\"} 2",

@@ -307,11 +307,13 @@ void Engine::Loop() {
   std::vector<absl::StatusOr<SampleResult>> samples;
   while (true) {
     StepPlan plan;
+    Clock::time_point plan_start;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // Sleeps while idle: no busy waiting.
       work_cv_.wait(lock, [&] { return stopping_ || scheduler_->HasWork(); });
       if (stopping_) return;
+      plan_start = Clock::now();
       plan = scheduler_->Schedule();
       if (plan.empty()) {
         // Work exists but none fits right now (cannot normally happen: requests that can never
@@ -403,7 +405,9 @@ void Engine::Loop() {
         sampled_seq.push_back(k);
       }
       absl::Status sampled = absl::OkStatus();
+      const Clock::time_point sample_start = Clock::now();
       if (!sample_rows.empty()) sampled = sampler_->SampleBatch(*logits, sample_rows, &samples);
+      step.sample_seconds = std::chrono::duration<double>(Clock::now() - sample_start).count();
       // Second pass: each sampled sequence's token through its stop rules, in plan order.
       for (size_t j = 0; j < sampled_seq.size(); ++j) {
         const ScheduledSeq& s = plan.seqs[sampled_seq[j]];
@@ -449,12 +453,16 @@ void Engine::Loop() {
       step.decode_tokens = plan.num_decode_tokens;
       step.cached_prompt_tokens = plan.num_cached_prompt_tokens;
       step.duration_seconds = std::chrono::duration<double>(step_end - step_start).count();
+      step.schedule_seconds = std::chrono::duration<double>(step_start - plan_start).count();
       step.blocks_used = ss.blocks_used;
       step.blocks_total = ss.blocks_total;
       step.preemptions = static_cast<int32_t>(plan.preempted.size());
       step.running = ss.running;
       step.waiting = ss.waiting;
     }
+    step.output_seconds =
+        std::chrono::duration<double>(Clock::now() - step_end).count() - step.sample_seconds;
+    // Metrics first: a client that has its final event finds its tokens counted.
     if (observer_) observer_->OnStep(step);
     DeliverAll(pending);
   }

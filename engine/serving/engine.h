@@ -134,7 +134,12 @@ struct StepStats {
   // (their prefill is done): per-step token counts for smooth rate()s.
   int32_t generated_tokens = 0;
   int32_t finished_prompt_tokens = 0;
-  double duration_seconds = 0.0;
+  double duration_seconds = 0.0;  // the forward (the model's step, to its logits)
+  // The engine's own work around the forward, on the engine thread: planning the step and
+  // building its batch (schedule), the sampler's call (sample: on the GPU with device sampling),
+  // and the rest up to this report (stop rules, detokenization, the scheduler's update: output).
+  // Handing the events to their streams comes after the report and is not in it.
+  double schedule_seconds = 0.0, sample_seconds = 0.0, output_seconds = 0.0;
   int64_t blocks_used = 0, blocks_total = 0;
   int32_t preemptions = 0;
   int64_t running = 0, waiting = 0;

@@ -302,9 +302,17 @@ TEST_F(EngineTest, ObserverSeesEveryStepAndEveryFinishedRequest) {
   std::lock_guard<std::mutex> lock(observer.mu);
   ASSERT_EQ(observer.finished.size(), 3u);
   int64_t prefill = 0, decode = 0;
+  double schedule = 0.0, sample = 0.0, output = 0.0;
   for (const StepStats& s : observer.steps) {
     EXPECT_GT(s.batch_size, 0);
     EXPECT_GE(s.duration_seconds, 0.0);
+    // The host parts of the step: each timed (clocks tick in nanoseconds), none negative.
+    EXPECT_GE(s.schedule_seconds, 0.0);
+    EXPECT_GE(s.sample_seconds, 0.0);
+    EXPECT_GE(s.output_seconds, 0.0);
+    schedule += s.schedule_seconds;
+    sample += s.sample_seconds;
+    output += s.output_seconds;
     EXPECT_LE(s.blocks_used, s.blocks_total);
     prefill += s.prefill_tokens;
     decode += s.decode_tokens;
@@ -313,6 +321,9 @@ TEST_F(EngineTest, ObserverSeesEveryStepAndEveryFinishedRequest) {
   EXPECT_GE(prefill, 5);
   EXPECT_LE(prefill, 15);
   EXPECT_EQ(decode, 15);
+  EXPECT_GT(schedule, 0.0);
+  EXPECT_GT(sample, 0.0);
+  EXPECT_GT(output, 0.0);
   for (const EngineEvent& e : observer.finished) {
     EXPECT_EQ(e.finish_reason, FinishReason::kLength);
     EXPECT_EQ(e.usage.generated_tokens, 6);
