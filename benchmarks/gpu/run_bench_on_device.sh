@@ -18,6 +18,9 @@
 #               and f16 checkpoints: CPU fp32, CUDA fp32 and CUDA native 16-bit dumps
 #               (model-parity-dump + model_parity.py): parity_*/parity.{json,md} (~2-4 min; not
 #               part of "all")
+#   graphs      blossom-bench sweep again with --cuda_graphs=false over BLOSSOM_GRAPH_BATCH_SIZES,
+#               compared with the sweep phase's results (graphs on): graphs_ab.md (~1-2 min; run
+#               it after sweep; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
 #               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
 #               servecheck.json (~1-2 min; not part of "all")
@@ -38,6 +41,7 @@
 #   BLOSSOM_MODEL_DIR []            use this existing HF BLOOM directory instead of a random one
 #   BLOSSOM_BATCH_SIZES [1,2,4,8,16,32,64]    sweep batch sizes
 #   BLOSSOM_HF_BATCH_SIZES [= BLOSSOM_BATCH_SIZES]
+#   BLOSSOM_GRAPH_BATCH_SIZES [1,8,64]        graphs phase batch sizes
 #   BLOSSOM_MAX_NEW_TOKENS [100]  BLOSSOM_WARMUP [1]  BLOSSOM_CYCLES [5]
 #   BLOSSOM_SWEEP_ARGS []           extra blossom-bench sweep flags (e.g. "--gpu-memory-fraction 0.8")
 #   BLOSSOM_SERVE_ARGS []           extra blossom-bench serve flags
@@ -63,8 +67,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -158,7 +162,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md serve.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md serve.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -242,6 +246,37 @@ phase_sweep() {
     --blossom-bench "$HERE/wrap/blossom-bench" --blossom-backend "$DEVICE" \
     --blossom-args "${BLOSSOM_SWEEP_ARGS:-}" --deadline-s $(( $(left) - 20 )) || rc=$?
   if (( rc == 0 )) && [[ -f "$RESULTS/blossom_sweep.json" ]]; then record sweep ok; else record sweep "failed rc=$rc"; fi
+}
+
+# Decode with and without CUDA graphs: the same sweep, --cuda_graphs=false, side by side with the
+# sweep phase's blossom_sweep.json (graphs on by default).
+phase_graphs() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record graphs "skipped (no checkpoint)"; return; fi
+  if [[ ! -f "$RESULTS/blossom_sweep.json" ]]; then record graphs "skipped (run the sweep phase first)"; return; fi
+  if (( $(left) < 90 )); then record graphs "skipped (time)"; return; fi
+  local rc=0
+  timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
+    --batch-sizes "${BLOSSOM_GRAPH_BATCH_SIZES:-1,8,64}" --max-new-tokens "$MAX_NEW" --warmup "$WARMUP" \
+    --cycles "$CYCLES" --cuda_graphs=false --commit "$COMMIT" --machine "$MACHINE" \
+    --json "$RESULTS/blossom_sweep_nographs.json" ${BLOSSOM_SWEEP_ARGS:-} \
+    > "$RESULTS/blossom_sweep_nographs.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then tail -20 "$RESULTS/blossom_sweep_nographs.log"; record graphs "failed rc=$rc"; return; fi
+  "$PY" - "$RESULTS/blossom_sweep.json" "$RESULTS/blossom_sweep_nographs.json" > "$RESULTS/graphs_ab.md" <<'PYEOF' || rc=$?
+import json, sys
+on, off = (json.load(open(p)) for p in sys.argv[1:3])
+by_batch = {r["batch_size"]: r for r in on["results"]}
+print("## Decode with CUDA graphs (on) and without (off)\n")
+print("| batch | on: decode ms/token p50 | off: decode ms/token p50 | off / on | on: tok/s | off: tok/s |")
+print("|---|---|---|---|---|---|")
+for r in off["results"]:
+    o = by_batch.get(r["batch_size"])
+    if o is None:
+        continue
+    a, b = o["decode_ms_per_token"]["p50"], r["decode_ms_per_token"]["p50"]
+    print(f"| {r['batch_size']} | {a:.3f} | {b:.3f} | {b / a:.3f} | {o['decode_tokens_per_second']:.1f} | "
+          f"{r['decode_tokens_per_second']:.1f} |")
+PYEOF
+  if (( rc == 0 )); then record graphs ok; cat "$RESULTS/graphs_ab.md"; else record graphs "failed (compare) rc=$rc"; fi
 }
 
 phase_hf() {
