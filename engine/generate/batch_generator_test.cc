@@ -141,6 +141,13 @@ TEST_F(BatchGeneratorTest, StepGraphsGiveTheSameTokens) {
   options.step_graph_options.max_batch = 4;
   auto graphed = ModelRunner::Create(options);
   ASSERT_TRUE(graphed.ok()) << graphed.status();
+  // What the engine does at start: every bucket (1, 2, 4) captured before the first request.
+  EXPECT_EQ((*graphed)->CaptureStepGraphs().code(), absl::StatusCode::kFailedPrecondition)
+      << "no KV cache yet";
+  ASSERT_TRUE((*graphed)->AllocateKvCache(64, 16).ok());
+  ASSERT_TRUE((*graphed)->CaptureStepGraphs().ok());
+  EXPECT_EQ((*graphed)->step_graph_stats().captured, 3);
+  EXPECT_TRUE(runner_->CaptureStepGraphs().ok()) << "nothing to do without graphs";
   for (bool device_sampling : {true, false}) {
     BatchGeneratorOptions generator_options;
     generator_options.device_sampling = device_sampling;

@@ -175,6 +175,12 @@ class BloomModel {
   // are not captured yet).
   absl::Status EnableStepGraphs(const StepGraphOptions& options);
   bool step_graphs_enabled() const { return graphs_ != nullptr; }
+  // Captures the graph of every bucket not yet captured for `cache`, now: each on a placeholder
+  // step whose rows are all padding (it reads block 0, writes no K/V and changes nothing a
+  // request can see), so that no request's step pays for a capture. Ends with the backend's
+  // Synchronize. FailedPrecondition unless EnableStepGraphs ran; a failing capture turns graphs
+  // off as in a step (logged, OK).
+  absl::Status WarmUpStepGraphs(KvCache& cache);
   StepGraphStats step_graph_stats() const;
 
  private:
@@ -222,6 +228,9 @@ class BloomModel {
   // Runs an eligible batch from its bucket's graph, capturing it first if needed. Returns its
   // logits [batch rows, vocab].
   absl::StatusOr<Tensor> GraphStep(const StepBatch& batch, KvCache& cache);
+  // Bucket `bucket`'s step on `batch`'s sequences (null: none, every row padding): the packed
+  // inputs copied up, then the graph replayed, or the step run uncaptured and captured.
+  absl::StatusOr<Tensor> RunBucket(const StepBatch* batch, int32_t bucket, KvCache& cache);
 
   Backend* backend_;
   Communicator* communicator_;

@@ -82,8 +82,23 @@ bool BloomModel::GraphEligible(const StepBatch& b, const KvCache& cache) const {
 }
 
 absl::StatusOr<Tensor> BloomModel::GraphStep(const StepBatch& b, KvCache& cache) {
+  return RunBucket(&b, BucketFor(b.num_seqs()), cache);
+}
+
+absl::Status BloomModel::WarmUpStepGraphs(KvCache& cache) {
+  if (graphs_ == nullptr) return absl::FailedPreconditionError("step graphs are not enabled");
+  for (int32_t bucket = 1; bucket <= graphs_->max_bucket && !graphs_->disabled; bucket *= 2) {
+    if (graphs_->by_bucket.count(bucket) > 0 && graphs_->cache_id == cache.id()) continue;
+    BLOSSOM_RETURN_IF_ERROR(RunBucket(nullptr, bucket, cache).status());
+  }
+  return backend_->Synchronize();
+}
+
+absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, KvCache& cache) {
+  const StepBatch placeholder;  // no sequences: every row is padding
+  const StepBatch& b = batch != nullptr ? *batch : placeholder;
   StepGraphs& g = *graphs_;
-  const int32_t S = b.num_seqs(), B = BucketFor(S);
+  const int32_t S = b.num_seqs();
   const int32_t block_size = cache.spec().block_size;
   // Sized once for the largest bucket, so that steps of smaller buckets never reallocate (which
   // would drop every graph).

@@ -185,6 +185,24 @@ TEST_F(StepGraphsTest, RecapturesAfterTheWorkspaceGrowsOrTheCacheChanges) {
   EXPECT_EQ(graphed_->step_graph_stats().replayed, 4 + 1);
 }
 
+TEST_F(StepGraphsTest, WarmUpCapturesEveryBucketAndWritesNoKv) {
+  // After the prompts are in the cache: had a placeholder step written K/V (block 0 slot 0 is
+  // sequence 0's first position), sequence 0's logits would no longer match.
+  Prefill({0, 1, 2});
+  ASSERT_TRUE(graphed_->WarmUpStepGraphs(*graphed_cache_).ok());
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 3) << "buckets 1, 2 and 4 (max_batch 4)";
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, 0);
+  for (int i = 0; i < 3; ++i) Decode({0, 1, 2});
+  Decode({0});
+  Decode({1, 2});
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 3) << "every step replays";
+  EXPECT_EQ(graphed_->step_graph_stats().replayed, 5);
+  // Warming up again captures nothing new.
+  ASSERT_TRUE(graphed_->WarmUpStepGraphs(*graphed_cache_).ok());
+  EXPECT_EQ(graphed_->step_graph_stats().captured, 3);
+  EXPECT_EQ(eager_->WarmUpStepGraphs(*eager_cache_).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(StepGraphsOptionsTest, RefusesOptionsOutOfRange) {
   CpuBackend backend(1);
   auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);

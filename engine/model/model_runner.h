@@ -150,6 +150,11 @@ class ModelRunner {
 
   // Rank 0's step graph counters (ModelRunnerOptions::step_graphs): all zero when off.
   virtual StepGraphStats step_graph_stats() const { return StepGraphStats(); }
+  // With step graphs, captures every decode bucket's graph now, for the KV cache allocated last
+  // (BloomModel::WarmUpStepGraphs: placeholder steps of padding rows that write no K/V), so that
+  // no request pays for a capture; the engine calls it once at start. OK and nothing done
+  // without graphs. FailedPrecondition before AllocateKvCache.
+  virtual absl::Status CaptureStepGraphs() { return absl::OkStatus(); }
 
   // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward,
   // ForwardKeepLogits, CopyLogitsToHost, MakeBatchSampler).

@@ -1,11 +1,14 @@
 #include "engine/model/single_rank_runner.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model/rank_setup.h"
 #include "engine/model/runner_sampler.h"
+#include "kernels/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace blossom {
 namespace {
@@ -65,6 +68,19 @@ class SingleRankRunner : public ModelRunner {
     return model_->backend()->CopyToHost(rows, out);
   }
   StepGraphStats step_graph_stats() const override { return model_->step_graph_stats(); }
+  absl::Status CaptureStepGraphs() override {
+    if (!model_->step_graphs_enabled()) return absl::OkStatus();
+    if (cache_ == nullptr) {
+      return absl::FailedPreconditionError("ModelRunner::CaptureStepGraphs before AllocateKvCache");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    BLOSSOM_RETURN_IF_ERROR(model_->WarmUpStepGraphs(*cache_));
+    const StepGraphStats stats = model_->step_graph_stats();
+    spdlog::info("step graphs: {} decode buckets captured in {:.2f} s{}", stats.captured,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 stats.failed > 0 ? " (a capture failed: steps run uncaptured)" : "");
+    return absl::OkStatus();
+  }
   // On the caller's thread, like every call of this runner (see the class comment).
   absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
     return MakeSamplerForBackend(model_->backend());
