@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -218,6 +219,15 @@ class Backend {
   // still be called (it ends the capture) and its graph, if any, dropped. These defaults refuse
   // (Unimplemented): a backend without graphs runs every step uncaptured.
   virtual bool SupportsCapture() const { return false; }
+
+  // The row counts (M) a warm-up should run Linear at, for steps of up to `max_rows` rows, so
+  // that every per-shape plan the backend keeps (the CUDA backend's cuBLASLt plans, keyed on
+  // bucketed M, and their timed algorithm choice) is made before serving. Empty (this default)
+  // for a backend with nothing to prepare.
+  virtual std::vector<int64_t> WarmUpRowCounts(int64_t max_rows) const {
+    (void)max_rows;
+    return {};
+  }
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture();
 

@@ -67,6 +67,9 @@ ABSL_FLAG(bool, nccl_async_collectives, true,
 ABSL_FLAG(bool, cuda_graphs, true,
           "--backend cuda, --tp 1: replay decode steps (up to --max_batch_size sequences, at most "
           "256; contexts up to --max_total_tokens) from CUDA graphs.");
+ABSL_FLAG(bool, cuda_time_gemm, true,
+          "--backend cuda, --tp 1: choose each cuBLASLt plan's algorithm by timing the "
+          "heuristic's top candidates, at the start-up warm-up.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -237,6 +240,8 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  runner_options.time_gemm_candidates =
+      runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {
     runner_options.step_graphs = true;
     runner_options.step_graph_options.max_batch =

@@ -142,12 +142,14 @@ TEST_F(BatchGeneratorTest, StepGraphsGiveTheSameTokens) {
   auto graphed = ModelRunner::Create(options);
   ASSERT_TRUE(graphed.ok()) << graphed.status();
   // What the engine does at start: every bucket (1, 2, 4) captured before the first request.
-  EXPECT_EQ((*graphed)->CaptureStepGraphs().code(), absl::StatusCode::kFailedPrecondition)
+  EXPECT_EQ((*graphed)->WarmUp(64, 4).code(), absl::StatusCode::kFailedPrecondition)
       << "no KV cache yet";
   ASSERT_TRUE((*graphed)->AllocateKvCache(64, 16).ok());
-  ASSERT_TRUE((*graphed)->CaptureStepGraphs().ok());
+  ASSERT_TRUE((*graphed)->WarmUp(64, 4).ok());
   EXPECT_EQ((*graphed)->step_graph_stats().captured, 3);
-  EXPECT_TRUE(runner_->CaptureStepGraphs().ok()) << "nothing to do without graphs";
+  ASSERT_TRUE(runner_->AllocateKvCache(64, 16).ok());
+  EXPECT_TRUE(runner_->WarmUp(64, 4).ok()) << "nothing to capture without graphs";
+  EXPECT_EQ(runner_->step_graph_stats().captured, 0);
   for (bool device_sampling : {true, false}) {
     BatchGeneratorOptions generator_options;
     generator_options.device_sampling = device_sampling;

@@ -181,6 +181,14 @@ class BloomModel {
   // Synchronize. FailedPrecondition unless EnableStepGraphs ran; a failing capture turns graphs
   // off as in a step (logged, OK).
   absl::Status WarmUpStepGraphs(KvCache& cache);
+  // Runs Linear at every row count the backend asks for (Backend::WarmUpRowCounts) for steps of
+  // up to max_step_tokens tokens and max_logit_rows logit rows, on placeholder steps of padding
+  // rows (no K/V written): the CUDA backend makes (and, if it times them, times) each cuBLASLt
+  // plan now instead of in a request's step. Call it before WarmUpStepGraphs (it may grow the
+  // step workspace, which drops captured graphs). Does nothing on a backend with nothing to
+  // prepare (CPU) and, for now, with tensor parallelism (the collectives would have to run on
+  // every rank).
+  absl::Status WarmUpLinearPlans(KvCache& cache, int32_t max_step_tokens, int32_t max_logit_rows);
   StepGraphStats step_graph_stats() const;
 
  private:
@@ -231,6 +239,8 @@ class BloomModel {
   // Bucket `bucket`'s step on `batch`'s sequences (null: none, every row padding): the packed
   // inputs copied up, then the graph replayed, or the step run uncaptured and captured.
   absl::StatusOr<Tensor> RunBucket(const StepBatch* batch, int32_t bucket, KvCache& cache);
+  // Views of bucket B's packed inputs in `buf` (bloom_model_graphs.cc).
+  static StepInputs InputsOf(const Tensor& buf, int32_t B, int32_t W, int32_t block_size);
 
   Backend* backend_;
   Communicator* communicator_;

@@ -39,7 +39,56 @@ struct PackedLayout {
   }
 };
 
+// Packs bucket B's inputs (layout PackedLayout(B, W)) from `b`'s decode sequences, the rows past
+// them padding: token 0, one position of context in block 0, K/V written nowhere.
+void PackInputs(const StepBatch& b, int32_t B, int32_t W, int32_t block_size, int32_t* host) {
+  const int32_t S = b.num_seqs();
+  const PackedLayout at(B, W);
+  std::fill(host, host + at.total, 0);
+  for (int32_t s = 0; s < B; ++s) {
+    host[at.query_start + s] = s;
+    host[at.rows + s] = s;
+    if (s >= S) {
+      host[at.context_len + s] = 1;
+      host[at.slots + s] = kPaddingSlot;
+      continue;
+    }
+    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+    std::copy_n(table, std::min(b.max_blocks_per_seq, W),
+                host + at.tables + static_cast<int64_t>(s) * W);
+    const int32_t pos = b.context_len[s] - 1;
+    host[at.ids + s] = b.token_ids[s];
+    host[at.context_len + s] = b.context_len[s];
+    host[at.slots + s] = table[pos / block_size] * block_size + pos % block_size;
+  }
+  host[at.query_start + B] = B;
+}
+
 }  // namespace
+
+// Views of the packed inputs of bucket B in `buf` (device memory), as one step's inputs: B
+// single-token sequences with block tables W wide, attention sized for W blocks of context.
+BloomModel::StepInputs BloomModel::InputsOf(const Tensor& buf, int32_t B, int32_t W,
+                                            int32_t block_size) {
+  const PackedLayout at(B, W);
+  auto view = [&](int64_t offset, std::initializer_list<int64_t> shape) {
+    return Tensor(static_cast<int32_t*>(buf.data) + offset, DType::kI32, shape, buf.device);
+  };
+  StepInputs in;
+  in.ids = view(at.ids, {B});
+  in.logit_rows = view(at.rows, {B});
+  in.num_logit_rows = B;
+  in.md.num_seqs = B;
+  in.md.num_tokens = B;
+  in.md.max_query_len = 1;
+  in.md.max_context_len = W * block_size;
+  in.md.max_blocks_per_seq = W;
+  in.md.query_start = view(at.query_start, {B + 1});
+  in.md.context_len = view(at.context_len, {B});
+  in.md.slot_mapping = view(at.slots, {B});
+  in.md.block_tables = view(at.tables, {B, W});
+  return in;
+}
 
 absl::Status BloomModel::EnableStepGraphs(const StepGraphOptions& options) {
   if (options.max_batch < 1 || options.max_batch > 4096 || options.max_context < 1) {
@@ -94,6 +143,29 @@ absl::Status BloomModel::WarmUpStepGraphs(KvCache& cache) {
   return backend_->Synchronize();
 }
 
+absl::Status BloomModel::WarmUpLinearPlans(KvCache& cache, int32_t max_step_tokens,
+                                            int32_t max_logit_rows) {
+  if (communicator_->world_size() > 1) return absl::OkStatus();  // see the header
+  const int32_t block_size = cache.spec().block_size;
+  for (int64_t rows : backend_->WarmUpRowCounts(max_step_tokens)) {
+    const int32_t M = static_cast<int32_t>(rows);
+    const int32_t R = std::max(1, std::min(M, max_logit_rows));
+    BLOSSOM_RETURN_IF_ERROR(EnsureWorkspace(M, R));
+    const PackedLayout at(M, 1);
+    std::vector<int32_t> host(static_cast<size_t>(at.total));
+    PackInputs(StepBatch(), M, 1, block_size, host.data());  // every row padding
+    BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor buf, backend_->AllocateTensor(DType::kI32, {at.total}));
+    BLOSSOM_RETURN_IF_ERROR(backend_->CopyToDevice(host.data(), buf.tensor));
+    StepInputs in = InputsOf(buf.tensor, M, 1, block_size);
+    in.num_logit_rows = R;
+    in.logit_rows = Tensor(in.logit_rows.data, DType::kI32, {R}, in.logit_rows.device);
+    BLOSSOM_RETURN_IF_ERROR(RunOps(in, cache, /*assemble=*/true).status());
+    // Before `buf` is freed (and so that a failing kernel is this warm-up's error).
+    BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, KvCache& cache) {
   const StepBatch placeholder;  // no sequences: every row is padding
   const StepBatch& b = batch != nullptr ? *batch : placeholder;
@@ -118,47 +190,13 @@ absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, 
     }
   }
 
-  // The padded inputs, packed.
   const int32_t W = g.table_width;
   const PackedLayout at(B, W);
-  int32_t* host = g.host.data();
-  std::fill(host, host + at.total, 0);  // padding: token 0, block 0
-  for (int32_t s = 0; s < B; ++s) {
-    host[at.query_start + s] = s;
-    host[at.rows + s] = s;
-    if (s >= S) {
-      host[at.context_len + s] = 1;
-      host[at.slots + s] = kPaddingSlot;
-      continue;
-    }
-    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * b.max_blocks_per_seq;
-    std::copy_n(table, std::min(b.max_blocks_per_seq, W),
-                host + at.tables + static_cast<int64_t>(s) * W);
-    const int32_t pos = b.context_len[s] - 1;
-    host[at.ids + s] = b.token_ids[s];
-    host[at.context_len + s] = b.context_len[s];
-    host[at.slots + s] = table[pos / block_size] * block_size + pos % block_size;
-  }
-  host[at.query_start + B] = B;
+  PackInputs(b, B, W, block_size, g.host.data());
   const Tensor& buf = g.metadata.tensor;
   BLOSSOM_RETURN_IF_ERROR(
-      backend_->CopyToDevice(host, Tensor(buf.data, DType::kI32, {at.total}, buf.device)));
-  auto view = [&](int64_t offset, std::initializer_list<int64_t> shape) {
-    return Tensor(static_cast<int32_t*>(buf.data) + offset, DType::kI32, shape, buf.device);
-  };
-  StepInputs in;
-  in.ids = view(at.ids, {B});
-  in.logit_rows = view(at.rows, {B});
-  in.num_logit_rows = B;
-  in.md.num_seqs = B;
-  in.md.num_tokens = B;
-  in.md.max_query_len = 1;
-  in.md.max_context_len = W * block_size;
-  in.md.max_blocks_per_seq = W;
-  in.md.query_start = view(at.query_start, {B + 1});
-  in.md.context_len = view(at.context_len, {B});
-  in.md.slot_mapping = view(at.slots, {B});
-  in.md.block_tables = view(at.tables, {B, W});
+      backend_->CopyToDevice(g.host.data(), Tensor(buf.data, DType::kI32, {at.total}, buf.device)));
+  const StepInputs in = InputsOf(buf, B, W, block_size);
   auto first_rows = [&](const Tensor& logits) {
     return Tensor(logits.data, DType::kF32, {S, config_.vocab_size}, logits.device);
   };

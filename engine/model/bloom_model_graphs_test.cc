@@ -203,6 +203,64 @@ TEST_F(StepGraphsTest, WarmUpCapturesEveryBucketAndWritesNoKv) {
   EXPECT_EQ(eager_->WarmUpStepGraphs(*eager_cache_).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A CPU backend that asks for a GEMM warm-up at some row counts (as the CUDA backend does for its
+// cuBLASLt plans) and records the rows of every Linear call.
+class WarmUpCpuBackend : public CpuBackend {
+ public:
+  WarmUpCpuBackend() : CpuBackend(2) {}
+  std::vector<int64_t> WarmUpRowCounts(int64_t max_rows) const override {
+    std::vector<int64_t> rows;
+    for (int64_t m : {1, 3, 40}) {
+      if (m <= max_rows) rows.push_back(m);
+    }
+    return rows;
+  }
+  absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      Activation activation, Tensor out) override {
+    linear_rows.push_back(x.dim(0));
+    return CpuBackend::Linear(x, weight, bias, activation, out);
+  }
+  std::vector<int64_t> linear_rows;
+};
+
+TEST(StepGraphsWarmUpTest, LinearPlansRunAtTheBackendsRowCountsAndWriteNoKv) {
+  const std::string dir = FixturePath("models/bloom-tiny-h4");
+  WarmUpCpuBackend warm_backend;
+  CpuBackend plain_backend(2);
+  auto warm = BloomModel::Load(dir, &warm_backend, nullptr);
+  auto plain = BloomModel::Load(dir, &plain_backend, nullptr);
+  ASSERT_TRUE(warm.ok() && plain.ok());
+  auto warm_cache = (*warm)->CreateKvCache(16, kBlockSize);
+  auto plain_cache = (*plain)->CreateKvCache(16, kBlockSize);
+  ASSERT_TRUE(warm_cache.ok() && plain_cache.ok());
+  const std::vector<int32_t> prompt = {1, 17, 250, 3, 99}, table = {0, 1, 2, 3};
+  StepBatch prefill;
+  prefill.max_blocks_per_seq = 4;
+  prefill.AddSequence(prompt, 0, table, true);
+  const int64_t vocab = (*plain)->vocab_size();
+  std::vector<float> a(vocab), b(vocab);
+  ASSERT_TRUE((*warm)->Forward(prefill, **warm_cache, a.data()).ok());
+  ASSERT_TRUE((*plain)->Forward(prefill, **plain_cache, b.data()).ok());
+  // 24-token steps, at most 2 logit rows: rows 1 and 3 (40 is beyond 24); each placeholder step
+  // runs 4 Linears per layer plus the LM head on min(M, 2) rows.
+  warm_backend.linear_rows.clear();
+  ASSERT_TRUE((*warm)->WarmUpLinearPlans(**warm_cache, 24, 2).ok());
+  const int64_t layers = (*warm)->config().n_layer;
+  std::vector<int64_t> want;
+  for (int64_t m : {1, 3}) {
+    for (int64_t i = 0; i < 4 * layers; ++i) want.push_back(m);
+    want.push_back(std::min<int64_t>(m, 2));
+  }
+  EXPECT_EQ(warm_backend.linear_rows, want);
+  // The placeholder rows wrote no K/V: block 0 holds the prompt's first positions.
+  StepBatch decode;
+  decode.max_blocks_per_seq = 4;
+  decode.AddSequence({42}, static_cast<int32_t>(prompt.size()), table, true);
+  ASSERT_TRUE((*warm)->Forward(decode, **warm_cache, a.data()).ok());
+  ASSERT_TRUE((*plain)->Forward(decode, **plain_cache, b.data()).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 TEST(StepGraphsOptionsTest, RefusesOptionsOutOfRange) {
   CpuBackend backend(1);
   auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);

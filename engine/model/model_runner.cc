@@ -142,9 +142,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 #ifdef BLOSSOM_HAVE_CUDA
   if (cuda) {
     // Rank r on GPU r; created on the thread that will drive it (see MultiRankRunner).
-    make_backend = [tp](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    const bool time_gemm = options.time_gemm_candidates && tp == 1;
+    make_backend = [tp, time_gemm](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
       CudaBackend::Options backend_options;
       backend_options.device = rank;
+      // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
+      backend_options.time_gemm_candidates = time_gemm;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, tp, rank, backend->device_name());

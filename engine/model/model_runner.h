@@ -89,6 +89,10 @@ struct ModelRunnerOptions {
   // tp 1 only for now (collectives are not captured): with tp > 1 it is logged and ignored.
   bool step_graphs = false;
   StepGraphOptions step_graph_options;
+  // Backend "cuda", tp 1: order each cuBLASLt plan's candidate algorithms by timing them on the
+  // plan's first call (CudaBackend::Options::time_gemm_candidates), which WarmUp makes for every
+  // plan a step can use. Off: the heuristic's order.
+  bool time_gemm_candidates = false;
 };
 
 class ModelRunner {
@@ -150,11 +154,17 @@ class ModelRunner {
 
   // Rank 0's step graph counters (ModelRunnerOptions::step_graphs): all zero when off.
   virtual StepGraphStats step_graph_stats() const { return StepGraphStats(); }
-  // With step graphs, captures every decode bucket's graph now, for the KV cache allocated last
-  // (BloomModel::WarmUpStepGraphs: placeholder steps of padding rows that write no K/V), so that
-  // no request pays for a capture; the engine calls it once at start. OK and nothing done
-  // without graphs. FailedPrecondition before AllocateKvCache.
-  virtual absl::Status CaptureStepGraphs() { return absl::OkStatus(); }
+  // Prepares rank 0's model for serving steps of up to max_step_tokens tokens and
+  // max_logit_rows logit rows, on placeholder steps of padding rows that write no K/V, so that
+  // no request pays for it: the backend's per-shape GEMM plans (BloomModel::WarmUpLinearPlans),
+  // then, with step graphs, every decode bucket's capture (BloomModel::WarmUpStepGraphs) for the
+  // KV cache allocated last. The engine calls it once at start. FailedPrecondition before
+  // AllocateKvCache. This default (tp > 1 runners, for now) does nothing.
+  virtual absl::Status WarmUp(int32_t max_step_tokens, int32_t max_logit_rows) {
+    (void)max_step_tokens;
+    (void)max_logit_rows;
+    return absl::OkStatus();
+  }
 
   // Whether this process drives the runner (AllocateKvCache, KvCacheBytesFromMemory, Forward,
   // ForwardKeepLogits, CopyLogitsToHost, MakeBatchSampler).

@@ -13,6 +13,10 @@
 namespace blossom {
 namespace {
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // One rank, run on the caller's thread. With a CudaBackend (tp 1) that is GPU 0, every thread's
 // default device, so the engine thread may differ from the one that called Create.
 class SingleRankRunner : public ModelRunner {
@@ -68,16 +72,19 @@ class SingleRankRunner : public ModelRunner {
     return model_->backend()->CopyToHost(rows, out);
   }
   StepGraphStats step_graph_stats() const override { return model_->step_graph_stats(); }
-  absl::Status CaptureStepGraphs() override {
-    if (!model_->step_graphs_enabled()) return absl::OkStatus();
+  absl::Status WarmUp(int32_t max_step_tokens, int32_t max_logit_rows) override {
     if (cache_ == nullptr) {
-      return absl::FailedPreconditionError("ModelRunner::CaptureStepGraphs before AllocateKvCache");
+      return absl::FailedPreconditionError("ModelRunner::WarmUp before AllocateKvCache");
     }
     const auto start = std::chrono::steady_clock::now();
+    BLOSSOM_RETURN_IF_ERROR(model_->WarmUpLinearPlans(*cache_, max_step_tokens, max_logit_rows));
+    const double plans_s = SecondsSince(start);
+    if (plans_s > 0.01) spdlog::info("warm-up: GEMM plans made in {:.2f} s", plans_s);
+    if (!model_->step_graphs_enabled()) return absl::OkStatus();
     BLOSSOM_RETURN_IF_ERROR(model_->WarmUpStepGraphs(*cache_));
     const StepGraphStats stats = model_->step_graph_stats();
     spdlog::info("step graphs: {} decode buckets captured in {:.2f} s{}", stats.captured,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 SecondsSince(start) - plans_s,
                  stats.failed > 0 ? " (a capture failed: steps run uncaptured)" : "");
     return absl::OkStatus();
   }

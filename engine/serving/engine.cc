@@ -128,8 +128,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
     }
   }
   BLOSSOM_RETURN_IF_ERROR(runner->AllocateKvCache(sc.num_blocks, sc.block_size));
-  // Before the first request, so that none waits for a capture.
-  BLOSSOM_RETURN_IF_ERROR(runner->CaptureStepGraphs());
+  // Before the first request, so that none waits for a GEMM plan or a graph capture.
+  BLOSSOM_RETURN_IF_ERROR(runner->WarmUp(sc.max_num_batched_tokens, sc.max_num_seqs));
   BLOSSOM_ASSIGN_OR_RETURN(engine->scheduler_, Scheduler::Create(sc));
   if (config.device_sampling) {
     BLOSSOM_ASSIGN_OR_RETURN(engine->sampler_, runner->MakeBatchSampler());

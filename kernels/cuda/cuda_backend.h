@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,7 +55,8 @@ class CudaBackend : public Backend {
     // BLOOM's gelu in that dtype.
     bool allow_gelu_epilogue = true;
     // Order each new GEMM plan's cuBLASLt candidates by timing them on its first call (a host
-    // sync; see LtGemm). Off until a warm-up runs every M bucket before serving: on, the first
+    // sync; see LtGemm). Off by default: without a warm-up over WarmUpRowCounts() before serving
+    // (BloomModel::WarmUpLinearPlans; the server does it, and turns this on at tp 1), the first
     // step of each bucket pays for the timing. Not yet measured on a GPU. The timing waits for the
     // stream in the middle of a step: with asynchronous NCCL collectives on this stream, a peer
     // that dies during such a step would block that wait without a bound (warm up before serving).
@@ -108,6 +110,8 @@ class CudaBackend : public Backend {
   // it from the backend). Attention refuses to grow its workspace while capturing: run the step
   // once uncaptured first. Not yet run on a GPU.
   bool SupportsCapture() const override { return true; }
+  // GemmRowBuckets(max_rows): one M per plan bucket (gemm_plan_policy.h).
+  std::vector<int64_t> WarmUpRowCounts(int64_t max_rows) const override;
   absl::Status BeginCapture() override;
   absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override;
 

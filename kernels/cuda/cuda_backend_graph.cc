@@ -1,12 +1,15 @@
-// CudaBackend's step capture: the compute stream captured into a CUDA graph and replayed.
+// CudaBackend's step capture (the compute stream captured into a CUDA graph and replayed) and
+// what a warm-up before capturing must run.
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/gemm_plan_policy.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -39,6 +42,10 @@ class CudaStepGraph : public StepGraph {
 };
 
 }  // namespace
+
+std::vector<int64_t> CudaBackend::WarmUpRowCounts(int64_t max_rows) const {
+  return GemmRowBuckets(max_rows);
+}
 
 absl::Status CudaBackend::RefuseWhileCapturing(const char* what) const {
   if (!impl_->capturing.load()) return absl::OkStatus();
