@@ -14,6 +14,55 @@ namespace {
 
 bool IsContinuationByte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
+// Largest piece of the corpus sent in one Tokenize call: a token holds at least one byte, so a
+// piece stays within a server's max_input_tokens of 1024 (the default); a smaller limit halves it.
+constexpr size_t kPieceBytes = 1000;
+constexpr size_t kMinPieceBytes = 64;
+
+// End of the piece of `text` that starts at `begin` and has at most `max_bytes` bytes: just
+// before the last space inside it (a pre-token boundary of byte-level BPE, so the pieces
+// tokenize as the whole text would), else at a UTF-8 character boundary.
+size_t PieceEnd(const std::string& text, size_t begin, size_t max_bytes) {
+  size_t end = std::min(text.size(), begin + max_bytes);
+  if (end == text.size()) return end;
+  const size_t space = text.rfind(' ', end);
+  if (space != std::string::npos && space > begin) return space;
+  while (end > begin + 1 && IsContinuationByte(text[end])) --end;
+  return end;
+}
+
+// `text` tokenized through the server piece by piece (a server refuses a text longer than its
+// max_input_tokens; the default corpus is ~50k tokens), each piece's spans shifted to offsets in
+// `text`; spans are left empty if any piece came back without them.
+absl::StatusOr<Tokenized> TokenizeInPieces(LoadClient& tokenizer, const std::string& text,
+                                           int64_t* calls) {
+  Tokenized all;
+  bool spans_ok = true;
+  size_t piece = kPieceBytes;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = PieceEnd(text, begin, piece);
+    absl::StatusOr<Tokenized> part = tokenizer.Tokenize(text.substr(begin, end - begin));
+    ++*calls;
+    if (!part.ok()) {
+      if (part.status().code() == absl::StatusCode::kOutOfRange && piece / 2 >= kMinPieceBytes) {
+        piece /= 2;  // the server's limit is below kPieceBytes tokens
+        continue;
+      }
+      return part.status();
+    }
+    spans_ok = spans_ok && part->spans.size() == part->ids.size();
+    all.ids.insert(all.ids.end(), part->ids.begin(), part->ids.end());
+    if (spans_ok) {
+      for (const auto& [a, b] : part->spans) {
+        all.spans.emplace_back(a + static_cast<int32_t>(begin), b + static_cast<int32_t>(begin));
+      }
+    }
+    begin = end;
+  }
+  if (!spans_ok) all.spans.clear();
+  return all;
+}
+
 }  // namespace
 
 std::string NormalizeCorpus(const std::string& raw) {
@@ -31,16 +80,14 @@ absl::StatusOr<PromptSet> BuildPrompts(LoadClient& tokenizer, const std::string&
   for (int32_t l : lengths) longest = std::max(longest, l);
 
   std::string text = corpus;
-  absl::StatusOr<Tokenized> tokens = tokenizer.Tokenize(text);
-  ++set.tokenize_calls;
+  absl::StatusOr<Tokenized> tokens = TokenizeInPieces(tokenizer, text, &set.tokenize_calls);
   if (!tokens.ok()) return tokens.status();
   if (tokens->ids.empty()) return absl::InternalError("the corpus tokenized to nothing");
   if (static_cast<int64_t>(tokens->ids.size()) <= longest) {
     const size_t copies = static_cast<size_t>(longest) / tokens->ids.size() + 2;
     std::vector<std::string> parts(copies, corpus);
     text = absl::StrJoin(parts, " ");
-    tokens = tokenizer.Tokenize(text);
-    ++set.tokenize_calls;
+    tokens = TokenizeInPieces(tokenizer, text, &set.tokenize_calls);
     if (!tokens.ok()) return tokens.status();
   }
   const int64_t n = static_cast<int64_t>(tokens->ids.size());

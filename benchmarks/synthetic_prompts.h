@@ -3,7 +3,8 @@
 // so lengths are right for whatever model is served and no tokenizer is needed here.
 //
 //   text prompts (default; the only kind over HTTP): the corpus is tokenized once (repeated
-//     until it has more tokens than the longest prompt); prompt i is the text of tokens
+//     until it has more tokens than the longest prompt), in pieces of at most 1000 bytes cut
+//     before a space (a server refuses texts over its max_input_tokens; halved on OUT_OF_RANGE); prompt i is the text of tokens
 //     [s, s + L) from a seeded random start s, cut only at UTF-8 character boundaries, then
 //     re-tokenized to check its length (BPE may merge differently at the cut): up to 7 safe
 //     ends nearest L are tried until one gives exactly L tokens, else the closest is kept and

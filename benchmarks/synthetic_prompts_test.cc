@@ -11,7 +11,10 @@ namespace {
 // (ids count distinct words), or one token per byte with `bytes`.
 class FakeTokenizer : public LoadClient {
  public:
-  explicit FakeTokenizer(bool bytes = false) : bytes_(bytes) {}
+  // max_tokens > 0: texts of more tokens are refused with OUT_OF_RANGE, as a server refuses
+  // texts over its max_input_tokens.
+  explicit FakeTokenizer(bool bytes = false, size_t max_tokens = 0)
+      : bytes_(bytes), max_tokens_(max_tokens) {}
   void Start(const LoadRequest&, BenchClock::time_point, Done) override {}
   bool SupportsTokenIds() const override { return true; }
   absl::StatusOr<Tokenized> Tokenize(const std::string& text) override {
@@ -26,12 +29,16 @@ class FakeTokenizer : public LoadClient {
       out.spans.emplace_back(static_cast<int32_t>(i), static_cast<int32_t>(j));
       i = j;
     }
+    if (max_tokens_ > 0 && out.ids.size() > max_tokens_) {
+      return absl::OutOfRangeError("text is too long");
+    }
     return out;
   }
   int calls = 0;
 
  private:
   bool bytes_;
+  size_t max_tokens_;
 };
 
 TEST(SyntheticPromptsTest, NormalizeJoinsWordsWithSingleSpaces) {
@@ -67,6 +74,29 @@ TEST(SyntheticPromptsTest, TokenIdPromptsAreSlicesOfTheCorpus) {
   EXPECT_EQ(set->requests[1].token_ids.size(), 4u);
   EXPECT_EQ(set->exact, 2);
   EXPECT_EQ(set->tokenize_calls, 2);  // no checks needed
+}
+
+TEST(SyntheticPromptsTest, ALongCorpusIsTokenizedInPiecesTheServerAccepts) {
+  // 3000 words, ~17 kB: over the 1000-byte pieces, and a server that takes at most 40 tokens
+  // (about 200 bytes) makes the pieces halve until they fit.
+  std::string corpus;
+  for (int i = 0; i < 3000; ++i) corpus += (i > 0 ? " w" : "w") + std::to_string(i % 97);
+  FakeTokenizer whole, limited(/*bytes=*/false, /*max_tokens=*/40);
+  const Tokenized want = *whole.Tokenize(corpus);
+  auto set = BuildPrompts(limited, corpus, {128, 7}, /*token_ids=*/true, 4);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->corpus_tokens, static_cast<int64_t>(want.ids.size()))
+      << "cut before spaces, the pieces tokenize as the whole corpus";
+  EXPECT_GT(set->tokenize_calls, 17000 / 200);
+  // Text prompts cut from the pieces' shifted spans have exact lengths.
+  auto text = BuildPrompts(limited, corpus, {30, 12}, /*token_ids=*/false, 4);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->exact, 2);
+  EXPECT_EQ(static_cast<int>(whole.Tokenize(text->requests[0].text)->ids.size()), 30);
+  // A server that refuses even 64 bytes: the error is the server's.
+  FakeTokenizer tiny(/*bytes=*/true, /*max_tokens=*/8);
+  EXPECT_EQ(BuildPrompts(tiny, corpus, {5}, true, 1).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST(SyntheticPromptsTest, NeverSplitsAUtf8Character) {

@@ -13,7 +13,8 @@
 #   hf          Hugging Face transformers on the same checkpoint, merged with the sweep's results
 #               into side_by_side.{json,md} and side_by_side-throughput.svg (~2-5 min)
 #   serve       blossom-server --backend cuda on the checkpoint + blossom-bench serve against it:
-#               serve.{json,md}, serve-*.svg (~1-2 min; not part of "all")
+#               serve.{json,md}, serve-*.svg, and serve_host.md (the server's mean forward time
+#               and engine host parts per step, from its /metrics) (~1-2 min; not part of "all")
 #   parity      whole-model parity with HF transformers fp32/fp64 on random bloom-560m-shaped bf16
 #               and f16 checkpoints: CPU fp32, CUDA fp32 and CUDA native 16-bit dumps
 #               (model-parity-dump + model_parity.py): parity_*/parity.{json,md} (~2-4 min; not
@@ -162,7 +163,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md serve.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -302,9 +303,9 @@ phase_hf() {
 phase_serve() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record serve "skipped (no checkpoint)"; return; fi
   if (( $(left) < 150 )); then record serve "skipped (time)"; return; fi
-  local port=18033 rc=0 pid
+  local port=18033 metrics_port=18090 rc=0 pid
   "$HERE/wrap/blossom-server" --model "$MODEL_DIR" --backend "$DEVICE" --host 127.0.0.1 --port "$port" \
-      --metrics_port -1 --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
+      --metrics_port "$metrics_port" --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
   pid=$!
   local waited=0
   until grep -q "serving " "$RESULTS/serve_server.log" 2>/dev/null; do
@@ -324,6 +325,32 @@ phase_serve() {
       --output-len-dist fixed:128 --prompt-kind ids --corpus "$HERE/corpus.txt" \
       --json "$RESULTS/serve.json" --markdown "$RESULTS/serve.md" --svg-prefix "$RESULTS/serve" \
       --commit "$COMMIT" --machine "$MACHINE" ${BLOSSOM_SERVE_ARGS:-} || rc=$?
+  # The server's own accounting of each step: forward time and the engine's host parts.
+  "$PY" - "http://127.0.0.1:$metrics_port/metrics" > "$RESULTS/serve_host.md" <<'PYEOF' || true
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+acc = {}
+for line in text.splitlines():
+    m = re.match(r'blossom_step_(duration|host)_seconds_(sum|count)\{([^}]*)\} (\S+)$', line)
+    if not m:
+        continue
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3)))
+    part = "forward" if m.group(1) == "duration" else labels.get("part", "")
+    acc.setdefault(labels.get("phase", ""), {}).setdefault(part, {})[m.group(2)] = float(m.group(4))
+print("## Server steps during serve: forward and the engine's host parts (means, ms)\n")
+print("| phase | steps | forward | schedule | sample | output | host / (forward + host) |")
+print("|---|---|---|---|---|---|---|")
+for phase, parts in sorted(acc.items()):
+    steps = parts.get("forward", {}).get("count", 0)
+    if not steps:
+        continue
+    mean = {k: 1e3 * v.get("sum", 0) / steps for k, v in parts.items()}
+    host = sum(mean.get(k, 0) for k in ("schedule", "sample", "output"))
+    share = host / (host + mean["forward"]) if host + mean["forward"] > 0 else 0
+    print(f"| {phase} | {int(steps)} | {mean['forward']:.3f} | {mean.get('schedule', 0):.3f} | "
+          f"{mean.get('sample', 0):.3f} | {mean.get('output', 0):.3f} | {100 * share:.1f}% |")
+PYEOF
+  cat "$RESULTS/serve_host.md"
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   if (( rc == 0 )); then record serve ok; else record serve "failed rc=$rc"; fi
