@@ -1,6 +1,8 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,14 @@ void DeviceBuffer::Reset() {
 KvCache::KvCache() {
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id.fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::StatusOr<HostBuffer> Backend::AllocateHostStaging(size_t bytes) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  return HostBuffer(p, [](void* q) { std::free(q); });
 }
 
 absl::Status Backend::BeginCapture() {

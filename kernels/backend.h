@@ -54,6 +54,9 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Host memory that copies to a device are staged from; its deleter frees it.
+using HostBuffer = std::unique_ptr<void, void (*)(void*)>;
+
 // A tensor together with the buffer that holds it (empty storage for zero-copy views).
 struct OwnedTensor {
   Tensor tensor;
@@ -165,6 +168,10 @@ class Backend {
   virtual absl::StatusOr<OwnedTensor> ImportEmbeddingAndLinearWeight(
       const Tensor& host, const HostRowsDone& rows_done);
   virtual absl::Status CopyToDevice(const void* host, Tensor dst) = 0;
+  // Host memory to stage copies to the device from, 64-byte aligned: pinned on a device backend
+  // (the CUDA one), where a CopyToDevice from it is an asynchronous DMA, so the caller must not
+  // write it again before the next Synchronize; plain memory in this default.
+  virtual absl::StatusOr<HostBuffer> AllocateHostStaging(size_t bytes);
   virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
   // Blocks until all issued work is done.
   virtual absl::Status Synchronize() = 0;

@@ -1,7 +1,9 @@
-// Backend's host default for CopyColumns (what the CPU backend uses): unequal slices placed side
-// by side, and the refusals.
+// Backend's host defaults (what the CPU backend uses): CopyColumns (unequal slices placed side
+// by side, and the refusals) and AllocateHostStaging; KvCache ids.
 #include "kernels/backend.h"
 
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -46,6 +48,36 @@ TEST(CopyColumnsTest, RefusesWhatDoesNotFit) {
             absl::StatusCode::kInvalidArgument);  // dtypes differ
   EXPECT_EQ(backend.CopyColumns(Tensor(src.data(), DType::kF32, {8}), d, 0).code(),
             absl::StatusCode::kInvalidArgument);  // not rank 2
+}
+
+TEST(HostStagingTest, IsAlignedWritableAndCopiesUp) {
+  CpuBackend backend(1);
+  for (size_t bytes : {size_t{4}, size_t{100}, size_t{4096}}) {
+    absl::StatusOr<HostBuffer> staging = backend.AllocateHostStaging(bytes);
+    ASSERT_TRUE(staging.ok()) << staging.status();
+    ASSERT_NE(staging->get(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(staging->get()) % 64, 0u);
+    const int64_t ints = static_cast<int64_t>(bytes / 4);
+    std::vector<int32_t> want(ints);
+    for (int64_t i = 0; i < ints; ++i) want[i] = static_cast<int32_t>(i * 7 - 3);
+    std::memcpy(staging->get(), want.data(), bytes);
+    std::vector<int32_t> device(ints);
+    ASSERT_TRUE(
+        backend.CopyToDevice(staging->get(), Tensor(device.data(), DType::kI32, {ints})).ok());
+    EXPECT_EQ(device, want);
+  }
+}
+
+TEST(KvCacheTest, IdsAreUniqueEvenWhenAnAddressIsReused) {
+  CpuBackend backend(1);
+  const KvCacheSpec spec{1, 2, 4, 1, 2, DType::kF32};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto cache = backend.CreateKvCache(spec);  // freed at the end of each iteration
+    ASSERT_TRUE(cache.ok());
+    ids.push_back((*cache)->id());
+  }
+  for (size_t i = 1; i < ids.size(); ++i) EXPECT_GT(ids[i], ids[i - 1]);
 }
 
 }  // namespace

@@ -92,17 +92,10 @@ absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_r
     for (const Spec& s : {Spec{&w.hidden, act, h}, Spec{&w.attn_out, act, h}, Spec{&w.ln, act, h},
                           Spec{&w.qkv, act, heads * 3 * d}, Spec{&w.q, act, heads * d},
                           Spec{&w.ctx, act, heads * d},
-                          Spec{&w.mlp, act, config_.ffn_hidden_size() / world},
-                          Spec{&w.ids, DType::kI32, 1}, Spec{&w.slot_mapping, DType::kI32, 1}}) {
+                          Spec{&w.mlp, act, config_.ffn_hidden_size() / world}}) {
       absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(s.dtype, {t, s.cols});
       if (!buf.ok()) return buf.status();
       *s.out = std::move(*buf);
-    }
-    // Per-sequence metadata is bounded by the token count (every sequence has >= 1 token).
-    for (OwnedTensor* out : {&w.query_start, &w.context_len}) {
-      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(DType::kI32, {t + 1});
-      if (!buf.ok()) return buf.status();
-      *out = std::move(*buf);
     }
     w.token_capacity = static_cast<int32_t>(t);
     ++w.generation;
@@ -113,8 +106,7 @@ absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_r
          {std::tuple<OwnedTensor*, DType, int64_t>{&w.gathered, act, h},
           {&w.gathered_ln, act, h},
           {&w.logits_local, DType::kF32, vocab_local_max_},
-          {&w.logits_gathered, DType::kF32, vocab_local_max_ * world},
-          {&w.logit_rows, DType::kI32, 1}}) {
+          {&w.logits_gathered, DType::kF32, vocab_local_max_ * world}}) {
       absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(dtype, {r, cols});
       if (!buf.ok()) return buf.status();
       *out = std::move(*buf);
@@ -204,69 +196,65 @@ absl::StatusOr<Tensor> BloomModel::Step(const StepBatch& b, KvCache& cache, bool
   const int world = communicator_->world_size();
   const int32_t block_size = cache.spec().block_size;
 
-  // Metadata to the device.
-  std::vector<int32_t> slots(T);
+  // The step's int32 metadata, packed on the host (pinned staging on a GPU) and copied up in one
+  // piece: ids [T], query_start [S + 1], context_len [S], slot_mapping [T], logit_rows [R],
+  // block_tables [S, max_blocks_per_seq]. The staging is rewritten only here, after the previous
+  // step's wait for the device (every step ends with one).
+  const int64_t W = b.max_blocks_per_seq;
+  const int64_t at_ids = 0, at_qs = at_ids + T, at_cl = at_qs + S + 1, at_slots = at_cl + S,
+                at_rows = at_slots + T, at_tables = at_rows + R, total = at_tables + S * W;
+  if (total > w.metadata_capacity) {
+    // Grown (and the old buffers freed, which may wait for the device) before any collective.
+    const int64_t capacity = std::max<int64_t>(total, 2 * w.metadata_capacity);
+    BLOSSOM_ASSIGN_OR_RETURN(w.metadata, backend_->AllocateTensor(DType::kI32, {capacity}));
+    BLOSSOM_ASSIGN_OR_RETURN(w.metadata_host,
+                             backend_->AllocateHostStaging(capacity * sizeof(int32_t)));
+    w.metadata_capacity = capacity;
+  }
+  int32_t* host = static_cast<int32_t*>(w.metadata_host.get());
+  std::copy(b.token_ids.begin(), b.token_ids.end(), host + at_ids);
+  std::copy(b.query_start.begin(), b.query_start.end(), host + at_qs);
+  std::copy(b.context_len.begin(), b.context_len.end(), host + at_cl);
+  std::copy(b.logit_rows.begin(), b.logit_rows.end(), host + at_rows);
+  std::copy(b.block_tables.begin(), b.block_tables.end(), host + at_tables);
   int32_t max_query = 0, max_context = 0;
   for (int32_t s = 0; s < S; ++s) {
     const int32_t begin = b.query_start[s], end = b.query_start[s + 1];
     const int32_t first_pos = b.context_len[s] - (end - begin);
-    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+    const int32_t* table = b.block_tables.data() + static_cast<int64_t>(s) * W;
     for (int32_t t = begin; t < end; ++t) {
       const int32_t pos = first_pos + (t - begin);
-      slots[t] = table[pos / block_size] * block_size + pos % block_size;
+      host[at_slots + t] = table[pos / block_size] * block_size + pos % block_size;
     }
     max_query = std::max(max_query, end - begin);
     max_context = std::max(max_context, b.context_len[s]);
   }
-  auto upload = [&](const std::vector<int32_t>& host, OwnedTensor& dst,
-                    std::initializer_list<int64_t> shape) -> absl::StatusOr<Tensor> {
-    Tensor t(dst.tensor.data, DType::kI32, shape, dst.tensor.device);
-    absl::Status s = backend_->CopyToDevice(host.data(), t);
-    if (!s.ok()) return s;
-    return t;
+  const Tensor& buf = w.metadata.tensor;
+  BLOSSOM_RETURN_IF_ERROR(
+      backend_->CopyToDevice(host, Tensor(buf.data, DType::kI32, {total}, buf.device)));
+  auto view = [&](int64_t offset, std::initializer_list<int64_t> shape) {
+    return Tensor(static_cast<int32_t*>(buf.data) + offset, DType::kI32, shape, buf.device);
   };
-  // Block tables can outgrow the per-step buffer; allocate them per step at their exact size.
-  {
-    const int64_t table_elems = std::max<int64_t>(1, b.block_tables.size());
-    if (w.block_tables.tensor.data == nullptr || w.block_tables.tensor.numel() < table_elems) {
-      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(DType::kI32, {2 * table_elems});
-      if (!buf.ok()) return buf.status();
-      w.block_tables = std::move(*buf);
-    }
-  }
-  AttentionMetadata md;
-  md.num_seqs = S;
-  md.num_tokens = T;
-  md.max_query_len = max_query;
-  md.max_context_len = max_context;
-  md.max_blocks_per_seq = b.max_blocks_per_seq;
-  absl::StatusOr<Tensor> ids = upload(b.token_ids, w.ids, {T});
-  absl::StatusOr<Tensor> qs = upload(b.query_start, w.query_start, {S + 1});
-  absl::StatusOr<Tensor> cl = upload(b.context_len, w.context_len, {S});
-  absl::StatusOr<Tensor> bt = upload(b.block_tables, w.block_tables, {S, b.max_blocks_per_seq});
-  absl::StatusOr<Tensor> sm = upload(slots, w.slot_mapping, {T});
-  for (const auto* r : {&ids, &qs, &cl, &bt, &sm})
-    if (!r->ok()) return r->status();
-  md.query_start = *qs;
-  md.context_len = *cl;
-  md.block_tables = *bt;
-  md.slot_mapping = *sm;
-  // Whatever may wait for the device (a pageable copy, freeing an outgrown buffer) comes before
-  // the first collective: later it could wait on a collective that only Fence() bounds.
-  absl::StatusOr<Tensor> rows = Tensor();
-  if (R > 0) rows = upload(b.logit_rows, w.logit_rows, {R});
-  if (!rows.ok()) return rows.status();
+  StepInputs in;
+  in.ids = view(at_ids, {T});
+  in.logit_rows = view(at_rows, {R});
+  in.num_logit_rows = R;
+  in.md.num_seqs = S;
+  in.md.num_tokens = T;
+  in.md.max_query_len = max_query;
+  in.md.max_context_len = max_context;
+  in.md.max_blocks_per_seq = b.max_blocks_per_seq;
+  in.md.query_start = view(at_qs, {S + 1});
+  in.md.context_len = view(at_cl, {S});
+  in.md.slot_mapping = view(at_slots, {T});
+  in.md.block_tables = view(at_tables, {S, W});
+  // Like the metadata buffers, grown before the first collective: freeing may wait for the device.
   if (assemble && world > 1 && R > w.logits_full_rows) {
     const int64_t r = std::max<int64_t>(R, 2 * static_cast<int64_t>(w.logits_full_rows));
     BLOSSOM_ASSIGN_OR_RETURN(w.logits_full,
                              backend_->AllocateTensor(DType::kF32, {r, config_.vocab_size}));
     w.logits_full_rows = static_cast<int32_t>(r);
   }
-  StepInputs in;
-  in.ids = *ids;
-  in.logit_rows = *rows;
-  in.num_logit_rows = R;
-  in.md = md;
   return RunOps(in, cache, assemble);
 }
 

@@ -186,16 +186,18 @@ absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, 
       g.table_width = (g.options.max_context + block_size - 1) / block_size;
       const PackedLayout largest(g.max_bucket, g.table_width);
       BLOSSOM_ASSIGN_OR_RETURN(g.metadata, backend_->AllocateTensor(DType::kI32, {largest.total}));
-      g.host.assign(static_cast<size_t>(largest.total), 0);
+      BLOSSOM_ASSIGN_OR_RETURN(g.host,
+                               backend_->AllocateHostStaging(largest.total * sizeof(int32_t)));
     }
   }
 
   const int32_t W = g.table_width;
   const PackedLayout at(B, W);
-  PackInputs(b, B, W, block_size, g.host.data());
+  int32_t* host = static_cast<int32_t*>(g.host.get());
+  PackInputs(b, B, W, block_size, host);
   const Tensor& buf = g.metadata.tensor;
   BLOSSOM_RETURN_IF_ERROR(
-      backend_->CopyToDevice(g.host.data(), Tensor(buf.data, DType::kI32, {at.total}, buf.device)));
+      backend_->CopyToDevice(host, Tensor(buf.data, DType::kI32, {at.total}, buf.device)));
   const StepInputs in = InputsOf(buf, B, W, block_size);
   auto first_rows = [&](const Tensor& logits) {
     return Tensor(logits.data, DType::kF32, {S, config_.vocab_size}, logits.device);

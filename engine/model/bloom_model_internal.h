@@ -32,7 +32,11 @@ struct BloomModel::Workspace {
   int32_t logit_row_capacity = 0;
   OwnedTensor hidden, attn_out, ln, qkv, q, ctx, mlp;
   OwnedTensor gathered, gathered_ln, logits_local, logits_gathered;
-  OwnedTensor ids, query_start, context_len, block_tables, slot_mapping, logit_rows;
+  // The step's int32 metadata (BloomModel::Step's packed layout) on the device and its host
+  // staging (pinned on a GPU), both metadata_capacity ints; grown on demand.
+  OwnedTensor metadata;
+  HostBuffer metadata_host{nullptr, [](void*) {}};
+  int64_t metadata_capacity = 0;
   // Tensor parallelism: the all-gathered slices assembled into [rows, vocab], on the ranks that
   // assemble them (the caller's, usually rank 0 only); grown on demand like the rest.
   OwnedTensor logits_full;
@@ -60,7 +64,9 @@ struct BloomModel::StepGraphs {
   // I32, packed per bucket B: ids [B], query_start [B + 1], context_len [B], slot_mapping [B],
   // logit_rows [B], block_tables [B, table_width]; sized for max_bucket.
   OwnedTensor metadata;
-  std::vector<int32_t> host;  // the same, filled on the host and copied up in one piece
+  // The same on the host (pinned on a GPU), filled and copied up in one piece per step, after
+  // the previous step's wait for the device.
+  HostBuffer host{nullptr, [](void*) {}};
   std::map<int32_t, std::unique_ptr<StepGraph>> by_bucket;
   StepGraphStats stats;
   bool disabled = false;  // a capture failed: every step runs uncaptured from then on

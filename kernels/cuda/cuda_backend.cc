@@ -227,6 +227,20 @@ absl::StatusOr<OwnedTensor> CudaBackend::ImportWeight(const Tensor& host) {
   return owned;
 }
 
+absl::StatusOr<HostBuffer> CudaBackend::AllocateHostStaging(size_t bytes) {
+  BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("AllocateHostStaging"));
+  BLOSSOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->options.device));
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, std::max<size_t>(bytes, 64), cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat("cuda backend: cannot allocate ", bytes,
+                                                     " bytes of pinned host memory (",
+                                                     cudaGetErrorString(err), ")"));
+  }
+  return HostBuffer(p, [](void* q) { cudaFreeHost(q); });
+}
+
 absl::Status CudaBackend::CopyToDevice(const void* host, Tensor dst) {
   BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("CopyToDevice"));
   if (dst.bytes() == 0) return absl::OkStatus();

@@ -81,6 +81,8 @@ class CudaBackend : public Backend {
   // ImportLinearWeight is Backend's: --quantize int8/int4 is Unimplemented here (no quantized
   // kernels yet; the weights are never dequantized behind the user's back).
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
+  // Pinned (cudaHostAlloc): a CopyToDevice from it does not wait for the host.
+  absl::StatusOr<HostBuffer> AllocateHostStaging(size_t bytes) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override;
   // One cudaMemcpy2DAsync on the compute stream, device to device.

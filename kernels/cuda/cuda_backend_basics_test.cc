@@ -1,8 +1,11 @@
 // CudaBackend basics on a real GPU: device and activation dtypes, allocation failures and free
-// memory, KV block sizing, and weight import (staging buffers, upcast, quantized modes refused).
+// memory, KV block sizing, weight import (staging buffers, upcast, quantized modes refused), and
+// the pinned host staging of step metadata.
 //
 // The fixture and data helpers: cuda_backend_test_util.h. Without a visible GPU every test reports
 // SKIPPED with the reason.
+#include <cuda_runtime.h>
+
 #include <cstdio>
 #include <random>
 #include <string>
@@ -74,6 +77,23 @@ TEST_F(CudaBackendTest, ImportWeightRoundTripsThroughTheStagingBuffers) {
     ASSERT_TRUE(gpu_->CopyToHost(w->tensor, back.data()).ok());
     EXPECT_TRUE(back == host);
   }
+}
+
+TEST_F(CudaBackendTest, HostStagingIsPinnedAndCopiesUp) {
+  const int64_t n = 100000;
+  absl::StatusOr<HostBuffer> staging = gpu_->AllocateHostStaging(n * sizeof(int32_t));
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, staging->get()), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << "pinned (page-locked) host memory";
+  int32_t* host = static_cast<int32_t*>(staging->get());
+  for (int64_t i = 0; i < n; ++i) host[i] = static_cast<int32_t>(i * 3 - 7);
+  Tensor dev = Empty(DType::kI32, {n});
+  ASSERT_TRUE(gpu_->CopyToDevice(host, dev).ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());  // before the staging is written again
+  const std::vector<int32_t> back = DownloadI32(dev);
+  ASSERT_EQ(static_cast<int64_t>(back.size()), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<int32_t>(i * 3 - 7)) << i;
 }
 
 TEST_F(CudaBackendTest, UpcastOptionImportsHalfWeightsAsF32) {
