@@ -226,6 +226,8 @@ class Backend {
   // still be called (it ends the capture) and its graph, if any, dropped. These defaults refuse
   // (Unimplemented): a backend without graphs runs every step uncaptured.
   virtual bool SupportsCapture() const { return false; }
+  virtual absl::Status BeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture();
 
   // The row counts (M) a warm-up should run Linear at, for steps of up to `max_rows` rows, so
   // that every per-shape plan the backend keeps (the CUDA backend's cuBLASLt plans, keyed on
@@ -235,8 +237,6 @@ class Backend {
     (void)max_rows;
     return {};
   }
-  virtual absl::Status BeginCapture();
-  virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture();
 
  protected:
   friend class DeviceBuffer;

@@ -22,6 +22,11 @@
 // collective and the fence waits for the device (the logit rows are uploaded and the logits
 // buffer grown before the first collective).
 //
+// Step graphs (EnableStepGraphs, bloom_model_graphs.cc; tp 1): decode steps padded to a
+// power-of-two bucket and replayed from a graph captured once per bucket (a CUDA graph on a GPU);
+// WarmUpLinearPlans and WarmUpStepGraphs do the backend's per-shape preparation and the captures
+// before serving, on placeholder steps whose rows are all padding.
+//
 // Thread-safety: Forward is called by one thread at a time (the engine thread). Config and
 // metadata accessors are safe from any thread after Load.
 #ifndef BLOSSOM_ENGINE_MODEL_BLOOM_MODEL_H_
