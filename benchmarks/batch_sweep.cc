@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
@@ -22,7 +23,10 @@ absl::Status ValidateOptions(const SweepOptions& o) {
   if (o.max_new_tokens <= 0) return absl::InvalidArgumentError("max_new_tokens must be positive");
   if (o.warmup < 0) return absl::InvalidArgumentError("warmup must be >= 0");
   if (o.cycles <= 0) return absl::InvalidArgumentError("cycles must be positive");
-  if (o.prompts.empty()) return absl::InvalidArgumentError("no prompts given");
+  if (o.prompts.empty() && o.prompt_tokens <= 0) {
+    return absl::InvalidArgumentError("no prompts given");
+  }
+  if (o.prompt_tokens < 0) return absl::InvalidArgumentError("prompt_tokens must be >= 0");
   return absl::OkStatus();
 }
 
@@ -36,8 +40,16 @@ absl::StatusOr<CycleRecord> RunCycle(BatchGenerator* generator, const Tokenizer*
   cycle.start_s = SecondsSince(origin);
   std::vector<GenerateRequest> requests(batch_size);
   for (int32_t i = 0; i < batch_size; ++i) {
-    BLOSSOM_ASSIGN_OR_RETURN(requests[i].prompt,
-                             tokenizer->Encode(options.prompts[i % options.prompts.size()]));
+    if (options.prompt_tokens > 0) {
+      // Ids from [4, vocab): past BLOOM's special tokens; different per sequence, fixed per run.
+      std::mt19937 rng(static_cast<uint32_t>(1000 + i));
+      std::uniform_int_distribution<int32_t> id(4, std::max(5, tokenizer->vocab_size()) - 1);
+      requests[i].prompt.resize(options.prompt_tokens);
+      for (int32_t& t : requests[i].prompt) t = id(rng);
+    } else {
+      BLOSSOM_ASSIGN_OR_RETURN(requests[i].prompt,
+                               tokenizer->Encode(options.prompts[i % options.prompts.size()]));
+    }
     if (requests[i].prompt.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("prompt ", i % options.prompts.size(), " encodes to no tokens"));

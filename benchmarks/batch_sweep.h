@@ -37,6 +37,10 @@ struct SweepOptions {
   // padding); ignoring EOS gives the same exact count without padding.
   bool ignore_eos = true;
   std::vector<std::string> prompts = SeedPrompts();
+  // > 0: instead of `prompts`, every sequence's prompt is this many fixed pseudo-random token ids
+  // (no tokenizer involved): a long prefill, e.g. the 2048-token one measured against the GEMM
+  // rate (sweep_report's prefill roofline).
+  int32_t prompt_tokens = 0;
 };
 
 // One timed generate(): seconds since the run's origin (monotone within and across cycles).

@@ -109,6 +109,30 @@ TEST_F(BatchSweepTest, ExactTokenCountsAndMonotoneTimestamps) {
             static_cast<int32_t>(tokenizer_->Encode(SeedPrompts()[0])->size()));
 }
 
+TEST_F(BatchSweepTest, FixedLengthPromptsOfTokenIds) {
+  BatchGenerator generator(runner_.get(), tokenizer_.get());
+  SweepOptions options;
+  options.batch_sizes = {1, 3};
+  options.max_new_tokens = 3;
+  options.warmup = 0;
+  options.cycles = 1;
+  options.prompt_tokens = 40;
+  options.prompts.clear();  // not needed with prompt_tokens
+  absl::StatusOr<SweepRun> run =
+      RunBatchSweep(&generator, tokenizer_.get(), options, std::chrono::steady_clock::now());
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (const BatchResult& b : run->batches) {
+    EXPECT_EQ(b.prompt_lengths, std::vector<int32_t>(b.batch_size, 40));
+    EXPECT_EQ(b.cycles[0].prompt_tokens, 40 * b.batch_size);
+    EXPECT_EQ(b.generated_tokens, 3 * b.batch_size);
+  }
+  options.prompt_tokens = -1;
+  EXPECT_EQ(RunBatchSweep(&generator, tokenizer_.get(), options, std::chrono::steady_clock::now())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(BatchSweepTest, RejectsBadOptions) {
   BatchGenerator generator(runner_.get(), tokenizer_.get());
   const auto origin = std::chrono::steady_clock::now();

@@ -46,6 +46,9 @@ ABSL_FLAG(bool, cuda_graphs, true,
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
           "sweep, cuda: fraction of GPU memory for weights, activations and the KV cache.");
 ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_new_tokens per sequence.");
+ABSL_FLAG(int32_t, prompt_tokens, 0,
+          "sweep: > 0 replaces the seed prompts by prompts of this many fixed pseudo-random token "
+          "ids (e.g. 2048 for the prefill against the GEMM rate).");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
 ABSL_FLAG(std::string, svg_prefix, "",
           "Write PREFIX-{throughput,latency,roofline}.svg (sweep) or "
@@ -99,6 +102,7 @@ int RunSweep(const std::string& command_line) {
   options.sweep.cycles = absl::GetFlag(FLAGS_cycles);
   options.sweep.warmup = absl::GetFlag(FLAGS_warmup);
   options.sweep.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  options.sweep.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   options.overrides.mem_bandwidth_gbs = absl::GetFlag(FLAGS_mem_bandwidth_gbs);
   options.overrides.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
   options.outputs.json = absl::GetFlag(FLAGS_json);

@@ -35,4 +35,30 @@ RooflinePoint ComputeRoofline(const DecodeCost& cost, const HardwareRates& rates
   return p;
 }
 
+double PrefillFlops(const BloomShape& shape, const std::vector<int32_t>& prompt_lengths) {
+  const double h = static_cast<double>(shape.hidden), layers = static_cast<double>(shape.layers);
+  const double per_token = 2.0 * layers * (12.0 * h * h + 9.0 * h);
+  double flops = 0.0;
+  for (int32_t t : prompt_lengths) {
+    const double tokens = static_cast<double>(t);
+    flops += per_token * tokens + 4.0 * layers * h * tokens * (tokens + 1.0) / 2.0 +
+             2.0 * static_cast<double>(shape.vocab) * h;
+  }
+  return flops;
+}
+
+PrefillPoint ComputePrefillRoofline(const BloomShape& shape, const HardwareRates& rates,
+                                    const std::vector<int32_t>& prompt_lengths,
+                                    double measured_s) {
+  PrefillPoint p;
+  p.flops = PrefillFlops(shape, prompt_lengths);
+  p.compute_floor_s = rates.gemm_flops_per_s > 0.0 ? p.flops / rates.gemm_flops_per_s : 0.0;
+  p.measured_s = measured_s;
+  if (measured_s > 0.0) {
+    p.tflops = p.flops / measured_s / 1e12;
+    p.fraction = p.compute_floor_s / measured_s;
+  }
+  return p;
+}
+
 }  // namespace blossom

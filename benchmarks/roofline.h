@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "benchmarks/bloom_shapes.h"
 #include "benchmarks/hardware_probe.h"
@@ -49,6 +50,23 @@ struct RooflinePoint {
 RooflinePoint ComputeRoofline(const DecodeCost& cost, const HardwareRates& rates,
                               int32_t batch_size, double kv_tokens_per_step,
                               double measured_step_s);
+
+// A prefill against the GEMM rate: the issue's "a 2048-token prefill at 60% or more of the
+// measured bf16 GEMM rate". FLOPs of prompts of the given lengths, all of a batch: per token the
+// four linears of every layer (2 * (12 h^2 + 9 h) * L, biases included), per sequence of T tokens
+// causal attention (QK^T and PV: 4 * L * h * T (T + 1) / 2), and the LM head on each prompt's
+// last row only (2 * V * h per sequence), as the engine computes it.
+struct PrefillPoint {
+  double flops = 0.0;
+  double compute_floor_s = 0.0;  // flops / GEMM rate
+  double measured_s = 0.0;
+  double tflops = 0.0;           // flops / measured_s / 1e12
+  double fraction = 0.0;         // compute_floor_s / measured_s: the share of the GEMM rate
+};
+double PrefillFlops(const BloomShape& shape, const std::vector<int32_t>& prompt_lengths);
+// measured_s <= 0 leaves tflops and fraction 0.
+PrefillPoint ComputePrefillRoofline(const BloomShape& shape, const HardwareRates& rates,
+                                    const std::vector<int32_t>& prompt_lengths, double measured_s);
 
 }  // namespace blossom
 

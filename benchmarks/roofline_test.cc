@@ -49,5 +49,35 @@ TEST(RooflineTest, LargeBatchesBecomeComputeBound) {
   EXPECT_DOUBLE_EQ(cost.kv_bytes_per_token, 4014080.0);
 }
 
+// Worked by hand: hidden 4, 1 layer, vocab 10; prompts of 3 and 1 tokens.
+//   per token: 2 * 1 * (12*16 + 9*4) = 456; attention: 4 * 1 * 4 * T(T+1)/2 = 16 T(T+1)/2
+//   T=3: 456*3 + 16*6 + 2*10*4 = 1368 + 96 + 80 = 1544; T=1: 456 + 16 + 80 = 552; total 2096
+//   1000 FLOP/s -> 2.096 s floor; measured 4.192 s -> half the GEMM rate
+TEST(RooflineTest, PrefillFlopsByHand) {
+  BloomShape shape{"custom", 4, 1, 2, 10};
+  EXPECT_DOUBLE_EQ(PrefillFlops(shape, {3, 1}), 2096.0);
+  HardwareRates rates;
+  rates.gemm_flops_per_s = 1000.0;
+  PrefillPoint p = ComputePrefillRoofline(shape, rates, {3, 1}, 4.192);
+  EXPECT_DOUBLE_EQ(p.compute_floor_s, 2.096);
+  EXPECT_DOUBLE_EQ(p.fraction, 0.5);
+  EXPECT_DOUBLE_EQ(p.tflops, 2096.0 / 4.192 / 1e12);
+  EXPECT_EQ(ComputePrefillRoofline(shape, rates, {3, 1}, 0.0).fraction, 0.0);
+}
+
+// BLOOM-7b1, one 2048-token prompt: 25.8 TFLOP (the linears 2 * 30 * 12 * 4096^2 * 2048 = 24.7,
+// causal attention 1.0, the LM head's one row 0.002): what the GPU bench divides by.
+TEST(RooflineTest, PrefillFlopsOf7b1At2048Tokens) {
+  auto shape = BloomShapeByName("7b1");
+  ASSERT_TRUE(shape.ok());
+  const double flops = PrefillFlops(*shape, {2048});
+  const double h = 4096, layers = 30;
+  const double want = 2048 * 2 * layers * (12 * h * h + 9 * h) +
+                      4 * layers * h * 2048.0 * 2049.0 / 2 + 2 * 250880.0 * h;
+  EXPECT_DOUBLE_EQ(flops, want);
+  EXPECT_GT(flops, 2.57e13);
+  EXPECT_LT(flops, 2.59e13);
+}
+
 }  // namespace
 }  // namespace blossom

@@ -32,6 +32,8 @@ SweepReport BuildSweepReport(SweepContext context, SweepRun run) {
 
 std::string FormatBatchStats(const SweepContext& context, const BatchResult& b,
                              const RooflinePoint& r) {
+  const PrefillPoint prefill = ComputePrefillRoofline(context.shape, context.rates,
+                                                      b.prompt_lengths, b.prefill_ms.p50 / 1000.0);
   // The first five lines are the seed's format exactly (bloom-ds-inference.py --benchmark).
   return absl::StrFormat(
       "\n*** Performance stats:\n"
@@ -43,12 +45,14 @@ std::string FormatBatchStats(const SweepContext& context, const BatchResult& b,
       "Decode per token: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms (mean %.2f ms)\n"
       "Tokens per second: %.1f (decode only: %.1f)\n"
       "Roofline per decode step: memory floor %.3f ms, compute floor %.3f ms -> %s bound, "
-      "%.1f%% of the floor achieved\n",
+      "%.1f%% of the floor achieved\n"
+      "Prefill vs the GEMM rate (p50): %.1f TFLOP/s, %.1f%% of the rate\n",
       b.ms_per_token, context.start_to_ready_s, b.generate_tokens, b.batch_size, b.generate_s,
       context.start_to_ready_s + b.generate_s, b.batch_size, b.prefill_ms.mean, b.prefill_ms.p50,
       b.decode_step_ms.p50, b.decode_step_ms.p90, b.decode_step_ms.p99, b.decode_step_ms.mean,
       b.tokens_per_second, b.decode_tokens_per_second, r.memory_floor_s * 1000.0,
-      r.compute_floor_s * 1000.0, r.bound, r.fraction * 100.0);
+      r.compute_floor_s * 1000.0, r.bound, r.fraction * 100.0, prefill.tflops,
+      prefill.fraction * 100.0);
 }
 
 json SweepReportToJson(const SweepReport& report) {
@@ -81,6 +85,7 @@ json SweepReportToJson(const SweepReport& report) {
                      {"cycles", o.cycles},
                      {"greedy", true},
                      {"ignore_eos", o.ignore_eos},
+                     {"prompt_tokens", o.prompt_tokens},
                      {"prompts", o.prompts}};
   doc["hardware"] = {{"mem_bandwidth_gbs", c.rates.mem_bytes_per_s / 1e9},
                      {"mem_bandwidth_source", c.rates.mem_source},
@@ -104,6 +109,8 @@ json SweepReportToJson(const SweepReport& report) {
                         {"decode_s", cy.decode_s},
                         {"decode_steps", cy.decode_steps}});
     }
+    const PrefillPoint prefill =
+        ComputePrefillRoofline(c.shape, c.rates, b.prompt_lengths, b.prefill_ms.p50 / 1000.0);
     results.push_back({
         {"batch_size", b.batch_size},
         {"prompt_lengths", b.prompt_lengths},
@@ -131,6 +138,12 @@ json SweepReportToJson(const SweepReport& report) {
           {"memory_fraction", r.memory_fraction},
           {"compute_fraction", r.compute_fraction},
           {"fraction", r.fraction}}},
+        {"prefill_roofline",
+         {{"flops", prefill.flops},
+          {"compute_floor_ms", prefill.compute_floor_s * 1000.0},
+          {"measured_p50_ms", prefill.measured_s * 1000.0},
+          {"tflops", prefill.tflops},
+          {"fraction_of_gemm_rate", prefill.fraction}}},
         {"cycles", cycles},
     });
   }

@@ -80,6 +80,13 @@ TEST(SweepReportTest, JsonHasEveryDocumentedField) {
   EXPECT_DOUBLE_EQ(b["seed"]["throughput_ms_per_token"].get<double>(), 100.0);
   EXPECT_EQ(b["roofline"]["bound"], "memory");
   EXPECT_EQ(b["cycles"][0]["generated_tokens"], 20);
+  // Two prompts of 3 tokens: 2 * 1544 FLOPs (roofline_test's worked example) against 1000
+  // FLOP/s, prefill p50 200 ms.
+  EXPECT_DOUBLE_EQ(b["prefill_roofline"]["flops"].get<double>(), 3088.0);
+  EXPECT_DOUBLE_EQ(b["prefill_roofline"]["compute_floor_ms"].get<double>(), 3088.0);
+  EXPECT_DOUBLE_EQ(b["prefill_roofline"]["measured_p50_ms"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(b["prefill_roofline"]["fraction_of_gemm_rate"].get<double>(), 3.088 / 0.2);
+  EXPECT_EQ(j["settings"]["prompt_tokens"], 0);
   for (const char* key : {"mean", "p50", "p90", "p99"}) {
     EXPECT_TRUE(b["decode_ms_per_token"].contains(key)) << key;
   }

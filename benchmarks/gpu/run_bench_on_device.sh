@@ -22,6 +22,9 @@
 #   graphs      blossom-bench sweep again with --cuda_graphs=false over BLOSSOM_GRAPH_BATCH_SIZES,
 #               compared with the sweep phase's results (graphs on): graphs_ab.md (~1-2 min; run
 #               it after sweep; not part of "all")
+#   prefill     a 2048-token prefill (BLOSSOM_PREFILL_TOKENS) at batch 1, 5 cycles, against the
+#               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
+#               part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
 #               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
 #               servecheck.json (~1-2 min; not part of "all")
@@ -68,8 +71,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -163,7 +166,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md prefill.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -278,6 +281,30 @@ for r in off["results"]:
           f"{r['decode_tokens_per_second']:.1f} |")
 PYEOF
   if (( rc == 0 )); then record graphs ok; cat "$RESULTS/graphs_ab.md"; else record graphs "failed (compare) rc=$rc"; fi
+}
+
+# One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe).
+phase_prefill() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record prefill "skipped (no checkpoint)"; return; fi
+  if (( $(left) < 60 )); then record prefill "skipped (time)"; return; fi
+  local rc=0 tokens="${BLOSSOM_PREFILL_TOKENS:-2048}"
+  timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
+    --batch-sizes 1 --prompt-tokens "$tokens" --max-new-tokens 2 --warmup 1 --cycles 5 \
+    --commit "$COMMIT" --machine "$MACHINE" --json "$RESULTS/prefill.json" ${BLOSSOM_SWEEP_ARGS:-} \
+    > "$RESULTS/prefill.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then tail -20 "$RESULTS/prefill.log"; record prefill "failed rc=$rc"; return; fi
+  "$PY" - "$RESULTS/prefill.json" > "$RESULTS/prefill.md" <<'PYEOF' || rc=$?
+import json, sys
+doc = json.load(open(sys.argv[1]))
+r = doc["results"][0]
+p = r["prefill_roofline"]
+print(f"## {r['prompt_lengths'][0]}-token prefill against the GEMM rate\n")
+print(f"- prefill p50 {p['measured_p50_ms']:.2f} ms (mean {r['prefill_ms']['mean']:.2f}, p90 "
+      f"{r['prefill_ms']['p90']:.2f}); {p['flops'] / 1e12:.3f} TFLOP -> {p['tflops']:.2f} TFLOP/s")
+print(f"- GEMM rate {doc['hardware']['gemm_tflops']:.1f} TFLOP/s ({doc['hardware']['gemm_tflops_source']}): "
+      f"floor {p['compute_floor_ms']:.2f} ms, {100 * p['fraction_of_gemm_rate']:.1f}% of the rate (target 60%)")
+PYEOF
+  if (( rc == 0 )); then record prefill ok; cat "$RESULTS/prefill.md"; else record prefill "failed (report) rc=$rc"; fi
 }
 
 phase_hf() {
