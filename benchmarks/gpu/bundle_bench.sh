@@ -22,7 +22,8 @@
 #   lib/compat/         this machine's libstdc++/libgcc_s, used only if the device's are older
 #   tokenizer/          tests/fixtures/tokenizer (make-random-checkpoint copies it into checkpoints)
 #   corpus.txt          tests/fixtures/corpus.txt (blossom-bench serve cuts prompts from it)
-#   hf_side_by_side.py, side_by_side_report.py, model_parity.py, serve_check.py, run_bench_on_device.sh
+#   hf_side_by_side.py, side_by_side_report.py, model_parity.py, serve_check.py, ncu_summary.py,
+#   run_bench_on_device.sh
 #   manifest.json       commit, dirty flag, build time, binaries, whether blossom-bench has --backend,
 #                       libraries left to the device
 # cuBLAS/cuBLASLt/NCCL (hundreds of MB) exceed the 64 MiB carry limit and are NOT bundled: the GPU
@@ -85,6 +86,7 @@ cp tests/fixtures/tokenizer/tokenizer.json tests/fixtures/tokenizer/tokenizer_co
    tests/fixtures/tokenizer/special_tokens_map.json "$BUNDLE/tokenizer/"
 cp tests/fixtures/corpus.txt "$BUNDLE/corpus.txt"
 cp benchmarks/gpu/hf_side_by_side.py benchmarks/gpu/side_by_side_report.py benchmarks/gpu/model_parity.py benchmarks/gpu/serve_check.py \
+   benchmarks/gpu/ncu_summary.py \
    benchmarks/gpu/run_bench_on_device.sh "$BUNDLE/"
 chmod +x "$BUNDLE/run_bench_on_device.sh" "$BUNDLE/hf_side_by_side.py"
 

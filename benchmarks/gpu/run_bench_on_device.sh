@@ -25,6 +25,10 @@
 #   prefill     a 2048-token prefill (BLOSSOM_PREFILL_TOKENS) at batch 1, 5 cycles, against the
 #               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
 #               part of "all")
+#   profile     Nsight Compute over a short batch-BLOSSOM_PROFILE_BATCH (1) sweep with --cuda_graphs=false
+#               (a prefill and BLOSSOM_PROFILE_TOKENS (8) - 1 decode steps): gpu__time_duration of
+#               every kernel, summed by kernel name: profile.md (the top kernels, their share) and
+#               profile.csv (~2-4 min on 7b1; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
 #               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
 #               servecheck.json (~1-2 min; not part of "all")
@@ -71,8 +75,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|profile) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|profile|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -166,7 +170,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md prefill.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md prefill.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -305,6 +309,24 @@ print(f"- GEMM rate {doc['hardware']['gemm_tflops']:.1f} TFLOP/s ({doc['hardware
       f"floor {p['compute_floor_ms']:.2f} ms, {100 * p['fraction_of_gemm_rate']:.1f}% of the rate (target 60%)")
 PYEOF
   if (( rc == 0 )); then record prefill ok; cat "$RESULTS/prefill.md"; else record prefill "failed (report) rc=$rc"; fi
+}
+
+# Where a step's GPU time goes, kernel by kernel (ncu reads the counters on Firecracker machines;
+# --clock-control none leaves the GPU's clocks as they are).
+phase_profile() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record profile "skipped (no checkpoint)"; return; fi
+  if ! command -v ncu >/dev/null 2>&1; then record profile "skipped (no ncu on this machine)"; return; fi
+  if (( $(left) < 120 )); then record profile "skipped (time)"; return; fi
+  local rc=0
+  timeout $(( $(left) - 30 )) ncu --clock-control none --target-processes all \
+    --metrics gpu__time_duration.sum --csv --log-file "$RESULTS/profile.csv" \
+    "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
+    --batch-sizes "${BLOSSOM_PROFILE_BATCH:-1}" --max-new-tokens "${BLOSSOM_PROFILE_TOKENS:-8}" \
+    --warmup 0 --cycles 1 --cuda_graphs=false ${BLOSSOM_SWEEP_ARGS:-} \
+    > "$RESULTS/profile.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then tail -20 "$RESULTS/profile.log"; record profile "failed rc=$rc"; return; fi
+  "$PY" "$HERE/ncu_summary.py" "$RESULTS/profile.csv" > "$RESULTS/profile.md" || rc=$?
+  if (( rc == 0 )); then record profile ok; head -30 "$RESULTS/profile.md"; else record profile "failed (summary) rc=$rc"; fi
 }
 
 phase_hf() {
