@@ -70,6 +70,9 @@ ABSL_FLAG(bool, cuda_graphs, true,
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "--backend cuda, --tp 1: choose each cuBLASLt plan's algorithm by timing the "
           "heuristic's top candidates, at the start-up warm-up.");
+ABSL_FLAG(bool, cuda_tensor_core_attention, true,
+          "--backend cuda: prefill attention of f16/bf16 models on tensor cores (false: the "
+          "CUDA-core kernel).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -240,6 +243,7 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  runner_options.tensor_core_attention = absl::GetFlag(FLAGS_cuda_tensor_core_attention);
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {

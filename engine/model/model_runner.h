@@ -93,6 +93,9 @@ struct ModelRunnerOptions {
   // plan's first call (CudaBackend::Options::time_gemm_candidates), which WarmUp makes for every
   // plan a step can use. Off: the heuristic's order.
   bool time_gemm_candidates = false;
+  // Backend "cuda": prefill attention of f16/bf16 activations on tensor cores
+  // (CudaBackend::Options::tensor_core_attention); false keeps the CUDA-core kernel.
+  bool tensor_core_attention = true;
 };
 
 class ModelRunner {

@@ -326,6 +326,7 @@ class MpiRunner : public ModelRunner {
 #ifdef BLOSSOM_HAVE_CUDA
       CudaBackend::Options backend_options;
       backend_options.device = nccl_->device();
+      backend_options.tensor_core_attention = options.tensor_core_attention;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, world, nccl_->device(),
