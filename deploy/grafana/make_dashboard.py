@@ -66,6 +66,11 @@ PANELS = [
     ]),
     ("Batch size (sequences per step)", "short", quantiles("blossom_batch_size", qs=(0.5, 0.99))),
     ("End-to-end request latency", "s", quantiles("blossom_e2e_request_latency_seconds")),
+    ("Engine host time per step, share of the step (schedule, sample, output)", "percentunit", [
+        q(f"sum by (part) (rate(blossom_step_host_seconds_sum{{{SEL}}}[{RATE}])) / "
+          f"ignoring (part) group_left sum(rate(blossom_step_duration_seconds_sum{{{SEL}}}[{RATE}]))",
+          "{{part}}", "A"),
+    ]),
     ("Gateway: requests in flight and client disconnects", "short", [
         q(f"sum(blossom_gateway_requests_in_flight{{{SEL}}})", "in flight", "A"),
         q(f"sum(rate(blossom_gateway_client_disconnects_total{{{SEL}}}[{RATE}]))",
