@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
