@@ -186,13 +186,14 @@ class BloomModel {
   // Synchronize. FailedPrecondition unless EnableStepGraphs ran; a failing capture turns graphs
   // off as in a step (logged, OK).
   absl::Status WarmUpStepGraphs(KvCache& cache);
-  // Runs Linear at every row count the backend asks for (Backend::WarmUpRowCounts) for steps of
-  // up to max_step_tokens tokens and max_logit_rows logit rows, on placeholder steps of padding
-  // rows (no K/V written): the CUDA backend makes (and, if it times them, times) each cuBLASLt
-  // plan now instead of in a request's step. Call it before WarmUpStepGraphs (it may grow the
-  // step workspace, which drops captured graphs). Does nothing on a backend with nothing to
-  // prepare (CPU) and, for now, with tensor parallelism (the collectives would have to run on
-  // every rank).
+  // Sizes the step workspace for steps of up to max_step_tokens tokens and max_logit_rows logit
+  // rows (so that serving them never reallocates it, which would drop captured graphs), then
+  // runs Linear at every row count the backend asks for (Backend::WarmUpRowCounts) on
+  // placeholder steps of padding rows (no K/V written): the CUDA backend makes (and, if it
+  // times them, times) each cuBLASLt plan now instead of in a request's step. Call it before
+  // WarmUpStepGraphs. The placeholder steps are skipped on a backend with nothing to prepare
+  // (CPU) and, for now, with tensor parallelism (the collectives would have to run on every
+  // rank).
   absl::Status WarmUpLinearPlans(KvCache& cache, int32_t max_step_tokens, int32_t max_logit_rows);
   StepGraphStats step_graph_stats() const;
 

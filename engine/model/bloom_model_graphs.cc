@@ -145,6 +145,9 @@ absl::Status BloomModel::WarmUpStepGraphs(KvCache& cache) {
 
 absl::Status BloomModel::WarmUpLinearPlans(KvCache& cache, int32_t max_step_tokens,
                                             int32_t max_logit_rows) {
+  // Sized for the largest step first, on every backend: a later reallocation would drop the
+  // step graphs WarmUpStepGraphs captures next.
+  BLOSSOM_RETURN_IF_ERROR(EnsureWorkspace(std::max(1, max_step_tokens), std::max(1, max_logit_rows)));
   if (communicator_->world_size() > 1) return absl::OkStatus();  // see the header
   const int32_t block_size = cache.spec().block_size;
   for (int64_t rows : backend_->WarmUpRowCounts(max_step_tokens)) {

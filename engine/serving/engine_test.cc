@@ -46,7 +46,8 @@ class EngineTest : public ::testing::Test {
 
   static std::unique_ptr<Engine> MakeEngine(int32_t num_blocks, int32_t max_seqs = 64,
                                             int32_t max_batched = 256, int32_t max_waiting = 1024,
-                                            EngineObserver* observer = nullptr) {
+                                            EngineObserver* observer = nullptr,
+                                            ModelRunner* runner = nullptr) {
     EngineConfig config;
     config.scheduler.block_size = 4;
     config.scheduler.num_blocks = num_blocks;
@@ -54,7 +55,7 @@ class EngineTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = max_batched;
     config.scheduler.max_total_tokens = 256;
     config.scheduler.max_waiting_requests = max_waiting;
-    auto engine = Engine::Create(runner_, tokenizer_, config, observer);
+    auto engine = Engine::Create(runner != nullptr ? runner : runner_, tokenizer_, config, observer);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
@@ -86,6 +87,11 @@ class EngineTest : public ::testing::Test {
     r.stopping.ignore_eos = true;
     return r;
   }
+
+  // 200 requests (greedy, seeded sampling, penalties, shared prefixes) into a KV pool small
+  // enough to force preemption, some cancelled mid-stream; every other request must produce
+  // exactly its tokens alone, and every block must come back. On `runner` (null: runner_).
+  static void Stress(ModelRunner* runner);
 
   static CpuBackend* backend_;
   static BloomModel* model_;
@@ -334,7 +340,29 @@ TEST_F(EngineTest, ObserverSeesEveryStepAndEveryFinishedRequest) {
 // Issue 3's randomized stress test: many requests with random lengths and sampling parameters,
 // 10% cancelled at random points, a KV pool small enough to force preemption. Every request that
 // is not cancelled produces exactly its tokens when run alone; afterwards every block is free.
-TEST_F(EngineTest, RandomizedStressWithCancellationAndPreemption) {
+TEST_F(EngineTest, RandomizedStressWithCancellationAndPreemption) { Stress(nullptr); }
+
+// The same through a runner whose decode steps replay step graphs (the CPU backend's recorded
+// op lists): the engine's warm-up captures every bucket, preemption and cancellation change the
+// batch between replays, and the tokens are still each request's alone.
+TEST_F(EngineTest, RandomizedStressWithStepGraphs) {
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.threads_per_rank = 2;
+  options.prefetch = false;
+  options.step_graphs = true;
+  options.step_graph_options.max_batch = 32;
+  options.step_graph_options.max_context = 256;
+  auto runner = ModelRunner::Create(options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  Stress(runner->get());
+  const StepGraphStats stats = (*runner)->step_graph_stats();
+  EXPECT_EQ(stats.captured, 6) << "buckets 1 to 32, captured once at the engine's start";
+  EXPECT_GT(stats.replayed, 50);
+  EXPECT_EQ(stats.failed, 0);
+}
+
+void EngineTest::Stress(ModelRunner* runner) {
   std::mt19937 rng(20261121);
   const int kRequests = 200;
   std::vector<EngineRequest> reqs(kRequests);
@@ -365,7 +393,8 @@ TEST_F(EngineTest, RandomizedStressWithCancellationAndPreemption) {
     if (!cancel[i]) expected[i] = Alone(reqs[i]);
 
   // 48 tokens of prompt+output at most per request, 4-token blocks: 40 blocks force preemption.
-  auto engine = MakeEngine(/*num_blocks=*/40, /*max_seqs=*/32, /*max_batched=*/64);
+  auto engine = MakeEngine(/*num_blocks=*/40, /*max_seqs=*/32, /*max_batched=*/64,
+                           /*max_waiting=*/1024, /*observer=*/nullptr, runner);
   std::vector<std::shared_ptr<RequestStream>> streams(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     auto s = engine->Submit(reqs[i]);
