@@ -41,6 +41,9 @@ ABSL_FLAG(int32_t, warmup, 1, "Untimed generate() calls per batch size before ti
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (CPU: threads in one process).");
 ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUDA builds).");
+ABSL_FLAG(bool, cuda_time_gemm, true,
+          "sweep, --backend cuda, --tp 1: time each cuBLASLt plan's candidates on its first call "
+          "(in the warm-up cycles), as blossom-server does.");
 ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -89,6 +92,7 @@ int RunSweep(const std::string& command_line) {
   options.model_dir = absl::GetFlag(FLAGS_model);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  options.cuda_time_gemm = absl::GetFlag(FLAGS_cuda_time_gemm);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

@@ -31,6 +31,9 @@ struct SweepCommandOptions {
   // Backend "cuda", tp 1: decode steps replayed from CUDA graphs (ModelRunnerOptions::step_graphs)
   // for batches up to the largest swept, contexts up to 1024 + max_new_tokens.
   bool cuda_graphs = true;
+  // Backend "cuda", tp 1: time each cuBLASLt plan's candidates on its first call (in the untimed
+  // warm-up cycles), as blossom-server does at its start (--cuda_time_gemm).
+  bool cuda_time_gemm = true;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`
