@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/batch_sweep.h"
 #include "engine/loader/model_config.h"
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
@@ -117,13 +118,10 @@ class StepRecorder : public EngineObserver {
   std::vector<std::chrono::steady_clock::time_point> times;  // when each step was reported
 };
 
+// The sweep's percentiles (numpy's interpolation), in ms.
 PartStats Summarize(std::vector<double> seconds) {
-  PartStats p;
-  if (seconds.empty()) return p;
-  std::sort(seconds.begin(), seconds.end());
-  p.median_ms = 1e3 * seconds[seconds.size() / 2];
-  p.p90_ms = 1e3 * seconds[std::min(seconds.size() - 1, seconds.size() * 9 / 10)];
-  return p;
+  const Percentiles q = ComputePercentiles(std::move(seconds));
+  return PartStats{1e3 * q.p50, 1e3 * q.p90};
 }
 
 }  // namespace
