@@ -9,7 +9,9 @@
 // with the model's tokenizer, and event delivery to a sink per request (which copies the text,
 // as a server's sink would before writing it out).
 //
-// The report is per decode step at full batch (every request running, no prefill in the step):
+// The engine may schedule the first request before the others are submitted (its forward then
+// waits for the rest): that request runs one step ahead, so the run has one full-batch decode
+// step fewer. The report is per decode step at full batch (every request running, no prefill in the step):
 // median and p90 of StepStats' schedule, sample and output parts, their sum, and the whole
 // iteration of the engine loop (from one step's report to the next: the previous step's events
 // handed to their sinks, then this step's parts and its forward, which is forward_ms here).
