@@ -34,10 +34,12 @@ class OpRecorder {
   // The ops recorded since Begin, as a graph. FailedPrecondition without an open capture.
   absl::StatusOr<std::unique_ptr<StepGraph>> End();
   // While capturing: keeps `op` for the graph and returns true (the caller must not run it).
-  // Otherwise returns false: the caller runs the op now.
-  bool Record(Op op) {
+  // Otherwise returns false: the caller runs the op now. A template, so that the std::function
+  // (a heap allocation for the ops' captures) is made only while capturing, not on every op.
+  template <typename F>
+  bool Record(F&& op) {
     if (!capturing()) return false;
-    ops_.push_back(std::move(op));
+    ops_.emplace_back(std::forward<F>(op));
     return true;
   }
   // FailedPrecondition naming `what` while capturing (a CUDA graph could not hold it); OK
