@@ -42,6 +42,11 @@ absl::StatusOr<HostBuffer> Backend::AllocateHostStaging(size_t bytes) {
   return HostBuffer(p, [](void* q) { std::free(q); });
 }
 
+absl::Status RefusedWhileCapturing(absl::string_view what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " inside a step capture (a captured step cannot copy, allocate or wait)"));
+}
+
 absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot capture steps"));
 }

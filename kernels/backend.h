@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/tensor.h"
 #include "kernels/weight_quant.h"
 
@@ -242,6 +243,10 @@ class Backend {
   friend class DeviceBuffer;
   virtual void Free(void* data, size_t bytes) = 0;
 };
+
+// The FailedPrecondition a backend returns for `what` (a copy, an allocation, a wait) between
+// BeginCapture and EndCapture. Shared by the implementations.
+absl::Status RefusedWhileCapturing(absl::string_view what);
 
 // InvalidArgument unless Backend::CopyColumns(src, dst, col_begin) is well formed: both rank 2,
 // one unblocked dtype, as many rows, and the columns inside dst. Shared by the implementations.

@@ -1,6 +1,5 @@
 #include "kernels/cpu/op_recorder.h"
 
-#include "absl/strings/str_cat.h"
 
 namespace blossom {
 namespace {
@@ -38,9 +37,7 @@ absl::StatusOr<std::unique_ptr<StepGraph>> OpRecorder::End() {
 }
 
 absl::Status OpRecorder::RefuseWhileCapturing(absl::string_view what) const {
-  if (!capturing()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, " inside a step capture (a captured step cannot copy, allocate or wait)"));
+  return capturing() ? RefusedWhileCapturing(what) : absl::OkStatus();
 }
 
 }  // namespace blossom

@@ -48,9 +48,7 @@ std::vector<int64_t> CudaBackend::WarmUpRowCounts(int64_t max_rows) const {
 }
 
 absl::Status CudaBackend::RefuseWhileCapturing(const char* what) const {
-  if (!impl_->capturing.load()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, " inside a step capture (a captured step cannot copy, allocate or wait)"));
+  return impl_->capturing.load() ? RefusedWhileCapturing(what) : absl::OkStatus();
 }
 
 absl::Status CudaBackend::BeginCapture() {
