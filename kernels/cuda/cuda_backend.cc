@@ -24,11 +24,6 @@ static_assert(static_cast<int>(DType::kBF16) == static_cast<int>(ElemType::kBF16
 
 ElemType Elem(DType d) { return static_cast<ElemType>(d); }
 
-absl::Status CudaError(const char* what, cudaError_t err) {
-  return absl::InternalError(
-      absl::StrCat("cuda backend: ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
 #define BLOSSOM_CUDA_RETURN_IF_ERROR(expr)                           \
   do {                                                               \
     const cudaError_t blossom_cuda_err_ = (expr);                    \

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/gemm_plan_policy.h"
@@ -29,7 +28,7 @@ class CudaStepGraph : public StepGraph {
   absl::Status Replay() override {
     const cudaError_t err = cudaGraphLaunch(exec_, stream_);
     if (err != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("cudaGraphLaunch: ", cudaGetErrorString(err)));
+      return CudaError("cudaGraphLaunch", err);
     }
     return absl::OkStatus();
   }
@@ -56,7 +55,7 @@ absl::Status CudaBackend::BeginCapture() {
   const cudaError_t err = cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::InternalError(absl::StrCat("cudaStreamBeginCapture: ", cudaGetErrorString(err)));
+    return CudaError("cudaStreamBeginCapture", err);
   }
   impl_->capturing.store(true);
   return absl::OkStatus();
@@ -72,14 +71,14 @@ absl::StatusOr<std::unique_ptr<StepGraph>> CudaBackend::EndCapture() {
   if (err != cudaSuccess || graph == nullptr) {
     if (graph != nullptr) cudaGraphDestroy(graph);
     cudaGetLastError();
-    return absl::InternalError(absl::StrCat("cudaStreamEndCapture: ", cudaGetErrorString(err)));
+    return CudaError("cudaStreamEndCapture", err);
   }
   cudaGraphExec_t exec = nullptr;
   err = cudaGraphInstantiate(&exec, graph, 0);
   if (err != cudaSuccess) {
     cudaGraphDestroy(graph);
     cudaGetLastError();
-    return absl::InternalError(absl::StrCat("cudaGraphInstantiate: ", cudaGetErrorString(err)));
+    return CudaError("cudaGraphInstantiate", err);
   }
   return std::unique_ptr<StepGraph>(new CudaStepGraph(graph, exec, impl_->stream, impl_->attention_workspace));
 }

@@ -11,11 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/lt_gemm.h"
 #include "kernels/dtype.h"
 
 namespace blossom {
+
+// Internal, naming the failed call and CUDA's error.
+inline absl::Status CudaError(const char* what, cudaError_t err) {
+  return absl::InternalError(
+      absl::StrCat("cuda backend: ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
 
 // Slot of an activation dtype in CudaBackend::Impl::gelu_epilogue.
 inline int GeluSlot(DType dtype) {
