@@ -34,6 +34,9 @@ struct SweepCommandOptions {
   // Backend "cuda", tp 1: time each cuBLASLt plan's candidates on its first call (in the untimed
   // warm-up cycles), as blossom-server does at its start (--cuda_time_gemm).
   bool cuda_time_gemm = true;
+  // Backend "cuda": decode linears of up to 8 rows on the skinny GEMM where faster
+  // (ModelRunnerOptions::skinny_gemm; blossom-server's --cuda_skinny_gemm).
+  bool cuda_skinny_gemm = true;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

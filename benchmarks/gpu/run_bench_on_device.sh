@@ -22,6 +22,8 @@
 #   graphs      blossom-bench sweep again with --cuda_graphs=false over BLOSSOM_GRAPH_BATCH_SIZES,
 #               compared with the sweep phase's results (graphs on): graphs_ab.md (~1-2 min; run
 #               it after sweep; not part of "all")
+#   skinny      the same A/B for the skinny GEMM of decode-sized linears: --cuda_skinny_gemm=false
+#               over BLOSSOM_SKINNY_BATCH_SIZES (1,2,4,8): skinny_ab.md (~1 min; after sweep)
 #   prefill     a 2048-token prefill (BLOSSOM_PREFILL_TOKENS) at batch 1, 5 cycles, against the
 #               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
 #               part of "all")
@@ -50,6 +52,7 @@
 #   BLOSSOM_BATCH_SIZES [1,2,4,8,16,32,64]    sweep batch sizes
 #   BLOSSOM_HF_BATCH_SIZES [= BLOSSOM_BATCH_SIZES]
 #   BLOSSOM_GRAPH_BATCH_SIZES [1,8,64]        graphs phase batch sizes
+#   BLOSSOM_SKINNY_BATCH_SIZES [1,2,4,8]      skinny phase batch sizes
 #   BLOSSOM_MAX_NEW_TOKENS [100]  BLOSSOM_WARMUP [1]  BLOSSOM_CYCLES [5]
 #   BLOSSOM_SWEEP_ARGS []           extra blossom-bench sweep flags (e.g. "--gpu-memory-fraction 0.8")
 #   BLOSSOM_SERVE_ARGS []           extra blossom-bench serve flags
@@ -75,8 +78,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|profile) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|prefill|profile|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|profile) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|profile|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -170,7 +173,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md prefill.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -256,24 +259,27 @@ phase_sweep() {
   if (( rc == 0 )) && [[ -f "$RESULTS/blossom_sweep.json" ]]; then record sweep ok; else record sweep "failed rc=$rc"; fi
 }
 
-# Decode with and without CUDA graphs: the same sweep, --cuda_graphs=false, side by side with the
-# sweep phase's blossom_sweep.json (graphs on by default).
-phase_graphs() {
-  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record graphs "skipped (no checkpoint)"; return; fi
-  if [[ ! -f "$RESULTS/blossom_sweep.json" ]]; then record graphs "skipped (run the sweep phase first)"; return; fi
-  if (( $(left) < 90 )); then record graphs "skipped (time)"; return; fi
+# The sweep again with one feature turned off (FLAG), over BATCHES, side by side with the sweep
+# phase's blossom_sweep.json (every feature on by default): NAME_ab.md.
+ab_sweep() {  # NAME FLAG BATCHES TITLE
+  local name="$1" flag="$2" batches="$3" title="$4"
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record "$name" "skipped (no checkpoint)"; return; fi
+  if [[ ! -f "$RESULTS/blossom_sweep.json" ]]; then record "$name" "skipped (run the sweep phase first)"; return; fi
+  if (( $(left) < 90 )); then record "$name" "skipped (time)"; return; fi
   local rc=0
   timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
-    --batch-sizes "${BLOSSOM_GRAPH_BATCH_SIZES:-1,8,64}" --max-new-tokens "$MAX_NEW" --warmup "$WARMUP" \
-    --cycles "$CYCLES" --cuda_graphs=false --commit "$COMMIT" --machine "$MACHINE" \
-    --json "$RESULTS/blossom_sweep_nographs.json" ${BLOSSOM_SWEEP_ARGS:-} \
-    > "$RESULTS/blossom_sweep_nographs.log" 2>&1 || rc=$?
-  if (( rc != 0 )); then tail -20 "$RESULTS/blossom_sweep_nographs.log"; record graphs "failed rc=$rc"; return; fi
-  "$PY" - "$RESULTS/blossom_sweep.json" "$RESULTS/blossom_sweep_nographs.json" > "$RESULTS/graphs_ab.md" <<'PYEOF' || rc=$?
+    --batch-sizes "$batches" --max-new-tokens "$MAX_NEW" --warmup "$WARMUP" \
+    --cycles "$CYCLES" "$flag" --commit "$COMMIT" --machine "$MACHINE" \
+    --json "$RESULTS/blossom_sweep_no_$name.json" ${BLOSSOM_SWEEP_ARGS:-} \
+    > "$RESULTS/blossom_sweep_no_$name.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then tail -20 "$RESULTS/blossom_sweep_no_$name.log"; record "$name" "failed rc=$rc"; return; fi
+  "$PY" - "$RESULTS/blossom_sweep.json" "$RESULTS/blossom_sweep_no_$name.json" "$title" "$flag" \
+    > "$RESULTS/${name}_ab.md" <<'PYEOF' || rc=$?
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
+title, flag = sys.argv[3:5]
 by_batch = {r["batch_size"]: r for r in on["results"]}
-print("## Decode with CUDA graphs (on) and without (off)\n")
+print(f"## Decode with {title} (on) and without (off: {flag})\n")
 print("| batch | on: decode ms/token p50 | off: decode ms/token p50 | off / on | on: tok/s | off: tok/s |")
 print("|---|---|---|---|---|---|")
 for r in off["results"]:
@@ -284,8 +290,11 @@ for r in off["results"]:
     print(f"| {r['batch_size']} | {a:.3f} | {b:.3f} | {b / a:.3f} | {o['decode_tokens_per_second']:.1f} | "
           f"{r['decode_tokens_per_second']:.1f} |")
 PYEOF
-  if (( rc == 0 )); then record graphs ok; cat "$RESULTS/graphs_ab.md"; else record graphs "failed (compare) rc=$rc"; fi
+  if (( rc == 0 )); then record "$name" ok; cat "$RESULTS/${name}_ab.md"; else record "$name" "failed (compare) rc=$rc"; fi
 }
+
+phase_graphs() { ab_sweep graphs --cuda_graphs=false "${BLOSSOM_GRAPH_BATCH_SIZES:-1,8,64}" "CUDA graphs"; }
+phase_skinny() { ab_sweep skinny --cuda_skinny_gemm=false "${BLOSSOM_SKINNY_BATCH_SIZES:-1,2,4,8}" "the skinny GEMM"; }
 
 # One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe).
 phase_prefill() {

@@ -68,6 +68,11 @@ __device__ __forceinline__ void Store16(T* p, const float* in) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
+// BLOOM's gelu: tanh approximation with HF's constant 0.79788456 (not sqrt(2/pi) exactly).
+__device__ __forceinline__ float BloomGelu(float x) {
+  return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -335,56 +335,6 @@ absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const 
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
-                                 Tensor out) {
-  const int64_t k = x.dim(-1), n = weight.dim(0);
-  const int64_t m = k > 0 ? x.numel() / k : 0;
-  BLOSSOM_RETURN_IF_ERROR(Check(IsFloatTensor(x) && IsFloatTensor(weight) && IsFloatTensor(out) &&
-                                    x.dtype == weight.dtype && weight.rank == 2 && weight.dim(1) == k &&
-                                    out.numel() == m * n && (out.dtype == x.dtype || out.dtype == DType::kF32) &&
-                                    (bias.empty() || (IsFloat(bias.dtype) && bias.numel() == n)),
-                                "Linear",
-                                absl::StrCat("bad shapes or dtypes: x ", x.ShapeString(), " ", DTypeName(x.dtype),
-                                             ", weight ", weight.ShapeString(), " ", DTypeName(weight.dtype),
-                                             ", out ", out.ShapeString(), " ", DTypeName(out.dtype))));
-  if (m == 0 || n == 0) return absl::OkStatus();
-  const bool gelu = activation == Activation::kBloomGelu;
-  // cuBLASLt applies the bias only when it shares the output dtype and is 16-byte aligned
-  // (cuBLASLt has no alignment preference for it), and the GELU only where the start-up check
-  // passed for this dtype. Plans are tried from the most fused to the plainest, so a heuristic
-  // miss on the fused epilogue costs one extra elementwise pass, not the CUDA-core GEMM.
-  const bool bias_fusable = !bias.empty() && bias.dtype == out.dtype && LtGemm::AlignmentOf(bias.data) >= 16;
-  const bool gelu_fusable = gelu && impl_->gelu_epilogue[GeluSlot(out.dtype)] && (bias.empty() || bias_fusable);
-  struct Attempt {
-    bool with_bias, with_gelu;
-  };
-  std::vector<Attempt> attempts;
-  if (gelu_fusable) attempts.push_back({!bias.empty(), true});
-  if (bias_fusable) attempts.push_back({true, false});
-  attempts.push_back({false, false});
-  if (k > 0) {
-    for (const Attempt& attempt : attempts) {
-      bool done = false;
-      BLOSSOM_RETURN_IF_ERROR(impl_->gemm->Matmul(x, weight, attempt.with_bias ? bias : Tensor(), attempt.with_gelu,
-                                                  out, &done));
-      if (!done) continue;
-      const bool add_bias = !bias.empty() && !attempt.with_bias;
-      const bool add_gelu = gelu && !attempt.with_gelu;
-      if (add_bias || add_gelu) {
-        BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchBiasActivation(out.data, Elem(out.dtype),
-                                                                add_bias ? bias.data : nullptr,
-                                                                Elem(add_bias ? bias.dtype : out.dtype), add_gelu,
-                                                                m, n, impl_->stream));
-      }
-      return absl::OkStatus();
-    }
-  }
-  BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchFallbackGemm(x.data, Elem(x.dtype), weight.data, Elem(weight.dtype),
-                                                        bias.data, Elem(bias.dtype), gelu, m, n, k, out.data,
-                                                        Elem(out.dtype), impl_->stream));
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::AddBiasResidual(Tensor x, const Tensor& bias, const Tensor& residual) {
   const int64_t rows = x.rank > 0 ? x.dim(0) : 0;
   const int64_t cols = rows > 0 ? x.numel() / rows : 0;

@@ -10,7 +10,8 @@
 // GELU, bias+GELU fused into the epilogue; the GELU epilogue is checked against BLOOM's formula
 // once at Create() and replaced by a fused bias+GELU kernel if it differs. The chosen algorithm is
 // cached per (shape, dtypes, epilogue, alignment). Shapes cuBLASLt has no algorithm for go to a
-// CUDA-core GEMM.
+// CUDA-core GEMM. Decode-sized linears (M <= 8) may run the skinny GEMM instead
+// (Options::skinny_gemm, cuda_backend_linear.cc).
 //
 // KV cache layout (private to this backend): per layer, K then V, each
 // [num_blocks, num_heads, block_size, head_dim] in the activation dtype (see launch.h).
@@ -65,6 +66,11 @@ class CudaBackend : public Backend {
     // attention on tensor cores (flash-attention style, attention_tc.cu); false keeps every step
     // on the CUDA-core kernels (the reference the GPU tests compare the tensor-core kernel with).
     bool tensor_core_attention = true;
+    // Linears of up to cuda::kSkinnyGemmMaxRows (8) rows, the decode steps of small batches, may
+    // run the skinny GEMM (skinny_gemm.cu, a batched GEMV that streams the weights once) instead
+    // of cuBLASLt: with time_gemm_candidates, per shape where it measured faster at warm-up;
+    // without, always. false keeps every Linear on cuBLASLt.
+    bool skinny_gemm = true;
   };
 
   // Fails (FailedPrecondition) when no usable device is present, never crashes.
@@ -148,6 +154,11 @@ class CudaBackend : public Backend {
   // FailedPrecondition naming `what` between BeginCapture and EndCapture.
   absl::Status RefuseWhileCapturing(const char* what) const;
   absl::Status CalibrateGeluEpilogue();
+  // Linear's two paths and the choice between them (cuda_backend_linear.cc).
+  absl::Status LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out);
+  absl::Status LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out);
+  absl::StatusOr<bool> PreferSkinnyGemm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                                        Tensor out);
   absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 
   std::unique_ptr<Impl> impl_;

@@ -6,7 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +57,12 @@ struct CudaBackend::Impl {
   std::atomic<bool> capturing{false};
   // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
   bool gelu_epilogue[3] = {false, false, false};
+  // Decode-sized Linear shapes whose path was decided by timing (cuda_backend_linear.cc): true for
+  // the skinny GEMM, false for cuBLASLt. Key: M bucket, N, K, x dtype, out dtype, bias dtype (-1:
+  // none), gelu.
+  using LinearShape = std::array<int64_t, 7>;
+  std::map<LinearShape, bool> skinny_choice;
+  cudaEvent_t linear_timing[3] = {nullptr, nullptr, nullptr};  // made on first use
 
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
@@ -70,6 +78,9 @@ struct CudaBackend::Impl {
       if (staging_free[i]) cudaEventDestroy(staging_free[i]);
     }
     if (weights_copied) cudaEventDestroy(weights_copied);
+    for (cudaEvent_t e : linear_timing) {
+      if (e) cudaEventDestroy(e);
+    }
     if (copy_stream) cudaStreamDestroy(copy_stream);
     if (stream) cudaStreamDestroy(stream);
   }

@@ -1,7 +1,7 @@
 // Parity of CudaBackend's per-token ops with the CPU reference backend, on fresh random inputs of
 // realistic and odd sizes, in F32, F16 and BF16: Embedding, LayerNorm, Linear (bias, GELU
-// epilogue or not, fp32 output, misaligned views), AddBiasResidual, GatherRows, Softmax, Argmax;
-// CopyColumns in F32 (the logits assembly).
+// epilogue or not, fp32 output, misaligned views, the skinny GEMM of decode-sized steps),
+// AddBiasResidual, GatherRows, Softmax, Argmax; CopyColumns in F32 (the logits assembly).
 //
 // Tolerances, and the "BLOSSOM_OP_ERROR {...}" lines each binary prints at the end:
 // cuda_backend_test_util.h. Without a visible GPU every test reports SKIPPED with the reason.
@@ -94,6 +94,7 @@ TEST_F(CudaBackendTest, LinearWithBiasAndGeluMatchesCpu) {
 TEST_F(CudaBackendTest, LinearWithoutTheGeluEpilogueMatchesCpu) {
   CudaBackend::Options options;
   options.allow_gelu_epilogue = false;
+  options.skinny_gemm = false;  // M = 1 would take the skinny GEMM, which has its own test
   auto plain = CudaBackend::Create(options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   std::unique_ptr<CudaBackend> fused = std::move(gpu_);
@@ -111,17 +112,19 @@ TEST_F(CudaBackendTest, LinearWithoutTheGeluEpilogueMatchesCpu) {
 
 TEST_F(CudaBackendTest, LinearHalfInputsWithF32OutputLikeTheLmHead) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    const int64_t m = 7, k = 256, n = 5000;
-    std::vector<float> x = RoundTo(Random(m * k, 41), dt), w = RoundTo(Random(n * k, 42, 0.0625f), dt);
-    std::vector<char> w_raw = Encode(w, dt);
-    std::vector<float> ref(m * n);
-    ASSERT_TRUE(cpu_.Linear(HostF32(x, {m, k}), Tensor(w_raw.data(), dt, {n, k}), Tensor(), Activation::kNone,
-                            HostF32(ref, {m, n}))
-                    .ok());
-    Tensor out = Empty(DType::kF32, {m, n});
-    ASSERT_TRUE(gpu_->Linear(Upload(x, dt, {m, k}), Upload(w, dt, {n, k}), Tensor(), Activation::kNone, out).ok());
-    // fp32 output of exact half inputs: only the summation (tensor-core fp32 accumulation) differs.
-    EXPECT_TRUE(Near(Name("Linear.f32out", dt), Download(out), ref, 1e-4));
+    for (const int64_t m : {7, 33}) {  // the skinny GEMM (M <= 8) and cuBLASLt
+      const int64_t k = 256, n = 5000;
+      std::vector<float> x = RoundTo(Random(m * k, 41), dt), w = RoundTo(Random(n * k, 42, 0.0625f), dt);
+      std::vector<char> w_raw = Encode(w, dt);
+      std::vector<float> ref(m * n);
+      ASSERT_TRUE(cpu_.Linear(HostF32(x, {m, k}), Tensor(w_raw.data(), dt, {n, k}), Tensor(), Activation::kNone,
+                              HostF32(ref, {m, n}))
+                      .ok());
+      Tensor out = Empty(DType::kF32, {m, n});
+      ASSERT_TRUE(gpu_->Linear(Upload(x, dt, {m, k}), Upload(w, dt, {n, k}), Tensor(), Activation::kNone, out).ok());
+      // fp32 output of exact half inputs: only the summation order (fp32 accumulation) differs.
+      EXPECT_TRUE(Near(Name("Linear.f32out", dt), Download(out), ref, 1e-4)) << "m " << m;
+    }
   }
 }
 
@@ -142,6 +145,51 @@ TEST_F(CudaBackendTest, LinearOnMisalignedViewsStillCorrect) {
   Tensor out = Empty(dt, {m + 1, n}).Rows(1, m + 1);
   ASSERT_TRUE(gpu_->Linear(gx, Upload(w, dt, {n, k}), Upload(bias, dt, {n}), Activation::kBloomGelu, out).ok());
   EXPECT_TRUE(Near(Name("Linear.misaligned", dt), Download(out), ref, Rtol(dt, true)));
+}
+
+// Decode-sized linears (M <= 8) run the skinny GEMM (skinny_gemm.cu) by default when GEMM timing
+// is off, as here: every row-count template (1, 2, 4, 8 and the rows between), K a multiple of the
+// 16-byte vector but not of a warp's stride, N not a multiple of a block's 16 columns, BLOOM-7b1's
+// shapes, and an fp32 output like the LM head. Then the same with the choice made by timing
+// against cuBLASLt, and with the skinny GEMM off.
+TEST_F(CudaBackendTest, SkinnyGemmMatchesCpu) {
+  const LinearCase cases[] = {{1, 4096, 4096}, {2, 1000, 999}, {3, 72, 67},      {4, 16384, 64},
+                              {5, 8, 33},      {6, 4096, 17},  {8, 1024, 12288}, {7, 4096, 1}};
+  auto run_all = [&](const char* op) {
+    for (DType dt : kFloatTypes) {
+      for (const LinearCase& c : cases) {
+        for (int variant = 0; variant < 3; ++variant) {  // no bias; bias; bias + gelu
+          ExpectLinearMatchesCpu(c, dt, /*with_bias=*/variant >= 1,
+                                 variant == 2 ? Activation::kBloomGelu : Activation::kNone, 71, op);
+        }
+      }
+    }
+  };
+  run_all("Linear.skinny");
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const int64_t m = 3, k = 512, n = 2500;
+    std::vector<float> x = RoundTo(Random(m * k, 72), dt), w = RoundTo(Random(n * k, 73, 0.0625f), dt);
+    std::vector<char> w_raw = Encode(w, dt);
+    std::vector<float> ref(m * n);
+    ASSERT_TRUE(cpu_.Linear(HostF32(x, {m, k}), Tensor(w_raw.data(), dt, {n, k}), Tensor(), Activation::kNone,
+                            HostF32(ref, {m, n}))
+                    .ok());
+    Tensor out = Empty(DType::kF32, {m, n});
+    ASSERT_TRUE(gpu_->Linear(Upload(x, dt, {m, k}), Upload(w, dt, {n, k}), Tensor(), Activation::kNone, out).ok());
+    EXPECT_TRUE(Near(Name("Linear.skinny.f32out", dt), Download(out), ref, 1e-4));
+  }
+  std::unique_ptr<CudaBackend> original = std::move(gpu_);
+  for (const bool timed : {true, false}) {
+    CudaBackend::Options options;
+    options.time_gemm_candidates = timed;
+    options.skinny_gemm = timed;  // timed: whichever measured faster; untimed and off: cuBLASLt
+    auto backend = CudaBackend::Create(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    gpu_ = std::move(*backend);
+    run_all(timed ? "Linear.timed_choice" : "Linear.skinny_off");
+    keep_.clear();  // allocated from this backend, which goes now
+  }
+  gpu_ = std::move(original);
 }
 
 TEST_F(CudaBackendTest, LinearRejectsMismatchedShapes) {

@@ -15,11 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// BLOOM's gelu: tanh approximation with HF's constant 0.79788456 (not sqrt(2/pi) exactly).
-__device__ __forceinline__ float BloomGelu(float x) {
-  return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
-}
-
 template <typename TT, typename TO>
 __global__ void EmbeddingKernel(const TT* __restrict__ table, int64_t table_rows, int64_t hidden,
                                 const int32_t* __restrict__ ids, int64_t vocab_begin,

@@ -131,6 +131,17 @@ cudaError_t LaunchFallbackGemm(const void* x, ElemType x_type, const void* w, El
                                int64_t n, int64_t k, void* out, ElemType out_type,
                                cudaStream_t stream);
 
+// Skinny GEMM (skinny_gemm.cu), the decode-sized Linear: out[M, N] = act(x[M, K] w[N, K]^T +
+// bias[N]) for 1 <= M <= kSkinnyGemmMaxRows, x and w of one element type, bias of any float type
+// (or null), out of any float type. SkinnyGemmSupports says whether the operands qualify (16-byte
+// aligned x and w, K a whole number of 16-byte vectors); LaunchSkinnyGemm refuses others with
+// cudaErrorInvalidValue.
+constexpr int64_t kSkinnyGemmMaxRows = 8;
+bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, int64_t n, int64_t k);
+cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias,
+                             ElemType bias_type, bool gelu, int64_t m, int64_t n, int64_t k,
+                             void* out, ElemType out_type, cudaStream_t stream);
+
 // dst[i] = convert(src[i]) between float element types.
 cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
                           int64_t n, cudaStream_t stream);

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(256) FallbackGemmKernel(const TX* __restrict__
       if (gc >= n) continue;
       float v = acc[i][j];
       if (bias != nullptr) v += ToF32<TB>(bias[gc]);
-      if (gelu) v = v * 0.5f * (1.0f + tanhf(0.79788456f * v * (1.0f + 0.044715f * v * v)));
+      if (gelu) v = BloomGelu(v);
       out[gr * n + gc] = FromF32<TO>(v);
     }
   }

@@ -1,0 +1,145 @@
+// CudaBackend::Linear: cuBLASLt with its epilogues for every shape, and for decode-sized steps
+// (M <= cuda::kSkinnyGemmMaxRows) the skinny GEMM (skinny_gemm.cu) where it is faster.
+//
+// Which of the two runs a decode-sized shape: with Options::time_gemm_candidates (the server's
+// warm-up runs every GEMM row bucket before serving), the first call of each (M bucket, N, K,
+// dtypes, epilogue) times both on the stream (after cuBLASLt has timed its own candidates) and
+// keeps the faster for good, logging the two times once; while a step graph is being captured,
+// or without timing, the skinny GEMM runs (it was written for exactly these shapes).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/gemm_plan_policy.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/lt_gemm.h"
+#include "kernels/status_macros.h"
+
+namespace blossom {
+namespace {
+
+using cuda::ElemType;
+
+ElemType Elem(DType d) { return static_cast<ElemType>(d); }
+bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
+
+absl::Status Launched(const char* what, cudaError_t err) {
+  return err == cudaSuccess ? absl::OkStatus() : CudaError(what, err);
+}
+
+constexpr int kTimedRuns = 3;
+
+}  // namespace
+
+absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
+                                 Tensor out) {
+  const int64_t k = x.dim(-1), n = weight.dim(0);
+  const int64_t m = k > 0 ? x.numel() / k : 0;
+  if (!(IsFloatTensor(x) && IsFloatTensor(weight) && IsFloatTensor(out) && x.dtype == weight.dtype &&
+        weight.rank == 2 && weight.dim(1) == k && out.numel() == m * n &&
+        (out.dtype == x.dtype || out.dtype == DType::kF32) &&
+        (bias.empty() || (IsFloat(bias.dtype) && bias.numel() == n)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: Linear: bad shapes or dtypes: x ", x.ShapeString(), " ", DTypeName(x.dtype), ", weight ",
+        weight.ShapeString(), " ", DTypeName(weight.dtype), ", out ", out.ShapeString(), " ", DTypeName(out.dtype)));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const bool gelu = activation == Activation::kBloomGelu;
+  if (impl_->options.skinny_gemm && cuda::SkinnyGemmSupports(x.data, weight.data, Elem(x.dtype), m, n, k)) {
+    BLOSSOM_ASSIGN_OR_RETURN(const bool skinny, PreferSkinnyGemm(x, weight, bias, gelu, out));
+    if (skinny) return LinearSkinny(x, weight, bias, gelu, out);
+  }
+  return LinearLt(x, weight, bias, gelu, out);
+}
+
+absl::Status CudaBackend::LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                                       Tensor out) {
+  const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
+  return Launched("LaunchSkinnyGemm",
+                  cuda::LaunchSkinnyGemm(x.data, weight.data, Elem(x.dtype), bias.empty() ? nullptr : bias.data,
+                                         Elem(bias.empty() ? out.dtype : bias.dtype), gelu, m, n, k, out.data,
+                                         Elem(out.dtype), impl_->stream));
+}
+
+absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out) {
+  const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
+  // cuBLASLt applies the bias only when it shares the output dtype and is 16-byte aligned
+  // (cuBLASLt has no alignment preference for it), and the GELU only where the start-up check
+  // passed for this dtype. Plans are tried from the most fused to the plainest, so a heuristic
+  // miss on the fused epilogue costs one extra elementwise pass, not the CUDA-core GEMM.
+  const bool bias_fusable = !bias.empty() && bias.dtype == out.dtype && LtGemm::AlignmentOf(bias.data) >= 16;
+  const bool gelu_fusable = gelu && impl_->gelu_epilogue[GeluSlot(out.dtype)] && (bias.empty() || bias_fusable);
+  struct Attempt {
+    bool with_bias, with_gelu;
+  };
+  std::vector<Attempt> attempts;
+  if (gelu_fusable) attempts.push_back({!bias.empty(), true});
+  if (bias_fusable) attempts.push_back({true, false});
+  attempts.push_back({false, false});
+  for (const Attempt& attempt : attempts) {
+    bool done = false;
+    BLOSSOM_RETURN_IF_ERROR(
+        impl_->gemm->Matmul(x, weight, attempt.with_bias ? bias : Tensor(), attempt.with_gelu, out, &done));
+    if (!done) continue;
+    const bool add_bias = !bias.empty() && !attempt.with_bias;
+    const bool add_gelu = gelu && !attempt.with_gelu;
+    if (add_bias || add_gelu) {
+      BLOSSOM_RETURN_IF_ERROR(Launched(
+          "LaunchBiasActivation",
+          cuda::LaunchBiasActivation(out.data, Elem(out.dtype), add_bias ? bias.data : nullptr,
+                                     Elem(add_bias ? bias.dtype : out.dtype), add_gelu, m, n, impl_->stream)));
+    }
+    return absl::OkStatus();
+  }
+  return Launched("LaunchFallbackGemm",
+                  cuda::LaunchFallbackGemm(x.data, Elem(x.dtype), weight.data, Elem(weight.dtype), bias.data,
+                                           Elem(bias.dtype), gelu, m, n, k, out.data, Elem(out.dtype),
+                                           impl_->stream));
+}
+
+absl::StatusOr<bool> CudaBackend::PreferSkinnyGemm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                   bool gelu, Tensor out) {
+  const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
+  const Impl::LinearShape key = {GemmRowBucket(m),
+                                 n,
+                                 k,
+                                 static_cast<int64_t>(x.dtype),
+                                 static_cast<int64_t>(out.dtype),
+                                 bias.empty() ? -1 : static_cast<int64_t>(bias.dtype),
+                                 gelu ? 1 : 0};
+  if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) return it->second;
+  if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) return true;
+
+  // Both paths once untimed (cuBLASLt makes its plan and times its candidates here), then each
+  // kTimedRuns times back to back between events. Every run writes the same `out`.
+  BLOSSOM_RETURN_IF_ERROR(LinearLt(x, weight, bias, gelu, out));
+  BLOSSOM_RETURN_IF_ERROR(LinearSkinny(x, weight, bias, gelu, out));
+  cudaEvent_t* ev = impl_->linear_timing;
+  for (int i = 0; i < 3; ++i) {
+    if (ev[i] == nullptr) BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventCreate", cudaEventCreate(&ev[i])));
+  }
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[0], impl_->stream)));
+  for (int r = 0; r < kTimedRuns; ++r) BLOSSOM_RETURN_IF_ERROR(LinearLt(x, weight, bias, gelu, out));
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[1], impl_->stream)));
+  for (int r = 0; r < kTimedRuns; ++r) BLOSSOM_RETURN_IF_ERROR(LinearSkinny(x, weight, bias, gelu, out));
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[2], impl_->stream)));
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventSynchronize", cudaEventSynchronize(ev[2])));
+  float lt_ms = 0.0f, skinny_ms = 0.0f;
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventElapsedTime", cudaEventElapsedTime(&lt_ms, ev[0], ev[1])));
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventElapsedTime", cudaEventElapsedTime(&skinny_ms, ev[1], ev[2])));
+  const bool skinny = skinny_ms <= lt_ms;
+  impl_->skinny_choice[key] = skinny;
+  // One line per decode-sized shape at warm-up: the measured choice, visible in the server's log.
+  std::fprintf(stderr, "[cuda linear] M<=%lld N=%lld K=%lld %s%s%s: skinny GEMM %.4f ms, cuBLASLt %.4f ms -> %s\n",
+               static_cast<long long>(key[0]), static_cast<long long>(n), static_cast<long long>(k),
+               DTypeName(x.dtype), out.dtype != x.dtype ? "->f32" : "", gelu ? " +gelu" : "",
+               skinny_ms / kTimedRuns, lt_ms / kTimedRuns, skinny ? "skinny" : "cuBLASLt");
+  return skinny;
+}
+
+}  // namespace blossom
