@@ -2,22 +2,26 @@
 //
 // Two paths, chosen per step on the host from max_query_len:
 //  * Decode (every sequence has one new token): one block per (head, sequence, partition of
-//    kPartition keys). Each thread scores whole keys (16-byte loads of one key row against q in
-//    shared memory); probabilities stay in shared memory and the value sum is split over key
-//    groups x head_dim so loads of V rows are coalesced. Sequences longer than one partition
-//    write fp32 partials (o, max, sum) that a second kernel combines: long contexts use many SMs
-//    even at batch 1 (flash-decoding). The split depends only on the context length, never on
+//    kPartition keys). A group of lanes shares each key (16 lanes for a bf16 row of 128: one
+//    16-byte piece each, so a warp's loads are coalesced) for its score and again for its
+//    weighted V row; probabilities stay in shared memory, and the groups' and warps' partial
+//    sums meet through shuffles and shared memory (DecodePartitionVec; rows that are not whole
+//    16-byte vectors take a per-thread path, DecodePartitionScalar). Sequences longer than one
+//    partition write fp32 partials (o, max, sum) that a second kernel combines: long contexts
+//    use many SMs even at batch 1 (flash-decoding). The split depends only on the context length, never on
 //    the batch, so a sequence's decode result is the same in any decode batch.
 //  * Prefill / mixed steps: one block per (sequence, tile of kQTile queries, head). Keys and
 //    values stream through shared memory kKChunk at a time with an online (running max) softmax,
 //    so each K/V tile is read once per query tile instead of once per query. With an f16/bf16
 //    cache and head_dim % 16 == 0 (<= 128) these steps run on tensor cores instead
 //    (attention_tc.cu; AttentionArgs::allow_tensor_cores), whose dot products are the tensor
-//    cores' fp32 sums: the bit-identical scores below hold for the CUDA-core kernels.
-// Scores are fp32 and computed with the CPU reference's exact operation order, without FMA
-// contraction: dot = sum_e q[e]*k[e] in increasing e, score = slope*j + dot*scale. So the scores
-// (which reach |slope * j| ~ 10^3 at long contexts, where one ulp is ~10^-4) match the CPU
-// backend bit for bit on the same inputs, and only exp and the weighted sums differ in rounding.
+//    cores' fp32 sums.
+// Scores are fp32: score = slope*j + dot*scale without FMA contraction (HF's order of the two
+// terms); the CUDA-core prefill sums the dot in increasing e, decode in lane-strided pieces, the
+// CPU backend in SIMD lanes. So the dots differ in the last bits, and a score (which reaches
+// |slope * j| ~ 10^3 at long contexts, where one fp32 ulp is ~10^-4) can round one ulp apart:
+// the parity tests allow for that (AlibiScoreAtol in cuda_backend_test_util.h), measured at 1e-5
+// on outputs of ~0.1.
 //
 // The two paths sum in different orders, so a decode token's output differs in the last bits
 // between an all-decode step and a step that also carries a prefill chunk.
@@ -33,25 +37,214 @@ namespace {
 
 constexpr int kDecodeThreads = 128;
 constexpr int kPartition = 512;  // keys per decode block
+constexpr int kKeyUnroll = 4;    // keys a lane group works on at once in the decode kernel
 constexpr int kPrefillThreads = 128;
 constexpr int kQTile = 16;
 constexpr int kKChunk = 32;  // == warp size: one lane per key in the online softmax
 
 template <typename T>
-__device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d, bool vec) {
+__device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d) {
   float acc = 0.0f;
-  if (vec) {
-    constexpr int kN = Vec<T>::kN;
-    for (int32_t e = 0; e < d; e += kN) {
-      float kv[kN];
-      Load16(k + e, kv);
+  for (int32_t e = 0; e < d; ++e) acc = __fadd_rn(acc, __fmul_rn(q[e], ToF32<T>(k[e])));
+  return acc;
+}
+
+__device__ __forceinline__ int32_t LanesPerKey(int32_t row_vecs) {
+  int32_t g = 1;
+  while (g < row_vecs && g < 32) g *= 2;
+  return g;
+}
+
+// Decode, the common case: K/V rows of whole 16-byte vectors (head_dim % Vec<T>::kN == 0, an
+// aligned pool). A group of LanesPerKey lanes (16 for bf16 at head_dim 128) shares one key: each
+// lane loads 16-byte pieces of the row, so a warp reads 32 consecutive vectors (coalesced), and
+// the group's partial dots meet in a shuffle reduction. The value sum is split the same way:
+// each group accumulates its keys' weighted V pieces in registers, then groups and warps add up
+// through shuffles and shared memory. No thread walks a partition's keys alone.
+template <typename T>
+__device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const int32_t* table, int32_t h,
+                                                   int32_t k_begin, int32_t k_end, const float* q_s, float* p_s,
+                                                   float (*red_v)[kMaxHeadDim], float* scratch, float* o_s,
+                                                   float* mx_out, float* sum_out) {
+  constexpr int kN = Vec<T>::kN;
+  constexpr int kMaxLaneVecs = (kMaxHeadDim / kN + 31) / 32;
+  const int32_t d = a.kv.head_dim, row_vecs = d / kN;
+  const int32_t group = LanesPerKey(row_vecs), groups_per_warp = 32 / group;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int32_t gl = lane % group;
+  const int32_t slot = warp * groups_per_warp + lane / group, slots = warps * groups_per_warp;
+  const T* k_base = static_cast<const T*>(a.kv.base) + a.layer * a.kv.LayerStride();
+  const T* v_base = k_base + a.kv.TensorElems();
+  const float slope = a.slopes[h];
+
+  // kKeyUnroll keys per group per pass: their block-table and row loads are all in flight
+  // before the first reduction waits for them.
+  float mx = -INFINITY;
+  for (int32_t j0 = k_begin; j0 < k_end; j0 += slots * kKeyUnroll) {  // same trip count in every lane
+    int64_t row[kKeyUnroll];
+    float dot[kKeyUnroll];
 #pragma unroll
-      for (int i = 0; i < kN; ++i) acc = __fadd_rn(acc, __fmul_rn(q[e + i], kv[i]));
+    for (int r = 0; r < kKeyUnroll; ++r) {
+      const int32_t j = j0 + slot + r * slots;
+      row[r] = j < k_end ? KvRow(a, table, j, h) : -1;
+      dot[r] = 0.0f;
+    }
+    for (int32_t v = gl; v < row_vecs; v += group) {
+#pragma unroll
+      for (int r = 0; r < kKeyUnroll; ++r) {
+        if (row[r] >= 0) {
+          float kv[kN];
+          Load16(k_base + row[r] + v * kN, kv);
+#pragma unroll
+          for (int i = 0; i < kN; ++i) dot[r] = fmaf(q_s[v * kN + i], kv[i], dot[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kKeyUnroll; ++r) {
+      for (int o = group / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+      const int32_t j = j0 + slot + r * slots;
+      if (gl == 0 && j < k_end) {
+        float score = -INFINITY;
+        if (row[r] < 0) {
+          atomicOr(a.error_flag, kErrorBadMetadata);
+        } else {
+          score = Score(dot[r], a.scale, slope, j);
+        }
+        p_s[j - k_begin] = score;
+        mx = fmaxf(mx, score);
+      }
+    }
+  }
+  mx = BlockMax(mx, scratch);  // ends with a barrier: every score is in p_s
+  float sum = 0.0f;
+  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
+    const float e = p_s[j - k_begin] == -INFINITY ? 0.0f : expf(p_s[j - k_begin] - mx);
+    p_s[j - k_begin] = e;
+    sum += e;
+  }
+  sum = BlockSum(sum, scratch);  // ends with a barrier: the weights are in p_s
+
+  float acc[kMaxLaneVecs][kN];
+#pragma unroll
+  for (int u = 0; u < kMaxLaneVecs; ++u)
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[u][i] = 0.0f;
+  for (int32_t j0 = k_begin + slot; j0 < k_end; j0 += slots * kKeyUnroll) {
+    float w[kKeyUnroll];
+    int64_t row[kKeyUnroll];
+#pragma unroll
+    for (int r = 0; r < kKeyUnroll; ++r) {
+      const int32_t j = j0 + r * slots;
+      w[r] = j < k_end ? p_s[j - k_begin] : 0.0f;
+      // A zero weight is masked or a bad block (its score was -inf): its row is never read.
+      row[r] = w[r] != 0.0f ? KvRow(a, table, j, h) : -1;
+    }
+#pragma unroll
+    for (int r = 0; r < kKeyUnroll; ++r) {
+#pragma unroll
+      for (int u = 0; u < kMaxLaneVecs; ++u) {
+        const int32_t v = gl + u * group;
+        if (row[r] >= 0 && v < row_vecs) {
+          float vv[kN];
+          Load16(v_base + row[r] + v * kN, vv);
+#pragma unroll
+          for (int i = 0; i < kN; ++i) acc[u][i] = fmaf(w[r], vv[i], acc[u][i]);
+        }
+      }
+    }
+  }
+  // Groups of a warp hold the same vector slots for different keys: fold them onto group 0.
+  for (int o = 16; o >= group; o >>= 1) {
+#pragma unroll
+    for (int u = 0; u < kMaxLaneVecs; ++u)
+#pragma unroll
+      for (int i = 0; i < kN; ++i) acc[u][i] += __shfl_xor_sync(0xffffffffu, acc[u][i], o);
+  }
+  if (lane < group) {
+#pragma unroll
+    for (int u = 0; u < kMaxLaneVecs; ++u) {
+      const int32_t v = gl + u * group;
+      if (v < row_vecs) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) red_v[warp][v * kN + i] = acc[u][i];
+      }
+    }
+  }
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float o = 0.0f;
+    for (int32_t w = 0; w < warps; ++w) o += red_v[w][e];
+    o_s[e] = o;
+  }
+  *mx_out = mx;
+  *sum_out = sum;
+}
+
+// Decode for rows that are not whole 16-byte vectors (odd head sizes, a misaligned pool): each
+// thread scores whole keys, the value sum is split over key groups x head_dim.
+template <typename T>
+__device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, const int32_t* table, int32_t h,
+                                                      int32_t k_begin, int32_t k_end, const float* q_s, float* p_s,
+                                                      float* red, float* scratch, float* o_s, float* mx_out,
+                                                      float* sum_out) {
+  const int32_t d = a.kv.head_dim;
+  const T* k_base = static_cast<const T*>(a.kv.base) + a.layer * a.kv.LayerStride();
+  const T* v_base = k_base + a.kv.TensorElems();
+  const float slope = a.slopes[h];
+  float mx = -INFINITY;
+  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
+    const int64_t row = KvRow(a, table, j, h);
+    float score;
+    if (row < 0) {
+      atomicOr(a.error_flag, kErrorBadMetadata);
+      score = -INFINITY;
+    } else {
+      score = Score(DotRow<T>(q_s, k_base + row, d), a.scale, slope, j);
+    }
+    p_s[j - k_begin] = score;
+    mx = fmaxf(mx, score);
+  }
+  mx = BlockMax(mx, scratch);
+  float sum = 0.0f;
+  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
+    const float e = p_s[j - k_begin] == -INFINITY ? 0.0f : expf(p_s[j - k_begin] - mx);
+    p_s[j - k_begin] = e;
+    sum += e;
+  }
+  sum = BlockSum(sum, scratch);  // ends with a barrier: p_s is complete
+  if (d <= static_cast<int32_t>(blockDim.x)) {
+    // Key groups x head_dim: a warp reads consecutive elements of one V row.
+    const int32_t groups = blockDim.x / d;
+    const int32_t g = threadIdx.x / d, e = threadIdx.x % d;
+    float acc = 0.0f;
+    if (g < groups) {
+      for (int32_t j = k_begin + g; j < k_end; j += groups) {
+        const float w = p_s[j - k_begin];
+        if (w == 0.0f) continue;
+        acc += w * ToF32<T>(v_base[KvRow(a, table, j, h) + e]);
+      }
+      red[threadIdx.x] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < d) {
+      float o = 0.0f;
+      for (int32_t gg = 0; gg < groups; ++gg) o += red[gg * d + threadIdx.x];
+      o_s[threadIdx.x] = o;
     }
   } else {
-    for (int32_t e = 0; e < d; ++e) acc = __fadd_rn(acc, __fmul_rn(q[e], ToF32<T>(k[e])));
+    for (int32_t e = threadIdx.x; e < d; e += blockDim.x) {
+      float o = 0.0f;
+      for (int32_t j = k_begin; j < k_end; ++j) {
+        const float w = p_s[j - k_begin];
+        if (w == 0.0f) continue;
+        o += w * ToF32<T>(v_base[KvRow(a, table, j, h) + e]);
+      }
+      o_s[e] = o;
+    }
   }
-  return acc;
+  *mx_out = mx;
+  *sum_out = sum;
 }
 
 template <typename T>
@@ -59,7 +252,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(AttentionArgs a, 
                                                                float* part_ml, int32_t max_parts) {
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float p_s[kPartition];
-  __shared__ float red[kDecodeThreads];
+  __shared__ float o_s[kMaxHeadDim];
+  __shared__ float red_v[kDecodeThreads / 32][kMaxHeadDim];
   __shared__ float scratch[32];
   const int32_t h = blockIdx.x, s = blockIdx.y, p = blockIdx.z;
   const int32_t heads = a.kv.num_heads, d = a.kv.head_dim;
@@ -81,73 +275,23 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(AttentionArgs a, 
   for (int32_t e = threadIdx.x; e < d; e += blockDim.x) q_s[e] = ToF32<T>(q[e]);
   __syncthreads();
 
-  const T* k_base = static_cast<const T*>(a.kv.base) + a.layer * a.kv.LayerStride();
-  const T* v_base = k_base + a.kv.TensorElems();
-  const bool vec = (d % Vec<T>::kN) == 0 && Aligned16(a.kv.base);
-  const float slope = a.slopes[h];
-  float mx = -INFINITY;
-  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
-    const int64_t row = KvRow(a, table, j, h);
-    float score;
-    if (row < 0) {
-      atomicOr(a.error_flag, kErrorBadMetadata);
-      score = -INFINITY;
-    } else {
-      score = Score(DotRow<T>(q_s, k_base + row, d, vec), a.scale, slope, j);
-    }
-    p_s[j - k_begin] = score;
-    mx = fmaxf(mx, score);
+  float mx = 0.0f, sum = 0.0f;
+  if ((d % Vec<T>::kN) == 0 && Aligned16(a.kv.base)) {
+    DecodePartitionVec<T>(a, table, h, k_begin, k_end, q_s, p_s, red_v, scratch, o_s, &mx, &sum);
+  } else {
+    DecodePartitionScalar<T>(a, table, h, k_begin, k_end, q_s, p_s, &red_v[0][0], scratch, o_s, &mx, &sum);
   }
-  mx = BlockMax(mx, scratch);
-  float sum = 0.0f;
-  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
-    const float e = p_s[j - k_begin] == -INFINITY ? 0.0f : expf(p_s[j - k_begin] - mx);
-    p_s[j - k_begin] = e;
-    sum += e;
-  }
-  sum = BlockSum(sum, scratch);  // ends with a barrier: p_s is complete
+  __syncthreads();  // o_s complete
 
   const bool single = nparts == 1;
   T* out = static_cast<T*>(a.out) + static_cast<int64_t>(t) * heads * d + static_cast<int64_t>(h) * d;
   const int64_t part = (static_cast<int64_t>(t) * heads + h) * max_parts + p;
   const float inv = 1.0f / sum;
-  if (d <= static_cast<int32_t>(blockDim.x)) {
-    // Key groups x head_dim: a warp reads consecutive elements of one V row.
-    const int32_t groups = blockDim.x / d;
-    const int32_t g = threadIdx.x / d, e = threadIdx.x % d;
-    float acc = 0.0f;
-    if (g < groups) {
-      for (int32_t j = k_begin + g; j < k_end; j += groups) {
-        const float w = p_s[j - k_begin];
-        if (w == 0.0f) continue;
-        const int64_t row = KvRow(a, table, j, h);
-        acc += w * ToF32<T>(v_base[row + e]);
-      }
-      red[threadIdx.x] = acc;
-    }
-    __syncthreads();
-    if (threadIdx.x < d) {
-      float o = 0.0f;
-      for (int32_t gg = 0; gg < groups; ++gg) o += red[gg * d + threadIdx.x];
-      if (single) {
-        out[threadIdx.x] = FromF32<T>(o * inv);
-      } else {
-        part_o[part * d + threadIdx.x] = o;
-      }
-    }
-  } else {
-    for (int32_t e = threadIdx.x; e < d; e += blockDim.x) {
-      float o = 0.0f;
-      for (int32_t j = k_begin; j < k_end; ++j) {
-        const float w = p_s[j - k_begin];
-        if (w == 0.0f) continue;
-        o += w * ToF32<T>(v_base[KvRow(a, table, j, h) + e]);
-      }
-      if (single) {
-        out[e] = FromF32<T>(o * inv);
-      } else {
-        part_o[part * d + e] = o;
-      }
+  for (int32_t e = threadIdx.x; e < d; e += blockDim.x) {
+    if (single) {
+      out[e] = FromF32<T>(o_s[e] * inv);
+    } else {
+      part_o[part * d + e] = o_s[e];
     }
   }
   if (!single && threadIdx.x == 0) {
