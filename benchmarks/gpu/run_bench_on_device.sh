@@ -28,6 +28,8 @@
 #               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
 #               part of "all")
 #   profile     Nsight Compute over a short batch-BLOSSOM_PROFILE_BATCH (1) sweep with --cuda_graphs=false
+#               and --cuda_time_gemm=false (no timing runs among the profiled kernels; decode-sized
+#               linears then take the skinny GEMM)
 #               (a prefill and BLOSSOM_PROFILE_TOKENS (8) - 1 decode steps): gpu__time_duration of
 #               every kernel, summed by kernel name: profile.md (the top kernels, their share) and
 #               profile.csv (~2-4 min on 7b1; not part of "all")
@@ -331,7 +333,7 @@ phase_profile() {
     --metrics gpu__time_duration.sum --csv --log-file "$RESULTS/profile.csv" \
     "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
     --batch-sizes "${BLOSSOM_PROFILE_BATCH:-1}" --max-new-tokens "${BLOSSOM_PROFILE_TOKENS:-8}" \
-    --warmup 0 --cycles 1 --cuda_graphs=false ${BLOSSOM_SWEEP_ARGS:-} \
+    --warmup 0 --cycles 1 --cuda_graphs=false --cuda_time_gemm=false ${BLOSSOM_SWEEP_ARGS:-} \
     > "$RESULTS/profile.log" 2>&1 || rc=$?
   if (( rc != 0 )); then tail -20 "$RESULTS/profile.log"; record profile "failed rc=$rc"; return; fi
   "$PY" "$HERE/ncu_summary.py" "$RESULTS/profile.csv" > "$RESULTS/profile.md" || rc=$?
