@@ -30,7 +30,8 @@
 #   profile     Nsight Compute over a short batch-BLOSSOM_PROFILE_BATCH (1) sweep with --cuda_graphs=false
 #               and --cuda_time_gemm=false (no timing runs among the profiled kernels; decode-sized
 #               linears then take the skinny GEMM)
-#               (a prefill and BLOSSOM_PROFILE_TOKENS (8) - 1 decode steps): gpu__time_duration of
+#               (a prefill, of BLOSSOM_PROFILE_PROMPT_TOKENS fixed ids per sequence if set, else the
+#               seed prompts, and BLOSSOM_PROFILE_TOKENS (8) - 1 decode steps): gpu__time_duration of
 #               every kernel, summed by kernel name: profile.md (the top kernels, their share) and
 #               profile.csv (~2-4 min on 7b1; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
@@ -333,6 +334,7 @@ phase_profile() {
     --metrics gpu__time_duration.sum --csv --log-file "$RESULTS/profile.csv" \
     "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
     --batch-sizes "${BLOSSOM_PROFILE_BATCH:-1}" --max-new-tokens "${BLOSSOM_PROFILE_TOKENS:-8}" \
+    ${BLOSSOM_PROFILE_PROMPT_TOKENS:+--prompt-tokens "$BLOSSOM_PROFILE_PROMPT_TOKENS"} \
     --warmup 0 --cycles 1 --cuda_graphs=false --cuda_time_gemm=false ${BLOSSOM_SWEEP_ARGS:-} \
     > "$RESULTS/profile.log" 2>&1 || rc=$?
   if (( rc != 0 )); then tail -20 "$RESULTS/profile.log"; record profile "failed rc=$rc"; return; fi
