@@ -31,6 +31,17 @@ class NcuSummaryTest(unittest.TestCase):
         self.assertEqual(ncu_summary.short_name("void a::b::K<int, 3>(float *)"), "K")
         self.assertEqual(ncu_summary.short_name("plain_kernel"), "plain_kernel")
 
+    def test_short_name_of_cuda13_unnamed_namespace(self):
+        self.assertEqual(ncu_summary.short_name(
+            "void blossom::<unnamed>::PrefillTcKernel<__nv_bfloat16>(blossom::AttentionArgs, const int *)"),
+            "PrefillTcKernel")
+
+    def test_steps_start_at_the_marker_kernel(self):
+        seq = [("probe", 9.0), ("Emb", 1.0), ("Gemm", 5.0), ("Emb", 1.0), ("Gemm", 2.0), ("Gemm", 2.0)]
+        steps = ncu_summary.split_steps(seq, "Emb")
+        self.assertEqual(len(steps), 2)  # the probe before the first marker is dropped
+        self.assertEqual(ncu_summary.totals_by_name(steps[1]), [("Gemm", 2, 4.0), ("Emb", 1, 1.0)])
+
     def test_refuses_what_is_not_an_ncu_csv_and_unknown_units(self):
         with self.assertRaises(ValueError):
             ncu_summary.summarize("no csv here")
@@ -46,6 +57,13 @@ class NcuSummaryTest(unittest.TestCase):
                                  capture_output=True, text=True).stdout
         self.assertIn("| DecodeKernel | 2 | 0.020 | 10.0 |", out)
         self.assertIn("3 launches", out)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "p.csv")
+            with open(path, "w") as f:
+                f.write(_CSV)
+            out = subprocess.run([sys.executable, ncu_summary.__file__, path, "--by-step", "DecodeKernel"],
+                                 check=True, capture_output=True, text=True).stdout
+        self.assertIn("### Step 1 (from a launch of DecodeKernel)", out)
 
 
 if __name__ == "__main__":

@@ -338,7 +338,7 @@ phase_profile() {
     --warmup 0 --cycles 1 --cuda_graphs=false --cuda_time_gemm=false ${BLOSSOM_SWEEP_ARGS:-} \
     > "$RESULTS/profile.log" 2>&1 || rc=$?
   if (( rc != 0 )); then tail -20 "$RESULTS/profile.log"; record profile "failed rc=$rc"; return; fi
-  "$PY" "$HERE/ncu_summary.py" "$RESULTS/profile.csv" > "$RESULTS/profile.md" || rc=$?
+  "$PY" "$HERE/ncu_summary.py" "$RESULTS/profile.csv" --by-step EmbeddingVecKernel > "$RESULTS/profile.md" || rc=$?
   if (( rc == 0 )); then record profile ok; head -30 "$RESULTS/profile.md"; else record profile "failed (summary) rc=$rc"; fi
 }
 
