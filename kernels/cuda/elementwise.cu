@@ -94,7 +94,8 @@ __global__ void BiasActivationKernel(TX* __restrict__ x, const TB* __restrict__ 
 }
 
 // One block per token; thread i handles element i of the fused row, so reads of qkv are
-// coalesced and each head's q/k/v row is written contiguously.
+// coalesced and each head's q/k/v row is written contiguously. For rows that are not whole
+// 16-byte vectors (odd head sizes, misaligned views); SplitQkvVecKernel serves the rest.
 template <typename T>
 __global__ void SplitQkvKernel(const T* __restrict__ qkv, const int32_t* __restrict__ slots,
                                KvLayout kv, int32_t layer, T* __restrict__ q, int* error_flag) {
@@ -122,6 +123,35 @@ __global__ void SplitQkvKernel(const T* __restrict__ qkv, const int32_t* __restr
       const int64_t at = ((block * heads + h) * kv.block_size + offset) * d + e;
       (j == 1 ? k_base : v_base)[at] = v;
     }
+  }
+}
+
+// The same split with 16-byte vectors, for head rows of whole vectors (head_dim % Vec<T>::kN == 0)
+// and aligned tensors: grid (token, vector blocks), one vector per thread, 32-bit index math. A
+// vector never straddles a head's q, k or v row, so each moves as one load and one store.
+template <typename T>
+__global__ void SplitQkvVecKernel(const T* __restrict__ qkv, const int32_t* __restrict__ slots, KvLayout kv,
+                                  int32_t layer, T* __restrict__ q, int* error_flag) {
+  constexpr int kN = Vec<T>::kN;
+  const int64_t t = blockIdx.x;
+  const int32_t heads = kv.num_heads, d = kv.head_dim;
+  const int32_t dv = d / kN;  // vectors per head row
+  const int32_t row_vecs = heads * 3 * dv;
+  const int32_t i = static_cast<int32_t>(blockIdx.y * blockDim.x + threadIdx.x);
+  const int32_t slot = slots[t];
+  const int64_t num_slots = kv.num_blocks * kv.block_size;
+  const bool slot_ok = slot >= 0 && slot < num_slots;
+  // kPaddingSlot (-1): a padding row of a captured step; its q is written, its K/V nowhere.
+  if (!slot_ok && slot != -1 && i == 0) atomicOr(error_flag, kErrorBadSlot);
+  if (i >= row_vecs) return;
+  const int32_t h = i / (3 * dv), rem = i - h * 3 * dv, j = rem / dv, ev = rem - j * dv;
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(qkv + t * heads * 3 * d) + i);
+  if (j == 0) {
+    *reinterpret_cast<uint4*>(q + (t * heads + h) * d + ev * kN) = v;
+  } else if (slot_ok) {
+    T* base = static_cast<T*>(kv.base) + layer * kv.LayerStride() + (j == 2 ? kv.TensorElems() : 0);
+    const int64_t block = slot / kv.block_size, offset = slot % kv.block_size;
+    *reinterpret_cast<uint4*>(base + ((block * heads + h) * kv.block_size + offset) * d + ev * kN) = v;
   }
 }
 
@@ -221,6 +251,17 @@ cudaError_t LaunchSplitQkvWriteCache(const void* qkv, ElemType act_type, const i
                                      int* error_flag, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
   const int64_t row = static_cast<int64_t>(kv.num_heads) * 3 * kv.head_dim;
+  const int64_t per_vec = 16 / static_cast<int64_t>(ElemSize(act_type));
+  if (kv.head_dim % per_vec == 0 && Aligned16(qkv) && Aligned16(q) && Aligned16(kv.base) &&
+      num_tokens <= 0x7fffffff) {
+    const int64_t row_vecs = row / per_vec;
+    const dim3 grid(static_cast<unsigned>(num_tokens), CeilDiv(row_vecs, kThreads));
+    BLOSSOM_DISPATCH_ELEM(act_type, T,
+                          SplitQkvVecKernel<T><<<grid, kThreads, 0, stream>>>(
+                              static_cast<const T*>(qkv), slot_mapping, kv, layer,
+                              static_cast<T*>(q), error_flag));
+    return cudaGetLastError();
+  }
   const int threads = static_cast<int>(std::min<int64_t>(512, (row + 31) / 32 * 32));
   BLOSSOM_DISPATCH_ELEM(act_type, T,
                         SplitQkvKernel<T><<<num_tokens, threads, 0, stream>>>(
