@@ -4,7 +4,8 @@
 //  1. Penalties (HF repetition penalty over prompt+output ids, each id once; OpenAI frequency and
 //     presence penalties over output ids). Every distinct id is owned by the thread holding its
 //     first occurrence, so no two threads write the same logit.
-//  2. Selection. Greedy rows take the argmax (ties to the lowest id). Other rows never sort the
+//  2. Selection. Greedy rows take the argmax (ties to the lowest id), found in the same pass as
+//     the row's max. Other rows never sort the
 //     vocabulary: top-k is a 4-pass radix select (8 bits per pass) on an order-preserving integer
 //     key of the logit, giving the k-th largest value; top-p is the same radix walk over
 //     probability mass, giving the smallest logit threshold whose kept mass reaches top_p. The
@@ -117,6 +118,62 @@ __device__ float BlockInclusiveScan(float v, float* warp_sums, float* total) {
   return result;
 }
 
+struct MaxAndId {
+  float value;
+  int32_t id;
+};
+
+// Keeps the larger value, and on a tie the lower id (NaN never wins: its comparisons are false).
+__device__ __forceinline__ void Consider(MaxAndId& best, float v, int32_t id) {
+  if (v > best.value || (v == best.value && id < best.id)) best = {v, id};
+}
+
+// Max over l[0, V) and the lowest id holding it; every thread gets the result. 16-byte loads,
+// four in flight per thread, where the row allows (one block reads 1 MB of logits per row at
+// BLOOM's vocabulary: a load at a time per thread was latency-bound, ~150 us on an H200).
+__device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* scratch, int32_t* scratch_id) {
+  constexpr int kUnroll = 4;
+  MaxAndId best = {-INFINITY, INT_MAX};
+  if (V % 4 == 0 && Aligned16(l)) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    const int64_t n4 = V / 4;
+    for (int64_t i0 = threadIdx.x; i0 < n4; i0 += static_cast<int64_t>(blockDim.x) * kUnroll) {
+      float4 f[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = i0 + static_cast<int64_t>(u) * blockDim.x;
+        f[u] = i < n4 ? __ldg(l4 + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t id = static_cast<int32_t>(4 * (i0 + static_cast<int64_t>(u) * blockDim.x));
+        Consider(best, f[u].x, id);
+        Consider(best, f[u].y, id + 1);
+        Consider(best, f[u].z, id + 2);
+        Consider(best, f[u].w, id + 3);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) Consider(best, l[i], static_cast<int32_t>(i));
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    Consider(best, __shfl_xor_sync(0xffffffffu, best.value, o), __shfl_xor_sync(0xffffffffu, best.id, o));
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) {
+    scratch[warp] = best.value;
+    scratch_id[warp] = best.id;
+  }
+  __syncthreads();
+  best = {-INFINITY, INT_MAX};
+  if (lane < warps) best = {scratch[lane], scratch_id[lane]};
+  for (int o = 16; o > 0; o >>= 1) {
+    Consider(best, __shfl_xor_sync(0xffffffffu, best.value, o), __shfl_xor_sync(0xffffffffu, best.id, o));
+  }
+  __syncthreads();  // scratch may be reused at once
+  return best;
+}
+
 __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArgs a) {
   __shared__ float scratch[32];
   __shared__ uint32_t hist_u[256];
@@ -130,9 +187,10 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
   const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
   const int64_t V = a.vocab;
 
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
-  mx = BlockMax(mx, scratch);
+  // The row's max and the lowest id holding it (the greedy token), in one pass over the logits.
+  __shared__ int32_t scratch_id[32];
+  const MaxAndId best = RowMaxAndId(l, V, scratch, scratch_id);
+  const float mx = best.value;
   if (threadIdx.x == 0) {
     sh_token = INT_MAX;
     sh_last = -1;
@@ -143,10 +201,7 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     return;
   }
   if (p.temperature == 0.0f) {
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-      if (l[i] == mx) atomicMin(&sh_token, static_cast<int32_t>(i));
-    __syncthreads();
-    if (threadIdx.x == 0) a.out_tokens[r] = sh_token;
+    if (threadIdx.x == 0) a.out_tokens[r] = best.id;
     return;
   }
   const float inv_t = 1.0f / p.temperature;
