@@ -36,7 +36,10 @@ namespace cuda {
 namespace {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kPartition = 512;  // keys per decode block
+// Keys per decode block. 256: a 2,048-token context is 8 blocks per head (at 512, a batch-1
+// decode step's attention at that context ran 100 us per layer on an H200, latency-bound with 160
+// blocks on 132 SMs), and the partials cost 2 * 130 floats per (token, head, partition).
+constexpr int kPartition = 256;
 constexpr int kKeyUnroll = 4;    // keys a lane group works on at once in the decode kernel
 constexpr int kPrefillThreads = 128;
 constexpr int kQTile = 16;
@@ -48,6 +51,16 @@ __device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d) {
   for (int32_t e = 0; e < d; ++e) acc = __fadd_rn(acc, __fmul_rn(q[e], ToF32<T>(k[e])));
   return acc;
 }
+
+// A decode partition's window of the sequence's block table, copied to shared memory once: each
+// key's row then costs no global load before its K/V load.
+struct BlockWindow {
+  const int32_t* blocks;  // shared memory: table[first, first + count)
+  int32_t first;
+  __device__ __forceinline__ int64_t Row(const AttentionArgs& a, int32_t j, int32_t h) const {
+    return KvRowAt(a, blocks[j / a.kv.block_size - first], j, h);
+  }
+};
 
 __device__ __forceinline__ int32_t LanesPerKey(int32_t row_vecs) {
   int32_t g = 1;
@@ -62,7 +75,7 @@ __device__ __forceinline__ int32_t LanesPerKey(int32_t row_vecs) {
 // each group accumulates its keys' weighted V pieces in registers, then groups and warps add up
 // through shuffles and shared memory. No thread walks a partition's keys alone.
 template <typename T>
-__device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const int32_t* table, int32_t h,
+__device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const BlockWindow& table, int32_t h,
                                                    int32_t k_begin, int32_t k_end, const float* q_s, float* p_s,
                                                    float (*red_v)[kMaxHeadDim], float* scratch, float* o_s,
                                                    float* mx_out, float* sum_out) {
@@ -86,7 +99,7 @@ __device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const
 #pragma unroll
     for (int r = 0; r < kKeyUnroll; ++r) {
       const int32_t j = j0 + slot + r * slots;
-      row[r] = j < k_end ? KvRow(a, table, j, h) : -1;
+      row[r] = j < k_end ? table.Row(a, j, h) : -1;
       dot[r] = 0.0f;
     }
     for (int32_t v = gl; v < row_vecs; v += group) {
@@ -138,7 +151,7 @@ __device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const
       const int32_t j = j0 + r * slots;
       w[r] = j < k_end ? p_s[j - k_begin] : 0.0f;
       // A zero weight is masked or a bad block (its score was -inf): its row is never read.
-      row[r] = w[r] != 0.0f ? KvRow(a, table, j, h) : -1;
+      row[r] = w[r] != 0.0f ? table.Row(a, j, h) : -1;
     }
 #pragma unroll
     for (int r = 0; r < kKeyUnroll; ++r) {
@@ -184,7 +197,7 @@ __device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const
 // Decode for rows that are not whole 16-byte vectors (odd head sizes, a misaligned pool): each
 // thread scores whole keys, the value sum is split over key groups x head_dim.
 template <typename T>
-__device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, const int32_t* table, int32_t h,
+__device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, const BlockWindow& table, int32_t h,
                                                       int32_t k_begin, int32_t k_end, const float* q_s, float* p_s,
                                                       float* red, float* scratch, float* o_s, float* mx_out,
                                                       float* sum_out) {
@@ -194,7 +207,7 @@ __device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, co
   const float slope = a.slopes[h];
   float mx = -INFINITY;
   for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
-    const int64_t row = KvRow(a, table, j, h);
+    const int64_t row = table.Row(a, j, h);
     float score;
     if (row < 0) {
       atomicOr(a.error_flag, kErrorBadMetadata);
@@ -222,7 +235,7 @@ __device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, co
       for (int32_t j = k_begin + g; j < k_end; j += groups) {
         const float w = p_s[j - k_begin];
         if (w == 0.0f) continue;
-        acc += w * ToF32<T>(v_base[KvRow(a, table, j, h) + e]);
+        acc += w * ToF32<T>(v_base[table.Row(a, j, h) + e]);
       }
       red[threadIdx.x] = acc;
     }
@@ -238,7 +251,7 @@ __device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, co
       for (int32_t j = k_begin; j < k_end; ++j) {
         const float w = p_s[j - k_begin];
         if (w == 0.0f) continue;
-        o += w * ToF32<T>(v_base[KvRow(a, table, j, h) + e]);
+        o += w * ToF32<T>(v_base[table.Row(a, j, h) + e]);
       }
       o_s[e] = o;
     }
@@ -255,6 +268,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(AttentionArgs a, 
   __shared__ float o_s[kMaxHeadDim];
   __shared__ float red_v[kDecodeThreads / 32][kMaxHeadDim];
   __shared__ float scratch[32];
+  __shared__ int32_t blocks_s[kPartition];  // the partition's block-table window (block_size >= 1)
   const int32_t h = blockIdx.x, s = blockIdx.y, p = blockIdx.z;
   const int32_t heads = a.kv.num_heads, d = a.kv.head_dim;
   const SeqInfo si = LoadSeq(a, s);
@@ -273,13 +287,18 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(AttentionArgs a, 
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(t) * heads + h) * d;
   for (int32_t e = threadIdx.x; e < d; e += blockDim.x) q_s[e] = ToF32<T>(q[e]);
+  const int32_t bs = a.kv.block_size;
+  const BlockWindow window = {blocks_s, k_begin / bs};
+  for (int32_t i = threadIdx.x; i <= (k_end - 1) / bs - window.first; i += blockDim.x) {
+    blocks_s[i] = table[window.first + i];
+  }
   __syncthreads();
 
   float mx = 0.0f, sum = 0.0f;
   if ((d % Vec<T>::kN) == 0 && Aligned16(a.kv.base)) {
-    DecodePartitionVec<T>(a, table, h, k_begin, k_end, q_s, p_s, red_v, scratch, o_s, &mx, &sum);
+    DecodePartitionVec<T>(a, window, h, k_begin, k_end, q_s, p_s, red_v, scratch, o_s, &mx, &sum);
   } else {
-    DecodePartitionScalar<T>(a, table, h, k_begin, k_end, q_s, p_s, &red_v[0][0], scratch, o_s, &mx, &sum);
+    DecodePartitionScalar<T>(a, window, h, k_begin, k_end, q_s, p_s, &red_v[0][0], scratch, o_s, &mx, &sum);
   }
   __syncthreads();  // o_s complete
 

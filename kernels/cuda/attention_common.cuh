@@ -29,14 +29,18 @@ __device__ __forceinline__ SeqInfo LoadSeq(const AttentionArgs& a, int32_t s) {
   return si;
 }
 
-// Offset (elements) of key/value row j of head h in a layer's K (or V) tensor; -1 when the block
-// table points outside the pool.
-__device__ __forceinline__ int64_t KvRow(const AttentionArgs& a, const int32_t* table, int32_t j,
-                                         int32_t h) {
+// Offset (elements) of key/value row j of head h in a layer's K (or V) tensor, given the block
+// holding j (KvRowAt) or the sequence's block table (KvRow); -1 when the block is outside the
+// pool.
+__device__ __forceinline__ int64_t KvRowAt(const AttentionArgs& a, int32_t block, int32_t j, int32_t h) {
   const int32_t bs = a.kv.block_size;
-  const int32_t block = table[j / bs];
   if (block < 0 || block >= a.kv.num_blocks) return -1;
   return ((static_cast<int64_t>(block) * a.kv.num_heads + h) * bs + j % bs) * a.kv.head_dim;
+}
+
+__device__ __forceinline__ int64_t KvRow(const AttentionArgs& a, const int32_t* table, int32_t j,
+                                         int32_t h) {
+  return KvRowAt(a, table[j / a.kv.block_size], j, h);
 }
 
 __device__ __forceinline__ float Score(float dot, float scale, float slope, int32_t j) {

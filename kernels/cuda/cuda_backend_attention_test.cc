@@ -183,8 +183,8 @@ TEST_F(AttentionParity, PrefillOnly) {
 
 TEST_F(AttentionParity, DecodeOverLongScatteredContexts) {
   for (DType dt : kFloatTypes) {
-    // 512 keys per decode partition: 512 and 513 straddle the split, 2048 uses four partitions.
-    Run(dt, 4, 64, {{1, 1}, {17, 1}, {512, 1}, {513, 1}, {2048, 1}, {1000, 1}}, 200);
+    // 256 keys per decode partition: 256/257 and 512/513 straddle a split, 2048 uses eight.
+    Run(dt, 4, 64, {{1, 1}, {17, 1}, {256, 1}, {257, 1}, {512, 1}, {513, 1}, {2048, 1}, {1000, 1}}, 200);
     Run(dt, 32, 128, {{300, 1}, {16, 1}}, 201);
     Run(dt, 3, 80, {{700, 1}}, 202);
     Run(dt, 2, 256, {{600, 1}}, 203);  // head_dim above the block's thread count
