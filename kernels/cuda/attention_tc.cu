@@ -4,7 +4,8 @@
 // One block of 4 warps per (query tile of 64 queries of one sequence, head), like the CUDA-core
 // kernel's grid (an upper bound on the tile count, tiles found through TileStartKernel). Each
 // warp owns 16 query rows. Keys and values stream through shared memory 64 at a time from the
-// paged cache (16-byte loads along each row). Per chunk, each warp:
+// paged cache (16-byte loads along each row), the next chunk's loads in flight in registers
+// while the current chunk is computed (LoadKvChunk). Per chunk, each warp:
 //   1. S = Q K^T on tensor cores (WMMA 16x16x16, fp16/bf16 inputs, fp32 accumulation);
 //   2. scores as the CPU reference forms them from the dot product: slope * j + dot * scale in
 //      fp32 (the dot itself is the tensor cores' fp32 sum, not the CPU's order), causal mask,
@@ -53,6 +54,51 @@ __host__ __device__ inline size_t TcSmemBytes(int d) {
                 + 3 * kTcQTile);                                 // m, l, alpha per row
 }
 
+// A chunk's K/V, 16-byte pieces in flight in registers: with d <= 128, a chunk is at most
+// kTcKChunk * 16 pieces of each, kLoadSlots per thread.
+constexpr int kLoadSlots = kTcKChunk * (kTcMaxHeadDim / 8) / kTcThreads;
+
+// Issues every load of chunk [j0, j0 + kTcKChunk) at once (block-table lookups first, then all
+// K and V pieces): the loads of the next chunk then run while this chunk is computed, instead of
+// one dependent table -> K/V round trip per piece after a barrier.
+template <typename T>
+__device__ __forceinline__ void LoadKvChunk(const AttentionArgs& a, const int32_t* table, int32_t h, const T* k_base,
+                                            const T* v_base, int32_t j0, int32_t kv_end, int32_t vecs_per_row,
+                                            uint4 (&kr)[kLoadSlots], uint4 (&vr)[kLoadSlots]) {
+  const int32_t pieces = kTcKChunk * vecs_per_row;
+  int64_t rows[kLoadSlots];
+#pragma unroll
+  for (int s = 0; s < kLoadSlots; ++s) {
+    const int32_t i = threadIdx.x + s * kTcThreads, j = j0 + i / vecs_per_row;
+    rows[s] = -2;  // no key there (past the chunk's pieces or the context)
+    if (i < pieces && j < kv_end) {
+      rows[s] = KvRow(a, table, j, h);
+      if (rows[s] == -1 && i % vecs_per_row == 0) atomicOr(a.error_flag, kErrorBadMetadata);
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kLoadSlots; ++s) {
+    const int32_t e = ((threadIdx.x + s * kTcThreads) % vecs_per_row) * 8;
+    kr[s] = rows[s] >= 0 ? __ldg(reinterpret_cast<const uint4*>(k_base + rows[s] + e)) : make_uint4(0, 0, 0, 0);
+    vr[s] = rows[s] >= 0 ? __ldg(reinterpret_cast<const uint4*>(v_base + rows[s] + e)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void StoreKvChunk(T* k_s, T* v_s, int32_t ld, int32_t vecs_per_row,
+                                             const uint4 (&kr)[kLoadSlots], const uint4 (&vr)[kLoadSlots]) {
+  const int32_t pieces = kTcKChunk * vecs_per_row;
+#pragma unroll
+  for (int s = 0; s < kLoadSlots; ++s) {
+    const int32_t i = threadIdx.x + s * kTcThreads;
+    if (i < pieces) {
+      const int32_t kk = i / vecs_per_row, e = (i % vecs_per_row) * 8;
+      *reinterpret_cast<uint4*>(k_s + kk * ld + e) = kr[s];
+      *reinterpret_cast<uint4*>(v_s + kk * ld + e) = vr[s];
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, const int32_t* tile_start) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -97,27 +143,17 @@ __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, c
   // The last query position any row of this warp holds (rows past nq are padding).
   const int32_t warp_last_pos = pos0 + min(row0 + 15, nq - 1);
   const bool warp_has_rows = row0 < nq;
-  constexpr int kVecs = 8;  // 16-bit elements per 16-byte load
-  const int32_t vecs_per_row = d / kVecs;
+  const int32_t vecs_per_row = d / 8;  // 16-byte pieces of a 16-bit row
 
+  uint4 kr[kLoadSlots], vr[kLoadSlots];  // the next chunk's K/V, on their way
+  if (kv_end > 0) LoadKvChunk<T>(a, table, h, k_base, v_base, 0, kv_end, vecs_per_row, kr, vr);
   for (int32_t j0 = 0; j0 < kv_end; j0 += kTcKChunk) {
     __syncthreads();  // the previous chunk's K/V are consumed (and Q, m, l, O set up)
-    for (int32_t i = threadIdx.x; i < kTcKChunk * vecs_per_row; i += blockDim.x) {
-      const int32_t kk = i / vecs_per_row, e = (i % vecs_per_row) * kVecs, j = j0 + kk;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (j < kv_end) {
-        const int64_t row = KvRow(a, table, j, h);
-        if (row >= 0) {
-          kv = __ldg(reinterpret_cast<const uint4*>(k_base + row + e));
-          vv = __ldg(reinterpret_cast<const uint4*>(v_base + row + e));
-        } else if (e == 0) {
-          atomicOr(a.error_flag, kErrorBadMetadata);
-        }
-      }
-      *reinterpret_cast<uint4*>(k_s + kk * qkv_ld + e) = kv;
-      *reinterpret_cast<uint4*>(v_s + kk * qkv_ld + e) = vv;
-    }
+    StoreKvChunk<T>(k_s, v_s, qkv_ld, vecs_per_row, kr, vr);
     __syncthreads();
+    if (j0 + kTcKChunk < kv_end) {
+      LoadKvChunk<T>(a, table, h, k_base, v_base, j0 + kTcKChunk, kv_end, vecs_per_row, kr, vr);
+    }
     // A warp whose every query precedes this chunk (causal) or that has no rows skips it: its
     // probabilities would all be 0 and its rescale 1.
     if (!warp_has_rows || j0 > warp_last_pos) continue;
