@@ -50,6 +50,8 @@
 # Environment knobs (defaults in brackets):
 #   BLOSSOM_DEADLINE_S [560]        wall-clock budget of this call (the device tool kills at 600);
 #                                   a phase that cannot fit is skipped and says so
+#   BLOSSOM_MIN_PHASE_S []          seconds a phase needs left to start, for every phase (default:
+#                                   each phase's own generous estimate, 40 to 200 s)
 #   BLOSSOM_SHAPE [7b1]             make-random-checkpoint --shape
 #   BLOSSOM_MODEL_DIR []            use this existing HF BLOOM directory instead of a random one
 #   BLOSSOM_BATCH_SIZES [1,2,4,8,16,32,64]    sweep batch sizes
@@ -74,6 +76,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 START=$(date +%s)
 BUDGET="${BLOSSOM_DEADLINE_S:-560}"
 left() { echo $(( START + BUDGET - $(date +%s) )); }
+# Whether a phase that needs about $1 seconds (a generous estimate) still fits the budget;
+# BLOSSOM_MIN_PHASE_S replaces every estimate once a machine's real phase times are known.
+need() { (( $(left) >= ${BLOSSOM_MIN_PHASE_S:-$1} )); }
 
 PHASES=("$@")
 [[ ${#PHASES[@]} -eq 0 ]] && PHASES=(all)
@@ -197,7 +202,7 @@ record() { PHASE_STATUS+=("$1=$2"); [[ "$2" == ok ]] || FAILED=1; echo "=== phas
 MODEL_DIR="${BLOSSOM_MODEL_DIR:-$STATE/bloom-$SHAPE-random-bf16}"
 
 phase_probe() {
-  if (( $(left) < 40 )); then record probe "skipped (time)"; return; fi
+  if ! need 40; then record probe "skipped (time)"; return; fi
   local rc=0
   timeout $(( $(left) - 20 )) "$HERE/wrap/cuda_hardware_probe_test" > "$RESULTS/probe.log" 2>&1 || rc=$?
   tail -5 "$RESULTS/probe.log"
@@ -229,7 +234,7 @@ phase_checkpoint() {
     record checkpoint ok
     return
   fi
-  if (( $(left) < 150 )); then record checkpoint "skipped (time)"; return; fi
+  if ! need 150; then record checkpoint "skipped (time)"; return; fi
   rm -rf "$MODEL_DIR"  # a half-written one from an interrupted call
   local t0 rc=0
   t0=$(date +%s)
@@ -254,7 +259,7 @@ side_by_side() {  # common flags of hf_side_by_side.py, then the phase's own
 
 phase_sweep() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record sweep "skipped (no checkpoint)"; return; fi
-  if (( $(left) < 90 )); then record sweep "skipped (time)"; return; fi
+  if ! need 90; then record sweep "skipped (time)"; return; fi
   local rc=0
   side_by_side --skip-hf --stem sweep_only --batch-sizes "$BATCH_SIZES" \
     --blossom-bench "$HERE/wrap/blossom-bench" --blossom-backend "$DEVICE" \
@@ -268,7 +273,7 @@ ab_sweep() {  # NAME FLAG BATCHES TITLE
   local name="$1" flag="$2" batches="$3" title="$4"
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record "$name" "skipped (no checkpoint)"; return; fi
   if [[ ! -f "$RESULTS/blossom_sweep.json" ]]; then record "$name" "skipped (run the sweep phase first)"; return; fi
-  if (( $(left) < 90 )); then record "$name" "skipped (time)"; return; fi
+  if ! need 90; then record "$name" "skipped (time)"; return; fi
   local rc=0
   timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
     --batch-sizes "$batches" --max-new-tokens "$MAX_NEW" --warmup "$WARMUP" \
@@ -302,7 +307,7 @@ phase_skinny() { ab_sweep skinny --cuda_skinny_gemm=false "${BLOSSOM_SKINNY_BATC
 # One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe).
 phase_prefill() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record prefill "skipped (no checkpoint)"; return; fi
-  if (( $(left) < 60 )); then record prefill "skipped (time)"; return; fi
+  if ! need 60; then record prefill "skipped (time)"; return; fi
   local rc=0 tokens="${BLOSSOM_PREFILL_TOKENS:-2048}"
   timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
     --batch-sizes 1 --prompt-tokens "$tokens" --max-new-tokens 2 --warmup 1 --cycles 5 \
@@ -328,7 +333,7 @@ PYEOF
 phase_profile() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record profile "skipped (no checkpoint)"; return; fi
   if ! command -v ncu >/dev/null 2>&1; then record profile "skipped (no ncu on this machine)"; return; fi
-  if (( $(left) < 120 )); then record profile "skipped (time)"; return; fi
+  if ! need 120; then record profile "skipped (time)"; return; fi
   local rc=0
   timeout $(( $(left) - 30 )) ncu --clock-control none --target-processes all \
     --metrics gpu__time_duration.sum --csv --log-file "$RESULTS/profile.csv" \
@@ -344,7 +349,7 @@ phase_profile() {
 
 phase_hf() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record hf "skipped (no checkpoint)"; return; fi
-  if (( $(left) < 120 )); then record hf "skipped (time)"; return; fi
+  if ! need 120; then record hf "skipped (time)"; return; fi
   if ! "$PY" -c "import torch, transformers; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" 2>"$RESULTS/hf_import.err"; then
     cat "$RESULTS/hf_import.err"; record hf "failed: $PY lacks torch+transformers or a GPU"; return
   fi
@@ -364,7 +369,7 @@ phase_hf() {
 
 phase_serve() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record serve "skipped (no checkpoint)"; return; fi
-  if (( $(left) < 150 )); then record serve "skipped (time)"; return; fi
+  if ! need 150; then record serve "skipped (time)"; return; fi
   local port=18033 metrics_port=18090 rc=0 pid
   "$HERE/wrap/blossom-server" --model "$MODEL_DIR" --backend "$DEVICE" --host 127.0.0.1 --port "$port" \
       --metrics_port "$metrics_port" --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
@@ -434,7 +439,7 @@ small_checkpoint() {
 }
 
 phase_parity() {
-  if (( $(left) < 200 )); then record parity "skipped (time)"; return; fi
+  if ! need 200; then record parity "skipped (time)"; return; fi
   local dir="$STATE/parity" rc=0 dt ckpt
   mkdir -p "$dir"
   "$PY" -c 'import json, random, sys; r = random.Random(0); json.dump([[r.randrange(3, 250000) for _ in range(n)] for n in (5, 17, 64, 200)], open(sys.argv[1], "w"))' "$dir/ids.json"
@@ -470,7 +475,7 @@ phase_parity() {
 # time, 10% dropped mid-stream, and checks exact completions and an idle server with no KV
 # blocks in use afterwards: servecheck.json.
 phase_servecheck() {
-  if (( $(left) < 120 )); then record servecheck "skipped (time)"; return; fi
+  if ! need 120; then record servecheck "skipped (time)"; return; fi
   local ckpt rc=0 spid gpid grpc=18133 http=18180 metrics=18190
   ckpt="$(small_checkpoint bf16)" || { record servecheck "failed: no checkpoint"; return; }
   "$HERE/wrap/blossom-server" --model "$ckpt" --backend "$DEVICE" --host 127.0.0.1 --port "$grpc" \
