@@ -367,6 +367,19 @@ phase_hf() {
   if (( rc == 0 )); then record hf ok; else record hf "failed or incomplete rc=$rc"; fi
 }
 
+# Waits until the server PID logs "serving" (prints the seconds waited, status 0), or prints why
+# not, naming the cause: the process exited, MAX_S passed, or the call's budget ran low.
+wait_for_server() {  # PID LOG MAX_S
+  local waited=0
+  until grep -q "serving " "$2" 2>/dev/null; do
+    if ! kill -0 "$1" 2>/dev/null; then echo "failed: the server exited while starting"; return 1; fi
+    if (( waited > $3 )); then echo "failed: the server did not come up in $3 s"; return 1; fi
+    if (( $(left) < 60 )); then echo "skipped (time: under 60 s left while the server started)"; return 1; fi
+    sleep 2; waited=$(( waited + 2 ))
+  done
+  echo "$waited"
+}
+
 phase_serve() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record serve "skipped (no checkpoint)"; return; fi
   if ! need 150; then record serve "skipped (time)"; return; fi
@@ -374,18 +387,15 @@ phase_serve() {
   "$HERE/wrap/blossom-server" --model "$MODEL_DIR" --backend "$DEVICE" --host 127.0.0.1 --port "$port" \
       --metrics_port "$metrics_port" --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
   pid=$!
-  local waited=0
-  until grep -q "serving " "$RESULTS/serve_server.log" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null || (( waited > 240 || $(left) < 60 )); then
-      tail -20 "$RESULTS/serve_server.log"
-      kill "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-      record serve "failed: the server did not come up"
-      return
-    fi
-    sleep 2; waited=$(( waited + 2 ))
-  done
-  echo "server up after ${waited} s"
+  local why
+  if ! why=$(wait_for_server "$pid" "$RESULTS/serve_server.log" 240); then
+    tail -20 "$RESULTS/serve_server.log"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    record serve "$why"
+    return
+  fi
+  echo "server up after ${why} s"
   # shellcheck disable=SC2086
   timeout $(( $(left) - 30 )) "$HERE/wrap/blossom-bench" serve --target "grpc://127.0.0.1:$port" \
       --num-requests 256 --request-rate inf --max-concurrency 64 --prompt-len-dist fixed:128 \
@@ -481,14 +491,11 @@ phase_servecheck() {
   "$HERE/wrap/blossom-server" --model "$ckpt" --backend "$DEVICE" --host 127.0.0.1 --port "$grpc" \
       --metrics_port "$metrics" --max_batch_size 64 > "$RESULTS/servecheck_server.log" 2>&1 &
   spid=$!
-  local waited=0
-  until grep -q "serving " "$RESULTS/servecheck_server.log" 2>/dev/null; do
-    if ! kill -0 "$spid" 2>/dev/null || (( waited > 180 || $(left) < 60 )); then
-      tail -20 "$RESULTS/servecheck_server.log"; kill "$spid" 2>/dev/null || true
-      record servecheck "failed: the server did not come up"; return
-    fi
-    sleep 2; waited=$(( waited + 2 ))
-  done
+  local why
+  if ! why=$(wait_for_server "$spid" "$RESULTS/servecheck_server.log" 180); then
+    tail -20 "$RESULTS/servecheck_server.log"; kill "$spid" 2>/dev/null || true
+    record servecheck "$why"; return
+  fi
   "$HERE/wrap/blossom-gateway" --host 127.0.0.1 --port "$http" --backend "127.0.0.1:$grpc" \
       > "$RESULTS/servecheck_gateway.log" 2>&1 &
   gpid=$!
