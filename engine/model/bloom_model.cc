@@ -284,12 +284,31 @@ absl::StatusOr<Tensor> BloomModel::RunOps(const StepInputs& in, KvCache& cache, 
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool post_ln_residual = config_.apply_residual_connection_post_layernorm;
+  // With one rank (no all-reduce between a projection and its residual add) and the residual
+  // taken before the LayerNorm (BLOOM's default), each residual add goes into the LayerNorm that
+  // follows it: LayerNorm's residual form adds the projection into `hidden` in place and
+  // normalises the stored sum, the same values as AddBiasResidual then LayerNorm, one kernel
+  // fewer (two per layer). `mlp_pending`: `other` holds the last MLP output, not yet in `hidden`.
+  const bool fuse_residual = world == 1 && !post_ln_residual;
+  bool mlp_pending = false;
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
     const LayerWeights& L = layers_[i];
-    BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(hidden, L.input_ln_gamma, L.input_ln_beta, eps, none, ln));
+    // With the previous MLP output pending: hidden += other, then ln = LN(hidden).
+    BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(mlp_pending ? other : hidden, L.input_ln_gamma, L.input_ln_beta,
+                                                eps, mlp_pending ? hidden : none, ln));
+    mlp_pending = false;
     BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ln, L.qkv_weight, L.qkv_bias, Activation::kNone, qkv));
     BLOSSOM_RETURN_IF_ERROR(backend_->SplitQkvWriteCache(qkv, md, i, cache, q));
     BLOSSOM_RETURN_IF_ERROR(backend_->Attention(q, md, i, cache, slopes_.tensor, scale, ctx));
+    if (fuse_residual) {
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ctx, L.dense_weight, L.dense_bias, Activation::kNone, other));
+      // hidden = h1 = attention output + residual; ln = LN(h1).
+      BLOSSOM_RETURN_IF_ERROR(backend_->LayerNorm(other, L.post_ln_gamma, L.post_ln_beta, eps, hidden, ln));
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ln, L.fc1_weight, L.fc1_bias, Activation::kBloomGelu, mlp));
+      BLOSSOM_RETURN_IF_ERROR(backend_->Linear(mlp, L.fc2_weight, L.fc2_bias, Activation::kNone, other));
+      mlp_pending = true;
+      continue;
+    }
     const Tensor& residual1 = post_ln_residual ? ln : hidden;
     if (world == 1) {
       BLOSSOM_RETURN_IF_ERROR(backend_->Linear(ctx, L.dense_weight, L.dense_bias, Activation::kNone, other));
@@ -313,6 +332,8 @@ absl::StatusOr<Tensor> BloomModel::RunOps(const StepInputs& in, KvCache& cache, 
     }
     std::swap(hidden, other);
   }
+  // The last layer's MLP output into the residual stream (hidden + other: the same sum as above).
+  if (mlp_pending) BLOSSOM_RETURN_IF_ERROR(backend_->AddBiasResidual(hidden, none, other));
   if (R == 0) {
     if (!assemble) return Tensor();
     return Tensor(w.logits_local.tensor.data, DType::kF32, {0, config_.vocab_size},
