@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUD
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "sweep, --backend cuda, --tp 1: time each cuBLASLt plan's candidates on its first call "
           "(in the warm-up cycles), as blossom-server does.");
+ABSL_FLAG(bool, cuda_mma_attention, false,
+          "sweep, --backend cuda: prefill attention on the register-accumulator (mma.sync) kernel "
+          "(blossom-server's --cuda_mma_attention).");
 ABSL_FLAG(bool, cuda_skinny_gemm, true,
           "sweep, --backend cuda: decode linears of up to 8 rows on the skinny GEMM where it times "
           "faster than cuBLASLt (always with --cuda_time_gemm=false), as blossom-server does.");
@@ -97,6 +100,7 @@ int RunSweep(const std::string& command_line) {
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.cuda_time_gemm = absl::GetFlag(FLAGS_cuda_time_gemm);
   options.cuda_skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
+  options.cuda_mma_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

@@ -87,6 +87,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   runner_options.threads_per_rank = options.threads;
   runner_options.time_gemm_candidates = options.backend == "cuda" && options.cuda_time_gemm;
   runner_options.skinny_gemm = options.cuda_skinny_gemm;
+  runner_options.mma_prefill_attention = options.cuda_mma_attention;
   if (options.backend == "cuda" && options.cuda_graphs) {
     runner_options.step_graphs = true;
     const std::vector<int32_t>& sizes = options.sweep.batch_sizes;

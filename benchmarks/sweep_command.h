@@ -37,6 +37,9 @@ struct SweepCommandOptions {
   // Backend "cuda": decode linears of up to 8 rows on the skinny GEMM where faster
   // (ModelRunnerOptions::skinny_gemm; blossom-server's --cuda_skinny_gemm).
   bool cuda_skinny_gemm = true;
+  // Backend "cuda": prefill attention on the mma.sync kernel (ModelRunnerOptions::
+  // mma_prefill_attention; blossom-server's --cuda_mma_attention).
+  bool cuda_mma_attention = false;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

@@ -73,6 +73,10 @@ ABSL_FLAG(bool, cuda_time_gemm, true,
 ABSL_FLAG(bool, cuda_tensor_core_attention, true,
           "--backend cuda: prefill attention of f16/bf16 models on tensor cores (false: the "
           "CUDA-core kernel).");
+ABSL_FLAG(bool, cuda_mma_attention, false,
+          "--backend cuda, with --cuda_tensor_core_attention: prefill attention on the "
+          "register-accumulator (mma.sync) kernel instead of the WMMA one. Off until measured on "
+          "a GPU.");
 ABSL_FLAG(bool, cuda_skinny_gemm, true,
           "--backend cuda: linears of decode steps with up to 8 sequences on the skinny GEMM (a "
           "batched GEMV streaming the weights once) where it measured faster than cuBLASLt at the "
@@ -249,6 +253,7 @@ int Run() {
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   runner_options.tensor_core_attention = absl::GetFlag(FLAGS_cuda_tensor_core_attention);
   runner_options.skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
+  runner_options.mma_prefill_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {

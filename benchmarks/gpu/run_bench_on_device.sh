@@ -27,6 +27,8 @@
 #   prefill     a 2048-token prefill (BLOSSOM_PREFILL_TOKENS) at batch 1, 5 cycles, against the
 #               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
 #               part of "all")
+#   mma         the prefill phase again with --cuda_mma_attention (the register-accumulator
+#               attention kernel): prefill_mma.md (~5 s on an H200; not part of "all")
 #   profile     Nsight Compute over a short batch-BLOSSOM_PROFILE_BATCH (1) sweep with --cuda_graphs=false
 #               and --cuda_time_gemm=false (no timing runs among the profiled kernels; decode-sized
 #               linears then take the skinny GEMM)
@@ -86,8 +88,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|profile) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|profile|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -181,7 +183,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md prefill_mma.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -304,29 +306,35 @@ PYEOF
 phase_graphs() { ab_sweep graphs --cuda_graphs=false "${BLOSSOM_GRAPH_BATCH_SIZES:-1,8,64}" "CUDA graphs"; }
 phase_skinny() { ab_sweep skinny --cuda_skinny_gemm=false "${BLOSSOM_SKINNY_BATCH_SIZES:-1,2,4,8}" "the skinny GEMM"; }
 
-# One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe).
-phase_prefill() {
-  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record prefill "skipped (no checkpoint)"; return; fi
-  if ! need 60; then record prefill "skipped (time)"; return; fi
+# One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe):
+# NAME.{json,log,md}; EXTRA: blossom-bench flags of this variant.
+prefill_run() {  # NAME TITLE EXTRA...
+  local name="$1" title="$2"; shift 2
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record "$name" "skipped (no checkpoint)"; return; fi
+  if ! need 60; then record "$name" "skipped (time)"; return; fi
   local rc=0 tokens="${BLOSSOM_PREFILL_TOKENS:-2048}"
   timeout $(( $(left) - 20 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
     --batch-sizes 1 --prompt-tokens "$tokens" --max-new-tokens 2 --warmup 1 --cycles 5 \
-    --commit "$COMMIT" --machine "$MACHINE" --json "$RESULTS/prefill.json" ${BLOSSOM_SWEEP_ARGS:-} \
-    > "$RESULTS/prefill.log" 2>&1 || rc=$?
-  if (( rc != 0 )); then tail -20 "$RESULTS/prefill.log"; record prefill "failed rc=$rc"; return; fi
-  "$PY" - "$RESULTS/prefill.json" > "$RESULTS/prefill.md" <<'PYEOF' || rc=$?
+    --commit "$COMMIT" --machine "$MACHINE" --json "$RESULTS/$name.json" "$@" ${BLOSSOM_SWEEP_ARGS:-} \
+    > "$RESULTS/$name.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then tail -20 "$RESULTS/$name.log"; record "$name" "failed rc=$rc"; return; fi
+  "$PY" - "$RESULTS/$name.json" "$title" > "$RESULTS/$name.md" <<'PYEOF' || rc=$?
 import json, sys
 doc = json.load(open(sys.argv[1]))
 r = doc["results"][0]
 p = r["prefill_roofline"]
-print(f"## {r['prompt_lengths'][0]}-token prefill against the GEMM rate\n")
+print(f"## {r['prompt_lengths'][0]}-token prefill against the GEMM rate{sys.argv[2]}\n")
 print(f"- prefill p50 {p['measured_p50_ms']:.2f} ms (mean {r['prefill_ms']['mean']:.2f}, p90 "
       f"{r['prefill_ms']['p90']:.2f}); {p['flops'] / 1e12:.3f} TFLOP -> {p['tflops']:.2f} TFLOP/s")
 print(f"- GEMM rate {doc['hardware']['gemm_tflops']:.1f} TFLOP/s ({doc['hardware']['gemm_tflops_source']}): "
       f"floor {p['compute_floor_ms']:.2f} ms, {100 * p['fraction_of_gemm_rate']:.1f}% of the rate (target 60%)")
 PYEOF
-  if (( rc == 0 )); then record prefill ok; cat "$RESULTS/prefill.md"; else record prefill "failed (report) rc=$rc"; fi
+  if (( rc == 0 )); then record "$name" ok; cat "$RESULTS/$name.md"; else record "$name" "failed (report) rc=$rc"; fi
 }
+
+phase_prefill() { prefill_run prefill ""; }
+# The same prefill with attention on the register-accumulator kernel (--cuda_mma_attention).
+phase_mma() { prefill_run prefill_mma " (attention: mma.sync kernel)" --cuda_mma_attention; }
 
 # Where a step's GPU time goes, kernel by kernel (ncu reads the counters on Firecracker machines;
 # --clock-control none leaves the GPU's clocks as they are).

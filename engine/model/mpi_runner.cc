@@ -328,6 +328,7 @@ class MpiRunner : public ModelRunner {
       backend_options.device = nccl_->device();
       backend_options.tensor_core_attention = options.tensor_core_attention;
       backend_options.skinny_gemm = options.skinny_gemm;
+      backend_options.mma_prefill_attention = options.mma_prefill_attention;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, world, nccl_->device(),

@@ -241,6 +241,239 @@ __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, c
   }
 }
 
+// ---- The register-accumulator kernel (AttentionArgs::mma_prefill) ----
+//
+// FlashAttention-2's layout on mma.sync.m16n8k16 (bf16/f16 inputs, fp32 accumulation): the same
+// grid, tiles, chunking and K/V loads as PrefillTcKernel, but S, P and O never leave registers.
+// Per chunk of kTcKChunk keys, a warp (16 query rows) computes S = Q K^T as 8 n-tiles of 8 keys,
+// applies the scores, causal mask and online softmax to its fragments (a row's values are spread
+// over the 4 lanes of a quad: 2 per n-tile), rescales O in place, and adds P V with the score
+// fragments repacked as the A operand (the C layout of two adjacent n-tiles is exactly the A
+// layout of one k-step). Fragment layouts (PTX ISA, m16n8k16; g = lane / 4, t = lane % 4):
+//   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16x8, f32):  c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+// Numerics: the WMMA kernel's contract (scores in fp32 as Score() forms them, P rounded to the
+// cache dtype, the row sums over the rounded values). 52 KB of shared memory at head_dim 128
+// (Q, K and V tiles only). Head sizes 64, 80, 96 and 128 (MmaServesHeadDim); others keep the
+// WMMA kernel.
+
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void Mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two values rounded to T, the lower index in the low half (mma's packing); `rounded` gets them
+// back as fp32.
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi, float* rounded) {
+  const T l = FromF32<T>(lo), h = FromF32<T>(hi);
+  rounded[0] = ToF32<T>(l);
+  rounded[1] = ToF32<T>(h);
+  return static_cast<uint32_t>(reinterpret_cast<const uint16_t&>(l)) |
+         (static_cast<uint32_t>(reinterpret_cast<const uint16_t&>(h)) << 16);
+}
+
+__device__ __forceinline__ uint32_t Load32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kTcThreads) PrefillMmaKernel(AttentionArgs a, const int32_t* tile_start) {
+  constexpr int kKSteps = kD / 16;   // k-steps of Q K^T
+  constexpr int kOTiles = kD / 8;    // n-tiles of O
+  constexpr int kSTiles = kTcKChunk / 8;
+  constexpr int kLd = kD + 8;        // halves per smem row: rows 16 bytes apart in banks
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* q_s = reinterpret_cast<T*>(smem_raw);
+  T* k_s = q_s + kTcQTile * kLd;
+  T* v_s = k_s + kTcKChunk * kLd;
+  const uint16_t* v_bits = reinterpret_cast<const uint16_t*>(v_s);
+
+  const int32_t heads = a.kv.num_heads;
+  const int32_t h = blockIdx.y;
+  PrefillTile tile;
+  if (!FindPrefillTile<kTcQTile>(a, tile_start, blockIdx.x, h, &tile)) return;
+  const int32_t nq = tile.nq, pos0 = tile.pos0, kv_end = tile.kv_end;
+  const T* k_base = static_cast<const T*>(a.kv.base) + a.layer * a.kv.LayerStride();
+  const T* v_base = k_base + a.kv.TensorElems();
+  const float slope = a.slopes[h];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int32_t row0 = warp * 16;
+  const int64_t t0 = tile.t0;
+
+  const T* q_src = static_cast<const T*>(a.q);
+  for (int32_t i = threadIdx.x; i < kTcQTile * kD; i += kTcThreads) {
+    const int32_t qi = i / kD, e = i % kD;
+    q_s[qi * kLd + e] = qi < nq ? q_src[((t0 + qi) * heads + h) * kD + e] : FromF32<T>(0.0f);
+  }
+  // The two rows of this lane: row0 + g and row0 + g + 8 (rows past nq are padding).
+  const int32_t pos_lo = pos0 + row0 + g, pos_hi = pos_lo + 8;
+  const bool ok_lo = row0 + g < nq, ok_hi = row0 + g + 8 < nq;
+  const int32_t warp_last_pos = pos0 + min(row0 + 15, nq - 1);
+  const bool warp_has_rows = row0 < nq;
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+
+  uint4 kr[kLoadSlots], vr[kLoadSlots];
+  constexpr int32_t kVecsPerRow = kD / 8;
+  if (kv_end > 0) LoadKvChunk<T>(a, tile.table, h, k_base, v_base, 0, kv_end, kVecsPerRow, kr, vr);
+  for (int32_t j0 = 0; j0 < kv_end; j0 += kTcKChunk) {
+    __syncthreads();  // the previous chunk is consumed (and Q is in shared memory)
+    StoreKvChunk<T>(k_s, v_s, kLd, kVecsPerRow, kr, vr);
+    __syncthreads();
+    if (j0 + kTcKChunk < kv_end) {
+      LoadKvChunk<T>(a, tile.table, h, k_base, v_base, j0 + kTcKChunk, kv_end, kVecsPerRow, kr, vr);
+    }
+    if (!warp_has_rows || j0 > warp_last_pos) continue;
+
+    // 1. S = Q K^T.
+    float s[kSTiles][4];
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const T* qa = q_s + (row0 + g) * kLd + ks * 16 + 2 * t;
+      const uint32_t qf[4] = {Load32(qa), Load32(qa + 8 * kLd), Load32(qa + 8), Load32(qa + 8 * kLd + 8)};
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) {
+        const T* kb = k_s + (n * 8 + g) * kLd + ks * 16 + 2 * t;
+        Mma16816<T>(s[n], qf, Load32(kb), Load32(kb + 8));
+      }
+    }
+
+    // 2. Scores, causal mask and the online softmax of the lane's two rows.
+    float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int32_t j = j0 + n * 8 + 2 * t + c;
+        s[n][c] = ok_lo && j <= pos_lo ? Score(s[n][c], a.scale, slope, j) : -INFINITY;
+        s[n][2 + c] = ok_hi && j <= pos_hi ? Score(s[n][2 + c], a.scale, slope, j) : -INFINITY;
+        mx_lo = fmaxf(mx_lo, s[n][c]);
+        mx_hi = fmaxf(mx_hi, s[n][2 + c]);
+      }
+    }
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {  // the quad sharing the rows
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+    }
+    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+    const float alpha_lo = m_lo == -INFINITY ? 0.0f : expf(m_lo - mn_lo);
+    const float alpha_hi = m_hi == -INFINITY ? 0.0f : expf(m_hi - mn_hi);
+    m_lo = mn_lo;
+    m_hi = mn_hi;
+    uint32_t p[kSTiles][2];  // P rounded to T, packed: rows g (c0, c1) and g + 8 (c2, c3)
+    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      float r[2];
+      p[n][0] = Pack2<T>(s[n][0] == -INFINITY ? 0.0f : expf(s[n][0] - mn_lo),
+                         s[n][1] == -INFINITY ? 0.0f : expf(s[n][1] - mn_lo), r);
+      sum_lo += r[0] + r[1];
+      p[n][1] = Pack2<T>(s[n][2] == -INFINITY ? 0.0f : expf(s[n][2] - mn_hi),
+                         s[n][3] == -INFINITY ? 0.0f : expf(s[n][3] - mn_hi), r);
+      sum_hi += r[0] + r[1];
+    }
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, x);
+      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, x);
+    }
+    l_lo = l_lo * alpha_lo + sum_lo;
+    l_hi = l_hi * alpha_hi + sum_hi;
+
+    // 3. O = O * alpha + P V; P's k-step u is n-tiles 2u and 2u + 1 of S.
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n) {
+      o[n][0] *= alpha_lo;
+      o[n][1] *= alpha_lo;
+      o[n][2] *= alpha_hi;
+      o[n][3] *= alpha_hi;
+    }
+#pragma unroll
+    for (int u = 0; u < kTcKChunk / 16; ++u) {
+      const uint32_t pa[4] = {p[2 * u][0], p[2 * u][1], p[2 * u + 1][0], p[2 * u + 1][1]};
+      const int32_t k0 = u * 16 + 2 * t;  // this lane's keys: k0, k0 + 1, k0 + 8, k0 + 9
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        const int32_t col = n * 8 + g;
+        const uint32_t b0 = static_cast<uint32_t>(v_bits[k0 * kLd + col]) |
+                            (static_cast<uint32_t>(v_bits[(k0 + 1) * kLd + col]) << 16);
+        const uint32_t b1 = static_cast<uint32_t>(v_bits[(k0 + 8) * kLd + col]) |
+                            (static_cast<uint32_t>(v_bits[(k0 + 9) * kLd + col]) << 16);
+        Mma16816<T>(o[n], pa, b0, b1);
+      }
+    }
+  }
+
+  T* out = static_cast<T*>(a.out);
+  const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) {
+    const int32_t e = n * 8 + 2 * t;
+    float r[2];
+    if (ok_lo) {
+      *reinterpret_cast<uint32_t*>(out + ((t0 + row0 + g) * heads + h) * kD + e) =
+          Pack2<T>(o[n][0] * inv_lo, o[n][1] * inv_lo, r);
+    }
+    if (ok_hi) {
+      *reinterpret_cast<uint32_t*>(out + ((t0 + row0 + g + 8) * heads + h) * kD + e) =
+          Pack2<T>(o[n][2] * inv_hi, o[n][3] * inv_hi, r);
+    }
+  }
+}
+
+__host__ __device__ constexpr size_t MmaSmemBytes(int d) {
+  return 2 * static_cast<size_t>(kTcQTile + 2 * kTcKChunk) * (d + 8);
+}
+
+template <typename T, int kD>
+cudaError_t LaunchMma(const AttentionArgs& a, int32_t* tile_start, dim3 grid, cudaStream_t stream) {
+  constexpr size_t kSmem = MmaSmemBytes(kD);
+  if (kSmem > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(PrefillMmaKernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    if (err != cudaSuccess) return err;
+  }
+  PrefillMmaKernel<T, kD><<<grid, kTcThreads, kSmem, stream>>>(a, tile_start);
+  return cudaGetLastError();
+}
+
+// The BLOOM family's head sizes (560m: 64, 3b: 80, 1b1: 96, 1b7/7b1/176b: 128); each is a kernel
+// of its own (the fragments are unrolled over head_dim), so other sizes stay on the WMMA kernel.
+bool MmaServesHeadDim(int32_t d) { return d == 64 || d == 80 || d == 96 || d == 128; }
+
+template <typename T>
+cudaError_t LaunchMmaForHeadDim(const AttentionArgs& a, int32_t* tile_start, dim3 grid, cudaStream_t stream) {
+  switch (a.kv.head_dim) {
+    case 64: return LaunchMma<T, 64>(a, tile_start, grid, stream);
+    case 80: return LaunchMma<T, 80>(a, tile_start, grid, stream);
+    case 96: return LaunchMma<T, 96>(a, tile_start, grid, stream);
+    case 128: return LaunchMma<T, 128>(a, tile_start, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 bool PrefillOnTensorCores(const AttentionArgs& a) {
@@ -254,6 +487,10 @@ cudaError_t LaunchPrefillOnTensorCores(const AttentionArgs& a, int32_t* tile_sta
   if (blocks > 0x7fffffff || a.kv.num_heads > 65535) return cudaErrorInvalidConfiguration;
   const size_t smem = TcSmemBytes(a.kv.head_dim);
   const dim3 grid(static_cast<unsigned>(blocks), a.kv.num_heads);
+  if (a.mma_prefill && MmaServesHeadDim(a.kv.head_dim)) {
+    if (a.kv.dtype == ElemType::kF16) return LaunchMmaForHeadDim<__half>(a, tile_start, grid, stream);
+    return LaunchMmaForHeadDim<__nv_bfloat16>(a, tile_start, grid, stream);
+  }
   cudaError_t err = cudaSuccess;
   if (a.kv.dtype == ElemType::kF16) {
     err = cudaFuncSetAttribute(PrefillTcKernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,

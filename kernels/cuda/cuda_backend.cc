@@ -396,6 +396,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.max_blocks_per_seq = md.max_blocks_per_seq;
   a.error_flag = impl_->error_flag;
   a.allow_tensor_cores = impl_->options.tensor_core_attention;
+  a.mma_prefill = impl_->options.mma_prefill_attention;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
     if (impl_->capturing) {

@@ -1,7 +1,8 @@
 // Parity of CudaBackend's SplitQkvWriteCache + paged ALiBi attention with the CPU reference
 // backend (prefill, split-KV decode over long scattered contexts, mixed steps) in F32, F16 and
 // BF16, and a bad KV slot reported at the next Synchronize. F16/BF16 prefill with head_dim % 16
-// == 0 runs on the tensor-core kernel; one case turns it off to check the CUDA-core kernel.
+// == 0 runs on the tensor-core kernel; one case turns it off to check the CUDA-core kernel, one
+// turns on the register-accumulator (mma.sync) kernel.
 //
 // Tolerances, and the "BLOSSOM_OP_ERROR {...}" lines each binary prints at the end:
 // cuda_backend_test_util.h. Without a visible GPU every test reports SKIPPED with the reason.
@@ -213,6 +214,25 @@ TEST_F(AttentionParity, PrefillOnCudaCoresWhenTensorCoresAreOff) {
   for (DType dt : {DType::kF16, DType::kBF16}) {
     Run(dt, 4, 64, {{300, 129}, {50, 1}, {7, 7}}, 400);
     Run(dt, 4, 128, {{1100, 600}, {70, 70}}, 401);
+  }
+}
+
+// The register-accumulator (mma.sync) prefill kernel (CudaBackend::Options::mma_prefill_attention)
+// on every head size it serves (64, 80, 96, 128; 32 falls back to the WMMA kernel), prefill-only
+// and mixed steps, chunks over cached tokens, the 7b1 head size at a 600-token chunk, and rows of
+// a tile past a short sequence's end: against the CPU at the 16-bit tolerances.
+TEST_F(AttentionParity, PrefillOnTheMmaKernel) {
+  CudaBackend::Options options;
+  options.mma_prefill_attention = true;
+  auto backend = CudaBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  gpu_ = std::move(*backend);
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (int32_t d : {32, 64, 80, 96, 128}) Run(dt, 2, d, {{70, 70}, {5, 5}}, 500 + d);
+    Run(dt, 4, 64, {{300, 129}, {50, 1}, {7, 7}}, 501);
+    Run(dt, 8, 64, {{300, 129}, {50, 1}, {2000, 1}, {7, 7}}, 502);
+    Run(dt, 4, 128, {{1100, 600}, {70, 70}, {900, 1}}, 503);
+    Run(dt, 3, 128, {{64, 64}, {65, 65}, {1, 1}, {130, 3}}, 504);
   }
 }
 

@@ -103,6 +103,9 @@ struct AttentionArgs {
   // Prefill / mixed steps of an f16/bf16 cache with head_dim % 16 == 0 (<= 128) run on tensor
   // cores (attention_tc.cu); false keeps them on the CUDA-core kernel.
   bool allow_tensor_cores = true;
+  // With allow_tensor_cores: the register-accumulator kernel (mma.sync, FlashAttention-2 layout)
+  // instead of the WMMA one (attention_tc.cu), for head sizes 64, 80, 96 and 128.
+  bool mma_prefill = false;
 };
 
 // Scratch the split-KV decode path needs (fp32), in bytes; 0 when it will not split.
