@@ -10,6 +10,9 @@
 #
 # Then, with the device tool (/.device/ is git-ignored, so the bundle must be named in carry):
 #   run(command="bash .device/bench/run_bench_on_device.sh all", carry=[".device/bench"])
+# When the bundle and the working tree exceed the tool's 64 MiB, the bundle is also packed into
+# .device/pack/bench.txz (xz, ~8 MiB), which travels instead: carry ".device/pack" and unpack it
+# first there (the script prints the command).
 # See benchmarks/gpu/README.md for the calls in order and what comes back.
 #
 # What goes in the bundle:
@@ -121,7 +124,11 @@ if [[ "$HAS_BACKEND" != true ]]; then
   echo "WARNING: this blossom-bench has no --backend flag: the sweep cannot run on the GPU" \
        "(see benchmarks/gpu/README.md, 'Wiring')" >&2
 fi
-check_travel_size
+check_travel_size "$ROOT/.device/pack/$(basename "$BUNDLE").txz"
 REL="${BUNDLE#"$ROOT"/}"
-echo "== on the GPU machine (device tool, carry=[\"$REL\"]):"
+if [[ -n "${PACKED_TO:-}" ]]; then
+  echo "== on the GPU machine (device tool, carry=[\"${PACKED_TO#"$ROOT"/}\" folder]): unpack as above, then"
+else
+  echo "== on the GPU machine (device tool, carry=[\"$REL\"]):"
+fi
 echo "   bash $REL/run_bench_on_device.sh all"

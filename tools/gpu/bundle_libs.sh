@@ -72,10 +72,13 @@ check_bundle_glibc() {
 }
 
 # Fails (exit 1) when the working tree that travels with every device call (tracked files and
-# untracked ones git does not ignore) plus the bundle exceeds the device tool's 64 MiB. Run from
-# the repository root; outside a git checkout only the bundle counts. Sets TRAVEL_BYTES.
-check_travel_size() {
+# untracked ones git does not ignore) plus the bundle exceeds the device tool's 64 MiB, unless a
+# PACK path is given and an xz archive of the bundle written there fits instead. Run from the
+# repository root; outside a git checkout only the bundle counts. Sets TRAVEL_BYTES, and PACKED_TO
+# when the archive is what travels.
+check_travel_size() {  # [PACK: an .txz to make and check when the bundle is too big to carry]
   local tree_bytes=0 bundle_bytes
+  PACKED_TO=""
   if git rev-parse --show-toplevel >/dev/null 2>&1; then
     tree_bytes=$(git ls-files -z -co --exclude-standard | xargs -0 -r stat -L -c %s 2>/dev/null |
                  awk '{s += $1} END {print s + 0}')
@@ -84,9 +87,25 @@ check_travel_size() {
   TRAVEL_BYTES=$(( tree_bytes + bundle_bytes ))
   echo "   travels: $(( TRAVEL_BYTES / 1048576 )) MiB = working tree $(( tree_bytes / 1048576 )) MiB" \
        "+ bundle $(( bundle_bytes / 1048576 )) MiB (limit 64 MiB)"
-  if (( TRAVEL_BYTES > BLOSSOM_TRAVEL_LIMIT_BYTES )); then
-    echo "ERROR: the working tree and the bundle together exceed the device tool's 64 MiB;" \
-         "lower BLOSSOM_MAX_LIB_MB or leave untracked files out of the tree" >&2
-    return 1
+  if (( TRAVEL_BYTES <= BLOSSOM_TRAVEL_LIMIT_BYTES )); then return 0; fi
+  local pack="${1:-}"
+  if [[ -n "$pack" ]]; then
+    # Too big to carry as it is: an xz archive of it travels instead (a bundle is mostly
+    # binaries and libraries, which pack to about a fifth), unpacked first on the machine.
+    mkdir -p "$(dirname "$pack")"
+    tar cf - -C "$(dirname "$BUNDLE")" "$(basename "$BUNDLE")" | xz -T0 -6 > "$pack"
+    local pack_bytes
+    pack_bytes=$(stat -c %s "$pack")
+    TRAVEL_BYTES=$(( tree_bytes + pack_bytes ))
+    echo "   packed: $pack, $(( pack_bytes / 1048576 )) MiB; travels: $(( TRAVEL_BYTES / 1048576 )) MiB with the tree"
+    if (( TRAVEL_BYTES <= BLOSSOM_TRAVEL_LIMIT_BYTES )); then
+      PACKED_TO="$pack"
+      echo "   carry its folder, not the bundle, and unpack it first there:" \
+           "python3 -c \"import tarfile; tarfile.open('${pack#"$(git rev-parse --show-toplevel 2>/dev/null)"/}').extractall('$(basename "$(dirname "$BUNDLE")")')\""
+      return 0
+    fi
   fi
+  echo "ERROR: the working tree and the bundle together exceed the device tool's 64 MiB;" \
+       "lower BLOSSOM_MAX_LIB_MB or leave untracked files out of the tree" >&2
+  return 1
 }
