@@ -451,8 +451,8 @@ template <typename T, int kD>
 cudaError_t LaunchMma(const AttentionArgs& a, int32_t* tile_start, dim3 grid, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSmemBytes(kD);
   if (kSmem > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(PrefillMmaKernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    const cudaError_t err = cudaFuncSetAttribute(PrefillMmaKernel<T, kD>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     if (err != cudaSuccess) return err;
   }
   PrefillMmaKernel<T, kD><<<grid, kTcThreads, kSmem, stream>>>(a, tile_start);
