@@ -63,6 +63,9 @@
 #   BLOSSOM_MAX_NEW_TOKENS [100]  BLOSSOM_WARMUP [1]  BLOSSOM_CYCLES [5]
 #   BLOSSOM_SWEEP_ARGS []           extra blossom-bench sweep flags (e.g. "--gpu-memory-fraction 0.8")
 #   BLOSSOM_SERVE_ARGS []           extra blossom-bench serve flags
+#   BLOSSOM_SERVE_CONCURRENCY [64]  serve phase: the server's --max_batch_size and the requests in
+#                                   flight (4x as many requests in all); 256 checks the host-time
+#                                   target at batch 256
 #   BLOSSOM_STATE_DIR []            default: the first of /tmp, /var/tmp, $HOME with 40 GB free
 #   BLOSSOM_CHECKPOINT_ARGS []      extra make-random-checkpoint flags (e.g. "--layers 8")
 #   BLOSSOM_PYTHON [python3]        the interpreter with torch + transformers
@@ -101,6 +104,7 @@ HF_BATCH_SIZES="${BLOSSOM_HF_BATCH_SIZES:-$BATCH_SIZES}"
 MAX_NEW="${BLOSSOM_MAX_NEW_TOKENS:-100}"
 WARMUP="${BLOSSOM_WARMUP:-1}"
 CYCLES="${BLOSSOM_CYCLES:-5}"
+SERVE_CONCURRENCY="${BLOSSOM_SERVE_CONCURRENCY:-64}"
 OUT_DIR="${OUT:+$OUT/bench_results}"
 OUT_DIR="${OUT_DIR:-$PWD/bench_results}"
 mkdir -p "$OUT_DIR"
@@ -393,7 +397,7 @@ phase_serve() {
   if ! need 150; then record serve "skipped (time)"; return; fi
   local port=18033 metrics_port=18090 rc=0 pid
   "$HERE/wrap/blossom-server" --model "$MODEL_DIR" --backend "$DEVICE" --host 127.0.0.1 --port "$port" \
-      --metrics_port "$metrics_port" --max_batch_size 64 > "$RESULTS/serve_server.log" 2>&1 &
+      --metrics_port "$metrics_port" --max_batch_size "$SERVE_CONCURRENCY" > "$RESULTS/serve_server.log" 2>&1 &
   pid=$!
   local why
   if ! why=$(wait_for_server "$pid" "$RESULTS/serve_server.log" 240); then
@@ -406,7 +410,8 @@ phase_serve() {
   echo "server up after ${why} s"
   # shellcheck disable=SC2086
   timeout $(( $(left) - 30 )) "$HERE/wrap/blossom-bench" serve --target "grpc://127.0.0.1:$port" \
-      --num-requests 256 --request-rate inf --max-concurrency 64 --prompt-len-dist fixed:128 \
+      --num-requests $(( 4 * SERVE_CONCURRENCY )) --request-rate inf --max-concurrency "$SERVE_CONCURRENCY" \
+      --prompt-len-dist fixed:128 \
       --output-len-dist fixed:128 --prompt-kind ids --corpus "$HERE/corpus.txt" \
       --json "$RESULTS/serve.json" --markdown "$RESULTS/serve.md" --svg-prefix "$RESULTS/serve" \
       --commit "$COMMIT" --machine "$MACHINE" ${BLOSSOM_SERVE_ARGS:-} || rc=$?
