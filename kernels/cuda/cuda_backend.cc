@@ -22,8 +22,6 @@ static_assert(static_cast<int>(DType::kF32) == static_cast<int>(ElemType::kF32),
 static_assert(static_cast<int>(DType::kF16) == static_cast<int>(ElemType::kF16), "dtype values");
 static_assert(static_cast<int>(DType::kBF16) == static_cast<int>(ElemType::kBF16), "dtype values");
 
-ElemType Elem(DType d) { return static_cast<ElemType>(d); }
-
 #define BLOSSOM_CUDA_RETURN_IF_ERROR(expr)                           \
   do {                                                               \
     const cudaError_t blossom_cuda_err_ = (expr);                    \
@@ -34,8 +32,6 @@ absl::Status Check(bool ok, absl::string_view op, absl::string_view what) {
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("cuda backend: ", op, ": ", what));
 }
-
-bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
 
 class CudaKvCache : public KvCache {
  public:

@@ -1,6 +1,7 @@
-// CudaBackend's private state, shared by its source files: cuda_backend.cc (memory, copies and
-// the ops) and cuda_backend_gelu_check.cc (the start-up check of cuBLASLt's GELU epilogue). Not
-// for other targets.
+// CudaBackend's private state and helpers, shared by its source files: cuda_backend.cc (memory,
+// copies and the ops), cuda_backend_linear.cc (Linear: cuBLASLt or the skinny GEMM),
+// cuda_backend_graph.cc (step capture) and cuda_backend_gelu_check.cc (the start-up check of
+// cuBLASLt's GELU epilogue). Not for other targets.
 #ifndef BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_IMPL_H_
 #define BLOSSOM_KERNELS_CUDA_CUDA_BACKEND_IMPL_H_
 
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/lt_gemm.h"
 #include "kernels/dtype.h"
 
@@ -26,6 +28,12 @@ inline absl::Status CudaError(const char* what, cudaError_t err) {
   return absl::InternalError(
       absl::StrCat("cuda backend: ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
 }
+
+// The kernels' element type of a float DType (the numeric values match; checked in
+// cuda_backend.cc).
+inline cuda::ElemType Elem(DType d) { return static_cast<cuda::ElemType>(d); }
+
+inline bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
 
 // Slot of an activation dtype in CudaBackend::Impl::gelu_epilogue.
 inline int GeluSlot(DType dtype) {

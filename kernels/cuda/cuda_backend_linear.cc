@@ -23,11 +23,6 @@
 namespace blossom {
 namespace {
 
-using cuda::ElemType;
-
-ElemType Elem(DType d) { return static_cast<ElemType>(d); }
-bool IsFloatTensor(const Tensor& t) { return IsFloat(t.dtype) && t.data != nullptr; }
-
 absl::Status Launched(const char* what, cudaError_t err) {
   return err == cudaSuccess ? absl::OkStatus() : CudaError(what, err);
 }
