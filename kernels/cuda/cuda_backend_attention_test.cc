@@ -208,9 +208,7 @@ TEST_F(AttentionParity, MixedPrefillChunksAndDecode) {
 TEST_F(AttentionParity, PrefillOnCudaCoresWhenTensorCoresAreOff) {
   CudaBackend::Options options;
   options.tensor_core_attention = false;
-  auto backend = CudaBackend::Create(options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  gpu_ = std::move(*backend);
+  ASSERT_NO_FATAL_FAILURE(UseBackend(options));
   for (DType dt : {DType::kF16, DType::kBF16}) {
     Run(dt, 4, 64, {{300, 129}, {50, 1}, {7, 7}}, 400);
     Run(dt, 4, 128, {{1100, 600}, {70, 70}}, 401);
@@ -224,9 +222,7 @@ TEST_F(AttentionParity, PrefillOnCudaCoresWhenTensorCoresAreOff) {
 TEST_F(AttentionParity, PrefillOnTheMmaKernel) {
   CudaBackend::Options options;
   options.mma_prefill_attention = true;
-  auto backend = CudaBackend::Create(options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  gpu_ = std::move(*backend);
+  ASSERT_NO_FATAL_FAILURE(UseBackend(options));
   for (DType dt : {DType::kF16, DType::kBF16}) {
     for (int32_t d : {32, 64, 80, 96, 128}) Run(dt, 2, d, {{70, 70}, {5, 5}}, 500 + d);
     Run(dt, 4, 64, {{300, 129}, {50, 1}, {7, 7}}, 501);

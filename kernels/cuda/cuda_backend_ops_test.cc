@@ -95,10 +95,7 @@ TEST_F(CudaBackendTest, LinearWithoutTheGeluEpilogueMatchesCpu) {
   CudaBackend::Options options;
   options.allow_gelu_epilogue = false;
   options.skinny_gemm = false;  // M = 1 would take the skinny GEMM, which has its own test
-  auto plain = CudaBackend::Create(options);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  std::unique_ptr<CudaBackend> fused = std::move(gpu_);
-  gpu_ = std::move(*plain);
+  ASSERT_NO_FATAL_FAILURE(UseBackend(options));
   for (DType dt : kFloatTypes) EXPECT_FALSE(gpu_->gelu_epilogue_in_use(dt)) << DTypeName(dt);
   const LinearCase cases[] = {{1, 1024, 4096}, {129, 1024, 3072}, {7, 65, 67}};
   for (DType dt : kFloatTypes) {
@@ -106,24 +103,12 @@ TEST_F(CudaBackendTest, LinearWithoutTheGeluEpilogueMatchesCpu) {
       ExpectLinearMatchesCpu(c, dt, /*with_bias=*/true, Activation::kBloomGelu, 41, "Linear+gelu(separate)");
     }
   }
-  keep_.clear();  // allocated from the plain backend, which goes now
-  gpu_ = std::move(fused);
 }
 
 TEST_F(CudaBackendTest, LinearHalfInputsWithF32OutputLikeTheLmHead) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (const int64_t m : {7, 33}) {  // the skinny GEMM (M <= 8) and cuBLASLt
-      const int64_t k = 256, n = 5000;
-      std::vector<float> x = RoundTo(Random(m * k, 41), dt), w = RoundTo(Random(n * k, 42, 0.0625f), dt);
-      std::vector<char> w_raw = Encode(w, dt);
-      std::vector<float> ref(m * n);
-      ASSERT_TRUE(cpu_.Linear(HostF32(x, {m, k}), Tensor(w_raw.data(), dt, {n, k}), Tensor(), Activation::kNone,
-                              HostF32(ref, {m, n}))
-                      .ok());
-      Tensor out = Empty(DType::kF32, {m, n});
-      ASSERT_TRUE(gpu_->Linear(Upload(x, dt, {m, k}), Upload(w, dt, {n, k}), Tensor(), Activation::kNone, out).ok());
-      // fp32 output of exact half inputs: only the summation order (fp32 accumulation) differs.
-      EXPECT_TRUE(Near(Name("Linear.f32out", dt), Download(out), ref, 1e-4)) << "m " << m;
+      ExpectF32OutLinearMatchesCpu({m, 256, 5000}, dt, 41, "Linear.f32out");
     }
   }
 }
@@ -167,29 +152,15 @@ TEST_F(CudaBackendTest, SkinnyGemmMatchesCpu) {
   };
   run_all("Linear.skinny");
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    const int64_t m = 3, k = 512, n = 2500;
-    std::vector<float> x = RoundTo(Random(m * k, 72), dt), w = RoundTo(Random(n * k, 73, 0.0625f), dt);
-    std::vector<char> w_raw = Encode(w, dt);
-    std::vector<float> ref(m * n);
-    ASSERT_TRUE(cpu_.Linear(HostF32(x, {m, k}), Tensor(w_raw.data(), dt, {n, k}), Tensor(), Activation::kNone,
-                            HostF32(ref, {m, n}))
-                    .ok());
-    Tensor out = Empty(DType::kF32, {m, n});
-    ASSERT_TRUE(gpu_->Linear(Upload(x, dt, {m, k}), Upload(w, dt, {n, k}), Tensor(), Activation::kNone, out).ok());
-    EXPECT_TRUE(Near(Name("Linear.skinny.f32out", dt), Download(out), ref, 1e-4));
+    ExpectF32OutLinearMatchesCpu({3, 512, 2500}, dt, 72, "Linear.skinny.f32out");
   }
-  std::unique_ptr<CudaBackend> original = std::move(gpu_);
   for (const bool timed : {true, false}) {
     CudaBackend::Options options;
     options.time_gemm_candidates = timed;
     options.skinny_gemm = timed;  // timed: whichever measured faster; untimed and off: cuBLASLt
-    auto backend = CudaBackend::Create(options);
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    gpu_ = std::move(*backend);
+    ASSERT_NO_FATAL_FAILURE(UseBackend(options));
     run_all(timed ? "Linear.timed_choice" : "Linear.skinny_off");
-    keep_.clear();  // allocated from this backend, which goes now
   }
-  gpu_ = std::move(original);
 }
 
 TEST_F(CudaBackendTest, LinearRejectsMismatchedShapes) {

@@ -171,7 +171,14 @@ class CudaBackendTest : public ::testing::Test {
   void SetUp() override {
     const cuda::DeviceQuery q = cuda::QueryDevices();
     if (q.count == 0) GTEST_SKIP() << "no GPU: " << q.reason;
-    auto backend = CudaBackend::Create();
+    UseBackend(CudaBackend::Options());
+  }
+
+  // Puts a backend made with `options` under test (the tensors kept from the previous one are
+  // freed first). Call it as ASSERT_NO_FATAL_FAILURE(UseBackend(options)).
+  void UseBackend(const CudaBackend::Options& options) {
+    keep_.clear();
+    auto backend = CudaBackend::Create(options);
     ASSERT_TRUE(backend.ok()) << backend.status();
     gpu_ = std::move(*backend);
   }
@@ -214,6 +221,21 @@ class CudaBackendTest : public ::testing::Test {
     absl::Status s = gpu_->CopyToHost(t, out.data());
     EXPECT_TRUE(s.ok()) << s;
     return out;
+  }
+
+  // Half inputs, an fp32 output and no bias (the LM head's Linear) against the CPU backend: exact
+  // half inputs, so only the summation order (fp32 accumulation) differs (rtol 1e-4).
+  void ExpectF32OutLinearMatchesCpu(const LinearCase& c, DType dt, uint32_t seed, const char* op) {
+    std::vector<float> x = RoundTo(Random(c.m * c.k, seed), dt), w = RoundTo(Random(c.n * c.k, seed + 1, 0.0625f), dt);
+    std::vector<char> w_raw = Encode(w, dt);
+    std::vector<float> ref(c.m * c.n);
+    ASSERT_TRUE(cpu_.Linear(HostF32(x, {c.m, c.k}), Tensor(w_raw.data(), dt, {c.n, c.k}), Tensor(), Activation::kNone,
+                            HostF32(ref, {c.m, c.n}))
+                    .ok());
+    Tensor out = Empty(DType::kF32, {c.m, c.n});
+    ASSERT_TRUE(
+        gpu_->Linear(Upload(x, dt, {c.m, c.k}), Upload(w, dt, {c.n, c.k}), Tensor(), Activation::kNone, out).ok());
+    EXPECT_TRUE(Near(Name(op, dt), Download(out), ref, 1e-4)) << "m " << c.m;
   }
 
   // gpu_->Linear against the CPU backend on random operands rounded to `dt` (seeds seed..seed+2).
