@@ -52,6 +52,20 @@ __device__ __forceinline__ float DotRow(const float* q, const T* k, int32_t d) {
   return acc;
 }
 
+// The partition's scores in p_s[0, n) become their unnormalised softmax weights exp(score - max)
+// (0 for masked keys); *mx goes in as this thread's running max and comes out as the block's.
+// Returns the weights' block-wide sum. Ends with a barrier: every weight is in p_s.
+__device__ __forceinline__ float ExpWeights(float* p_s, int32_t n, float* mx, float* scratch) {
+  *mx = BlockMax(*mx, scratch);  // ends with a barrier: every score is in p_s
+  float sum = 0.0f;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = p_s[i] == -INFINITY ? 0.0f : expf(p_s[i] - *mx);
+    p_s[i] = e;
+    sum += e;
+  }
+  return BlockSum(sum, scratch);
+}
+
 // A decode partition's window of the sequence's block table, copied to shared memory once: each
 // key's row then costs no global load before its K/V load.
 struct BlockWindow {
@@ -129,14 +143,7 @@ __device__ __forceinline__ void DecodePartitionVec(const AttentionArgs& a, const
       }
     }
   }
-  mx = BlockMax(mx, scratch);  // ends with a barrier: every score is in p_s
-  float sum = 0.0f;
-  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
-    const float e = p_s[j - k_begin] == -INFINITY ? 0.0f : expf(p_s[j - k_begin] - mx);
-    p_s[j - k_begin] = e;
-    sum += e;
-  }
-  sum = BlockSum(sum, scratch);  // ends with a barrier: the weights are in p_s
+  const float sum = ExpWeights(p_s, k_end - k_begin, &mx, scratch);
 
   float acc[kMaxLaneVecs][kN];
 #pragma unroll
@@ -218,14 +225,7 @@ __device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, co
     p_s[j - k_begin] = score;
     mx = fmaxf(mx, score);
   }
-  mx = BlockMax(mx, scratch);
-  float sum = 0.0f;
-  for (int32_t j = k_begin + threadIdx.x; j < k_end; j += blockDim.x) {
-    const float e = p_s[j - k_begin] == -INFINITY ? 0.0f : expf(p_s[j - k_begin] - mx);
-    p_s[j - k_begin] = e;
-    sum += e;
-  }
-  sum = BlockSum(sum, scratch);  // ends with a barrier: p_s is complete
+  const float sum = ExpWeights(p_s, k_end - k_begin, &mx, scratch);
   if (d <= static_cast<int32_t>(blockDim.x)) {
     // Key groups x head_dim: a warp reads consecutive elements of one V row.
     const int32_t groups = blockDim.x / d;

@@ -99,6 +99,18 @@ __device__ __forceinline__ void StoreKvChunk(T* k_s, T* v_s, int32_t ld, int32_t
   }
 }
 
+// The tile's kTcQTile query rows of head h into q_s (row stride `ld`), zeros past the tile's nq.
+template <typename T>
+__device__ __forceinline__ void LoadQTile(const AttentionArgs& a, const PrefillTile& tile, int32_t h, int32_t d,
+                                          int32_t ld, T* q_s) {
+  const T* q_src = static_cast<const T*>(a.q);
+  const int32_t heads = a.kv.num_heads;
+  for (int32_t i = threadIdx.x; i < kTcQTile * d; i += kTcThreads) {
+    const int32_t qi = i / d, e = i % d;
+    q_s[qi * ld + e] = qi < tile.nq ? q_src[((tile.t0 + qi) * heads + h) * d + e] : FromF32<T>(0.0f);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, const int32_t* tile_start) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -130,11 +142,7 @@ __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, c
   const int32_t row0 = warp * 16;  // first query row (in the tile) of this warp
 
   const int64_t t0 = tile.t0;
-  const T* q_src = static_cast<const T*>(a.q);
-  for (int32_t i = threadIdx.x; i < kTcQTile * d; i += blockDim.x) {
-    const int32_t qi = i / d, e = i % d;
-    q_s[qi * qkv_ld + e] = qi < nq ? q_src[((t0 + qi) * heads + h) * d + e] : FromF32<T>(0.0f);
-  }
+  LoadQTile<T>(a, tile, h, d, qkv_ld, q_s);
   for (int32_t i = threadIdx.x; i < kTcWarps * 16 * o_ld; i += blockDim.x) o_all[i] = 0.0f;
   if (threadIdx.x < kTcQTile) {
     m_s[threadIdx.x] = -INFINITY;
@@ -316,11 +324,7 @@ __global__ void __launch_bounds__(kTcThreads) PrefillMmaKernel(AttentionArgs a, 
   const int32_t row0 = warp * 16;
   const int64_t t0 = tile.t0;
 
-  const T* q_src = static_cast<const T*>(a.q);
-  for (int32_t i = threadIdx.x; i < kTcQTile * kD; i += kTcThreads) {
-    const int32_t qi = i / kD, e = i % kD;
-    q_s[qi * kLd + e] = qi < nq ? q_src[((t0 + qi) * heads + h) * kD + e] : FromF32<T>(0.0f);
-  }
+  LoadQTile<T>(a, tile, h, kD, kLd, q_s);
   // The two rows of this lane: row0 + g and row0 + g + 8 (rows past nq are padding).
   const int32_t pos_lo = pos0 + row0 + g, pos_hi = pos_lo + 8;
   const bool ok_lo = row0 + g < nq, ok_hi = row0 + g + 8 < nq;
