@@ -5,13 +5,14 @@
 # session and a machine takes ~35 s to start, so few calls that each do several things pay.
 #
 # Usage (device tool, from the repository root there; carry [".device/gpu_suite", ".device/pack"]):
-#   bash tools/gpu/device_call.sh [--total S] [--sanitize TOOL BINARIES [FILTER]] [--no-tests]
-#                                 [--dry-run] [PHASE ...]
+#   bash tools/gpu/device_call.sh [--total S] [--sanitize TOOL BINARIES] [--no-tests] [--dry-run]
+#                                 [PHASE ...]
 #   --total S        seconds the whole command may take (default 540; set the run's timeout_s
 #                    ~30 s above it). The benchmark phases get what is left after the suite.
-#   --sanitize TOOL BINARIES [FILTER]
-#                    memcheck or racecheck over BINARIES (a space-separated list, one argument),
-#                    with a gtest FILTER if given, alongside the suite (deadline: --sanitize-s).
+#   --sanitize TOOL BINARIES
+#                    memcheck or racecheck over BINARIES (a space-separated list, one argument)
+#                    alongside the suite (deadline: --sanitize-s; a gtest filter for it:
+#                    BLOSSOM_SANITIZER_FILTER).
 #   --sanitize-s S   the sanitizer run's own budget (default 120).
 #   --no-tests       skip the suite (e.g. a speed-only call).
 #   --dry-run        for a machine without a GPU: the suite and sanitizer runs accept SKIPPED
@@ -34,16 +35,12 @@ cd "$ROOT"
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
 
-TOTAL=540 SAN_S=120 TESTS=1 DRY=() SAN_TOOL="" SAN_BINS="" SAN_FILTER=""
+TOTAL=540 SAN_S=120 TESTS=1 DRY=() SAN_TOOL="" SAN_BINS=""
 PHASES=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --total) TOTAL="$2"; shift ;;
-    --sanitize)
-      SAN_TOOL="$2"; SAN_BINS="$3"; shift 2
-      if [[ $# -gt 1 && "$2" != --* ]] && ! [[ "$2" =~ ^(probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile|all)$ ]]; then
-        SAN_FILTER="$2"; shift
-      fi ;;
+    --sanitize) SAN_TOOL="$2"; SAN_BINS="$3"; shift 2 ;;
     --sanitize-s) SAN_S="$2"; shift ;;
     --no-tests) TESTS=0 ;;
     --dry-run) DRY=(--dry-run) ;;
@@ -71,8 +68,7 @@ echo "== device_call: total ${TOTAL}s; suite $TESTS; sanitizer ${SAN_TOOL:-none}
 FAILED=0
 pids=()
 if [[ -n "$SAN_TOOL" ]]; then
-  ( BLOSSOM_ONLY="$SAN_BINS" BLOSSOM_SANITIZER_FILTER="${SAN_FILTER:-${BLOSSOM_SANITIZER_FILTER:-}}" \
-      BLOSSOM_DEADLINE_S="$SAN_S" bash "$SUITE" "${DRY[@]}" "$SAN_TOOL" --out "$W/sanitizer" > "$W/sanitizer.log" 2>&1 ) &
+  ( BLOSSOM_ONLY="$SAN_BINS" BLOSSOM_DEADLINE_S="$SAN_S" bash "$SUITE" "${DRY[@]}" "$SAN_TOOL" --out "$W/sanitizer" > "$W/sanitizer.log" 2>&1 ) &
   SAN_PID=$!
 fi
 NEEDS_CHECKPOINT=0
