@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUD
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "sweep, --backend cuda, --tp 1: time each cuBLASLt plan's candidates on its first call "
           "(in the warm-up cycles), as blossom-server does.");
-ABSL_FLAG(bool, cuda_mma_attention, false,
+ABSL_FLAG(bool, cuda_mma_attention, true,
           "sweep, --backend cuda: prefill attention on the register-accumulator (mma.sync) kernel "
           "(blossom-server's --cuda_mma_attention).");
 ABSL_FLAG(bool, cuda_skinny_gemm, true,

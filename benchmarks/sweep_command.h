@@ -39,7 +39,7 @@ struct SweepCommandOptions {
   bool cuda_skinny_gemm = true;
   // Backend "cuda": prefill attention on the mma.sync kernel (ModelRunnerOptions::
   // mma_prefill_attention; blossom-server's --cuda_mma_attention).
-  bool cuda_mma_attention = false;
+  bool cuda_mma_attention = true;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

@@ -73,10 +73,10 @@ ABSL_FLAG(bool, cuda_time_gemm, true,
 ABSL_FLAG(bool, cuda_tensor_core_attention, true,
           "--backend cuda: prefill attention of f16/bf16 models on tensor cores (false: the "
           "CUDA-core kernel).");
-ABSL_FLAG(bool, cuda_mma_attention, false,
+ABSL_FLAG(bool, cuda_mma_attention, true,
           "--backend cuda, with --cuda_tensor_core_attention: prefill attention on the "
-          "register-accumulator (mma.sync) kernel instead of the WMMA one. Off until measured on "
-          "a GPU.");
+          "register-accumulator (mma.sync) kernel for head sizes 64/80/96/128 (false: the WMMA "
+          "kernel).");
 ABSL_FLAG(bool, cuda_skinny_gemm, true,
           "--backend cuda: linears of decode steps with up to 8 sequences on the skinny GEMM (a "
           "batched GEMV streaming the weights once) where it measured faster than cuBLASLt at the "

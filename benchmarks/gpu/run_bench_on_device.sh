@@ -27,8 +27,9 @@
 #   prefill     a 2048-token prefill (BLOSSOM_PREFILL_TOKENS) at batch 1, 5 cycles, against the
 #               probe's GEMM rate: prefill.md (p50 ms, TFLOP/s, share of the rate) (~1 min; not
 #               part of "all")
-#   mma         the prefill phase again with --cuda_mma_attention (the register-accumulator
-#               attention kernel): prefill_mma.md (~5 s on an H200; not part of "all")
+#   mma         the prefill phase again with --cuda_mma_attention=false (the WMMA attention
+#               kernel, against the default register-accumulator one): prefill_wmma.md (~5 s on
+#               an H200; not part of "all")
 #   profile     Nsight Compute over a short batch-BLOSSOM_PROFILE_BATCH (1) sweep with --cuda_graphs=false
 #               and --cuda_time_gemm=false (no timing runs among the profiled kernels; decode-sized
 #               linears then take the skinny GEMM)
@@ -187,7 +188,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md prefill_mma.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md prefill_wmma.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -337,8 +338,9 @@ PYEOF
 }
 
 phase_prefill() { prefill_run prefill ""; }
-# The same prefill with attention on the register-accumulator kernel (--cuda_mma_attention).
-phase_mma() { prefill_run prefill_mma " (attention: mma.sync kernel)" --cuda_mma_attention; }
+# The same prefill with attention on the WMMA kernel (--cuda_mma_attention=false), against the
+# default mma.sync one.
+phase_mma() { prefill_run prefill_wmma " (attention: WMMA kernel)" --cuda_mma_attention=false; }
 
 # Where a step's GPU time goes, kernel by kernel (ncu reads the counters on Firecracker machines;
 # --clock-control none leaves the GPU's clocks as they are).

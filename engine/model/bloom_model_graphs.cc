@@ -139,8 +139,14 @@ absl::Status BloomModel::WarmUpStepGraphs(KvCache& cache) {
   for (int32_t bucket = 1; bucket <= graphs_->max_bucket && !graphs_->disabled; bucket *= 2) {
     if (graphs_->by_bucket.count(bucket) > 0 && graphs_->cache_id == cache.id()) continue;
     BLOSSOM_RETURN_IF_ERROR(RunBucket(nullptr, bucket, cache).status());
+    // Each bucket is packed into the same pinned staging, whose copy up is an asynchronous DMA
+    // on a GPU: without this wait the next bucket's packing overwrote it while this bucket's
+    // copy was still queued, and this bucket's step read the next one's layout (seen on an H100:
+    // a server with 256-sequence graphs failed its warm-up on "attention metadata
+    // inconsistent"). A serving step needs no such wait: each ends by waiting for its tokens.
+    BLOSSOM_RETURN_IF_ERROR(backend_->Synchronize());
   }
-  return backend_->Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status BloomModel::WarmUpLinearPlans(KvCache& cache, int32_t max_step_tokens,
@@ -196,6 +202,8 @@ absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, 
 
   const int32_t W = g.table_width;
   const PackedLayout at(B, W);
+  // Free to rewrite: the copy from it of the previous step is done, since every step ends with
+  // a wait for the device (and WarmUpStepGraphs waits after each bucket).
   int32_t* host = static_cast<int32_t*>(g.host.get());
   PackInputs(b, B, W, block_size, host);
   const Tensor& buf = g.metadata.tensor;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/model/bloom_model.h"
@@ -259,6 +260,90 @@ TEST(StepGraphsWarmUpTest, LinearPlansRunAtTheBackendsRowCountsAndWriteNoKv) {
   ASSERT_TRUE((*warm)->Forward(decode, **warm_cache, a.data()).ok());
   ASSERT_TRUE((*plain)->Forward(decode, **plain_cache, b.data()).ok());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// A CPU backend that holds its callers to the staging contract of a GPU backend
+// (Backend::AllocateHostStaging): a copy up from pinned staging is an asynchronous DMA, so the
+// staging must not be written again before the next wait for the device (Synchronize, or a
+// CopyToHost, which waits). The CPU backend copies at once and cannot show the race itself, so
+// this one remembers the bytes of each copy from staging and counts the copies whose source
+// changed before a wait.
+class StagingContractCpuBackend : public CpuBackend {
+ public:
+  StagingContractCpuBackend() : CpuBackend(2) {}
+  absl::StatusOr<HostBuffer> AllocateHostStaging(size_t bytes) override {
+    absl::StatusOr<HostBuffer> buffer = CpuBackend::AllocateHostStaging(bytes);
+    if (buffer.ok()) staging_.push_back({static_cast<char*>(buffer->get()), bytes});
+    return buffer;
+  }
+  absl::Status CopyToDevice(const void* host, Tensor dst) override {
+    CountRewritten();
+    const char* src = static_cast<const char*>(host);
+    for (const auto& [begin, bytes] : staging_) {
+      if (src >= begin && src < begin + bytes) {
+        pending_.push_back({src, std::vector<char>(src, src + dst.bytes())});
+      }
+    }
+    return CpuBackend::CopyToDevice(host, dst);
+  }
+  absl::Status CopyToHost(const Tensor& src, void* host) override {
+    Waited();
+    return CpuBackend::CopyToHost(src, host);
+  }
+  absl::Status Synchronize() override {
+    Waited();
+    return CpuBackend::Synchronize();
+  }
+  int rewritten_before_a_wait = 0;
+  int copies_from_staging = 0;
+
+ private:
+  void CountRewritten() {  // each rewritten copy once
+    const size_t before = pending_.size();
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const auto& copy) {
+                                    return std::memcmp(copy.first, copy.second.data(),
+                                                       copy.second.size()) != 0;
+                                  }),
+                   pending_.end());
+    rewritten_before_a_wait += static_cast<int>(before - pending_.size());
+    copies_from_staging += static_cast<int>(before - pending_.size());
+  }
+  void Waited() {
+    CountRewritten();
+    copies_from_staging += static_cast<int>(pending_.size());
+    pending_.clear();
+  }
+  std::vector<std::pair<char*, size_t>> staging_;
+  std::vector<std::pair<const char*, std::vector<char>>> pending_;
+};
+
+TEST(StepGraphsWarmUpTest, NoStagingIsRewrittenBeforeItsCopyIsWaitedFor) {
+  StagingContractCpuBackend backend;
+  auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->EnableStepGraphs(StepGraphOptions{8, 24}).ok());
+  auto cache = (*model)->CreateKvCache(16, kBlockSize);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  // Buckets 1, 2, 4 and 8 share one staging buffer, each with its own layout.
+  ASSERT_TRUE((*model)->WarmUpStepGraphs(**cache).ok());
+  EXPECT_EQ((*model)->step_graph_stats().captured, 4);
+  // Then steps as the engine runs them: a prefill, and decode steps that replay the graphs.
+  const std::vector<int32_t> table = {0, 1, 2, 3};
+  std::vector<float> logits((*model)->vocab_size());
+  StepBatch prefill;
+  prefill.max_blocks_per_seq = 4;
+  prefill.AddSequence({1, 17, 250}, 0, table, true);
+  ASSERT_TRUE((*model)->Forward(prefill, **cache, logits.data()).ok());
+  for (int32_t pos = 3; pos < 6; ++pos) {
+    StepBatch decode;
+    decode.max_blocks_per_seq = 4;
+    decode.AddSequence({42}, pos, table, true);
+    ASSERT_TRUE((*model)->Forward(decode, **cache, logits.data()).ok());
+  }
+  EXPECT_EQ((*model)->step_graph_stats().replayed, 3);
+  EXPECT_GE(backend.copies_from_staging, 4 + 1 + 3) << "every bucket and step copies from staging";
+  EXPECT_EQ(backend.rewritten_before_a_wait, 0);
 }
 
 TEST(StepGraphsOptionsTest, RefusesOptionsOutOfRange) {

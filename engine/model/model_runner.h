@@ -97,8 +97,8 @@ struct ModelRunnerOptions {
   // (CudaBackend::Options::tensor_core_attention); false keeps the CUDA-core kernel.
   bool tensor_core_attention = true;
   // Backend "cuda": the register-accumulator prefill attention kernel
-  // (CudaBackend::Options::mma_prefill_attention; off until measured on a GPU).
-  bool mma_prefill_attention = false;
+  // (CudaBackend::Options::mma_prefill_attention); false: the WMMA kernel.
+  bool mma_prefill_attention = true;
   // Backend "cuda": decode-sized linears (M <= 8) on the skinny GEMM where it is faster than
   // cuBLASLt (CudaBackend::Options::skinny_gemm; chosen by timing with time_gemm_candidates).
   bool skinny_gemm = true;

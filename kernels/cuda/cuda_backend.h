@@ -67,10 +67,11 @@ class CudaBackend : public Backend {
     // on the CUDA-core kernels (the reference the GPU tests compare the tensor-core kernel with).
     bool tensor_core_attention = true;
     // With tensor_core_attention: the register-accumulator prefill kernel (mma.sync,
-    // FlashAttention-2 layout; attention_tc.cu) instead of the WMMA one, whose S, P and O go
-    // through shared memory (measured at ~24 TFLOP/s on an H200, 55% of a 2048-token 7b1
-    // prefill). Off until its parity tests and speed have run on a GPU.
-    bool mma_prefill_attention = false;
+    // FlashAttention-2 layout; attention_tc.cu) for head sizes 64/80/96/128, instead of the
+    // WMMA one, whose S, P and O go through shared memory. Measured on an H100: a 2048-token
+    // 7b1 prefill 52.8 ms against WMMA's 75.2 (benchmarks/results/2026-11-26-gpu-h100).
+    // false: the WMMA kernel (which serves the other head sizes either way).
+    bool mma_prefill_attention = true;
     // Linears of up to cuda::kSkinnyGemmMaxRows (8) rows, the decode steps of small batches, may
     // run the skinny GEMM (skinny_gemm.cu, a batched GEMV that streams the weights once) instead
     // of cuBLASLt: with time_gemm_candidates, per shape where it measured faster at warm-up;

@@ -215,10 +215,11 @@ TEST_F(AttentionParity, PrefillOnCudaCoresWhenTensorCoresAreOff) {
   }
 }
 
-// The register-accumulator (mma.sync) prefill kernel (CudaBackend::Options::mma_prefill_attention)
-// on every head size it serves (64, 80, 96, 128; 32 falls back to the WMMA kernel), prefill-only
-// and mixed steps, chunks over cached tokens, the 7b1 head size at a 600-token chunk, and rows of
-// a tile past a short sequence's end: against the CPU at the 16-bit tolerances.
+// The register-accumulator (mma.sync) prefill kernel (CudaBackend::Options::mma_prefill_attention,
+// the default, stated here) on every head size it serves (64, 80, 96, 128; 32 falls back to the
+// WMMA kernel), prefill-only and mixed steps, chunks over cached tokens, the 7b1 head size at a
+// 600-token chunk, and rows of a tile past a short sequence's end: against the CPU at the 16-bit
+// tolerances.
 TEST_F(AttentionParity, PrefillOnTheMmaKernel) {
   CudaBackend::Options options;
   options.mma_prefill_attention = true;
@@ -229,6 +230,18 @@ TEST_F(AttentionParity, PrefillOnTheMmaKernel) {
     Run(dt, 8, 64, {{300, 129}, {50, 1}, {2000, 1}, {7, 7}}, 502);
     Run(dt, 4, 128, {{1100, 600}, {70, 70}, {900, 1}}, 503);
     Run(dt, 3, 128, {{64, 64}, {65, 65}, {1, 1}, {130, 3}}, 504);
+  }
+}
+
+// The WMMA prefill kernel, which serves the head sizes the mma.sync one does not (and every size
+// with mma_prefill_attention off), on the BLOOM head sizes too.
+TEST_F(AttentionParity, PrefillOnTheWmmaKernelWhenMmaIsOff) {
+  CudaBackend::Options options;
+  options.mma_prefill_attention = false;
+  ASSERT_NO_FATAL_FAILURE(UseBackend(options));
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    Run(dt, 8, 64, {{300, 129}, {50, 1}, {2000, 1}, {7, 7}}, 600);
+    Run(dt, 4, 128, {{1100, 600}, {70, 70}, {900, 1}}, 601);
   }
 }
 
