@@ -8,9 +8,8 @@
 #include "kernels/status_macros.h"
 
 namespace blossom {
-namespace {
 
-cuda::SamplingRow DeviceRow(const SampleRow& row) {
+cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
   const SamplingParams& p = *row.params;
   cuda::SamplingRow out;
   out.temperature = p.temperature;
@@ -21,12 +20,17 @@ cuda::SamplingRow DeviceRow(const SampleRow& row) {
   out.presence_penalty = p.presence_penalty;
   out.seed = row.rng->seed();
   out.offset = row.context.output_tokens.size();
-  out.prompt_tokens.assign(row.context.prompt_tokens.begin(), row.context.prompt_tokens.end());
-  out.output_tokens.assign(row.context.output_tokens.begin(), row.context.output_tokens.end());
+  // Only the penalties read the histories: without them a row carries none, so a step does not
+  // copy, check and upload every sequence's whole context (at 256 sequences of a few hundred
+  // tokens, most of the sampler's host work).
+  if (p.repetition_penalty != 1.0f) {
+    out.prompt_tokens.assign(row.context.prompt_tokens.begin(), row.context.prompt_tokens.end());
+  }
+  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    out.output_tokens.assign(row.context.output_tokens.begin(), row.context.output_tokens.end());
+  }
   return out;
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBatchSampler>> CudaBatchSampler::Create(CudaBackend* backend) {
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaSampler> sampler,

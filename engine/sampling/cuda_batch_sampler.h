@@ -47,6 +47,10 @@ class CudaBatchSampler : public BatchSampler {
 
   // Whether `row` must be sampled on the host (see the file comment).
   static bool NeedsHost(const SampleRow& row);
+  // The GPU sampler's row for `row`: its parameters, its Philox (seed, offset), and the token
+  // histories its penalties read (the prompt for the repetition penalty, the output for every
+  // penalty; none without penalties).
+  static cuda::SamplingRow DeviceRow(const SampleRow& row);
 
   // Rows sampled so far on the device and on the host (fallbacks).
   int64_t device_rows() const { return device_rows_; }

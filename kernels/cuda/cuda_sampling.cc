@@ -75,6 +75,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     return absl::InvalidArgumentError(absl::StrCat("cuda sampler: bad logits or vocab ", vocab));
   }
   size_t prompt_total = 0, output_total = 0;
+  bool any_penalty = false;
   for (int32_t r = 0; r < n; ++r) {
     const SamplingRow& row = rows[r];
     if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
@@ -93,6 +94,8 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     }
     prompt_total += row.prompt_tokens.size();
     output_total += row.output_tokens.size();
+    any_penalty = any_penalty || row.repetition_penalty != 1.0f || row.frequency_penalty != 0.0f ||
+                  row.presence_penalty != 0.0f;
   }
   const size_t params_at = 0;
   const size_t pstart_at = Align(params_at + n * sizeof(RowSamplingParams));
@@ -143,6 +146,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   a.output_start = reinterpret_cast<const int32_t*>(d + ostart_at);
   a.output_tokens = reinterpret_cast<const int32_t*>(d + otok_at);
   a.out_tokens = reinterpret_cast<int32_t*>(d + out_at);
+  a.any_penalty = any_penalty;
   err = LaunchSampling(a, stream);
   if (err != cudaSuccess) return CudaError("LaunchSampling", err);
   err = cudaMemcpyAsync(h + out_at, d + out_at, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);

@@ -326,7 +326,7 @@ float PhiloxUniform(uint64_t seed, uint64_t offset) { return Uniform(seed, offse
 cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   if (a.vocab <= 0 || a.vocab > INT_MAX) return cudaErrorInvalidValue;
-  PenaltyKernel<<<a.rows, kPenaltyThreads, 0, stream>>>(a);
+  if (a.any_penalty) PenaltyKernel<<<a.rows, kPenaltyThreads, 0, stream>>>(a);
   SampleKernel<<<a.rows, kSampleThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -33,6 +33,9 @@ struct SamplingLaunchArgs {
   const int32_t* output_tokens = nullptr;
   const int32_t* output_start = nullptr;  // [rows + 1]; null: no output tokens
   int32_t* out_tokens = nullptr;          // device [rows]
+  // Whether any row has a penalty (repetition != 1, frequency or presence != 0): false skips
+  // the penalty kernel, which would change nothing.
+  bool any_penalty = true;
 };
 
 cudaError_t LaunchSampling(const SamplingLaunchArgs& args, cudaStream_t stream);
