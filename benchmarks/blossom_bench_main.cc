@@ -50,6 +50,12 @@ ABSL_FLAG(bool, cuda_mma_attention, true,
 ABSL_FLAG(bool, cuda_skinny_gemm, true,
           "sweep, --backend cuda: decode linears of up to 8 rows on the skinny GEMM where it times "
           "faster than cuBLASLt (always with --cuda_time_gemm=false), as blossom-server does.");
+ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
+          "sweep, --backend cuda: threads per decode attention block, 128, 256 or 512 "
+          "(blossom-server's --cuda_decode_attention_threads).");
+ABSL_FLAG(bool, cuda_register_layernorm, false,
+          "sweep, --backend cuda: LayerNorm rows held in registers (blossom-server's "
+          "--cuda_register_layernorm).");
 ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -101,6 +107,8 @@ int RunSweep(const std::string& command_line) {
   options.cuda_time_gemm = absl::GetFlag(FLAGS_cuda_time_gemm);
   options.cuda_skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
   options.cuda_mma_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
+  options.cuda_decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
+  options.cuda_register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

@@ -40,6 +40,10 @@ struct SweepCommandOptions {
   // Backend "cuda": prefill attention on the mma.sync kernel (ModelRunnerOptions::
   // mma_prefill_attention; blossom-server's --cuda_mma_attention).
   bool cuda_mma_attention = true;
+  // Backend "cuda": ModelRunnerOptions::decode_attention_threads and register_layernorm
+  // (blossom-server's --cuda_decode_attention_threads, --cuda_register_layernorm).
+  int32_t cuda_decode_attention_threads = 128;
+  bool cuda_register_layernorm = false;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

@@ -81,6 +81,12 @@ ABSL_FLAG(bool, cuda_skinny_gemm, true,
           "--backend cuda: linears of decode steps with up to 8 sequences on the skinny GEMM (a "
           "batched GEMV streaming the weights once) where it measured faster than cuBLASLt at the "
           "start-up warm-up (always, with --cuda_time_gemm=false); false: cuBLASLt only.");
+ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
+          "--backend cuda: threads per decode attention block: 128, 256 or 512 (more keys' loads "
+          "in flight per block at long contexts).");
+ABSL_FLAG(bool, cuda_register_layernorm, false,
+          "--backend cuda: LayerNorm rows held in registers (one round of loads; the same "
+          "results).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -254,6 +260,8 @@ int Run() {
   runner_options.tensor_core_attention = absl::GetFlag(FLAGS_cuda_tensor_core_attention);
   runner_options.skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
   runner_options.mma_prefill_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
+  runner_options.decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
+  runner_options.register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {

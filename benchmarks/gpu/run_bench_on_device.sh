@@ -37,6 +37,12 @@
 #               seed prompts, and BLOSSOM_PROFILE_TOKENS (8) - 1 decode steps): gpu__time_duration of
 #               every kernel, summed by kernel name: profile.md (the top kernels, their share) and
 #               profile.csv (~2-4 min on 7b1; not part of "all")
+#   variants    decode with kernel options side by side at a long context: the sweep at
+#               BLOSSOM_VARIANT_BATCH_SIZES (1,8,32), BLOSSOM_VARIANT_PROMPT_TOKENS (2000) prompt
+#               tokens, 32 new tokens, once per variant of BLOSSOM_VARIANTS ("name=flags;...";
+#               default: decode attention blocks of 512 threads, LayerNorm in registers, both),
+#               with the base run first and again last (its drift shows the noise):
+#               variants.md (~1-2 min; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
 #               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
 #               servecheck.json (~1-2 min; not part of "all")
@@ -92,8 +98,8 @@ EXPANDED=()
 for p in "${PHASES[@]}"; do
   case "$p" in
     all) EXPANDED+=(probe checkpoint sweep hf) ;;
-    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile) EXPANDED+=("$p") ;;
-    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile|all)" >&2; exit 2 ;;
+    probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile|variants) EXPANDED+=("$p") ;;
+    *) echo "unknown phase '$p' (probe|checkpoint|sweep|hf|serve|parity|servecheck|graphs|skinny|prefill|mma|profile|variants|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -188,7 +194,7 @@ collect() {
     echo "- GPU: ${GPU_INFO:-unknown}; machine: $MACHINE"
     echo "- phase results: ${PHASE_STATUS[*]:-none}"
     echo
-    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md prefill_wmma.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
+    for f in probe.txt side_by_side.md blossom_sweep.md graphs_ab.md skinny_ab.md prefill.md prefill_wmma.md variants.md profile.md serve.md serve_host.md parity_bf16/parity.md parity_f16/parity.md; do
       [[ -f "$RESULTS/$f" ]] || continue
       echo "---"; echo; echo "<!-- $f -->"; cat "$RESULTS/$f"; echo
     done
@@ -310,6 +316,52 @@ PYEOF
 
 phase_graphs() { ab_sweep graphs --cuda_graphs=false "${BLOSSOM_GRAPH_BATCH_SIZES:-1,8,64}" "CUDA graphs"; }
 phase_skinny() { ab_sweep skinny --cuda_skinny_gemm=false "${BLOSSOM_SKINNY_BATCH_SIZES:-1,2,4,8}" "the skinny GEMM"; }
+
+# Decode at a long context once per kernel-option variant, the base first and last.
+phase_variants() {
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then record variants "skipped (no checkpoint)"; return; fi
+  local spec="${BLOSSOM_VARIANTS:-threads512=--cuda_decode_attention_threads=512;ln_regs=--cuda_register_layernorm;both=--cuda_decode_attention_threads=512 --cuda_register_layernorm}"
+  local names=(base) flags=("") item rc=0 cut=""
+  IFS=';' read -r -a items <<< "$spec"
+  for item in "${items[@]}"; do names+=("${item%%=*}"); flags+=("${item#*=}"); done
+  names+=(base_again); flags+=("")
+  local i jsons=()
+  for i in "${!names[@]}"; do
+    if ! need 30; then cut="cut short (time) before ${names[$i]}"; break; fi
+    # shellcheck disable=SC2086
+    timeout $(( $(left) - 15 )) "$HERE/wrap/blossom-bench" sweep --model "$MODEL_DIR" --backend "$DEVICE" \
+      --batch-sizes "${BLOSSOM_VARIANT_BATCH_SIZES:-1,8,32}" --prompt-tokens "${BLOSSOM_VARIANT_PROMPT_TOKENS:-2000}" \
+      --max-new-tokens 32 --warmup 1 --cycles 3 --commit "$COMMIT" --machine "$MACHINE" \
+      --json "$RESULTS/variant_${names[$i]}.json" ${flags[$i]} ${BLOSSOM_SWEEP_ARGS:-} \
+      > "$RESULTS/variant_${names[$i]}.log" 2>&1 || { rc=$?; tail -20 "$RESULTS/variant_${names[$i]}.log"; break; }
+    jsons+=("${names[$i]}=$RESULTS/variant_${names[$i]}.json")
+  done
+  if (( ${#jsons[@]} > 0 )); then
+    "$PY" - "${jsons[@]}" > "$RESULTS/variants.md" <<'PYEOF' || rc=$?
+import json, sys
+runs = [(a.split("=", 1)[0], json.load(open(a.split("=", 1)[1]))) for a in sys.argv[1:]]
+base = [d for n, d in runs if n.startswith("base")]
+def p50(doc, bs):
+    return {r["batch_size"]: r["decode_ms_per_token"]["p50"] for r in doc["results"]}.get(bs)
+batches = [r["batch_size"] for r in runs[0][1]["results"]]
+print("## Decode ms/token p50 per variant (long context; ratio: base mean / variant, > 1 faster)\n")
+print("| variant | " + " | ".join(f"batch {b}" for b in batches) + " |")
+print("|---|" + "---|" * len(batches))
+for name, doc in runs:
+    cells = []
+    for b in batches:
+        v = p50(doc, b)
+        ref = [p50(d, b) for d in base if p50(d, b)]
+        ratio = (sum(ref) / len(ref)) / v if v and ref else float("nan")
+        cells.append(f"{v:.3f} ({ratio:.3f}x)" if v else "-")
+    print(f"| {name} | " + " | ".join(cells) + " |")
+PYEOF
+  fi
+  [[ -f "$RESULTS/variants.md" ]] && cat "$RESULTS/variants.md"
+  if (( rc != 0 )); then record variants "failed rc=$rc"
+  elif [[ -n "$cut" ]]; then record variants "$cut"
+  else record variants ok; fi
+}
 
 # One long prefill against the GEMM rate the CUDA probe measured (blossom-bench's own probe):
 # NAME.{json,log,md}; EXTRA: blossom-bench flags of this variant.

@@ -146,13 +146,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const bool tensor_cores = options.tensor_core_attention;
     const bool skinny_gemm = options.skinny_gemm;
     const bool mma_attention = options.mma_prefill_attention;
-    make_backend = [tp, time_gemm, tensor_cores, skinny_gemm,
-                    mma_attention](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    const int32_t decode_threads = options.decode_attention_threads;
+    const bool register_layernorm = options.register_layernorm;
+    make_backend = [tp, time_gemm, tensor_cores, skinny_gemm, mma_attention, decode_threads,
+                    register_layernorm](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
       CudaBackend::Options backend_options;
       backend_options.device = rank;
       backend_options.tensor_core_attention = tensor_cores;
       backend_options.skinny_gemm = skinny_gemm;
       backend_options.mma_prefill_attention = mma_attention;
+      backend_options.decode_attention_threads = decode_threads;
+      backend_options.register_layernorm = register_layernorm;
       // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
       backend_options.time_gemm_candidates = time_gemm;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,

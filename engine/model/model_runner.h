@@ -102,6 +102,11 @@ struct ModelRunnerOptions {
   // Backend "cuda": decode-sized linears (M <= 8) on the skinny GEMM where it is faster than
   // cuBLASLt (CudaBackend::Options::skinny_gemm; chosen by timing with time_gemm_candidates).
   bool skinny_gemm = true;
+  // Backend "cuda": threads per decode attention block, 128, 256 or 512
+  // (CudaBackend::Options::decode_attention_threads).
+  int32_t decode_attention_threads = 128;
+  // Backend "cuda": LayerNorm rows held in registers (CudaBackend::Options::register_layernorm).
+  bool register_layernorm = false;
 };
 
 class ModelRunner {

@@ -329,6 +329,8 @@ class MpiRunner : public ModelRunner {
       backend_options.tensor_core_attention = options.tensor_core_attention;
       backend_options.skinny_gemm = options.skinny_gemm;
       backend_options.mma_prefill_attention = options.mma_prefill_attention;
+      backend_options.decode_attention_threads = options.decode_attention_threads;
+      backend_options.register_layernorm = options.register_layernorm;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, world, nccl_->device(),

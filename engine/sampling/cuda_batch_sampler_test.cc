@@ -217,45 +217,5 @@ TEST_F(CudaBatchSamplerTest, RefusesHostLogitsAndSharedRows) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Host-only (runs without a GPU): a row carries the token histories only when a penalty will
-// read them, since the GPU sampler copies, checks and uploads every token a row carries.
-TEST(CudaBatchSamplerDeviceRowTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
-  const std::vector<int32_t> prompt = {3, 17, 17, 250}, output = {9, 9, 1000};
-  RequestRng rng(uint64_t{77});
-  auto device_row = [&](const SamplingParams& params) {
-    SampleRow row;
-    row.params = &params;
-    row.context.prompt_tokens = prompt;
-    row.context.output_tokens = output;
-    row.rng = &rng;
-    return CudaBatchSampler::DeviceRow(row);
-  };
-  SamplingParams plain;
-  plain.temperature = 0.7f;
-  plain.top_k = 40;
-  const cuda::SamplingRow none = device_row(plain);
-  EXPECT_TRUE(none.prompt_tokens.empty());
-  EXPECT_TRUE(none.output_tokens.empty());
-  EXPECT_EQ(none.temperature, 0.7f);
-  EXPECT_EQ(none.top_k, 40);
-  EXPECT_EQ(none.seed, 77u);
-  EXPECT_EQ(none.offset, output.size()) << "the draw index stays the output length";
-
-  SamplingParams repetition;
-  repetition.repetition_penalty = 1.2f;
-  const cuda::SamplingRow rep = device_row(repetition);
-  EXPECT_EQ(rep.prompt_tokens, prompt);
-  EXPECT_EQ(rep.output_tokens, output);
-
-  for (auto set : {+[](SamplingParams& p) { p.frequency_penalty = 0.5f; },
-                   +[](SamplingParams& p) { p.presence_penalty = -0.25f; }}) {
-    SamplingParams additive;
-    set(additive);
-    const cuda::SamplingRow add = device_row(additive);
-    EXPECT_TRUE(add.prompt_tokens.empty()) << "the additive penalties read only the output";
-    EXPECT_EQ(add.output_tokens, output);
-  }
-}
-
 }  // namespace
 }  // namespace blossom

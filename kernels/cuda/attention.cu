@@ -35,7 +35,7 @@ namespace blossom {
 namespace cuda {
 namespace {
 
-constexpr int kDecodeThreads = 128;
+constexpr int kDecodeMaxThreads = 512;  // AttentionArgs::decode_threads: 128, 256 or 512
 // Keys per decode block. 256: a 2,048-token context is 8 blocks per head (at 512, a batch-1
 // decode step's attention at that context ran 100 us per layer on an H200, latency-bound with 160
 // blocks on 132 SMs), and the partials cost 2 * 130 floats per (token, head, partition).
@@ -261,12 +261,12 @@ __device__ __forceinline__ void DecodePartitionScalar(const AttentionArgs& a, co
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(AttentionArgs a, float* part_o,
+__global__ void __launch_bounds__(kDecodeMaxThreads) DecodeKernel(AttentionArgs a, float* part_o,
                                                                float* part_ml, int32_t max_parts) {
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float p_s[kPartition];
   __shared__ float o_s[kMaxHeadDim];
-  __shared__ float red_v[kDecodeThreads / 32][kMaxHeadDim];
+  __shared__ float red_v[kDecodeMaxThreads / 32][kMaxHeadDim];
   __shared__ float scratch[32];
   __shared__ int32_t blocks_s[kPartition];  // the partition's block-table window (block_size >= 1)
   const int32_t h = blockIdx.x, s = blockIdx.y, p = blockIdx.z;
@@ -467,6 +467,10 @@ int32_t MaxParts(const AttentionArgs& a) {
 
 bool UseDecode(const AttentionArgs& a) { return a.max_query_len == 1; }
 
+int DecodeThreads(const AttentionArgs& a) {
+  return a.decode_threads == 256 || a.decode_threads == 512 ? a.decode_threads : 128;
+}
+
 }  // namespace
 
 size_t AttentionWorkspaceBytes(const AttentionArgs& a) {
@@ -488,7 +492,7 @@ cudaError_t LaunchAttention(const AttentionArgs& a, void* workspace, cudaStream_
     if (parts > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     const dim3 grid(a.kv.num_heads, a.num_seqs, parts);
     BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T,
-                          DecodeKernel<T><<<grid, kDecodeThreads, 0, stream>>>(a, part_o, part_ml,
+                          DecodeKernel<T><<<grid, DecodeThreads(a), 0, stream>>>(a, part_o, part_ml,
                                                                                parts));
     if (parts > 1) {
       BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T,

@@ -58,6 +58,12 @@ CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaBackend::~CudaBackend() = default;
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& options) {
+  // Checked before any device call, so a bad option is named the same with or without a GPU.
+  const int32_t threads = options.decode_attention_threads;
+  if (threads != 128 && threads != 256 && threads != 512) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda backend: decode_attention_threads is ", threads,
+                                                   "; it must be 128, 256 or 512"));
+  }
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -327,7 +333,8 @@ absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const 
       "LayerNorm", "bad shapes or dtypes"));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchLayerNorm(x.data, residual.data, Elem(x.dtype), gamma.data, beta.data,
                                                      Elem(gamma.dtype), eps, rows, hidden, out.data,
-                                                     Elem(out.dtype), impl_->stream));
+                                                     Elem(out.dtype), impl_->stream,
+                                                     impl_->options.register_layernorm));
   return absl::OkStatus();
 }
 
@@ -393,6 +400,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.error_flag = impl_->error_flag;
   a.allow_tensor_cores = impl_->options.tensor_core_attention;
   a.mma_prefill = impl_->options.mma_prefill_attention;
+  a.decode_threads = impl_->options.decode_attention_threads;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
     if (impl_->capturing) {

@@ -72,6 +72,15 @@ class CudaBackend : public Backend {
     // 7b1 prefill 52.8 ms against WMMA's 75.2 (benchmarks/results/2026-11-26-gpu-h100).
     // false: the WMMA kernel (which serves the other head sizes either way).
     bool mma_prefill_attention = true;
+    // Threads per decode attention block (128, 256 or 512; cuda::AttentionArgs::decode_threads).
+    // 128 is the measured one; 512 puts four times the keys' loads in flight per partition,
+    // for long contexts (at a 2k context a batch-1 7b1 layer's decode attention ran 53 us on an
+    // H200, ~0.6 TB/s: latency, not bandwidth). Not yet measured on a GPU.
+    int32_t decode_attention_threads = 128;
+    // LayerNorm rows held in registers (cuda::LaunchLayerNorm's `registers`; the same bits):
+    // one round of loads instead of three passes through L2 (~6 us per LayerNorm at batch 1 on
+    // an H200, 62 of them per 7b1 step). Not yet measured on a GPU.
+    bool register_layernorm = false;
     // Linears of up to cuda::kSkinnyGemmMaxRows (8) rows, the decode steps of small batches, may
     // run the skinny GEMM (skinny_gemm.cu, a batched GEMV that streams the weights once) instead
     // of cuBLASLt: with time_gemm_candidates, per shape where it measured faster at warm-up;

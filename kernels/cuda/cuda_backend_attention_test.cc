@@ -193,6 +193,24 @@ TEST_F(AttentionParity, DecodeOverLongScatteredContexts) {
   }
 }
 
+// Decode blocks of 256 and 512 threads (CudaBackend::Options::decode_attention_threads): the
+// vector path (head sizes 64, 80, 128, 256: more lane groups than keys in a short partition)
+// and the scalar one (head size 7), single and split partitions.
+TEST_F(AttentionParity, DecodeOnWiderBlocks) {
+  for (int32_t threads : {256, 512}) {
+    CudaBackend::Options options;
+    options.decode_attention_threads = threads;
+    ASSERT_NO_FATAL_FAILURE(UseBackend(options));
+    for (DType dt : kFloatTypes) {
+      Run(dt, 4, 64, {{1, 1}, {17, 1}, {256, 1}, {257, 1}, {2048, 1}, {1000, 1}}, 210 + threads);
+      Run(dt, 32, 128, {{300, 1}, {16, 1}, {2000, 1}}, 211 + threads);
+      Run(dt, 3, 80, {{700, 1}}, 212 + threads);
+      Run(dt, 2, 256, {{600, 1}}, 213 + threads);
+      Run(dt, 5, 7, {{100, 1}, {1500, 1}}, 214 + threads);
+    }
+  }
+}
+
 TEST_F(AttentionParity, MixedPrefillChunksAndDecode) {
   for (DType dt : kFloatTypes) {
     Run(dt, 8, 64, {{300, 129}, {50, 1}, {2000, 1}, {7, 7}}, 300);

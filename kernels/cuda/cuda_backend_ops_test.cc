@@ -5,6 +5,7 @@
 //
 // Tolerances, and the "BLOSSOM_OP_ERROR {...}" lines each binary prints at the end:
 // cuda_backend_test_util.h. Without a visible GPU every test reports SKIPPED with the reason.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -68,6 +69,47 @@ TEST_F(CudaBackendTest, LayerNormWithAndWithoutResidualMatchesCpu) {
           if (with_residual) {
             EXPECT_TRUE(Near(Name("LayerNorm.residual", dt), Download(gres), res_cpu, Rtol(dt, false)));
           }
+        }
+      }
+    }
+  }
+}
+
+// The register-resident LayerNorm (CudaBackend::Options::register_layernorm) keeps every sum in
+// the three-pass kernel's order: the same bits, output and stored residual, on rows it serves
+// (up to 2048 vectors) and rows it leaves to the other kernels (20480 and 40960, 1023 unaligned).
+TEST_F(CudaBackendTest, LayerNormInRegistersGivesTheThreePassKernelsBits) {
+  struct Run {
+    std::vector<float> out, residual;
+  };
+  auto run = [&](DType dt, int64_t hidden, int64_t T, bool with_residual) {
+    const std::vector<float> x = RoundTo(Random(T * hidden, 31, 3.0f), dt);
+    const std::vector<float> res = RoundTo(Random(T * hidden, 32), dt);
+    const std::vector<float> gamma = RoundTo(Random(hidden, 33), dt), beta = RoundTo(Random(hidden, 34), dt);
+    Tensor gres = Upload(res, dt, {T, hidden});
+    Tensor out = Empty(dt, {T, hidden});
+    EXPECT_TRUE(gpu_->LayerNorm(Upload(x, dt, {T, hidden}), Upload(gamma, dt, {hidden}), Upload(beta, dt, {hidden}),
+                                1e-5f, with_residual ? gres : Tensor(), out)
+                    .ok());
+    return Run{Download(out), Download(gres)};
+  };
+  for (DType dt : kFloatTypes) {
+    for (int64_t hidden : {64, 1000, 1023, 4096, 14336, 20480, 40960}) {
+      for (int64_t T : {1, 7, 129}) {
+        for (bool with_residual : {false, true}) {
+          ASSERT_NO_FATAL_FAILURE(UseBackend(CudaBackend::Options()));
+          const Run three_pass = run(dt, hidden, T, with_residual);
+          CudaBackend::Options options;
+          options.register_layernorm = true;
+          ASSERT_NO_FATAL_FAILURE(UseBackend(options));
+          const Run in_registers = run(dt, hidden, T, with_residual);
+          const bool finite = std::all_of(three_pass.out.begin(), three_pass.out.end(),
+                                          [](float v) { return std::isfinite(v); });
+          EXPECT_TRUE(finite) << "hidden " << hidden;
+          EXPECT_TRUE(three_pass.out == in_registers.out)
+              << DTypeName(dt) << " hidden " << hidden << " T " << T << " residual " << with_residual;
+          EXPECT_TRUE(three_pass.residual == in_registers.residual)
+              << DTypeName(dt) << " hidden " << hidden << " T " << T << " residual " << with_residual;
         }
       }
     }

@@ -64,10 +64,13 @@ cudaError_t LaunchEmbedding(const void* table, ElemType table_type, int64_t tabl
                             int64_t vocab_begin, void* out, ElemType out_type, cudaStream_t stream);
 
 // residual (optional, may be null): residual += x; out = LN(residual or x). gamma/beta have
-// their own element type. fp32 statistics, biased variance.
+// their own element type. fp32 statistics, biased variance. `registers`: rows of up to 2048
+// 16-byte vectors in one dtype (16384 bf16/f16, 8192 f32 values) are held in registers (one
+// round of loads instead of three passes), with the same bits as without.
 cudaError_t LaunchLayerNorm(const void* x, void* residual, ElemType act_type, const void* gamma,
                             const void* beta, ElemType param_type, float eps, int64_t rows,
-                            int64_t hidden, void* out, ElemType out_type, cudaStream_t stream);
+                            int64_t hidden, void* out, ElemType out_type, cudaStream_t stream,
+                            bool registers = false);
 
 // x = (x + bias) + residual. bias may be null.
 cudaError_t LaunchAddBiasResidual(void* x, ElemType x_type, const void* bias, ElemType bias_type,
@@ -106,6 +109,10 @@ struct AttentionArgs {
   // With allow_tensor_cores: the register-accumulator kernel (mma.sync, FlashAttention-2 layout)
   // instead of the WMMA one (attention_tc.cu), for head sizes 64, 80, 96 and 128.
   bool mma_prefill = false;
+  // Threads of a decode block: 128, 256 or 512 (anything else runs 128). More threads put more
+  // keys' loads in flight per partition (a 256-key partition is 8 dependent passes per phase at
+  // 128 threads, 2 at 512); the sums then run in another order, so the last bits differ.
+  int32_t decode_threads = 128;
 };
 
 // Scratch the split-KV decode path needs (fp32), in bytes; 0 when it will not split.

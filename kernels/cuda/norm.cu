@@ -109,6 +109,78 @@ __global__ void LayerNormVecKernel(const T* __restrict__ x, T* residual, const T
   }
 }
 
+// LayerNormVecKernel with the row held in registers (at most kLnRegVecs 16-byte vectors per
+// thread, the same thread count and the same vectors per thread): one round of loads (x,
+// residual, gamma and beta all in flight at once) instead of three passes that each wait on
+// L2, so a decode step's LayerNorm is one memory latency plus the two reductions. Every sum runs
+// in the same order as LayerNormVecKernel's, and the stored residual is rounded the same way,
+// so the two give the same bits.
+// At most kLnRegMaxThreads threads (115 registers each for bf16: 1024 would not fit an SM's
+// register file).
+constexpr int kLnRegVecs = 4;
+constexpr int kLnRegMaxThreads = 512;
+
+template <typename T>
+__global__ void __launch_bounds__(kLnRegMaxThreads) LayerNormRegKernel(const T* __restrict__ x, T* residual, const T* __restrict__ gamma,
+                                   const T* __restrict__ beta, float eps, int64_t hidden, T* __restrict__ out) {
+  constexpr int kN = Vec<T>::kN;
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int32_t nv = static_cast<int32_t>(hidden / kN);
+  const T* in = x + r * hidden;
+  T* res = residual != nullptr ? residual + r * hidden : nullptr;
+  float v[kLnRegVecs][kN];
+  uint4 g_raw[kLnRegVecs], b_raw[kLnRegVecs];
+#pragma unroll
+  for (int k = 0; k < kLnRegVecs; ++k) {
+    const int32_t i = threadIdx.x + k * blockDim.x;
+    if (i < nv) {
+      Load16Coherent(in + i * kN, v[k]);
+      g_raw[k] = __ldg(reinterpret_cast<const uint4*>(gamma + i * kN));
+      b_raw[k] = __ldg(reinterpret_cast<const uint4*>(beta + i * kN));
+    }
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLnRegVecs; ++k) {
+    const int32_t i = threadIdx.x + k * blockDim.x;
+    if (i >= nv) continue;
+    if (res != nullptr) {
+      float rv[kN];
+      Load16Coherent(res + i * kN, rv);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) v[k][j] = ToF32<T>(FromF32<T>(rv[j] + v[k][j]));  // as stored
+      Store16(res + i * kN, v[k]);
+    }
+#pragma unroll
+    for (int j = 0; j < kN; ++j) sum += v[k][j];
+  }
+  const float mean = BlockSum(sum, scratch) / static_cast<float>(hidden);
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLnRegVecs; ++k) {
+    if (threadIdx.x + k * blockDim.x >= nv) continue;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const float dv = v[k][j] - mean;
+      sq += dv * dv;
+    }
+  }
+  const float var = BlockSum(sq, scratch) / static_cast<float>(hidden);
+  const float inv_std = rsqrtf(var + eps);
+  T* o = out + r * hidden;
+#pragma unroll
+  for (int k = 0; k < kLnRegVecs; ++k) {
+    const int32_t i = threadIdx.x + k * blockDim.x;
+    if (i >= nv) continue;
+    const T* ge = reinterpret_cast<const T*>(&g_raw[k]);
+    const T* be = reinterpret_cast<const T*>(&b_raw[k]);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[k][j] = (v[k][j] - mean) * inv_std * ToF32<T>(ge[j]) + ToF32<T>(be[j]);
+    Store16(o + i * kN, v[k]);
+  }
+}
+
 template <typename T>
 __global__ void SoftmaxKernel(const T* x, int64_t cols, float* out) {
   __shared__ float scratch[32];
@@ -232,12 +304,21 @@ __global__ void __launch_bounds__(256) FallbackGemmKernel(const TX* __restrict__
 
 cudaError_t LaunchLayerNorm(const void* x, void* residual, ElemType act_type, const void* gamma,
                             const void* beta, ElemType param_type, float eps, int64_t rows,
-                            int64_t hidden, void* out, ElemType out_type, cudaStream_t stream) {
+                            int64_t hidden, void* out, ElemType out_type, cudaStream_t stream,
+                            bool registers) {
   if (rows == 0) return cudaSuccess;
   const int64_t kn = 16 / static_cast<int64_t>(ElemSize(act_type));
   if (act_type == param_type && act_type == out_type && hidden % kn == 0 && Aligned16(x) &&
       Aligned16(out) && Aligned16(gamma) && Aligned16(beta) && (residual == nullptr || Aligned16(residual))) {
     const int threads = RowThreads(hidden / kn, 1024);
+    if (registers && threads <= kLnRegMaxThreads && hidden / kn <= static_cast<int64_t>(kLnRegVecs) * threads) {
+      BLOSSOM_DISPATCH_ELEM(act_type, T,
+                            LayerNormRegKernel<T><<<rows, threads, 0, stream>>>(
+                                static_cast<const T*>(x), static_cast<T*>(residual),
+                                static_cast<const T*>(gamma), static_cast<const T*>(beta), eps, hidden,
+                                static_cast<T*>(out)));
+      return cudaGetLastError();
+    }
     BLOSSOM_DISPATCH_ELEM(act_type, T,
                           LayerNormVecKernel<T><<<rows, threads, 0, stream>>>(
                               static_cast<const T*>(x), static_cast<T*>(residual),

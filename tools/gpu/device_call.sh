@@ -18,7 +18,7 @@
 #   --dry-run        for a machine without a GPU: the suite and sanitizer runs accept SKIPPED
 #                    tests (run_on_device.sh --dry-run); set BLOSSOM_DEVICE=cpu and a small
 #                    BLOSSOM_SHAPE for the benchmark (run_bench_on_device.sh's header).
-#   PHASE ...        run_bench_on_device.sh phases (probe sweep prefill mma skinny graphs profile
+#   PHASE ...        run_bench_on_device.sh phases (probe sweep prefill mma skinny graphs profile variants
 #                    hf serve parity servecheck); "checkpoint" is added in the background when a
 #                    phase needs the 7b1 checkpoint.
 # BLOSSOM_* variables pass through to both scripts (BLOSSOM_MIN_PHASE_S, BLOSSOM_BATCH_SIZES,
