@@ -153,7 +153,7 @@ absl::StatusOr<EngineOverheadReport> RunEngineOverhead(const EngineOverheadOptio
   std::condition_variable done_cv;
   int32_t finished = 0;
   std::atomic<int64_t> tokens{0};
-  // One text buffer per request, appended to by its sink on the engine thread.
+  // One text buffer per request, appended to by its sink on the engine's delivery thread.
   std::vector<std::string> texts(o.batch);
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> prompt_token(4, static_cast<int32_t>(num_tokens - 1));
@@ -191,7 +191,7 @@ absl::StatusOr<EngineOverheadReport> RunEngineOverhead(const EngineOverheadOptio
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.generated_tokens = tokens.load();
   report.steps = static_cast<int64_t>(recorder.steps.size());
-  std::vector<double> schedule, sample, output, host, iteration;
+  std::vector<double> schedule, sample, output, deliver, host, iteration;
   for (size_t i = 0; i < recorder.steps.size(); ++i) {
     const StepStats& s = recorder.steps[i];
     if (s.prefill_tokens != 0 || s.decode_tokens != o.batch) continue;
@@ -202,12 +202,14 @@ absl::StatusOr<EngineOverheadReport> RunEngineOverhead(const EngineOverheadOptio
     schedule.push_back(s.schedule_seconds);
     sample.push_back(s.sample_seconds);
     output.push_back(s.output_seconds);
-    host.push_back(s.schedule_seconds + s.sample_seconds + s.output_seconds);
+    deliver.push_back(s.deliver_seconds);
+    host.push_back(s.schedule_seconds + s.sample_seconds + s.output_seconds + s.deliver_seconds);
   }
   report.full_decode_steps = static_cast<int64_t>(host.size());
   report.schedule = Summarize(schedule);
   report.sample = Summarize(sample);
   report.output = Summarize(output);
+  report.deliver = Summarize(deliver);
   report.host = Summarize(host);
   report.iteration = Summarize(iteration);
   return report;
@@ -221,10 +223,11 @@ std::string EngineOverheadJson(const EngineOverheadOptions& o, const EngineOverh
       "{\"batch\": %d, \"prompt_tokens\": %d, \"new_tokens\": %d, \"stop_strings\": %d, "
       "\"forward_ms\": %g, "
       "\"steps\": %d, \"full_decode_steps\": %d, \"generated_tokens\": %d, \"wall_seconds\": %.3f, "
-      "\"schedule\": %s, \"sample\": %s, \"output\": %s, \"host\": %s, \"iteration\": %s}",
+      "\"schedule\": %s, \"sample\": %s, \"output\": %s, \"deliver\": %s, \"host\": %s, "
+      "\"iteration\": %s}",
       o.batch, o.prompt_tokens, o.new_tokens, o.stop_strings, o.forward_ms, r.steps,
       r.full_decode_steps, r.generated_tokens, r.wall_seconds, part(r.schedule), part(r.sample),
-      part(r.output), part(r.host), part(r.iteration));
+      part(r.output), part(r.deliver), part(r.host), part(r.iteration));
 }
 
 }  // namespace blossom

@@ -12,9 +12,10 @@
 // The engine may schedule the first request before the others are submitted (its forward then
 // waits for the rest): that request runs one step ahead, so the run has one full-batch decode
 // step fewer. The report is per decode step at full batch (every request running, no prefill in the step):
-// median and p90 of StepStats' schedule, sample and output parts, their sum, and the whole
-// iteration of the engine loop (from one step's report to the next: the previous step's events
-// handed to their sinks, then this step's parts and its forward, which is forward_ms here).
+// median and p90 of StepStats' schedule, sample, output and deliver parts, their sum, and the
+// whole iteration of the engine loop (from one step's report to the next: the previous step's
+// events handed to the delivery thread, then this step's parts and its forward, which is
+// forward_ms here).
 #ifndef BLOSSOM_BENCHMARKS_ENGINE_OVERHEAD_H_
 #define BLOSSOM_BENCHMARKS_ENGINE_OVERHEAD_H_
 
@@ -43,7 +44,8 @@ struct EngineOverheadReport {
   int64_t steps = 0;              // every step of the run
   int64_t full_decode_steps = 0;  // decode steps at batch == options.batch: what the parts cover
   int64_t generated_tokens = 0;
-  PartStats schedule, sample, output, host;  // host = schedule + sample + output, per step
+  PartStats schedule, sample, output, deliver;
+  PartStats host;  // schedule + sample + output + deliver, per step
   PartStats iteration;
   double wall_seconds = 0.0;
 };

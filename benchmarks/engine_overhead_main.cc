@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
             << " s\n"
             << "host ms per step (median / p90): schedule " << r.schedule.median_ms << " / "
             << r.schedule.p90_ms << ", sample " << r.sample.median_ms << " / " << r.sample.p90_ms
-            << ", output " << r.output.median_ms << " / " << r.output.p90_ms << ", total "
+            << ", output " << r.output.median_ms << " / " << r.output.p90_ms << ", deliver "
+            << r.deliver.median_ms << " / " << r.deliver.p90_ms << ", total "
             << r.host.median_ms << " / " << r.host.p90_ms << "; loop iteration "
             << r.iteration.median_ms << " / " << r.iteration.p90_ms << "\n";
   const std::string json = blossom::EngineOverheadJson(options, r);

@@ -71,7 +71,7 @@ const char* StatusCodeLabel(absl::StatusCode code) {
 }
 
 // Common part of Generate and GenerateStream: admission, submission, cancellation and the
-// hand-off from the engine thread. Invariants (under mutex_): Finish is called at most once,
+// hand-off from the engine's delivery thread. Invariants (under mutex_): Finish is called at most once,
 // never before Start() has returned (so `this` outlives Start), and only after the engine's
 // final event was handled or when nothing was submitted; the engine never calls the sink after
 // its final event, so the sink's raw `this` stays valid.
@@ -166,7 +166,7 @@ class GenerationCall {
   // prompt_logprobs: sent once, with the first token; the engine's list starts at prompt token 1.
   bool with_prompt_logprobs_ = false, prompt_logprobs_sent_ = false;
   int32_t first_prompt_token_ = 0;
-  Clock::time_point last_token_time_{};  // engine thread only
+  Clock::time_point last_token_time_{};  // delivery thread only (token events)
 };
 
 namespace {

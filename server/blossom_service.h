@@ -5,8 +5,8 @@
 // makes new calls fail with UNAVAILABLE while calls in flight run to completion.
 //
 // Each Generate/GenerateStream call submits one engine request whose events arrive on the
-// engine thread through a sink; the sink converts them and hands them to the call's reactor,
-// which keeps at most one write in flight (gRPC's rule) and queues the rest. A client that
+// engine's delivery thread through a sink; the sink converts them and hands them to the call's
+// reactor, which keeps at most one write in flight (gRPC's rule) and queues the rest. A client that
 // cancels, disconnects or passes its deadline triggers OnCancel, which cancels the engine
 // request so its KV blocks are freed at once.
 //

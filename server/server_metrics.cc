@@ -47,7 +47,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
           "blossom_step_host_seconds",
           "Engine work of one step outside the forward, by phase and part: schedule (planning "
           "and the batch), sample (the sampler's call), output (stop rules, detokenization, the "
-          "scheduler's update; not the hand-off to the streams).",
+          "scheduler's update), deliver (handing the previous step's events to the delivery "
+          "thread, which streams them while this step runs: it waits only when that thread is "
+          "a step behind).",
           metrics::ExponentialBuckets(0.00002, 2.0, 16), Labels({"phase", "part"}))),
       batch_size_(registry->AddHistogram("blossom_batch_size", "Sequences in one engine step.",
                                          TokenCountBuckets(), Labels())),
@@ -107,7 +109,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
   for (const char* phase : {"prefill", "decode", "mixed"}) {
     step_.Get({model_, phase});
     steps_.Get({model_, phase});
-    for (const char* part : {"schedule", "sample", "output"}) step_host_.Get({model_, phase, part});
+    for (const char* part : {"schedule", "sample", "output", "deliver"}) {
+      step_host_.Get({model_, phase, part});
+    }
   }
   for (auto* family : {&ttft_, &itl_, &e2e_, &queue_, &batch_size_, &prompt_len_, &output_len_,
                        &prefill_time_, &decode_time_, &max_tokens_}) {
@@ -127,6 +131,7 @@ void ServerMetrics::OnStep(const StepStats& step) {
   step_host_.Get({model_, phase, "schedule"}).Observe(step.schedule_seconds);
   step_host_.Get({model_, phase, "sample"}).Observe(step.sample_seconds);
   step_host_.Get({model_, phase, "output"}).Observe(step.output_seconds);
+  step_host_.Get({model_, phase, "deliver"}).Observe(step.deliver_seconds);
   steps_.Get({model_, phase}).Increment();
   batch_size_.Get({model_}).Observe(step.batch_size);
   // Token counters advance every step (not at request end), so rate() over them is smooth.

@@ -31,6 +31,7 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
         "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 0",
         "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 0",
         "blossom_step_host_seconds_count{model_name=\"m\",phase=\"prefill\",part=\"sample\"} 0",
+        "blossom_step_host_seconds_count{model_name=\"m\",phase=\"decode\",part=\"deliver\"} 0",
         "blossom_prefix_cache_query_tokens_total{model_name=\"m\"} 0",
         "blossom_request_prefill_time_seconds_count{model_name=\"m\"} 0",
         "blossom_build_info{model_name=\"m\",version=\"9.9\"} 1",
@@ -53,6 +54,7 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   step.schedule_seconds = 0.125;
   step.sample_seconds = 0.25;
   step.output_seconds = 0.5;
+  step.deliver_seconds = 0.0625;
   step.blocks_used = 5;
   step.blocks_total = 20;
   step.running = 3;
@@ -103,6 +105,7 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
         "blossom_step_host_seconds_count{model_name=\"m\",phase=\"mixed\",part=\"output\"} 1",
         "blossom_step_host_seconds_sum{model_name=\"m\",phase=\"decode\",part=\"schedule\"} 0.125",
         "blossom_step_host_seconds_sum{model_name=\"m\",phase=\"mixed\",part=\"sample\"} 0.25",
+        "blossom_step_host_seconds_sum{model_name=\"m\",phase=\"mixed\",part=\"deliver\"} 0.0625",
         "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 1",
         "blossom_steps_total{model_name=\"m\",phase=\"prefill\"} 0",
         "blossom_batch_size_count{model_name=\"m\"} 2",

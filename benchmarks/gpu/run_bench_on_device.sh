@@ -482,17 +482,18 @@ for line in text.splitlines():
     part = "forward" if m.group(1) == "duration" else labels.get("part", "")
     acc.setdefault(labels.get("phase", ""), {}).setdefault(part, {})[m.group(2)] = float(m.group(4))
 print("## Server steps during serve: forward and the engine's host parts (means, ms)\n")
-print("| phase | steps | forward | schedule | sample | output | host / (forward + host) |")
-print("|---|---|---|---|---|---|---|")
+print("| phase | steps | forward | schedule | sample | output | deliver | host / (forward + host) |")
+print("|---|---|---|---|---|---|---|---|")
 for phase, parts in sorted(acc.items()):
     steps = parts.get("forward", {}).get("count", 0)
     if not steps:
         continue
     mean = {k: 1e3 * v.get("sum", 0) / steps for k, v in parts.items()}
-    host = sum(mean.get(k, 0) for k in ("schedule", "sample", "output"))
+    host = sum(mean.get(k, 0) for k in ("schedule", "sample", "output", "deliver"))
     share = host / (host + mean["forward"]) if host + mean["forward"] > 0 else 0
     print(f"| {phase} | {int(steps)} | {mean['forward']:.3f} | {mean.get('schedule', 0):.3f} | "
-          f"{mean.get('sample', 0):.3f} | {mean.get('output', 0):.3f} | {100 * share:.1f}% |")
+          f"{mean.get('sample', 0):.3f} | {mean.get('output', 0):.3f} | {mean.get('deliver', 0):.3f} | "
+          f"{100 * share:.1f}% |")
 PYEOF
   cat "$RESULTS/serve_host.md"
   kill -TERM "$pid" 2>/dev/null || true

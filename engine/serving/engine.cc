@@ -89,19 +89,20 @@ struct Engine::Request {
   }
 };
 
-namespace {
-
-struct Pending {
+struct Engine::Pending {
   std::shared_ptr<Delivery> delivery;
   EngineEvent event;
 };
 
-void DeliverAll(std::vector<Pending>& pending) {
-  for (Pending& p : pending) p.delivery->Deliver(p.event);
-  pending.clear();
+void Engine::DeliverNow(std::vector<Pending>& batch) {
+  for (Pending& p : batch) {
+    // Counted out first: whoever receives a final event finds its request finished, as when
+    // events were delivered on the engine thread after the request left requests_.
+    if (p.event.finished) undelivered_finals_.fetch_sub(1);
+    p.delivery->Deliver(p.event);
+  }
+  batch.clear();
 }
-
-}  // namespace
 
 Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConfig& config,
                EngineObserver* observer)
@@ -136,6 +137,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
   } else {
     engine->sampler_ = std::make_unique<HostBatchSampler>();
   }
+  engine->deliverer_ = std::make_unique<HandoffThread<Pending>>(
+      [e = engine.get()](std::vector<Pending>& batch) { e->DeliverNow(batch); });
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
@@ -262,8 +265,13 @@ bool Engine::Cancel(uint64_t request_id) {
     pending.delivery = it->second->delivery;
     pending.event = EndEarlyLocked(*it->second, FinishReason::kCancelled, absl::OkStatus());
     requests_.erase(it);
+    undelivered_finals_.fetch_add(1);
   }
-  pending.delivery->Deliver(pending.event);
+  // Delivered here, not behind the steps' events still with the deliverer: the request's
+  // stream ends now (its Delivery drops whatever comes after the final event).
+  std::vector<Pending> batch;
+  batch.push_back(std::move(pending));
+  DeliverNow(batch);
   return true;
 }
 
@@ -281,10 +289,13 @@ void Engine::Shutdown() {
                               "the engine shut down before the request finished"))});
     }
     requests_.clear();
+    undelivered_finals_.fetch_add(static_cast<int64_t>(pending.size()));
   }
   work_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  DeliverAll(pending);
+  // The last steps' events first, so that each stream keeps its order.
+  if (deliverer_ != nullptr) deliverer_->Flush();
+  DeliverNow(pending);
 }
 
 SchedulerStats Engine::scheduler_stats() const {
@@ -294,7 +305,7 @@ SchedulerStats Engine::scheduler_stats() const {
 
 int64_t Engine::num_unfinished() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int64_t>(requests_.size());
+  return static_cast<int64_t>(requests_.size()) + undelivered_finals_.load();
 }
 
 void Engine::Loop() {
@@ -307,6 +318,7 @@ void Engine::Loop() {
   std::vector<SampleRow> sample_rows;  // this step's rows to sample
   std::vector<size_t> sampled_seq;     // the plan.seqs index of each of sample_rows
   std::vector<absl::StatusOr<SampleResult>> samples;
+  double handoff_seconds = 0.0;  // the previous step's Hand(), reported with this step
   while (true) {
     StepPlan plan;
     Clock::time_point plan_start;
@@ -461,12 +473,18 @@ void Engine::Loop() {
       step.preemptions = static_cast<int32_t>(plan.preempted.size());
       step.running = ss.running;
       step.waiting = ss.waiting;
+      for (const Pending& p : pending) {
+        if (p.event.finished) undelivered_finals_.fetch_add(1);
+      }
     }
     step.output_seconds =
         std::chrono::duration<double>(Clock::now() - step_end).count() - step.sample_seconds;
+    step.deliver_seconds = handoff_seconds;
     // Metrics first: a client that has its final event finds its tokens counted.
     if (observer_) observer_->OnStep(step);
-    DeliverAll(pending);
+    const Clock::time_point handoff_start = Clock::now();
+    deliverer_->Hand(pending);  // streamed while the next step runs
+    handoff_seconds = std::chrono::duration<double>(Clock::now() - handoff_start).count();
   }
 }
 

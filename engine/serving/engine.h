@@ -17,12 +17,18 @@
 // last one marked finished with the finish reason, usage and timings. A cancelled or failed
 // request gets a final event without a token.
 //
-// Thread-safety: Submit, Cancel, stats and Shutdown may be called from any thread. The model,
-// sampling and sinks run on the engine thread. mutex_ guards the scheduler and request table;
-// it is NOT held during the forward pass, so submissions never wait for a step.
+// Thread-safety: Submit, Cancel, stats and Shutdown may be called from any thread. The model and
+// sampling run on the engine thread. A step's events go to their sinks and streams on a second
+// thread, the deliverer (HandoffThread), while the engine thread schedules and runs the next
+// step; it keeps their order and is at most one step behind (Hand() blocks past that). Cancel
+// and Shutdown deliver their final events on the caller's thread (Shutdown after the deliverer
+// has drained). mutex_ guards the scheduler and request table; it is NOT held during the
+// forward pass, so submissions never wait for a step. num_unfinished() counts a request until
+// its final event is being delivered.
 #ifndef BLOSSOM_ENGINE_SERVING_ENGINE_H_
 #define BLOSSOM_ENGINE_SERVING_ENGINE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -41,6 +47,7 @@
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/serving/handoff_thread.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace blossom {
@@ -103,7 +110,8 @@ struct EngineEvent {
   int32_t max_new_tokens = 0;  // on the final event: the request's stopping.max_new_tokens
 };
 
-// Receives events on the engine thread; must not block for long.
+// Receives events on the engine's delivery thread (a cancelled or shut-down request's final
+// event: on the thread that called Cancel or Shutdown); must not block for long.
 using EventSink = std::function<void(const EngineEvent&)>;
 
 // A request's event stream, for callers that prefer pulling to a sink. Thread-safe.
@@ -138,8 +146,11 @@ struct StepStats {
   // The engine's own work around the forward, on the engine thread: planning the step and
   // building its batch (schedule), the sampler's call (sample: on the GPU with device sampling),
   // and the rest up to this report (stop rules, detokenization, the scheduler's update: output).
-  // Handing the events to their streams comes after the report and is not in it.
+  // The events go to their streams on the delivery thread while the next step runs; what that
+  // adds to the engine thread is `deliver`: handing the previous step's events over, which
+  // waits only when the deliverer is still a whole step behind.
   double schedule_seconds = 0.0, sample_seconds = 0.0, output_seconds = 0.0;
+  double deliver_seconds = 0.0;
   int64_t blocks_used = 0, blocks_total = 0;
   int32_t preemptions = 0;
   int64_t running = 0, waiting = 0;
@@ -182,8 +193,11 @@ class Engine {
   struct Request;
   Engine(ModelRunner* runner, const Tokenizer* tokenizer, const EngineConfig& config,
          EngineObserver* observer);
+  struct Pending;  // an event and the delivery of its request
   void Loop();
-  void Emit(Request& request, EngineEvent event);
+  // Delivers `batch` in order, on the calling thread, and counts its final events out of
+  // undelivered_finals_. Without mutex_.
+  void DeliverNow(std::vector<Pending>& batch);
   // Runs the step: the logits where the runner left them (device_sampling), or copied into
   // `host_logits` and viewed from there. Engine thread, without mutex_.
   absl::StatusOr<Tensor> ForwardStep(const StepBatch& batch, std::vector<float>& host_logits);
@@ -217,6 +231,13 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Request>> requests_;  // guarded by mutex_
   uint64_t next_id_ = 1;                                              // guarded by mutex_
   bool stopping_ = false;                                             // guarded by mutex_
+  // Final events taken out of requests_ (under mutex_) and not yet handed to their sink or
+  // stream: with them, num_unfinished() does not reach 0 while final events wait with the
+  // deliverer.
+  std::atomic<int64_t> undelivered_finals_{0};
+  // Each step's events, delivered on this worker while the next step runs (streaming off the
+  // engine thread's critical path). Declared after what its batches use.
+  std::unique_ptr<HandoffThread<Pending>> deliverer_;
   std::thread thread_;
 };
 

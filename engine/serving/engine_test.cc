@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -316,6 +318,7 @@ TEST_F(EngineTest, ObserverSeesEveryStepAndEveryFinishedRequest) {
     EXPECT_GE(s.schedule_seconds, 0.0);
     EXPECT_GE(s.sample_seconds, 0.0);
     EXPECT_GE(s.output_seconds, 0.0);
+    EXPECT_GE(s.deliver_seconds, 0.0);
     schedule += s.schedule_seconds;
     sample += s.sample_seconds;
     output += s.output_seconds;
@@ -360,6 +363,64 @@ TEST_F(EngineTest, RandomizedStressWithStepGraphs) {
   EXPECT_EQ(stats.captured, 6) << "buckets 1 to 32, captured once at the engine's start";
   EXPECT_GT(stats.replayed, 50);
   EXPECT_EQ(stats.failed, 0);
+}
+
+// Events are streamed on the deliverer while the engine thread runs the next steps, at most one
+// step's batch waiting behind the one being delivered: with the first token's sink call held,
+// steps 2 and 3 still run (step 3's hand-off then waits), no more, and nothing is lost or
+// reordered once the sink lets go. The request counts as unfinished until its final event goes.
+TEST_F(EngineTest, StreamingRunsWhileTheNextStepsComputeAtMostOneStepBehind) {
+  const std::vector<int32_t> want = Alone(Greedy({5, 6, 7, 8, 9}, 6));
+  RecordingObserver observer;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, first_seen = false;
+  std::vector<int32_t> tokens;
+  bool finished = false;
+  auto steps_seen = [&] {
+    std::lock_guard<std::mutex> lock(observer.mu);
+    return observer.steps.size();
+  };
+  auto engine = MakeEngine(64, 64, 256, 1024, &observer);
+  auto stream = engine->Submit(Greedy({5, 6, 7, 8, 9}, 6), [&](const EngineEvent& e) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (e.has_token) tokens.push_back(e.token.token);
+    if (e.finished) finished = true;
+    first_seen = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return first_seen; }));
+  }
+  for (int i = 0; i < 10000 && steps_seen() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(steps_seen(), 3u) << "the prefill, then two decode steps while token 1 is held";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(steps_seen(), 3u) << "the engine ran ahead of the deliverer by more than a step";
+  EXPECT_EQ(engine->num_unfinished(), 1);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (int i = 0; i < 10000 && engine->num_unfinished() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  engine->Shutdown();  // every event delivered before it returns
+  {
+    std::lock_guard<std::mutex> lock(observer.mu);
+    ASSERT_GE(observer.steps.size(), 4u);
+    // Step 3's hand-off waited for the held sink (>= 50 ms above): step 4 reports it.
+    EXPECT_GE(observer.steps[3].deliver_seconds, 0.04);
+    EXPECT_LT(observer.steps[1].deliver_seconds, 0.04) << "step 1's hand-off had nothing to wait for";
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(tokens, want);
 }
 
 void EngineTest::Stress(ModelRunner* runner) {
