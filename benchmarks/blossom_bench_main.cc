@@ -56,6 +56,9 @@ ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
 ABSL_FLAG(bool, cuda_register_layernorm, false,
           "sweep, --backend cuda: LayerNorm rows held in registers (blossom-server's "
           "--cuda_register_layernorm).");
+ABSL_FLAG(bool, cuda_skinny_split_k, false,
+          "sweep, --backend cuda: the split-K skinny GEMM as a candidate (blossom-server's "
+          "--cuda_skinny_split_k).");
 ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -109,6 +112,7 @@ int RunSweep(const std::string& command_line) {
   options.cuda_mma_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
   options.cuda_decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
   options.cuda_register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
+  options.cuda_skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

@@ -90,6 +90,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   runner_options.mma_prefill_attention = options.cuda_mma_attention;
   runner_options.decode_attention_threads = options.cuda_decode_attention_threads;
   runner_options.register_layernorm = options.cuda_register_layernorm;
+  runner_options.skinny_split_k = options.cuda_skinny_split_k;
   if (options.backend == "cuda" && options.cuda_graphs) {
     runner_options.step_graphs = true;
     const std::vector<int32_t>& sizes = options.sweep.batch_sizes;

@@ -142,23 +142,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 #ifdef BLOSSOM_HAVE_CUDA
   if (cuda) {
     // Rank r on GPU r; created on the thread that will drive it (see MultiRankRunner).
-    const bool time_gemm = options.time_gemm_candidates && tp == 1;
-    const bool tensor_cores = options.tensor_core_attention;
-    const bool skinny_gemm = options.skinny_gemm;
-    const bool mma_attention = options.mma_prefill_attention;
-    const int32_t decode_threads = options.decode_attention_threads;
-    const bool register_layernorm = options.register_layernorm;
-    make_backend = [tp, time_gemm, tensor_cores, skinny_gemm, mma_attention, decode_threads,
-                    register_layernorm](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      CudaBackend::Options backend_options;
+    CudaBackend::Options every_rank;
+    every_rank.tensor_core_attention = options.tensor_core_attention;
+    every_rank.skinny_gemm = options.skinny_gemm;
+    every_rank.mma_prefill_attention = options.mma_prefill_attention;
+    every_rank.decode_attention_threads = options.decode_attention_threads;
+    every_rank.register_layernorm = options.register_layernorm;
+    every_rank.skinny_split_k = options.skinny_split_k;
+    // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
+    every_rank.time_gemm_candidates = options.time_gemm_candidates && tp == 1;
+    make_backend = [tp, every_rank](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      CudaBackend::Options backend_options = every_rank;
       backend_options.device = rank;
-      backend_options.tensor_core_attention = tensor_cores;
-      backend_options.skinny_gemm = skinny_gemm;
-      backend_options.mma_prefill_attention = mma_attention;
-      backend_options.decode_attention_threads = decode_threads;
-      backend_options.register_layernorm = register_layernorm;
-      // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
-      backend_options.time_gemm_candidates = time_gemm;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, tp, rank, backend->device_name());

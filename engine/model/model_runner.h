@@ -107,6 +107,8 @@ struct ModelRunnerOptions {
   int32_t decode_attention_threads = 128;
   // Backend "cuda": LayerNorm rows held in registers (CudaBackend::Options::register_layernorm).
   bool register_layernorm = false;
+  // Backend "cuda": the split-K skinny GEMM as a candidate (CudaBackend::Options::skinny_split_k).
+  bool skinny_split_k = false;
 };
 
 class ModelRunner {

@@ -86,6 +86,11 @@ class CudaBackend : public Backend {
     // of cuBLASLt: with time_gemm_candidates, per shape where it measured faster at warm-up;
     // without, always. false keeps every Linear on cuBLASLt.
     bool skinny_gemm = true;
+    // With skinny_gemm: the split-K skinny GEMM (cuda::SkinnyGemmVariant::kSplitK, 4x the warps
+    // in flight for shapes of few columns and long K) is a candidate too: timed against the
+    // others with time_gemm_candidates, and without timing it runs instead of the whole-K one.
+    // Not yet measured on a GPU.
+    bool skinny_split_k = false;
   };
 
   // Fails (FailedPrecondition) when no usable device is present, never crashes.
@@ -169,11 +174,14 @@ class CudaBackend : public Backend {
   // FailedPrecondition naming `what` between BeginCapture and EndCapture.
   absl::Status RefuseWhileCapturing(const char* what) const;
   absl::Status CalibrateGeluEpilogue();
-  // Linear's two paths and the choice between them (cuda_backend_linear.cc).
+  // Linear's paths and the choice between them (cuda_backend_linear.cc): the skinny GEMM
+  // variant to run (cuda::SkinnyGemmVariant as an int), or kUseCublasLt.
+  static constexpr int kUseCublasLt = -1;
   absl::Status LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out);
-  absl::Status LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out);
-  absl::StatusOr<bool> PreferSkinnyGemm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                                        Tensor out);
+  absl::Status LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out,
+                            int variant);
+  absl::StatusOr<int> ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                                         Tensor out);
   absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 
   std::unique_ptr<Impl> impl_;

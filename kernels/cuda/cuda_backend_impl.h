@@ -65,12 +65,12 @@ struct CudaBackend::Impl {
   std::atomic<bool> capturing{false};
   // Per activation dtype (GeluSlot): whether cuBLASLt's GELU epilogue passed the start-up check.
   bool gelu_epilogue[3] = {false, false, false};
-  // Decode-sized Linear shapes whose path was decided by timing (cuda_backend_linear.cc): true for
-  // the skinny GEMM, false for cuBLASLt. Key: M bucket, N, K, x dtype, out dtype, bias dtype (-1:
-  // none), gelu.
+  // Decode-sized Linear shapes whose path was decided by timing (cuda_backend_linear.cc): the
+  // skinny GEMM variant, or CudaBackend::kUseCublasLt. Key: M bucket, N, K, x dtype, out dtype,
+  // bias dtype (-1: none), gelu.
   using LinearShape = std::array<int64_t, 7>;
-  std::map<LinearShape, bool> skinny_choice;
-  cudaEvent_t linear_timing[3] = {nullptr, nullptr, nullptr};  // made on first use
+  std::map<LinearShape, int> skinny_choice;
+  cudaEvent_t linear_timing[4] = {nullptr, nullptr, nullptr, nullptr};  // made on first use
 
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);

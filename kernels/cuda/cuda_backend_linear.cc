@@ -1,18 +1,21 @@
 // CudaBackend::Linear: cuBLASLt with its epilogues for every shape, and for decode-sized steps
 // (M <= cuda::kSkinnyGemmMaxRows) the skinny GEMM (skinny_gemm.cu) where it is faster.
 //
-// Which of the two runs a decode-sized shape: with Options::time_gemm_candidates (the server's
-// warm-up runs every GEMM row bucket before serving), the first call of each (M bucket, N, K,
-// dtypes, epilogue) times both on the stream (after cuBLASLt has timed its own candidates) and
-// keeps the faster for good, logging the two times once; while a step graph is being captured,
-// or without timing, the skinny GEMM runs (it was written for exactly these shapes).
+// Which runs a decode-sized shape: with Options::time_gemm_candidates (the server's warm-up runs
+// every GEMM row bucket before serving), the first call of each (M bucket, N, K, dtypes,
+// epilogue) times cuBLASLt and the skinny GEMM (both its variants with Options::skinny_split_k)
+// on the stream (after cuBLASLt has timed its own candidates) and keeps the fastest for good,
+// logging the times once; while a step graph is being captured, or without timing, the skinny
+// GEMM runs (it was written for exactly these shapes; split K with skinny_split_k).
 #include <cuda_runtime.h>
 
 #include <array>
+#include <string>
 #include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/gemm_plan_policy.h"
@@ -46,19 +49,20 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
   if (m == 0 || n == 0) return absl::OkStatus();
   const bool gelu = activation == Activation::kBloomGelu;
   if (impl_->options.skinny_gemm && cuda::SkinnyGemmSupports(x.data, weight.data, Elem(x.dtype), m, n, k)) {
-    BLOSSOM_ASSIGN_OR_RETURN(const bool skinny, PreferSkinnyGemm(x, weight, bias, gelu, out));
-    if (skinny) return LinearSkinny(x, weight, bias, gelu, out);
+    BLOSSOM_ASSIGN_OR_RETURN(const int choice, ChooseDecodeLinear(x, weight, bias, gelu, out));
+    if (choice != kUseCublasLt) return LinearSkinny(x, weight, bias, gelu, out, choice);
   }
   return LinearLt(x, weight, bias, gelu, out);
 }
 
 absl::Status CudaBackend::LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                                       Tensor out) {
+                                       Tensor out, int variant) {
   const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
   return Launched("LaunchSkinnyGemm",
                   cuda::LaunchSkinnyGemm(x.data, weight.data, Elem(x.dtype), bias.empty() ? nullptr : bias.data,
                                          Elem(bias.empty() ? out.dtype : bias.dtype), gelu, m, n, k, out.data,
-                                         Elem(out.dtype), impl_->stream));
+                                         Elem(out.dtype), impl_->stream,
+                                         static_cast<cuda::SkinnyGemmVariant>(variant)));
 }
 
 absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out) {
@@ -97,8 +101,8 @@ absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const 
                                            impl_->stream));
 }
 
-absl::StatusOr<bool> CudaBackend::PreferSkinnyGemm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                                   bool gelu, Tensor out) {
+absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                    bool gelu, Tensor out) {
   const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
   const Impl::LinearShape key = {GemmRowBucket(m),
                                  n,
@@ -108,33 +112,50 @@ absl::StatusOr<bool> CudaBackend::PreferSkinnyGemm(const Tensor& x, const Tensor
                                  bias.empty() ? -1 : static_cast<int64_t>(bias.dtype),
                                  gelu ? 1 : 0};
   if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) return it->second;
-  if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) return true;
+  const int whole_k = static_cast<int>(cuda::SkinnyGemmVariant::kWholeK);
+  const int split_k = static_cast<int>(cuda::SkinnyGemmVariant::kSplitK);
+  if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) {
+    return impl_->options.skinny_split_k ? split_k : whole_k;
+  }
 
-  // Both paths once untimed (cuBLASLt makes its plan and times its candidates here), then each
-  // kTimedRuns times back to back between events. Every run writes the same `out`.
-  BLOSSOM_RETURN_IF_ERROR(LinearLt(x, weight, bias, gelu, out));
-  BLOSSOM_RETURN_IF_ERROR(LinearSkinny(x, weight, bias, gelu, out));
+  // Every candidate once untimed (cuBLASLt makes its plan and times its candidates here), then
+  // each kTimedRuns times back to back between events. Every run writes the same `out`.
+  std::vector<int> candidates = {kUseCublasLt, whole_k};
+  if (impl_->options.skinny_split_k) candidates.push_back(split_k);
+  auto run = [&](int candidate) {
+    return candidate == kUseCublasLt ? LinearLt(x, weight, bias, gelu, out)
+                                     : LinearSkinny(x, weight, bias, gelu, out, candidate);
+  };
+  for (int candidate : candidates) BLOSSOM_RETURN_IF_ERROR(run(candidate));
   cudaEvent_t* ev = impl_->linear_timing;
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i <= candidates.size(); ++i) {
     if (ev[i] == nullptr) BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventCreate", cudaEventCreate(&ev[i])));
   }
   BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[0], impl_->stream)));
-  for (int r = 0; r < kTimedRuns; ++r) BLOSSOM_RETURN_IF_ERROR(LinearLt(x, weight, bias, gelu, out));
-  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[1], impl_->stream)));
-  for (int r = 0; r < kTimedRuns; ++r) BLOSSOM_RETURN_IF_ERROR(LinearSkinny(x, weight, bias, gelu, out));
-  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[2], impl_->stream)));
-  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventSynchronize", cudaEventSynchronize(ev[2])));
-  float lt_ms = 0.0f, skinny_ms = 0.0f;
-  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventElapsedTime", cudaEventElapsedTime(&lt_ms, ev[0], ev[1])));
-  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventElapsedTime", cudaEventElapsedTime(&skinny_ms, ev[1], ev[2])));
-  const bool skinny = skinny_ms <= lt_ms;
-  impl_->skinny_choice[key] = skinny;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    for (int r = 0; r < kTimedRuns; ++r) BLOSSOM_RETURN_IF_ERROR(run(candidates[c]));
+    BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventRecord", cudaEventRecord(ev[c + 1], impl_->stream)));
+  }
+  BLOSSOM_RETURN_IF_ERROR(Launched("cudaEventSynchronize", cudaEventSynchronize(ev[candidates.size()])));
+  std::vector<float> ms(candidates.size());
+  size_t best = 0;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    BLOSSOM_RETURN_IF_ERROR(
+        Launched("cudaEventElapsedTime", cudaEventElapsedTime(&ms[c], ev[c], ev[c + 1])));
+    ms[c] /= kTimedRuns;
+    // Ties go to the later candidate: the skinny GEMM over cuBLASLt, as before split K existed.
+    if (ms[c] <= ms[best]) best = c;
+  }
+  impl_->skinny_choice[key] = candidates[best];
   // One line per decode-sized shape at warm-up: the measured choice, visible in the server's log.
-  std::fprintf(stderr, "[cuda linear] M<=%lld N=%lld K=%lld %s%s%s: skinny GEMM %.4f ms, cuBLASLt %.4f ms -> %s\n",
+  const char* names[] = {"skinny", "skinny split-K"};
+  std::string split_time =
+      candidates.size() > 2 ? absl::StrFormat(", skinny split-K %.4f ms", ms[2]) : std::string();
+  std::fprintf(stderr, "[cuda linear] M<=%lld N=%lld K=%lld %s%s%s: skinny GEMM %.4f ms%s, cuBLASLt %.4f ms -> %s\n",
                static_cast<long long>(key[0]), static_cast<long long>(n), static_cast<long long>(k),
-               DTypeName(x.dtype), out.dtype != x.dtype ? "->f32" : "", gelu ? " +gelu" : "",
-               skinny_ms / kTimedRuns, lt_ms / kTimedRuns, skinny ? "skinny" : "cuBLASLt");
-  return skinny;
+               DTypeName(x.dtype), out.dtype != x.dtype ? "->f32" : "", gelu ? " +gelu" : "", ms[1],
+               split_time.c_str(), ms[0], candidates[best] == kUseCublasLt ? "cuBLASLt" : names[candidates[best]]);
+  return candidates[best];
 }
 
 }  // namespace blossom

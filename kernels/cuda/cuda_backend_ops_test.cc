@@ -177,8 +177,9 @@ TEST_F(CudaBackendTest, LinearOnMisalignedViewsStillCorrect) {
 // Decode-sized linears (M <= 8) run the skinny GEMM (skinny_gemm.cu) by default when GEMM timing
 // is off, as here: every row-count template (1, 2, 4, 8 and the rows between), K a multiple of the
 // 16-byte vector but not of a warp's stride, N not a multiple of a block's 16 columns, BLOOM-7b1's
-// shapes, and an fp32 output like the LM head. Then the same with the choice made by timing
-// against cuBLASLt, and with the skinny GEMM off.
+// shapes, and an fp32 output like the LM head. Then the same on the split-K variant
+// (Options::skinny_split_k), with the choice made by timing against cuBLASLt (both variants
+// candidates), and with the skinny GEMM off.
 TEST_F(CudaBackendTest, SkinnyGemmMatchesCpu) {
   const LinearCase cases[] = {{1, 4096, 4096}, {2, 1000, 999}, {3, 72, 67},      {4, 16384, 64},
                               {5, 8, 33},      {6, 4096, 17},  {8, 1024, 12288}, {7, 4096, 1}};
@@ -196,10 +197,20 @@ TEST_F(CudaBackendTest, SkinnyGemmMatchesCpu) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     ExpectF32OutLinearMatchesCpu({3, 512, 2500}, dt, 72, "Linear.skinny.f32out");
   }
+  {
+    CudaBackend::Options options;
+    options.skinny_split_k = true;  // untimed: always the split-K variant
+    ASSERT_NO_FATAL_FAILURE(UseBackend(options));
+    run_all("Linear.skinny_split_k");
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      ExpectF32OutLinearMatchesCpu({3, 512, 2500}, dt, 73, "Linear.skinny_split_k.f32out");
+    }
+  }
   for (const bool timed : {true, false}) {
     CudaBackend::Options options;
     options.time_gemm_candidates = timed;
     options.skinny_gemm = timed;  // timed: whichever measured faster; untimed and off: cuBLASLt
+    options.skinny_split_k = timed;
     ASSERT_NO_FATAL_FAILURE(UseBackend(options));
     run_all(timed ? "Linear.timed_choice" : "Linear.skinny_off");
   }

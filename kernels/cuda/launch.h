@@ -146,11 +146,15 @@ cudaError_t LaunchFallbackGemm(const void* x, ElemType x_type, const void* w, El
 // (or null), out of any float type. SkinnyGemmSupports says whether the operands qualify (16-byte
 // aligned x and w, K a whole number of 16-byte vectors); LaunchSkinnyGemm refuses others with
 // cudaErrorInvalidValue.
+// kWholeK: a warp per 4 columns, each over all of K; kSplitK: a block's 4 warps share 4 columns
+// and split K (4x the warps in flight, for few columns and long K).
 constexpr int64_t kSkinnyGemmMaxRows = 8;
+enum class SkinnyGemmVariant { kWholeK, kSplitK };
 bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, int64_t n, int64_t k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias,
                              ElemType bias_type, bool gelu, int64_t m, int64_t n, int64_t k,
-                             void* out, ElemType out_type, cudaStream_t stream);
+                             void* out, ElemType out_type, cudaStream_t stream,
+                             SkinnyGemmVariant variant = SkinnyGemmVariant::kWholeK);
 
 // dst[i] = convert(src[i]) between float element types.
 cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,

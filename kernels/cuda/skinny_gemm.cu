@@ -14,8 +14,16 @@
 // weights are loaded with the streaming hint (evict first: each byte is
 // read once per step).
 //
-// Numerics: products and sums in fp32 (the sum order is lane-strided, then a butterfly), the
-// same contract as cuBLASLt's CUBLAS_COMPUTE_32F; bias and gelu in fp32 before the one rounding.
+// Split-K variant (kSplitK = kWarps): the block's warps share kColsPerWarp columns and split K
+// between them (warp w takes every kWarps-th 32-vector stride), their partial sums meeting in
+// shared memory. A block then covers 4x fewer columns, so a step has 4x the warps in flight:
+// for the shapes whose columns are too few to fill the GPU with whole-K warps (N = 4096 with
+// K = 4096 or 16384, BLOOM-7b1's dense and fc2: 1,024 warps on 132 SMs, which read at ~3 TB/s
+// on an H200 where the LM head reads at 4.5).
+//
+// Numerics: products and sums in fp32 (the sum order is lane-strided, then a butterfly, then for
+// split K the warps in order), the same contract as cuBLASLt's CUBLAS_COMPUTE_32F; bias and
+// gelu in fp32 before the one rounding.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -61,16 +69,23 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float* out) {
 }
 
 // kRows: the compile-time upper bound of M (1, 2, 4 or 8); `m` <= kRows is the call's rows.
-template <typename T, int kRows>
+// kSplitK: 1 (each warp owns its columns and all of K) or kWarps (see the file comment).
+template <typename T, int kRows, int kSplitK>
 __global__ void __launch_bounds__(kWarps * 32)
     SkinnyGemmKernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                      ElemType bias_type, bool gelu, int m, int64_t n, int64_t k, void* __restrict__ out,
                      ElemType out_type) {
+  static_assert(kSplitK == 1 || kSplitK == kWarps, "split K over all of a block's warps or none");
   constexpr int kN = Vec<T>::kN;
-  const int lane = threadIdx.x & 31;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kColsPerWarp;
-  if (col0 >= n) return;  // whole warp: no shuffle below is left half-joined
+  constexpr int kStride = 32 * kSplitK;  // vectors between a lane's consecutive loads of a column
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col0 = kSplitK == 1
+                           ? (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kColsPerWarp
+                           : static_cast<int64_t>(blockIdx.x) * kColsPerWarp;
+  // Whole warp (and with split K, whole block): no shuffle or barrier below is left half-joined.
+  if (col0 >= n) return;
   const int64_t vecs = k / kN;
+  const int64_t first = kSplitK == 1 ? lane : warp * 32 + lane;
   // Columns past n re-read the last one (in bounds, never stored): the loop stays branch-free.
   const uint4* wrow[kColsPerWarp];
 #pragma unroll
@@ -85,17 +100,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[c][r] = 0.0f;
 
-  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+  for (int64_t v0 = first; v0 < vecs; v0 += kStride * kUnroll) {
     uint4 wv[kColsPerWarp][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + 32 * u;
+      const int64_t v = v0 + kStride * u;
 #pragma unroll
       for (int c = 0; c < kColsPerWarp; ++c) wv[c][u] = v < vecs ? __ldcs(wrow[c] + v) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + 32 * u;
+      const int64_t v = v0 + kStride * u;
       if (v >= vecs) break;
       float wf[kColsPerWarp][kN];
 #pragma unroll
@@ -117,6 +132,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int c = 0; c < kColsPerWarp; ++c)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[c][r] = WarpSum(acc[c][r]);
+  if (kSplitK > 1) {
+    __shared__ float partial[kWarps][kColsPerWarp][kRows];
+    if (lane == 0) {
+#pragma unroll
+      for (int c = 0; c < kColsPerWarp; ++c)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) partial[warp][c][r] = acc[c][r];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int c = 0; c < kColsPerWarp; ++c)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float sum = partial[0][c][r];
+        for (int ww = 1; ww < kWarps; ++ww) sum += partial[ww][c][r];
+        acc[c][r] = sum;
+      }
+  }
   if (lane != 0) return;
 #pragma unroll
   for (int c = 0; c < kColsPerWarp; ++c) {
@@ -132,21 +166,37 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <typename T>
-cudaError_t LaunchFor(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m,
-                      int64_t n, int64_t k, void* out, ElemType out_type, cudaStream_t stream) {
-  const dim3 grid(CeilDiv(n, static_cast<int64_t>(kWarps) * kColsPerWarp));
+template <typename T, int kSplitK>
+void LaunchRows(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m, int64_t n,
+                int64_t k, void* out, ElemType out_type, cudaStream_t stream) {
+  const int64_t cols_per_block = (kSplitK == 1 ? kWarps : 1) * kColsPerWarp;
+  const dim3 grid(CeilDiv(n, cols_per_block));
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   const int mi = static_cast<int>(m);
   if (m <= 1) {
-    SkinnyGemmKernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out, out_type);
+    SkinnyGemmKernel<T, 1, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
+                                                                     out_type);
   } else if (m <= 2) {
-    SkinnyGemmKernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out, out_type);
+    SkinnyGemmKernel<T, 2, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
+                                                                     out_type);
   } else if (m <= 4) {
-    SkinnyGemmKernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out, out_type);
+    SkinnyGemmKernel<T, 4, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
+                                                                     out_type);
   } else {
-    SkinnyGemmKernel<T, 8><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out, out_type);
+    SkinnyGemmKernel<T, 8, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
+                                                                     out_type);
+  }
+}
+
+template <typename T>
+cudaError_t LaunchFor(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m,
+                      int64_t n, int64_t k, void* out, ElemType out_type, SkinnyGemmVariant variant,
+                      cudaStream_t stream) {
+  if (variant == SkinnyGemmVariant::kSplitK) {
+    LaunchRows<T, kWarps>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, stream);
+  } else {
+    LaunchRows<T, 1>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, stream);
   }
   return cudaGetLastError();
 }
@@ -161,9 +211,10 @@ bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, 
 
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias, ElemType bias_type,
                              bool gelu, int64_t m, int64_t n, int64_t k, void* out, ElemType out_type,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, SkinnyGemmVariant variant) {
   if (!SkinnyGemmSupports(x, w, type, m, n, k)) return cudaErrorInvalidValue;
-  BLOSSOM_DISPATCH_ELEM(type, T, return LaunchFor<T>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, stream));
+  BLOSSOM_DISPATCH_ELEM(type, T,
+                        return LaunchFor<T>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, variant, stream));
   return cudaErrorInvalidValue;
 }
 
