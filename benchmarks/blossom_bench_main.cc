@@ -59,6 +59,9 @@ ABSL_FLAG(bool, cuda_register_layernorm, false,
 ABSL_FLAG(bool, cuda_skinny_split_k, false,
           "sweep, --backend cuda: the split-K skinny GEMM as a candidate (blossom-server's "
           "--cuda_skinny_split_k).");
+ABSL_FLAG(bool, cuda_programmatic_launch, false,
+          "sweep, --backend cuda: decode-step kernels with programmatic dependent launch "
+          "(blossom-server's --cuda_programmatic_launch).");
 ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -113,6 +116,7 @@ int RunSweep(const std::string& command_line) {
   options.cuda_decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
   options.cuda_register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
   options.cuda_skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
+  options.cuda_programmatic_launch = absl::GetFlag(FLAGS_cuda_programmatic_launch);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

@@ -91,6 +91,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   runner_options.decode_attention_threads = options.cuda_decode_attention_threads;
   runner_options.register_layernorm = options.cuda_register_layernorm;
   runner_options.skinny_split_k = options.cuda_skinny_split_k;
+  runner_options.programmatic_launch = options.cuda_programmatic_launch;
   if (options.backend == "cuda" && options.cuda_graphs) {
     runner_options.step_graphs = true;
     const std::vector<int32_t>& sizes = options.sweep.batch_sizes;

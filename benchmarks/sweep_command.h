@@ -44,7 +44,8 @@ struct SweepCommandOptions {
   // (blossom-server's --cuda_decode_attention_threads, --cuda_register_layernorm).
   int32_t cuda_decode_attention_threads = 128;
   bool cuda_register_layernorm = false;
-  bool cuda_skinny_split_k = false;  // ModelRunnerOptions::skinny_split_k
+  bool cuda_skinny_split_k = false;       // ModelRunnerOptions::skinny_split_k
+  bool cuda_programmatic_launch = false;  // ModelRunnerOptions::programmatic_launch
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

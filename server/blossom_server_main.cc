@@ -91,6 +91,9 @@ ABSL_FLAG(bool, cuda_skinny_split_k, false,
           "--backend cuda, with --cuda_skinny_gemm: the split-K skinny GEMM (4x the warps for "
           "shapes of few columns and long K) as a candidate at the warm-up's timing (without "
           "timing: instead of the whole-K one).");
+ABSL_FLAG(bool, cuda_programmatic_launch, false,
+          "--backend cuda: decode-step kernels with programmatic dependent launch (each may be "
+          "scheduled while the one before it finishes; the same results).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -267,6 +270,7 @@ int Run() {
   runner_options.decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
   runner_options.register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
   runner_options.skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
+  runner_options.programmatic_launch = absl::GetFlag(FLAGS_cuda_programmatic_launch);
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {

@@ -149,6 +149,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     every_rank.decode_attention_threads = options.decode_attention_threads;
     every_rank.register_layernorm = options.register_layernorm;
     every_rank.skinny_split_k = options.skinny_split_k;
+    every_rank.programmatic_launch = options.programmatic_launch;
     // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
     every_rank.time_gemm_candidates = options.time_gemm_candidates && tp == 1;
     make_backend = [tp, every_rank](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {

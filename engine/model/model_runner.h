@@ -109,6 +109,9 @@ struct ModelRunnerOptions {
   bool register_layernorm = false;
   // Backend "cuda": the split-K skinny GEMM as a candidate (CudaBackend::Options::skinny_split_k).
   bool skinny_split_k = false;
+  // Backend "cuda": decode kernels with programmatic dependent launch
+  // (CudaBackend::Options::programmatic_launch).
+  bool programmatic_launch = false;
 };
 
 class ModelRunner {

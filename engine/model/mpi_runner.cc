@@ -332,6 +332,7 @@ class MpiRunner : public ModelRunner {
       backend_options.decode_attention_threads = options.decode_attention_threads;
       backend_options.register_layernorm = options.register_layernorm;
       backend_options.skinny_split_k = options.skinny_split_k;
+      backend_options.programmatic_launch = options.programmatic_launch;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, world, nccl_->device(),

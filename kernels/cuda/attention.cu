@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) DecodeKernel(AttentionArgs 
   __shared__ float red_v[kDecodeMaxThreads / 32][kMaxHeadDim];
   __shared__ float scratch[32];
   __shared__ int32_t blocks_s[kPartition];  // the partition's block-table window (block_size >= 1)
+  PdlEnter();
   const int32_t h = blockIdx.x, s = blockIdx.y, p = blockIdx.z;
   const int32_t heads = a.kv.num_heads, d = a.kv.head_dim;
   const SeqInfo si = LoadSeq(a, s);
@@ -322,6 +323,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) DecodeKernel(AttentionArgs 
 template <typename T>
 __global__ void DecodeReduceKernel(AttentionArgs a, const float* part_o, const float* part_ml,
                                    int32_t max_parts) {
+  PdlEnter();
   const int32_t h = blockIdx.x, s = blockIdx.y;
   const int32_t heads = a.kv.num_heads, d = a.kv.head_dim;
   const SeqInfo si = LoadSeq(a, s);
@@ -491,15 +493,16 @@ cudaError_t LaunchAttention(const AttentionArgs& a, void* workspace, cudaStream_
                   : nullptr;
     if (parts > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     const dim3 grid(a.kv.num_heads, a.num_seqs, parts);
-    BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T,
-                          DecodeKernel<T><<<grid, DecodeThreads(a), 0, stream>>>(a, part_o, part_ml,
-                                                                               parts));
-    if (parts > 1) {
-      BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T,
-                            DecodeReduceKernel<T><<<dim3(a.kv.num_heads, a.num_seqs), 128, 0,
-                                                    stream>>>(a, part_o, part_ml, parts));
-    }
-    return cudaGetLastError();
+    cudaError_t err = cudaSuccess;
+    BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T, {
+      err = LaunchKernel(a.pdl, &DecodeKernel<T>, grid, dim3(DecodeThreads(a)), 0, stream, a, part_o, part_ml,
+                         parts);
+      if (err == cudaSuccess && parts > 1) {
+        err = LaunchKernel(a.pdl, &DecodeReduceKernel<T>, dim3(a.kv.num_heads, a.num_seqs), dim3(128), 0, stream,
+                           a, static_cast<const float*>(part_o), static_cast<const float*>(part_ml), parts);
+      }
+    });
+    return err;
   }
   if (workspace == nullptr) return cudaErrorInvalidValue;
   int32_t* tile_start = static_cast<int32_t*>(workspace);

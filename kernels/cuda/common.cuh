@@ -111,6 +111,39 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 
 __host__ __device__ inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Programmatic dependent launch (PDL, sm_90). A kernel launched with it (LaunchKernel with
+// `pdl`) may be scheduled while the kernel before it on the stream is still running, so its
+// launch latency hides behind that kernel's tail instead of adding to a decode step's ~300
+// launches. Every kernel that can be launched so calls PdlEnter() first, before it touches any
+// global memory: it waits until the kernel before it has completed and its writes are visible,
+// then lets the next such kernel launch (PTX griddepcontrol.wait, .launch_dependents). Waiting
+// first keeps at most one kernel scheduled ahead of the one running. Without PDL both are
+// no-ops, so the same kernel runs either way.
+__device__ __forceinline__ void PdlEnter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
+// `pdl` (the kernel must start with PdlEnter()).
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 inline unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace cuda

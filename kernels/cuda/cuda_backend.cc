@@ -334,7 +334,8 @@ absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const 
   BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchLayerNorm(x.data, residual.data, Elem(x.dtype), gamma.data, beta.data,
                                                      Elem(gamma.dtype), eps, rows, hidden, out.data,
                                                      Elem(out.dtype), impl_->stream,
-                                                     impl_->options.register_layernorm));
+                                                     impl_->options.register_layernorm,
+                                                     impl_->options.programmatic_launch));
   return absl::OkStatus();
 }
 
@@ -366,7 +367,7 @@ absl::Status CudaBackend::SplitQkvWriteCache(const Tensor& qkv, const AttentionM
   BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchSplitQkvWriteCache(qkv.data, Elem(qkv.dtype),
                                                               md.slot_mapping.as<const int32_t>(), tokens,
                                                               kv.layout(), layer, q.data, impl_->error_flag,
-                                                              impl_->stream));
+                                                              impl_->stream, impl_->options.programmatic_launch));
   return absl::OkStatus();
 }
 
@@ -401,6 +402,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
   a.allow_tensor_cores = impl_->options.tensor_core_attention;
   a.mma_prefill = impl_->options.mma_prefill_attention;
   a.decode_threads = impl_->options.decode_attention_threads;
+  a.pdl = impl_->options.programmatic_launch;
   const size_t ws = cuda::AttentionWorkspaceBytes(a);
   if (ws > impl_->attention_workspace_bytes) {
     if (impl_->capturing) {

@@ -91,6 +91,11 @@ class CudaBackend : public Backend {
     // others with time_gemm_candidates, and without timing it runs instead of the whole-K one.
     // Not yet measured on a GPU.
     bool skinny_split_k = false;
+    // Decode-step kernels (LayerNorm, the skinny GEMM, SplitQkv, decode attention) launched with
+    // programmatic dependent launch (PdlEnter in common.cuh): each may be scheduled while the
+    // one before it finishes, hiding launch latency (a batch-1 7b1 step is ~300 launches of a
+    // few microseconds). The same kernels and results either way. Not yet measured on a GPU.
+    bool programmatic_launch = false;
   };
 
   // Fails (FailedPrecondition) when no usable device is present, never crashes.

@@ -62,7 +62,8 @@ absl::Status CudaBackend::LinearSkinny(const Tensor& x, const Tensor& weight, co
                   cuda::LaunchSkinnyGemm(x.data, weight.data, Elem(x.dtype), bias.empty() ? nullptr : bias.data,
                                          Elem(bias.empty() ? out.dtype : bias.dtype), gelu, m, n, k, out.data,
                                          Elem(out.dtype), impl_->stream,
-                                         static_cast<cuda::SkinnyGemmVariant>(variant)));
+                                         static_cast<cuda::SkinnyGemmVariant>(variant),
+                                         impl_->options.programmatic_launch));
 }
 
 absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out) {

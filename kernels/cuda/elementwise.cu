@@ -133,6 +133,7 @@ template <typename T>
 __global__ void SplitQkvVecKernel(const T* __restrict__ qkv, const int32_t* __restrict__ slots, KvLayout kv,
                                   int32_t layer, T* __restrict__ q, int* error_flag) {
   constexpr int kN = Vec<T>::kN;
+  PdlEnter();
   const int64_t t = blockIdx.x;
   const int32_t heads = kv.num_heads, d = kv.head_dim;
   const int32_t dv = d / kN;  // vectors per head row
@@ -248,7 +249,7 @@ cudaError_t LaunchBiasActivation(void* x, ElemType x_type, const void* bias, Ele
 
 cudaError_t LaunchSplitQkvWriteCache(const void* qkv, ElemType act_type, const int32_t* slot_mapping,
                                      int64_t num_tokens, const KvLayout& kv, int32_t layer, void* q,
-                                     int* error_flag, cudaStream_t stream) {
+                                     int* error_flag, cudaStream_t stream, bool pdl) {
   if (num_tokens == 0) return cudaSuccess;
   const int64_t row = static_cast<int64_t>(kv.num_heads) * 3 * kv.head_dim;
   const int64_t per_vec = 16 / static_cast<int64_t>(ElemSize(act_type));
@@ -257,10 +258,9 @@ cudaError_t LaunchSplitQkvWriteCache(const void* qkv, ElemType act_type, const i
     const int64_t row_vecs = row / per_vec;
     const dim3 grid(static_cast<unsigned>(num_tokens), CeilDiv(row_vecs, kThreads));
     BLOSSOM_DISPATCH_ELEM(act_type, T,
-                          SplitQkvVecKernel<T><<<grid, kThreads, 0, stream>>>(
-                              static_cast<const T*>(qkv), slot_mapping, kv, layer,
-                              static_cast<T*>(q), error_flag));
-    return cudaGetLastError();
+                          return LaunchKernel(pdl, &SplitQkvVecKernel<T>, grid, dim3(kThreads), 0, stream,
+                                              static_cast<const T*>(qkv), slot_mapping, kv, layer,
+                                              static_cast<T*>(q), error_flag));
   }
   const int threads = static_cast<int>(std::min<int64_t>(512, (row + 31) / 32 * 32));
   BLOSSOM_DISPATCH_ELEM(act_type, T,

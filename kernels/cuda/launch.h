@@ -66,11 +66,13 @@ cudaError_t LaunchEmbedding(const void* table, ElemType table_type, int64_t tabl
 // residual (optional, may be null): residual += x; out = LN(residual or x). gamma/beta have
 // their own element type. fp32 statistics, biased variance. `registers`: rows of up to 2048
 // 16-byte vectors in one dtype (16384 bf16/f16, 8192 f32 values) are held in registers (one
-// round of loads instead of three passes), with the same bits as without.
+// round of loads instead of three passes), with the same bits as without. `pdl`: launched with
+// programmatic dependent launch (PdlEnter in common.cuh) where the kernel supports it (rows of
+// 16-byte vectors in one dtype).
 cudaError_t LaunchLayerNorm(const void* x, void* residual, ElemType act_type, const void* gamma,
                             const void* beta, ElemType param_type, float eps, int64_t rows,
                             int64_t hidden, void* out, ElemType out_type, cudaStream_t stream,
-                            bool registers = false);
+                            bool registers = false, bool pdl = false);
 
 // x = (x + bias) + residual. bias may be null.
 cudaError_t LaunchAddBiasResidual(void* x, ElemType x_type, const void* bias, ElemType bias_type,
@@ -83,9 +85,10 @@ cudaError_t LaunchBiasActivation(void* x, ElemType x_type, const void* bias, Ele
                                  bool gelu, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // qkv [T, heads*3*d] ([head][q,k,v][d]) -> q [T, heads, d] and K/V of `layer` at slot_mapping.
+// `pdl`: with programmatic dependent launch where the kernel supports it (16-byte vectors).
 cudaError_t LaunchSplitQkvWriteCache(const void* qkv, ElemType act_type, const int32_t* slot_mapping,
                                      int64_t num_tokens, const KvLayout& kv, int32_t layer, void* q,
-                                     int* error_flag, cudaStream_t stream);
+                                     int* error_flag, cudaStream_t stream, bool pdl = false);
 
 struct AttentionArgs {
   const void* q = nullptr;  // [T, heads, d], kv.dtype
@@ -113,6 +116,8 @@ struct AttentionArgs {
   // keys' loads in flight per partition (a 256-key partition is 8 dependent passes per phase at
   // 128 threads, 2 at 512); the sums then run in another order, so the last bits differ.
   int32_t decode_threads = 128;
+  // Decode steps' kernels launched with programmatic dependent launch (PdlEnter in common.cuh).
+  bool pdl = false;
 };
 
 // Scratch the split-KV decode path needs (fp32), in bytes; 0 when it will not split.
@@ -154,7 +159,7 @@ bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, 
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias,
                              ElemType bias_type, bool gelu, int64_t m, int64_t n, int64_t k,
                              void* out, ElemType out_type, cudaStream_t stream,
-                             SkinnyGemmVariant variant = SkinnyGemmVariant::kWholeK);
+                             SkinnyGemmVariant variant = SkinnyGemmVariant::kWholeK, bool pdl = false);
 
 // dst[i] = convert(src[i]) between float element types.
 cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,

@@ -64,6 +64,7 @@ __global__ void LayerNormVecKernel(const T* __restrict__ x, T* residual, const T
                                    T* __restrict__ out) {
   constexpr int kN = Vec<T>::kN;
   __shared__ float scratch[32];
+  PdlEnter();
   const int64_t r = blockIdx.x;
   const int64_t nv = hidden / kN;
   const T* in = x + r * hidden;
@@ -121,10 +122,12 @@ constexpr int kLnRegVecs = 4;
 constexpr int kLnRegMaxThreads = 512;
 
 template <typename T>
-__global__ void __launch_bounds__(kLnRegMaxThreads) LayerNormRegKernel(const T* __restrict__ x, T* residual, const T* __restrict__ gamma,
-                                   const T* __restrict__ beta, float eps, int64_t hidden, T* __restrict__ out) {
+__global__ void __launch_bounds__(kLnRegMaxThreads)
+    LayerNormRegKernel(const T* __restrict__ x, T* residual, const T* __restrict__ gamma, const T* __restrict__ beta,
+                       float eps, int64_t hidden, T* __restrict__ out) {
   constexpr int kN = Vec<T>::kN;
   __shared__ float scratch[32];
+  PdlEnter();
   const int64_t r = blockIdx.x;
   const int32_t nv = static_cast<int32_t>(hidden / kN);
   const T* in = x + r * hidden;
@@ -305,26 +308,20 @@ __global__ void __launch_bounds__(256) FallbackGemmKernel(const TX* __restrict__
 cudaError_t LaunchLayerNorm(const void* x, void* residual, ElemType act_type, const void* gamma,
                             const void* beta, ElemType param_type, float eps, int64_t rows,
                             int64_t hidden, void* out, ElemType out_type, cudaStream_t stream,
-                            bool registers) {
+                            bool registers, bool pdl) {
   if (rows == 0) return cudaSuccess;
   const int64_t kn = 16 / static_cast<int64_t>(ElemSize(act_type));
   if (act_type == param_type && act_type == out_type && hidden % kn == 0 && Aligned16(x) &&
       Aligned16(out) && Aligned16(gamma) && Aligned16(beta) && (residual == nullptr || Aligned16(residual))) {
     const int threads = RowThreads(hidden / kn, 1024);
-    if (registers && threads <= kLnRegMaxThreads && hidden / kn <= static_cast<int64_t>(kLnRegVecs) * threads) {
-      BLOSSOM_DISPATCH_ELEM(act_type, T,
-                            LayerNormRegKernel<T><<<rows, threads, 0, stream>>>(
-                                static_cast<const T*>(x), static_cast<T*>(residual),
-                                static_cast<const T*>(gamma), static_cast<const T*>(beta), eps, hidden,
-                                static_cast<T*>(out)));
-      return cudaGetLastError();
-    }
+    const bool in_registers =
+        registers && threads <= kLnRegMaxThreads && hidden / kn <= static_cast<int64_t>(kLnRegVecs) * threads;
     BLOSSOM_DISPATCH_ELEM(act_type, T,
-                          LayerNormVecKernel<T><<<rows, threads, 0, stream>>>(
-                              static_cast<const T*>(x), static_cast<T*>(residual),
-                              static_cast<const T*>(gamma), static_cast<const T*>(beta), eps, hidden,
-                              static_cast<T*>(out)));
-    return cudaGetLastError();
+                          return LaunchKernel(pdl, in_registers ? &LayerNormRegKernel<T> : &LayerNormVecKernel<T>,
+                                              dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream,
+                                              static_cast<const T*>(x), static_cast<T*>(residual),
+                                              static_cast<const T*>(gamma), static_cast<const T*>(beta), eps, hidden,
+                                              static_cast<T*>(out)));
   }
   const int threads = RowThreads(hidden, 1024);
   BLOSSOM_DISPATCH_ELEM(act_type, TA,

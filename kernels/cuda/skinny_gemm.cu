@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                      ElemType bias_type, bool gelu, int m, int64_t n, int64_t k, void* __restrict__ out,
                      ElemType out_type) {
   static_assert(kSplitK == 1 || kSplitK == kWarps, "split K over all of a block's warps or none");
+  PdlEnter();
   constexpr int kN = Vec<T>::kN;
   constexpr int kStride = 32 * kSplitK;  // vectors between a lane's consecutive loads of a column
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -167,38 +168,26 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <typename T, int kSplitK>
-void LaunchRows(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m, int64_t n,
-                int64_t k, void* out, ElemType out_type, cudaStream_t stream) {
+cudaError_t LaunchRows(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m,
+                       int64_t n, int64_t k, void* out, ElemType out_type, bool pdl, cudaStream_t stream) {
   const int64_t cols_per_block = (kSplitK == 1 ? kWarps : 1) * kColsPerWarp;
-  const dim3 grid(CeilDiv(n, cols_per_block));
-  const T* xt = static_cast<const T*>(x);
-  const T* wt = static_cast<const T*>(w);
-  const int mi = static_cast<int>(m);
-  if (m <= 1) {
-    SkinnyGemmKernel<T, 1, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
-                                                                     out_type);
-  } else if (m <= 2) {
-    SkinnyGemmKernel<T, 2, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
-                                                                     out_type);
-  } else if (m <= 4) {
-    SkinnyGemmKernel<T, 4, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
-                                                                     out_type);
-  } else {
-    SkinnyGemmKernel<T, 8, kSplitK><<<grid, kWarps * 32, 0, stream>>>(xt, wt, bias, bias_type, gelu, mi, n, k, out,
-                                                                     out_type);
-  }
+  const dim3 grid(CeilDiv(n, cols_per_block)), block(kWarps * 32);
+  auto kernel = m <= 1   ? &SkinnyGemmKernel<T, 1, kSplitK>
+                : m <= 2 ? &SkinnyGemmKernel<T, 2, kSplitK>
+                : m <= 4 ? &SkinnyGemmKernel<T, 4, kSplitK>
+                         : &SkinnyGemmKernel<T, 8, kSplitK>;
+  return LaunchKernel(pdl, kernel, grid, block, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w), bias,
+                      bias_type, gelu, static_cast<int>(m), n, k, out, out_type);
 }
 
 template <typename T>
 cudaError_t LaunchFor(const void* x, const void* w, const void* bias, ElemType bias_type, bool gelu, int64_t m,
-                      int64_t n, int64_t k, void* out, ElemType out_type, SkinnyGemmVariant variant,
+                      int64_t n, int64_t k, void* out, ElemType out_type, SkinnyGemmVariant variant, bool pdl,
                       cudaStream_t stream) {
   if (variant == SkinnyGemmVariant::kSplitK) {
-    LaunchRows<T, kWarps>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, stream);
-  } else {
-    LaunchRows<T, 1>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, stream);
+    return LaunchRows<T, kWarps>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, pdl, stream);
   }
-  return cudaGetLastError();
+  return LaunchRows<T, 1>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, pdl, stream);
 }
 
 }  // namespace
@@ -211,10 +200,11 @@ bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, 
 
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias, ElemType bias_type,
                              bool gelu, int64_t m, int64_t n, int64_t k, void* out, ElemType out_type,
-                             cudaStream_t stream, SkinnyGemmVariant variant) {
+                             cudaStream_t stream, SkinnyGemmVariant variant, bool pdl) {
   if (!SkinnyGemmSupports(x, w, type, m, n, k)) return cudaErrorInvalidValue;
   BLOSSOM_DISPATCH_ELEM(type, T,
-                        return LaunchFor<T>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, variant, stream));
+                        return LaunchFor<T>(x, w, bias, bias_type, gelu, m, n, k, out, out_type, variant, pdl,
+                                            stream));
   return cudaErrorInvalidValue;
 }
 

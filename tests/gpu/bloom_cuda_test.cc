@@ -23,12 +23,14 @@
 //     to the fp32 reference up to and including the first step whose fp32 top-2 margin is below
 //     2 * (that step's measured max |bf16 - fp32|): a larger margin cannot flip while every logit
 //     is within that distance. After such a near-tie the paths may part.
+//   Programmatic dependent launch against plain launches: bit-identical logits (same kernels).
 //   Every comparison fails on a NaN or an infinity in either operand.
 // Measured errors are printed as "BLOSSOM_OP_ERROR {...}" lines for tools/gpu/run_on_device.sh.
 // Without a visible GPU every test reports SKIPPED with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -403,6 +405,39 @@ TEST_P(BloomCudaTest, StepGraphsMatchUncapturedDecoding) {
   EXPECT_EQ(stats.failed, 0);
   EXPECT_GE(stats.captured, 2);
   EXPECT_GE(stats.replayed, static_cast<int64_t>(batches.size()) * (kNewTokens - 3));
+}
+
+// Programmatic dependent launch (CudaBackend::Options::programmatic_launch) changes when the
+// decode kernels are scheduled, not what they compute: greedy decoding of every golden prompt
+// together gives the plain launches' logits bit for bit, uncaptured and replayed from graphs.
+TEST_P(BloomCudaTest, ProgrammaticLaunchGivesThePlainLaunchesBits) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& item : golden_["greedy"]) prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
+  ASSERT_FALSE(prompts.empty());
+  for (const bool graphs : {false, true}) {
+    std::vector<float> logits[2];
+    for (const bool pdl : {false, true}) {
+      CudaBackend::Options options;
+      options.upcast_weights_to_f32 = GetParam().upcast;
+      options.programmatic_launch = pdl;
+      auto backend = CudaBackend::Create(options);
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      Runner runner(std::move(*backend), FixturePath("models/" + GetParam().model));
+      ASSERT_TRUE(runner.status().ok()) << runner.status();
+      if (graphs) {
+        StepGraphOptions graph_options;
+        graph_options.max_batch = 8;
+        graph_options.max_context = 256;
+        ASSERT_TRUE(runner.model().EnableStepGraphs(graph_options).ok());
+      }
+      runner.Greedy(prompts, 16, &logits[pdl ? 1 : 0]);
+    }
+    ASSERT_FALSE(logits[0].empty());
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_TRUE(std::all_of(logits[0].begin(), logits[0].end(), [](float v) { return std::isfinite(v); }));
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
+        << (graphs ? "graphs" : "uncaptured");
+  }
 }
 
 TEST_P(BloomCudaTest, LeftPaddedGreedyBatchMatchesGoldens) {
