@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "benchmarks/serve_command.h"
 #include "benchmarks/sweep_command.h"
+#include "engine/model/cuda_kernel_flags.h"
 
 ABSL_FLAG(std::string, model, "",
           "sweep: model directory (config.json, *.safetensors, tokenizer.json); "
@@ -44,24 +45,6 @@ ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUD
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "sweep, --backend cuda, --tp 1: time each cuBLASLt plan's candidates on its first call "
           "(in the warm-up cycles), as blossom-server does.");
-ABSL_FLAG(bool, cuda_mma_attention, true,
-          "sweep, --backend cuda: prefill attention on the register-accumulator (mma.sync) kernel "
-          "(blossom-server's --cuda_mma_attention).");
-ABSL_FLAG(bool, cuda_skinny_gemm, true,
-          "sweep, --backend cuda: decode linears of up to 8 rows on the skinny GEMM where it times "
-          "faster than cuBLASLt (always with --cuda_time_gemm=false), as blossom-server does.");
-ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
-          "sweep, --backend cuda: threads per decode attention block, 128, 256 or 512 "
-          "(blossom-server's --cuda_decode_attention_threads).");
-ABSL_FLAG(bool, cuda_register_layernorm, false,
-          "sweep, --backend cuda: LayerNorm rows held in registers (blossom-server's "
-          "--cuda_register_layernorm).");
-ABSL_FLAG(bool, cuda_skinny_split_k, false,
-          "sweep, --backend cuda: the split-K skinny GEMM as a candidate (blossom-server's "
-          "--cuda_skinny_split_k).");
-ABSL_FLAG(bool, cuda_programmatic_launch, false,
-          "sweep, --backend cuda: decode-step kernels with programmatic dependent launch "
-          "(blossom-server's --cuda_programmatic_launch).");
 ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
@@ -111,12 +94,7 @@ int RunSweep(const std::string& command_line) {
   options.backend = absl::GetFlag(FLAGS_backend);
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.cuda_time_gemm = absl::GetFlag(FLAGS_cuda_time_gemm);
-  options.cuda_skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
-  options.cuda_mma_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
-  options.cuda_decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
-  options.cuda_register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
-  options.cuda_skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
-  options.cuda_programmatic_launch = absl::GetFlag(FLAGS_cuda_programmatic_launch);
+  options.cuda_kernels = blossom::CudaKernelOptionsFromFlags();
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tp);

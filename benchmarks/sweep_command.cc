@@ -86,12 +86,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   runner_options.tensor_parallel_size = options.tensor_parallel_size;
   runner_options.threads_per_rank = options.threads;
   runner_options.time_gemm_candidates = options.backend == "cuda" && options.cuda_time_gemm;
-  runner_options.skinny_gemm = options.cuda_skinny_gemm;
-  runner_options.mma_prefill_attention = options.cuda_mma_attention;
-  runner_options.decode_attention_threads = options.cuda_decode_attention_threads;
-  runner_options.register_layernorm = options.cuda_register_layernorm;
-  runner_options.skinny_split_k = options.cuda_skinny_split_k;
-  runner_options.programmatic_launch = options.cuda_programmatic_launch;
+  runner_options.cuda_kernels = options.cuda_kernels;
   if (options.backend == "cuda" && options.cuda_graphs) {
     runner_options.step_graphs = true;
     const std::vector<int32_t>& sizes = options.sweep.batch_sizes;

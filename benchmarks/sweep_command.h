@@ -19,6 +19,7 @@
 #include "benchmarks/cpu_hardware_probe.h"
 #include "benchmarks/hardware_probe.h"
 #include "benchmarks/sweep_report.h"
+#include "engine/model/model_runner.h"
 
 namespace blossom {
 
@@ -34,18 +35,9 @@ struct SweepCommandOptions {
   // Backend "cuda", tp 1: time each cuBLASLt plan's candidates on its first call (in the untimed
   // warm-up cycles), as blossom-server does at its start (--cuda_time_gemm).
   bool cuda_time_gemm = true;
-  // Backend "cuda": decode linears of up to 8 rows on the skinny GEMM where faster
-  // (ModelRunnerOptions::skinny_gemm; blossom-server's --cuda_skinny_gemm).
-  bool cuda_skinny_gemm = true;
-  // Backend "cuda": prefill attention on the mma.sync kernel (ModelRunnerOptions::
-  // mma_prefill_attention; blossom-server's --cuda_mma_attention).
-  bool cuda_mma_attention = true;
-  // Backend "cuda": ModelRunnerOptions::decode_attention_threads and register_layernorm
-  // (blossom-server's --cuda_decode_attention_threads, --cuda_register_layernorm).
-  int32_t cuda_decode_attention_threads = 128;
-  bool cuda_register_layernorm = false;
-  bool cuda_skinny_split_k = false;       // ModelRunnerOptions::skinny_split_k
-  bool cuda_programmatic_launch = false;  // ModelRunnerOptions::programmatic_launch
+  // Backend "cuda": the kernel choices (ModelRunnerOptions::cuda_kernels; the same --cuda_* flags
+  // as blossom-server's, engine/model:cuda_kernel_flags).
+  CudaKernelOptions cuda_kernels;
   SweepOptions sweep;
   HardwareOverrides overrides;
   CpuProbeOptions probe;  // its thread count is taken from `threads`

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/model/cuda_kernel_flags.h"
 #include "engine/model/model_runner.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -70,30 +71,6 @@ ABSL_FLAG(bool, cuda_graphs, true,
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "--backend cuda, --tp 1: choose each cuBLASLt plan's algorithm by timing the "
           "heuristic's top candidates, at the start-up warm-up.");
-ABSL_FLAG(bool, cuda_tensor_core_attention, true,
-          "--backend cuda: prefill attention of f16/bf16 models on tensor cores (false: the "
-          "CUDA-core kernel).");
-ABSL_FLAG(bool, cuda_mma_attention, true,
-          "--backend cuda, with --cuda_tensor_core_attention: prefill attention on the "
-          "register-accumulator (mma.sync) kernel for head sizes 64/80/96/128 (false: the WMMA "
-          "kernel).");
-ABSL_FLAG(bool, cuda_skinny_gemm, true,
-          "--backend cuda: linears of decode steps with up to 8 sequences on the skinny GEMM (a "
-          "batched GEMV streaming the weights once) where it measured faster than cuBLASLt at the "
-          "start-up warm-up (always, with --cuda_time_gemm=false); false: cuBLASLt only.");
-ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
-          "--backend cuda: threads per decode attention block: 128, 256 or 512 (more keys' loads "
-          "in flight per block at long contexts).");
-ABSL_FLAG(bool, cuda_register_layernorm, false,
-          "--backend cuda: LayerNorm rows held in registers (one round of loads; the same "
-          "results).");
-ABSL_FLAG(bool, cuda_skinny_split_k, false,
-          "--backend cuda, with --cuda_skinny_gemm: the split-K skinny GEMM (4x the warps for "
-          "shapes of few columns and long K) as a candidate at the warm-up's timing (without "
-          "timing: instead of the whole-K one).");
-ABSL_FLAG(bool, cuda_programmatic_launch, false,
-          "--backend cuda: decode-step kernels with programmatic dependent launch (each may be "
-          "scheduled while the one before it finishes; the same results).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
@@ -264,13 +241,7 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
-  runner_options.tensor_core_attention = absl::GetFlag(FLAGS_cuda_tensor_core_attention);
-  runner_options.skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
-  runner_options.mma_prefill_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
-  runner_options.decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
-  runner_options.register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
-  runner_options.skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
-  runner_options.programmatic_launch = absl::GetFlag(FLAGS_cuda_programmatic_launch);
+  runner_options.cuda_kernels = CudaKernelOptionsFromFlags();
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
   if (runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_graphs)) {

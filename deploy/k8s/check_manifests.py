@@ -46,9 +46,9 @@ OVERLAYS = {
 }
 BINARIES = {"blossom-server", "blossom-gateway", "blossom", "launch_tp.sh", "/usr/sbin/sshd"}
 # Where each program's flags are defined (ABSL_FLAG, or launch_tp.sh's case labels).
-FLAG_SOURCES = {"blossom-server": "server/blossom_server_main.cc",
-                "blossom-gateway": "clients/gateway/gateway_main.cc",
-                "launch_tp.sh": "deploy/launch_tp.sh"}
+FLAG_SOURCES = {"blossom-server": ["server/blossom_server_main.cc", "engine/model/cuda_kernel_flags.cc"],
+                "blossom-gateway": ["clients/gateway/gateway_main.cc"],
+                "launch_tp.sh": ["deploy/launch_tp.sh"]}
 KNOWN_KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "secretGenerator",
                               "images", "patches"}
 
@@ -404,16 +404,18 @@ def check(overlay, objs, metric_names, version, findings):
 def defined_flags(root):
     """{program: set of flag names, dashes as underscores} from the programs' sources."""
     flags = {}
-    for program, path in FLAG_SOURCES.items():
-        with open(os.path.join(root, path), encoding="utf-8") as f:
-            text = f.read()
-        if path.endswith(".sh"):
-            names = re.findall(r"^\s*--([a-z][a-z0-9-]*)\)", text, re.M)
-        else:
-            names = re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text)
+    for program, paths in FLAG_SOURCES.items():
+        names = []
+        for path in paths:
+            with open(os.path.join(root, path), encoding="utf-8") as f:
+                text = f.read()
+            if path.endswith(".sh"):
+                names += re.findall(r"^\s*--([a-z][a-z0-9-]*)\)", text, re.M)
+            else:
+                names += re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text)
         flags[program] = {n.replace("-", "_") for n in names}
         if not flags[program]:
-            raise RenderError(f"{path}: no flag definitions found")
+            raise RenderError(f"{', '.join(paths)}: no flag definitions found")
     return flags
 
 
@@ -437,7 +439,7 @@ def check_flags(overlay, objs, flags, findings, notes):
                     if name in flags[program]:
                         continue
                     findings.append(f"{overlay}: {where}/{c['name']}: {program} has no flag "
-                                    f"--{name} ({FLAG_SOURCES[program]})")
+                                    f"--{name} ({', '.join(FLAG_SOURCES[program])})")
 
 
 def kubectl_render(kubectl, overlay_dir):

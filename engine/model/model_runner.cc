@@ -23,6 +23,7 @@
 // Set by engine/model/BUILD exactly where //kernels/cuda and //kernels/nccl are built (a toolkit
 // at /usr/local/cuda and no --config=nocuda); these headers include no CUDA header.
 #ifdef BLOSSOM_HAVE_CUDA
+#include "engine/model/cuda_kernel_options.h"
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
@@ -142,19 +143,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 #ifdef BLOSSOM_HAVE_CUDA
   if (cuda) {
     // Rank r on GPU r; created on the thread that will drive it (see MultiRankRunner).
-    CudaBackend::Options every_rank;
-    every_rank.tensor_core_attention = options.tensor_core_attention;
-    every_rank.skinny_gemm = options.skinny_gemm;
-    every_rank.mma_prefill_attention = options.mma_prefill_attention;
-    every_rank.decode_attention_threads = options.decode_attention_threads;
-    every_rank.register_layernorm = options.register_layernorm;
-    every_rank.skinny_split_k = options.skinny_split_k;
-    every_rank.programmatic_launch = options.programmatic_launch;
+    const CudaKernelOptions kernels = options.cuda_kernels;
     // Timing waits for the stream mid-step: never with NCCL collectives on it (tp > 1).
-    every_rank.time_gemm_candidates = options.time_gemm_candidates && tp == 1;
-    make_backend = [tp, every_rank](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      CudaBackend::Options backend_options = every_rank;
-      backend_options.device = rank;
+    const bool time_gemm = options.time_gemm_candidates && tp == 1;
+    make_backend = [tp, kernels, time_gemm](int rank) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      CudaBackend::Options backend_options = CudaBackendOptionsFor(kernels, rank);
+      backend_options.time_gemm_candidates = time_gemm;
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, tp, rank, backend->device_name());

@@ -58,6 +58,19 @@
 
 namespace blossom {
 
+// Backend "cuda": the kernel choices of each rank's CudaBackend, one field per
+// CudaBackend::Options field of the same name (see there; cuda_kernel_options.h copies them).
+// Plain fields here, so that this header needs no CUDA.
+struct CudaKernelOptions {
+  bool tensor_core_attention = true;  // prefill attention on tensor cores
+  bool mma_prefill_attention = true;  // ... on the mma.sync kernel (false: WMMA)
+  bool skinny_gemm = true;            // decode-sized linears on the skinny GEMM where faster
+  bool skinny_split_k = false;        // its split-K variant as a candidate too
+  int32_t decode_attention_threads = 128;  // 128, 256 or 512
+  bool register_layernorm = false;
+  bool programmatic_launch = false;
+};
+
 struct ModelRunnerOptions {
   std::string model_dir;
   std::string backend = "cpu";
@@ -93,25 +106,8 @@ struct ModelRunnerOptions {
   // plan's first call (CudaBackend::Options::time_gemm_candidates), which WarmUp makes for every
   // plan a step can use. Off: the heuristic's order.
   bool time_gemm_candidates = false;
-  // Backend "cuda": prefill attention of f16/bf16 activations on tensor cores
-  // (CudaBackend::Options::tensor_core_attention); false keeps the CUDA-core kernel.
-  bool tensor_core_attention = true;
-  // Backend "cuda": the register-accumulator prefill attention kernel
-  // (CudaBackend::Options::mma_prefill_attention); false: the WMMA kernel.
-  bool mma_prefill_attention = true;
-  // Backend "cuda": decode-sized linears (M <= 8) on the skinny GEMM where it is faster than
-  // cuBLASLt (CudaBackend::Options::skinny_gemm; chosen by timing with time_gemm_candidates).
-  bool skinny_gemm = true;
-  // Backend "cuda": threads per decode attention block, 128, 256 or 512
-  // (CudaBackend::Options::decode_attention_threads).
-  int32_t decode_attention_threads = 128;
-  // Backend "cuda": LayerNorm rows held in registers (CudaBackend::Options::register_layernorm).
-  bool register_layernorm = false;
-  // Backend "cuda": the split-K skinny GEMM as a candidate (CudaBackend::Options::skinny_split_k).
-  bool skinny_split_k = false;
-  // Backend "cuda": decode kernels with programmatic dependent launch
-  // (CudaBackend::Options::programmatic_launch).
-  bool programmatic_launch = false;
+  // Backend "cuda": the kernel choices every rank's CudaBackend gets.
+  CudaKernelOptions cuda_kernels;
 };
 
 class ModelRunner {

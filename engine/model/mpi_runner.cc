@@ -24,6 +24,7 @@
 // Set by engine/model/BUILD exactly where //kernels/cuda and //kernels/nccl are built (a toolkit
 // at /usr/local/cuda and no --config=nocuda); these headers include no CUDA header.
 #ifdef BLOSSOM_HAVE_CUDA
+#include "engine/model/cuda_kernel_options.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #include "kernels/nccl/nccl_communicator.h"
@@ -324,15 +325,8 @@ class MpiRunner : public ModelRunner {
     Communicator* communicator = mpi_data_.get();
     if (cuda) {
 #ifdef BLOSSOM_HAVE_CUDA
-      CudaBackend::Options backend_options;
-      backend_options.device = nccl_->device();
-      backend_options.tensor_core_attention = options.tensor_core_attention;
-      backend_options.skinny_gemm = options.skinny_gemm;
-      backend_options.mma_prefill_attention = options.mma_prefill_attention;
-      backend_options.decode_attention_threads = options.decode_attention_threads;
-      backend_options.register_layernorm = options.register_layernorm;
-      backend_options.skinny_split_k = options.skinny_split_k;
-      backend_options.programmatic_launch = options.programmatic_launch;
+      const CudaBackend::Options backend_options =
+          CudaBackendOptionsFor(options.cuda_kernels, nccl_->device());
       BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                                CudaBackend::Create(backend_options));
       spdlog::info("model rank {}/{}: GPU {}: {}", rank, world, nccl_->device(),

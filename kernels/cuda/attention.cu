@@ -470,7 +470,7 @@ int32_t MaxParts(const AttentionArgs& a) {
 bool UseDecode(const AttentionArgs& a) { return a.max_query_len == 1; }
 
 int DecodeThreads(const AttentionArgs& a) {
-  return a.decode_threads == 256 || a.decode_threads == 512 ? a.decode_threads : 128;
+  return DecodeThreadsSupported(a.decode_threads) ? a.decode_threads : 128;
 }
 
 }  // namespace

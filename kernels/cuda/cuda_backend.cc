@@ -59,10 +59,9 @@ CudaBackend::~CudaBackend() = default;
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& options) {
   // Checked before any device call, so a bad option is named the same with or without a GPU.
-  const int32_t threads = options.decode_attention_threads;
-  if (threads != 128 && threads != 256 && threads != 512) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda backend: decode_attention_threads is ", threads,
-                                                   "; it must be 128, 256 or 512"));
+  if (!cuda::DecodeThreadsSupported(options.decode_attention_threads)) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda backend: decode_attention_threads is ",
+                                                   options.decode_attention_threads, "; it must be 128, 256 or 512"));
   }
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

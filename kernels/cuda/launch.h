@@ -90,6 +90,9 @@ cudaError_t LaunchSplitQkvWriteCache(const void* qkv, ElemType act_type, const i
                                      int64_t num_tokens, const KvLayout& kv, int32_t layer, void* q,
                                      int* error_flag, cudaStream_t stream, bool pdl = false);
 
+// The decode attention block sizes (AttentionArgs::decode_threads).
+constexpr bool DecodeThreadsSupported(int32_t threads) { return threads == 128 || threads == 256 || threads == 512; }
+
 struct AttentionArgs {
   const void* q = nullptr;  // [T, heads, d], kv.dtype
   void* out = nullptr;      // [T, heads * d], kv.dtype
@@ -115,7 +118,7 @@ struct AttentionArgs {
   // Threads of a decode block: 128, 256 or 512 (anything else runs 128). More threads put more
   // keys' loads in flight per partition (a 256-key partition is 8 dependent passes per phase at
   // 128 threads, 2 at 512); the sums then run in another order, so the last bits differ.
-  int32_t decode_threads = 128;
+  int32_t decode_threads = 128;  // DecodeThreadsSupported
   // Decode steps' kernels launched with programmatic dependent launch (PdlEnter in common.cuh).
   bool pdl = false;
 };
