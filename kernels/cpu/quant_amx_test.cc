@@ -88,9 +88,12 @@ TEST(QuantAmxTest, AmxTileMatchesTheScalarTile) {
 }
 
 // The two-group tile gives the bits of the scalar tile on each group (two different x groups
-// against the same weight rows, packed one after the other as QuantGemmNT packs them). Without
-// AMX it runs the scalar fallback, which the same comparison checks.
+// against the same weight rows, packed one after the other as QuantGemmNT packs them). Like the
+// one-group tile it executes AMX instructions wherever the build has them, so only a CPU that
+// has AMX-INT8 may run it (QuantGemmNT calls it only then): an AVX-512 CPU without AMX (AMD Zen 4)
+// died of SIGILL here.
 TEST(QuantAmxTest, TwoGroupTileMatchesTheScalarTileOnEachGroup) {
+  if (!AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 on this CPU, or the OS did not grant it";
   std::mt19937 rng(5);
   for (int64_t k : {32, 96, 1024, 4096}) {
     const Operands first = Make(k, rng), second = Make(k, rng);
