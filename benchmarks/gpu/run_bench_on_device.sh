@@ -41,7 +41,8 @@
 #               BLOSSOM_VARIANT_BATCH_SIZES (1,8,32), BLOSSOM_VARIANT_PROMPT_TOKENS (2000) prompt
 #               tokens, 32 new tokens, once per variant of BLOSSOM_VARIANTS ("name=flags;...";
 #               default: decode attention blocks of 512 threads, LayerNorm in registers, the
-#               split-K skinny GEMM as a candidate, programmatic dependent launch, all four),
+#               split-K and the tensor-core skinny GEMMs as candidates, programmatic dependent
+#               launch, all five),
 #               with the base run first and again last (its drift shows the noise):
 #               variants.md (~1-2 min; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
@@ -321,8 +322,8 @@ phase_skinny() { ab_sweep skinny --cuda_skinny_gemm=false "${BLOSSOM_SKINNY_BATC
 # Decode at a long context once per kernel-option variant, the base first and last.
 phase_variants() {
   if [[ ! -f "$MODEL_DIR/config.json" ]]; then record variants "skipped (no checkpoint)"; return; fi
-  local all="--cuda_decode_attention_threads=512 --cuda_register_layernorm --cuda_skinny_split_k --cuda_programmatic_launch"
-  local spec="${BLOSSOM_VARIANTS:-threads512=--cuda_decode_attention_threads=512;ln_regs=--cuda_register_layernorm;split_k=--cuda_skinny_split_k;pdl=--cuda_programmatic_launch;all=$all}"
+  local all="--cuda_decode_attention_threads=512 --cuda_register_layernorm --cuda_skinny_split_k --cuda_skinny_mma --cuda_programmatic_launch"
+  local spec="${BLOSSOM_VARIANTS:-threads512=--cuda_decode_attention_threads=512;ln_regs=--cuda_register_layernorm;split_k=--cuda_skinny_split_k;skinny_mma=--cuda_skinny_mma;pdl=--cuda_programmatic_launch;all=$all}"
   local names=(base) flags=("") item rc=0 cut=""
   IFS=';' read -r -a items <<< "$spec"
   for item in "${items[@]}"; do names+=("${item%%=*}"); flags+=("${item#*=}"); done

@@ -19,6 +19,10 @@ ABSL_FLAG(bool, cuda_skinny_split_k, false,
           "--backend cuda, with --cuda_skinny_gemm: the split-K skinny GEMM (4x the warps for "
           "shapes of few columns and long K) as a candidate at the warm-up's timing (without "
           "timing: instead of the whole-K one).");
+ABSL_FLAG(bool, cuda_skinny_mma, false,
+          "--backend cuda, with --cuda_skinny_gemm: the tensor-core skinny GEMM (f16/bf16, decode "
+          "steps of up to 16 sequences) as a candidate at the warm-up's timing (without timing: "
+          "wherever it applies).");
 ABSL_FLAG(int32_t, cuda_decode_attention_threads, 128,
           "--backend cuda: threads per decode attention block: 128, 256 or 512 (more keys' loads "
           "in flight per block at long contexts).");
@@ -37,6 +41,7 @@ CudaKernelOptions CudaKernelOptionsFromFlags() {
   kernels.mma_prefill_attention = absl::GetFlag(FLAGS_cuda_mma_attention);
   kernels.skinny_gemm = absl::GetFlag(FLAGS_cuda_skinny_gemm);
   kernels.skinny_split_k = absl::GetFlag(FLAGS_cuda_skinny_split_k);
+  kernels.skinny_mma = absl::GetFlag(FLAGS_cuda_skinny_mma);
   kernels.decode_attention_threads = absl::GetFlag(FLAGS_cuda_decode_attention_threads);
   kernels.register_layernorm = absl::GetFlag(FLAGS_cuda_register_layernorm);
   kernels.programmatic_launch = absl::GetFlag(FLAGS_cuda_programmatic_launch);

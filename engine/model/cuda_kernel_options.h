@@ -16,6 +16,7 @@ inline CudaBackend::Options CudaBackendOptionsFor(const CudaKernelOptions& kerne
   options.mma_prefill_attention = kernels.mma_prefill_attention;
   options.skinny_gemm = kernels.skinny_gemm;
   options.skinny_split_k = kernels.skinny_split_k;
+  options.skinny_mma = kernels.skinny_mma;
   options.decode_attention_threads = kernels.decode_attention_threads;
   options.register_layernorm = kernels.register_layernorm;
   options.programmatic_launch = kernels.programmatic_launch;

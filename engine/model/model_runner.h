@@ -66,6 +66,7 @@ struct CudaKernelOptions {
   bool mma_prefill_attention = true;  // ... on the mma.sync kernel (false: WMMA)
   bool skinny_gemm = true;            // decode-sized linears on the skinny GEMM where faster
   bool skinny_split_k = false;        // its split-K variant as a candidate too
+  bool skinny_mma = false;            // its tensor-core variant (up to 16 rows) as a candidate too
   int32_t decode_attention_threads = 128;  // 128, 256 or 512
   bool register_layernorm = false;
   bool programmatic_launch = false;

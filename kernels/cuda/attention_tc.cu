@@ -257,34 +257,11 @@ __global__ void __launch_bounds__(kTcThreads) PrefillTcKernel(AttentionArgs a, c
 // applies the scores, causal mask and online softmax to its fragments (a row's values are spread
 // over the 4 lanes of a quad: 2 per n-tile), rescales O in place, and adds P V with the score
 // fragments repacked as the A operand (the C layout of two adjacent n-tiles is exactly the A
-// layout of one k-step). Fragment layouts (PTX ISA, m16n8k16; g = lane / 4, t = lane % 4):
-//   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
-//   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
-//   C (16x8, f32):  c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+// layout of one k-step; the fragment layouts are at Mma16816 in common.cuh).
 // Numerics: the WMMA kernel's contract (scores in fp32 as Score() forms them, P rounded to the
 // cache dtype, the row sums over the rounded values). 52 KB of shared memory at head_dim 128
 // (Q, K and V tiles only). Head sizes 64, 80, 96 and 128 (MmaServesHeadDim); others keep the
 // WMMA kernel.
-
-template <typename T>
-__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void Mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two values rounded to T, the lower index in the low half (mma's packing); `rounded` gets them
 // back as fp32.

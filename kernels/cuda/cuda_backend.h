@@ -91,6 +91,12 @@ class CudaBackend : public Backend {
     // others with time_gemm_candidates, and without timing it runs instead of the whole-K one.
     // Not yet measured on a GPU.
     bool skinny_split_k = false;
+    // With skinny_gemm: the tensor-core skinny GEMM (cuda::SkinnyGemmVariant::kMma; f16/bf16,
+    // up to cuda::kSkinnyMmaMaxRows (16) rows: x's rows are the narrow mma operand, so more rows
+    // cost no more arithmetic than one, where the CUDA-core variants lost to cuBLASLt from 2
+    // rows) is a candidate too, also for 9 to 16 rows; without timing it runs wherever it applies.
+    // Not yet measured on a GPU.
+    bool skinny_mma = false;
     // Decode-step kernels (LayerNorm, the skinny GEMM, SplitQkv, decode attention) launched with
     // programmatic dependent launch (PdlEnter in common.cuh): each may be scheduled while the
     // one before it finishes, hiding launch latency (a batch-1 7b1 step is ~300 launches of a
@@ -185,8 +191,11 @@ class CudaBackend : public Backend {
   absl::Status LinearLt(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out);
   absl::Status LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out,
                             int variant);
+  // The skinny GEMM variants the options allow and the operands qualify for, the one that runs
+  // untimed first; empty: cuBLASLt only.
+  std::vector<int> SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const;
   absl::StatusOr<int> ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                                         Tensor out);
+                                         Tensor out, const std::vector<int>& variants);
   absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 
   std::unique_ptr<Impl> impl_;

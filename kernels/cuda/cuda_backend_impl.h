@@ -70,7 +70,8 @@ struct CudaBackend::Impl {
   // bias dtype (-1: none), gelu.
   using LinearShape = std::array<int64_t, 7>;
   std::map<LinearShape, int> skinny_choice;
-  cudaEvent_t linear_timing[4] = {nullptr, nullptr, nullptr, nullptr};  // made on first use
+  // Around each timed candidate: cuBLASLt and the three skinny variants. Made on first use.
+  cudaEvent_t linear_timing[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
 
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);

@@ -1,14 +1,18 @@
 // CudaBackend::Linear: cuBLASLt with its epilogues for every shape, and for decode-sized steps
-// (M <= cuda::kSkinnyGemmMaxRows) the skinny GEMM (skinny_gemm.cu) where it is faster.
+// (M <= cuda::kSkinnyGemmMaxRows, or kSkinnyMmaMaxRows with the tensor-core variant) the skinny
+// GEMM (skinny_gemm.cu) where it is faster.
 //
 // Which runs a decode-sized shape: with Options::time_gemm_candidates (the server's warm-up runs
 // every GEMM row bucket before serving), the first call of each (M bucket, N, K, dtypes,
-// epilogue) times cuBLASLt and the skinny GEMM (both its variants with Options::skinny_split_k)
-// on the stream (after cuBLASLt has timed its own candidates) and keeps the fastest for good,
-// logging the times once; while a step graph is being captured, or without timing, the skinny
-// GEMM runs (it was written for exactly these shapes; split K with skinny_split_k).
+// epilogue) times cuBLASLt and the skinny GEMM variants the options allow (whole K; split K with
+// Options::skinny_split_k; tensor cores with Options::skinny_mma) on the stream (after cuBLASLt
+// has timed its own candidates) and keeps the fastest for good, logging the times once; while a
+// step graph is being captured, or without timing, a skinny GEMM runs (it was written for
+// exactly these shapes): the tensor-core one where it applies and is allowed, else split K where
+// allowed, else whole K.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <cstdio>
@@ -32,6 +36,20 @@ absl::Status Launched(const char* what, cudaError_t err) {
 
 constexpr int kTimedRuns = 3;
 
+// A candidate of ChooseDecodeLinear as its `[cuda linear]` log line names it.
+const char* CandidateName(int candidate) {
+  switch (candidate) {
+    case static_cast<int>(cuda::SkinnyGemmVariant::kWholeK):
+      return "skinny GEMM";
+    case static_cast<int>(cuda::SkinnyGemmVariant::kSplitK):
+      return "skinny split-K";
+    case static_cast<int>(cuda::SkinnyGemmVariant::kMma):
+      return "skinny mma";
+    default:
+      return "cuBLASLt";
+  }
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
@@ -48,11 +66,28 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   const bool gelu = activation == Activation::kBloomGelu;
-  if (impl_->options.skinny_gemm && cuda::SkinnyGemmSupports(x.data, weight.data, Elem(x.dtype), m, n, k)) {
-    BLOSSOM_ASSIGN_OR_RETURN(const int choice, ChooseDecodeLinear(x, weight, bias, gelu, out));
+  const std::vector<int> variants = SkinnyVariantsFor(x, weight);
+  if (!variants.empty()) {
+    BLOSSOM_ASSIGN_OR_RETURN(const int choice, ChooseDecodeLinear(x, weight, bias, gelu, out, variants));
     if (choice != kUseCublasLt) return LinearSkinny(x, weight, bias, gelu, out, choice);
   }
   return LinearLt(x, weight, bias, gelu, out);
+}
+
+std::vector<int> CudaBackend::SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const {
+  std::vector<int> variants;
+  const Options& o = impl_->options;
+  if (!o.skinny_gemm) return variants;
+  const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
+  auto add_if = [&](bool allowed, cuda::SkinnyGemmVariant v) {
+    if (allowed && cuda::SkinnyGemmSupports(x.data, weight.data, Elem(x.dtype), m, n, k, v)) {
+      variants.push_back(static_cast<int>(v));
+    }
+  };
+  add_if(o.skinny_mma, cuda::SkinnyGemmVariant::kMma);
+  add_if(o.skinny_split_k, cuda::SkinnyGemmVariant::kSplitK);
+  add_if(true, cuda::SkinnyGemmVariant::kWholeK);
+  return variants;
 }
 
 absl::Status CudaBackend::LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
@@ -103,7 +138,7 @@ absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const 
 }
 
 absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                                    bool gelu, Tensor out) {
+                                                    bool gelu, Tensor out, const std::vector<int>& variants) {
   const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
   const Impl::LinearShape key = {GemmRowBucket(m),
                                  n,
@@ -112,17 +147,25 @@ absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tenso
                                  static_cast<int64_t>(out.dtype),
                                  bias.empty() ? -1 : static_cast<int64_t>(bias.dtype),
                                  gelu ? 1 : 0};
-  if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) return it->second;
-  const int whole_k = static_cast<int>(cuda::SkinnyGemmVariant::kWholeK);
-  const int split_k = static_cast<int>(cuda::SkinnyGemmVariant::kSplitK);
-  if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) {
-    return impl_->options.skinny_split_k ? split_k : whole_k;
+  if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) {
+    // A bucket's choice holds for each of its row counts that the chosen variant serves (the
+    // whole-K and split-K kernels stop at 8 rows, the bucket of 9 to 16 does not).
+    const int c = it->second;
+    if (c == kUseCublasLt || std::find(variants.begin(), variants.end(), c) != variants.end()) return c;
+    return variants.front();
   }
+  if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) return variants.front();
 
   // Every candidate once untimed (cuBLASLt makes its plan and times its candidates here), then
-  // each kTimedRuns times back to back between events. Every run writes the same `out`.
-  std::vector<int> candidates = {kUseCublasLt, whole_k};
-  if (impl_->options.skinny_split_k) candidates.push_back(split_k);
+  // each kTimedRuns times back to back between events. Every run writes the same `out`. The
+  // skinny variants in a fixed order (whole K, split K, tensor cores), so that a tie goes to the
+  // later one as below.
+  std::vector<int> candidates = {kUseCublasLt};
+  for (cuda::SkinnyGemmVariant v :
+       {cuda::SkinnyGemmVariant::kWholeK, cuda::SkinnyGemmVariant::kSplitK, cuda::SkinnyGemmVariant::kMma}) {
+    const int id = static_cast<int>(v);
+    if (std::find(variants.begin(), variants.end(), id) != variants.end()) candidates.push_back(id);
+  }
   auto run = [&](int candidate) {
     return candidate == kUseCublasLt ? LinearLt(x, weight, bias, gelu, out)
                                      : LinearSkinny(x, weight, bias, gelu, out, candidate);
@@ -149,13 +192,14 @@ absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tenso
   }
   impl_->skinny_choice[key] = candidates[best];
   // One line per decode-sized shape at warm-up: the measured choice, visible in the server's log.
-  const char* names[] = {"skinny", "skinny split-K"};
-  std::string split_time =
-      candidates.size() > 2 ? absl::StrFormat(", skinny split-K %.4f ms", ms[2]) : std::string();
-  std::fprintf(stderr, "[cuda linear] M<=%lld N=%lld K=%lld %s%s%s: skinny GEMM %.4f ms%s, cuBLASLt %.4f ms -> %s\n",
-               static_cast<long long>(key[0]), static_cast<long long>(n), static_cast<long long>(k),
-               DTypeName(x.dtype), out.dtype != x.dtype ? "->f32" : "", gelu ? " +gelu" : "", ms[1],
-               split_time.c_str(), ms[0], candidates[best] == kUseCublasLt ? "cuBLASLt" : names[candidates[best]]);
+  std::string times;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    absl::StrAppendFormat(&times, "%s%s %.4f ms", c == 0 ? "" : ", ", CandidateName(candidates[c]), ms[c]);
+  }
+  std::fprintf(stderr, "[cuda linear] M<=%lld N=%lld K=%lld %s%s%s: %s -> %s\n", static_cast<long long>(key[0]),
+               static_cast<long long>(n), static_cast<long long>(k), DTypeName(x.dtype),
+               out.dtype != x.dtype ? "->f32" : "", gelu ? " +gelu" : "", times.c_str(),
+               CandidateName(candidates[best]));
   return candidates[best];
 }
 

@@ -216,6 +216,37 @@ TEST_F(CudaBackendTest, SkinnyGemmMatchesCpu) {
   }
 }
 
+// The tensor-core skinny GEMM (Options::skinny_mma, untimed: it runs wherever it applies): f16
+// and bf16, every row count to 16 (both n-tile templates), K a multiple of the 16-byte vector but
+// not of a 32-element chunk or of the 8 warps' share, K shorter than the warps (some warps get no
+// chunk), N not a multiple of 16, BLOOM-7b1's sizes (K = 16384 of fc2, N = 12288 of the fused QKV)
+// and an fp32 output like the LM head; then timed against the other variants and cuBLASLt. f32 has no mma path: its
+// shapes take the CUDA-core kernel, and 9 to 16 rows cuBLASLt.
+TEST_F(CudaBackendTest, SkinnyMmaGemmMatchesCpu) {
+  const LinearCase cases[] = {{1, 4096, 4096}, {2, 1000, 999}, {3, 72, 67},      {4, 16384, 64},
+                              {5, 8, 33},      {8, 4096, 17},  {9, 1024, 12288}, {16, 4096, 1},
+                              {12, 16384, 4096}, {16, 24, 100}, {11, 4104, 4097}};
+  for (const bool timed : {false, true}) {
+    CudaBackend::Options options;
+    options.skinny_mma = true;
+    options.skinny_split_k = timed;
+    options.time_gemm_candidates = timed;
+    ASSERT_NO_FATAL_FAILURE(UseBackend(options));
+    const char* op = timed ? "Linear.skinny_mma_timed" : "Linear.skinny_mma";
+    for (DType dt : kFloatTypes) {
+      for (const LinearCase& c : cases) {
+        for (int variant = 0; variant < 3; ++variant) {  // no bias; bias; bias + gelu
+          ExpectLinearMatchesCpu(c, dt, /*with_bias=*/variant >= 1,
+                                 variant == 2 ? Activation::kBloomGelu : Activation::kNone, 74, op);
+        }
+      }
+    }
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (const int64_t m : {3, 14}) ExpectF32OutLinearMatchesCpu({m, 512, 2500}, dt, 75, op);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, LinearRejectsMismatchedShapes) {
   Tensor x = Empty(DType::kF32, {2, 8}), w = Empty(DType::kF32, {4, 9}), out = Empty(DType::kF32, {2, 4});
   EXPECT_EQ(gpu_->Linear(x, w, Tensor(), Activation::kNone, out).code(), absl::StatusCode::kInvalidArgument);

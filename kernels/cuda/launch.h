@@ -150,15 +150,18 @@ cudaError_t LaunchFallbackGemm(const void* x, ElemType x_type, const void* w, El
                                cudaStream_t stream);
 
 // Skinny GEMM (skinny_gemm.cu), the decode-sized Linear: out[M, N] = act(x[M, K] w[N, K]^T +
-// bias[N]) for 1 <= M <= kSkinnyGemmMaxRows, x and w of one element type, bias of any float type
-// (or null), out of any float type. SkinnyGemmSupports says whether the operands qualify (16-byte
-// aligned x and w, K a whole number of 16-byte vectors); LaunchSkinnyGemm refuses others with
-// cudaErrorInvalidValue.
+// bias[N]) for 1 <= M <= kSkinnyGemmMaxRows (kSkinnyMmaMaxRows for kMma), x and w of one element
+// type, bias of any float type (or null), out of any float type. SkinnyGemmSupports says whether
+// the operands qualify for a variant (16-byte aligned x and w, K a whole number of 16-byte
+// vectors; kMma: f16 or bf16 only); LaunchSkinnyGemm refuses others with cudaErrorInvalidValue.
 // kWholeK: a warp per 4 columns, each over all of K; kSplitK: a block's 4 warps share 4 columns
-// and split K (4x the warps in flight, for few columns and long K).
+// and split K (4x the warps in flight, for few columns and long K); kMma: tensor cores, a block
+// of 8 warps per 16 columns splitting K, x's rows as the narrow operand.
 constexpr int64_t kSkinnyGemmMaxRows = 8;
-enum class SkinnyGemmVariant { kWholeK, kSplitK };
-bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, int64_t n, int64_t k);
+constexpr int64_t kSkinnyMmaMaxRows = 16;
+enum class SkinnyGemmVariant { kWholeK, kSplitK, kMma };
+bool SkinnyGemmSupports(const void* x, const void* w, ElemType type, int64_t m, int64_t n, int64_t k,
+                        SkinnyGemmVariant variant);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, ElemType type, const void* bias,
                              ElemType bias_type, bool gelu, int64_t m, int64_t n, int64_t k,
                              void* out, ElemType out_type, cudaStream_t stream,

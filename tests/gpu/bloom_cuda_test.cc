@@ -6,6 +6,8 @@
 //   bloom-tiny-h6 (upcast)    BF16 weights imported as F32 (CudaBackend::Options::
 //                             upcast_weights_to_f32): an fp32 forward like the goldens'.
 //   bloom-tiny-h6 (native)    BF16 weights, BF16 activations and KV cache.
+//   bloom-tiny-h6 (native, skinny mma)  the same with decode-sized linears on the tensor-core
+//                             skinny GEMM (CudaBackend::Options::skinny_mma), same tolerances.
 // Tolerances (all from the Hugging Face oracle in golden.json, tests/fixtures/generate.py):
 //   fp32 configurations, with hf = max |HF fp32 - fp64| over the golden prompts:
 //     - the fidelity contract on the GPU: prefill logits within max(1e-4, 2 * hf) of the fp64
@@ -53,11 +55,12 @@ constexpr int32_t kBlockSize = 4;  // small, so sequences span many (scattered) 
 struct Config {
   std::string model;
   bool upcast;
-  bool fp32;  // whether the GPU forward is fp32 end to end
+  bool fp32;                // whether the GPU forward is fp32 end to end
+  bool skinny_mma = false;  // CudaBackend::Options::skinny_mma (16-bit weights only)
 };
 
 std::string ConfigName(const Config& c) {
-  std::string name = c.model + (c.upcast ? "_upcast" : "_native");
+  std::string name = c.model + (c.upcast ? "_upcast" : "_native") + (c.skinny_mma ? "_skinny_mma" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -140,6 +143,7 @@ class BloomCudaTest : public ::testing::TestWithParam<Config> {
     const std::string dir = FixturePath("models/" + c.model);
     CudaBackend::Options options;
     options.upcast_weights_to_f32 = c.upcast;
+    options.skinny_mma = c.skinny_mma;
     auto gpu_backend = CudaBackend::Create(options);
     ASSERT_TRUE(gpu_backend.ok()) << gpu_backend.status();
     gpu_ = std::make_unique<Runner>(std::move(*gpu_backend), dir);
@@ -410,6 +414,8 @@ TEST_P(BloomCudaTest, StepGraphsMatchUncapturedDecoding) {
 // Programmatic dependent launch (CudaBackend::Options::programmatic_launch) changes when the
 // decode kernels are scheduled, not what they compute: greedy decoding of every golden prompt
 // together gives the plain launches' logits bit for bit, uncaptured and replayed from graphs.
+// In the skinny-mma configuration this covers the tensor-core skinny GEMM, which reads its first
+// weights before it waits for the kernel before it.
 TEST_P(BloomCudaTest, ProgrammaticLaunchGivesThePlainLaunchesBits) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& item : golden_["greedy"]) prompts.push_back(item["input_ids"].get<std::vector<int32_t>>());
@@ -419,6 +425,7 @@ TEST_P(BloomCudaTest, ProgrammaticLaunchGivesThePlainLaunchesBits) {
     for (const bool pdl : {false, true}) {
       CudaBackend::Options options;
       options.upcast_weights_to_f32 = GetParam().upcast;
+      options.skinny_mma = GetParam().skinny_mma;
       options.programmatic_launch = pdl;
       auto backend = CudaBackend::Create(options);
       ASSERT_TRUE(backend.ok()) << backend.status();
@@ -457,7 +464,8 @@ TEST_P(BloomCudaTest, LeftPaddedGreedyBatchMatchesGoldens) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BloomCudaTest,
                          ::testing::Values(Config{"bloom-tiny-h4", false, true}, Config{"bloom-tiny-h6", true, true},
-                                           Config{"bloom-tiny-h6", false, false}),
+                                           Config{"bloom-tiny-h6", false, false},
+                                           Config{"bloom-tiny-h6", false, false, /*skinny_mma=*/true}),
                          [](const auto& info) { return ConfigName(info.param); });
 
 }  // namespace
