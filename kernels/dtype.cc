@@ -20,6 +20,7 @@ size_t DTypeSize(DType dtype) {
       return 8;
     case DType::kQ8G32:
     case DType::kQ4G32:
+    case DType::kQ8G32Panel16:
       return 0;
   }
   return 0;
@@ -30,6 +31,7 @@ int64_t DTypeBlockElems(DType dtype) { return IsBlockQuantized(dtype) ? 32 : 1; 
 size_t DTypeBytes(DType dtype, int64_t n) {
   switch (dtype) {
     case DType::kQ8G32:
+    case DType::kQ8G32Panel16:
       return static_cast<size_t>(n / 32) * 36;
     case DType::kQ4G32:
       return static_cast<size_t>(n / 32) * 20;
@@ -60,6 +62,8 @@ const char* DTypeName(DType dtype) {
       return "f16-pairs";
     case DType::kBF16Pairs:
       return "bf16-pairs";
+    case DType::kQ8G32Panel16:
+      return "q8g32-panel16";
   }
   return "unknown";
 }

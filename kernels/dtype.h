@@ -33,6 +33,11 @@ enum class DType : uint8_t {
   kF32Pairs = 7,
   kF16Pairs = 8,
   kBF16Pairs = 9,
+  // kQ8G32's blocks repacked at load time for the CPU's AVX512-VNNI GEMM (never read from a
+  // checkpoint): an [n, k] matrix (n a multiple of 16) as panels of 16 rows, each block of a panel
+  // the 16 rows' codes interleaved 4 bytes at a time (as unsigned code + 128), then their 16
+  // scales. The same 36 bytes per 32 weights as kQ8G32 (layout and why in kernels/cpu/quant.h).
+  kQ8G32Panel16 = 10,
 };
 
 // Bytes per element of an unblocked dtype; 0 for the block-quantized ones (use DTypeBytes).
@@ -42,7 +47,7 @@ int64_t DTypeBlockElems(DType dtype);
 // Bytes of n elements (n a multiple of DTypeBlockElems).
 size_t DTypeBytes(DType dtype, int64_t n);
 // "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32", "f32-pairs", "f16-pairs",
-// "bf16-pairs".
+// "bf16-pairs", "q8g32-panel16".
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
@@ -71,7 +76,7 @@ float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
 
 inline bool IsBlockQuantized(DType dtype) {
-  return dtype == DType::kQ8G32 || dtype == DType::kQ4G32;
+  return dtype == DType::kQ8G32 || dtype == DType::kQ4G32 || dtype == DType::kQ8G32Panel16;
 }
 
 // True for the row-paired float weights; PairedElementDType gives their element dtype (F32, F16

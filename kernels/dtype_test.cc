@@ -25,6 +25,12 @@ TEST(DTypeTest, BlockQuantizedDtypesCountBytesPerBlock) {
   EXPECT_FALSE(IsFloat(DType::kQ8G32));
   EXPECT_TRUE(IsBlockQuantized(DType::kQ4G32));
   EXPECT_STREQ(DTypeName(DType::kQ4G32), "q4g32");
+  // The panel layout of int8 weights: another order of the same blocks, the same bytes.
+  EXPECT_TRUE(IsBlockQuantized(DType::kQ8G32Panel16));
+  EXPECT_EQ(DTypeBlockElems(DType::kQ8G32Panel16), 32);
+  EXPECT_EQ(DTypeBytes(DType::kQ8G32Panel16, 16 * 1024), DTypeBytes(DType::kQ8G32, 16 * 1024));
+  EXPECT_FALSE(IsFloat(DType::kQ8G32Panel16));
+  EXPECT_STREQ(DTypeName(DType::kQ8G32Panel16), "q8g32-panel16");
 }
 
 TEST(DTypeTest, RowPairedDtypesKeepTheirElementSize) {

@@ -3,7 +3,7 @@
 // weight GB/s and GFLOP/s.
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128]
-//              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int4]
+//              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int8-panel16,int4]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2|avx512]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
@@ -60,13 +60,16 @@ int Run() {
   }
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
-    absl::StatusOr<WeightQuant> quant = ParseWeightQuant(dtype_name);
+    // "int8-panel16": int8 in the panel layout the CPU backend uses on AVX512-VNNI without AMX.
+    const bool panel16 = dtype_name == "int8-panel16";
+    absl::StatusOr<WeightQuant> quant = ParseWeightQuant(panel16 ? "int8" : dtype_name);
     const bool quantized = quant.ok() && *quant != WeightQuant::kNone;
     // "<float dtype>-pairs": row-paired as the CPU backend pairs Linear weights on AVX-512.
     const bool pairs = absl::EndsWith(dtype_name, "-pairs");
     absl::StatusOr<DType> dtype =
-        quantized ? QuantizedDType(*quant)
-                  : ParseDType(pairs ? dtype_name.substr(0, dtype_name.size() - 6) : dtype_name);
+        panel16     ? DType::kQ8G32Panel16
+        : quantized ? QuantizedDType(*quant)
+                    : ParseDType(pairs ? dtype_name.substr(0, dtype_name.size() - 6) : dtype_name);
     if (!dtype.ok()) {
       std::cerr << "gemm-bench: " << dtype.status().message() << std::endl;
       return 2;

@@ -14,7 +14,9 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_amx.h"
 #include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/quant_panel_tile.h"
 #include "kernels/cpu/weight_pairs.h"
 #include "kernels/status_macros.h"
 
@@ -180,12 +182,11 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportEmbeddingAndLinearWeight(
   return ImportLinearWeight(host, WeightQuant::kNone, rows_done);
 }
 
-void CpuBackend::CopyInSlices(int64_t rows, size_t row_bytes, const HostRowsDone& rows_done,
+void CpuBackend::CopyInSlices(int64_t rows, size_t row_bytes, int64_t row_multiple, const HostRowsDone& rows_done,
                               const std::function<void(int64_t, int64_t)>& copy_rows) {
-  // Even, so that a slice of a row-paired copy holds whole pairs.
   constexpr size_t kSliceBytes = size_t{32} << 20;
   const int64_t slice = std::max<int64_t>(
-      2, static_cast<int64_t>(kSliceBytes / std::max<size_t>(1, row_bytes)) & ~int64_t{1});
+      row_multiple, static_cast<int64_t>(kSliceBytes / std::max<size_t>(1, row_bytes)) & ~(row_multiple - 1));
   for (int64_t begin = 0; begin < rows; begin += slice) {
     const int64_t end = std::min(rows, begin + slice);
     copy_rows(begin, end);
@@ -205,7 +206,7 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
     const int64_t n = host.dim(0), k = host.dim(1);
     absl::StatusOr<OwnedTensor> packed = AllocateTensor(PairsOf(host.dtype), {n, k});
     if (!packed.ok()) return packed.status();
-    CopyInSlices(n, DTypeBytes(host.dtype, k), rows_done, [&](int64_t first, int64_t last) {
+    CopyInSlices(n, DTypeBytes(host.dtype, k), 2, rows_done, [&](int64_t first, int64_t last) {
       const int64_t pairs = (last - first + 1) / 2;
       pool_->ParallelFor(pairs, 64, [&](int64_t begin, int64_t end) {
         PackPairRows(host.data, host.dtype, n, k, first + 2 * begin,
@@ -219,8 +220,12 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
                                                    " needs a 2-D float weight, got ",
                                                    DTypeName(host.dtype), " ", host.ShapeString()));
   }
-  const DType dtype = QuantizedDType(quant);
   const int64_t rows = host.dim(0), k = host.dim(1);
+  // int8 on AVX512-VNNI without AMX: panels (quant_panel_tile.h; 2.7x on int8 prefill and 1.6x on
+  // int8 decode of bloom-560m on a 2-core Zen 4, benchmarks/results/2026-11-27-cpu-int8-panels.md).
+  const bool panels = quant == WeightQuant::kInt8 && rows % kQ8PanelRows == 0 && BestGemmIsa() != GemmIsa::kPortable &&
+                      QuantPanelTileAvx512VnniUsable() && !AmxInt8Usable();
+  const DType dtype = panels ? DType::kQ8G32Panel16 : QuantizedDType(quant);
   if (k % kQuantBlock != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cpu backend: --quantize ", WeightQuantName(quant), " cannot pack a weight of shape ",
@@ -228,14 +233,15 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
   }
   absl::StatusOr<OwnedTensor> packed = AllocateTensor(dtype, {rows, k});
   if (!packed.ok()) return packed.status();
-  // Rows are independent: pack them in parallel (a 560m model has ~300M weights to pack).
+  // Rows (panels) are independent: pack them in parallel (a 560m model has ~300M weights to pack).
   const size_t in_row = DTypeBytes(host.dtype, k), out_row = DTypeBytes(dtype, k);
+  const int64_t unit = panels ? kQ8PanelRows : 1;  // rows per work item
   absl::Status status;
   std::mutex status_mutex;
-  CopyInSlices(rows, in_row, rows_done, [&](int64_t first, int64_t last) {
-    pool_->ParallelFor(last - first, 16, [&](int64_t begin, int64_t end) {
-      begin += first;
-      end += first;
+  CopyInSlices(rows, in_row, panels ? kQ8PanelRows : 2, rows_done, [&](int64_t first, int64_t last) {
+    pool_->ParallelFor((last - first) / unit, std::max<int64_t>(1, 16 / unit), [&](int64_t begin, int64_t end) {
+      begin = first + begin * unit;
+      end = first + end * unit;
       absl::Status s = QuantizeWeightRows(static_cast<const char*>(host.data) + begin * in_row,
                                           host.dtype, end - begin, k, dtype,
                                           static_cast<char*>(packed->tensor.data) + begin * out_row);
@@ -345,8 +351,11 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Ten
     return absl::OkStatus();
   const int64_t m = x.dim(0), k = x.dim(-1), n = weight.dim(0);
   const bool quantized = IsBlockQuantized(weight.dtype);
+  // Block-quantized rows are whole blocks; panel-packed ones also fill whole panels.
+  const bool quantized_ok = quantized && k % kQuantBlock == 0 &&
+                            (weight.dtype != DType::kQ8G32Panel16 || n % kQ8PanelRows == 0);
   if (auto s = Check(IsF32(x) && IsF32(out) && weight.rank == 2 && weight.dim(1) == k &&
-                         (IsFloat(weight.dtype) || (quantized && k % kQuantBlock == 0) ||
+                         (IsFloat(weight.dtype) || quantized_ok ||
                           (IsRowPaired(weight.dtype) && k % 8 == 0)) &&
                          out.numel() == m * n &&
                          (bias.empty() || bias.numel() == n),

@@ -44,7 +44,10 @@ class CpuBackend : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
   // kInt8 / kInt4: packs the weight into a backend-owned kQ8G32 / kQ4G32 tensor (quant.h);
-  // InvalidArgument if its row length is not a multiple of 32. kNone: a backend-owned
+  // InvalidArgument if its row length is not a multiple of 32. kInt8 on a CPU with AVX512-VNNI
+  // and no usable AMX-INT8, for a row count that is a multiple of 16: kQ8G32Panel16 instead (the
+  // same codes in panels for quant_panel_tile.h; with AMX the tiles read kQ8G32 in place, so it
+  // stays). kNone: a backend-owned
   // row-paired copy (weight_pairs.h) where the GEMM runs its AVX-512 path and the row length is
   // a multiple of 8, else ImportWeight's zero-copy view.
   // Either copy is made in slices of about 32 MiB of host rows, `rows_done` called after each.
@@ -88,9 +91,10 @@ class CpuBackend : public Backend {
   void Free(void* data, size_t bytes) override;
 
  private:
-  // copy_rows(begin, end) over [0, rows) in slices of ~32 MiB of host rows (an even count), then
-  // rows_done(begin, end) for each, if set.
-  static void CopyInSlices(int64_t rows, size_t row_bytes, const HostRowsDone& rows_done,
+  // copy_rows(begin, end) over [0, rows) in slices of ~32 MiB of host rows (a multiple of
+  // `row_multiple`, a power of two: whole row pairs or panels), then rows_done(begin, end) for
+  // each, if set.
+  static void CopyInSlices(int64_t rows, size_t row_bytes, int64_t row_multiple, const HostRowsDone& rows_done,
                            const std::function<void(int64_t, int64_t)>& copy_rows);
 
   std::unique_ptr<ThreadPool> pool_;

@@ -10,6 +10,9 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_amx.h"
+#include "kernels/cpu/quant_panel_tile.h"
 
 namespace blossom {
 namespace {
@@ -145,6 +148,37 @@ TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
   }
 }
 
+// int8 with 16 rows to a panel: on a CPU with AVX512-VNNI and no usable AMX the panel layout
+// (quant_panel_tile.h), whose Linear gives the row-major int8 weight's bits at decode and
+// prefill batch sizes; elsewhere the row-major kQ8G32.
+TEST(CpuBackendTest, Int8WeightsArePanelPackedOnAvx512VnniWithTheRowMajorBits) {
+  CpuBackend backend(2);
+  const bool panels = BestGemmIsa() != GemmIsa::kPortable && QuantPanelTileAvx512VnniUsable() && !AmxInt8Usable();
+  const int64_t n = 48, k = 96;
+  std::vector<float> w = Random(n * k, 31, 0.05f), bias = Random(n, 32);
+  absl::StatusOr<OwnedTensor> imported = backend.ImportLinearWeight(F32(w, {n, k}), WeightQuant::kInt8);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->tensor.dtype, panels ? DType::kQ8G32Panel16 : DType::kQ8G32);
+  std::vector<char> rows(DTypeBytes(DType::kQ8G32, k) * n);
+  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ8G32, rows.data()).ok());
+  const Tensor row_major(rows.data(), DType::kQ8G32, {n, k});
+  for (int64_t m : {1, 3, 8, 13}) {
+    std::vector<float> x = Random(m * k, 33), want(m * n), got(m * n);
+    ASSERT_TRUE(backend.Linear(F32(x, {m, k}), row_major, F32(bias, {n}), Activation::kBloomGelu,
+                               F32(want, {m, n})).ok());
+    ASSERT_TRUE(backend.Linear(F32(x, {m, k}), imported->tensor, F32(bias, {n}), Activation::kBloomGelu,
+                               F32(got, {m, n})).ok());
+    EXPECT_EQ(got, want) << "m " << m;
+  }
+  // A panel weight whose rows do not fill its panels is refused, not read past its end.
+  if (panels) {
+    const Tensor short_view(imported->tensor.data, DType::kQ8G32Panel16, {40, k});
+    std::vector<float> x(k), out(40);
+    EXPECT_EQ(backend.Linear(F32(x, {1, k}), short_view, Tensor(), Activation::kNone, F32(out, {1, 40})).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // Unquantized: on AVX-512 a row-paired copy (weight_pairs.h) that gives the row-major weight's
 // bits, at decode and prefill batch sizes and with an odd last row; elsewhere, or with rows
 // that are not whole 8-element chunks, the zero-copy view.
@@ -183,36 +217,40 @@ TEST(CpuBackendTest, UnquantizedLinearWeightIsRowPairedOnAvx512WithTheSameBits) 
 
 // A copy made at import reports the host rows it has read in slices of ~32 MiB (so that the
 // caller can release them early), in order, covering every row once, each slice an even count
-// of rows; the copy is the same with or without the callback.
+// of rows (whole panels of 16 for int8 panels); the copy is the same with or without the
+// callback. 8500 rows (row pairs and a last odd row's slice) and 8512 (panels where int8 is
+// panel-packed).
 TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
   CpuBackend backend(2);
-  const int64_t n = 8500, k = 1024;  // 34 MB of f32: two slices
-  std::vector<float> w = Random(n * k, 27);
-  for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8}) {
-    std::vector<std::pair<int64_t, int64_t>> slices;
-    absl::StatusOr<OwnedTensor> sliced = backend.ImportLinearWeight(
-        F32(w, {n, k}), quant, [&](int64_t b, int64_t e) { slices.emplace_back(b, e); });
-    ASSERT_TRUE(sliced.ok()) << sliced.status();
-    absl::StatusOr<OwnedTensor> whole = backend.ImportLinearWeight(F32(w, {n, k}), quant);
-    ASSERT_TRUE(whole.ok());
-    if (sliced->tensor.data == w.data()) {  // a zero-copy view (no AVX-512): nothing was copied
-      EXPECT_TRUE(slices.empty());
-      continue;
-    }
-    ASSERT_GE(slices.size(), 2u) << WeightQuantName(quant);
-    int64_t next = 0;
-    for (const auto& [b, e] : slices) {
-      EXPECT_EQ(b, next);
-      EXPECT_GT(e, b);
-      if (e != n) {
-        EXPECT_EQ((e - b) % 2, 0);
+  const int64_t k = 1024;  // 34 MB of f32: two slices
+  for (const int64_t n : {8500, 8512}) {
+    for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8}) {
+      std::vector<float> w = Random(n * k, 27);
+      std::vector<std::pair<int64_t, int64_t>> slices;
+      absl::StatusOr<OwnedTensor> sliced = backend.ImportLinearWeight(
+          F32(w, {n, k}), quant, [&](int64_t b, int64_t e) { slices.emplace_back(b, e); });
+      ASSERT_TRUE(sliced.ok()) << sliced.status();
+      absl::StatusOr<OwnedTensor> whole = backend.ImportLinearWeight(F32(w, {n, k}), quant);
+      ASSERT_TRUE(whole.ok());
+      if (sliced->tensor.data == w.data()) {  // a zero-copy view (no AVX-512): nothing was copied
+        EXPECT_TRUE(slices.empty());
+        continue;
       }
-      next = e;
+      ASSERT_GE(slices.size(), 2u) << WeightQuantName(quant);
+      int64_t next = 0;
+      for (const auto& [b, e] : slices) {
+        EXPECT_EQ(b, next);
+        EXPECT_GT(e, b);
+        if (e != n) {
+          EXPECT_EQ((e - b) % (sliced->tensor.dtype == DType::kQ8G32Panel16 ? 16 : 2), 0);
+        }
+        next = e;
+      }
+      EXPECT_EQ(next, n);
+      ASSERT_EQ(sliced->tensor.bytes(), whole->tensor.bytes());
+      EXPECT_EQ(std::memcmp(sliced->tensor.data, whole->tensor.data, whole->tensor.bytes()), 0)
+          << WeightQuantName(quant);
     }
-    EXPECT_EQ(next, n);
-    ASSERT_EQ(sliced->tensor.bytes(), whole->tensor.bytes());
-    EXPECT_EQ(std::memcmp(sliced->tensor.data, whole->tensor.data, whole->tensor.bytes()), 0)
-        << WeightQuantName(quant);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -93,6 +94,23 @@ absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int6
   }
   const size_t in_row = DTypeBytes(w_dtype, k), out_row = DTypeBytes(out_dtype, k);
   std::vector<float> row(static_cast<size_t>(k));
+  if (out_dtype == DType::kQ8G32Panel16) {
+    if (rows % kQ8PanelRows != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot pack ", rows, " rows into ", DTypeName(out_dtype),
+                                                     ": panels hold ", kQ8PanelRows, " rows"));
+    }
+    const int64_t blocks = k / kQuantBlock;
+    std::vector<Q8Block> panel(static_cast<size_t>(kQ8PanelRows * blocks));
+    for (int64_t p = 0; p < rows / kQ8PanelRows; ++p) {
+      for (int r = 0; r < kQ8PanelRows; ++r) {
+        ConvertToF32(static_cast<const char*>(w) + (p * kQ8PanelRows + r) * in_row, w_dtype, row.data(),
+                     row.size());
+        QuantizeActivationRow(row.data(), k, panel.data() + r * blocks);
+      }
+      PackQ8Panels(panel.data(), kQ8PanelRows, blocks, static_cast<char*>(out) + p * kQ8PanelRows * out_row);
+    }
+    return absl::OkStatus();
+  }
   for (int64_t r = 0; r < rows; ++r) {
     ConvertToF32(static_cast<const char*>(w) + r * in_row, w_dtype, row.data(), row.size());
     char* dst = static_cast<char*>(out) + r * out_row;
@@ -104,6 +122,36 @@ absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int6
       QuantizeQ4(row.data() + b * kQuantBlock, reinterpret_cast<Q4Block*>(dst) + b);
   }
   return absl::OkStatus();
+}
+
+void PackQ8Panels(const Q8Block* rows_in, int64_t rows, int64_t blocks, void* panels) {
+  for (int64_t p = 0; p < rows / kQ8PanelRows; ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = static_cast<uint8_t*>(panels) + (p * blocks + b) * kQ8PanelBlockBytes;
+      for (int r = 0; r < kQ8PanelRows; ++r) {
+        const Q8Block& block = rows_in[(p * kQ8PanelRows + r) * blocks + b];
+        for (int i = 0; i < kQuantBlock; ++i) {
+          dst[64 * (i / 4) + 4 * r + i % 4] = static_cast<uint8_t>(block.codes[i] + 128);
+        }
+        std::memcpy(dst + 512 + r * sizeof(float), &block.scale, sizeof(float));
+      }
+    }
+  }
+}
+
+void UnpackQ8Panels(const void* panels, int64_t rows, int64_t blocks, Q8Block* rows_out) {
+  for (int64_t p = 0; p < rows / kQ8PanelRows; ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src = static_cast<const uint8_t*>(panels) + (p * blocks + b) * kQ8PanelBlockBytes;
+      for (int r = 0; r < kQ8PanelRows; ++r) {
+        Q8Block& block = rows_out[(p * kQ8PanelRows + r) * blocks + b];
+        for (int i = 0; i < kQuantBlock; ++i) {
+          block.codes[i] = static_cast<int8_t>(src[64 * (i / 4) + 4 * r + i % 4] - 128);
+        }
+        std::memcpy(&block.scale, src + 512 + r * sizeof(float), sizeof(float));
+      }
+    }
+  }
 }
 
 void QuantizeActivationRow(const float* x, int64_t k, Q8Block* out) {

@@ -43,9 +43,25 @@ struct Q4Block {
 };
 static_assert(sizeof(Q4Block) == 20, "Q4Block must be packed as DTypeBytes(kQ4G32) says");
 
+// The panel layout of int8 weights (DType::kQ8G32Panel16), for the AVX512-VNNI GEMM
+// (quant_panel_tile.h): rows in panels of 16; panel p's block b is the kQ8PanelBlockBytes at
+// (p * blocks + b) * kQ8PanelBlockBytes, holding
+//   bytes [64j + 4r, 64j + 4r + 4) = codes 4j .. 4j + 3 of row 16p + r, each as code + 128 (j < 8),
+//   then the 16 rows' fp32 scales (bytes 512 .. 575).
+// So one 64-byte load holds 4 consecutive codes of each of the 16 rows: the vpdpbusd operand
+// whose 16 int32 lanes are the 16 rows' dots, with x's 4 codes broadcast; no horizontal sums.
+// Codes are stored unsigned because vpdpbusd multiplies unsigned by signed bytes: the GEMM adds
+// -128 * (x's block code sum) to the dot, exactly. A panel is 16 row-major rows' bytes (36 per
+// 32 weights), and a panel's blocks are consecutive: one stream per 16 rows for the prefetcher.
+constexpr int kQ8PanelRows = 16;
+constexpr size_t kQ8PanelBlockBytes = 512 + kQ8PanelRows * sizeof(float);
+static_assert(kQ8PanelBlockBytes == kQ8PanelRows * sizeof(Q8Block), "a panel is 16 rows' bytes");
+
 // Quantizes `rows` rows of k elements of a float dtype (F32, F16, BF16) into `out_dtype`
-// (kQ8G32 or kQ4G32), DTypeBytes(out_dtype, k) bytes per row. InvalidArgument if k is not a
-// multiple of 32 or the dtypes are wrong.
+// (kQ8G32 or kQ4G32: DTypeBytes(out_dtype, k) bytes per row; kQ8G32Panel16: `rows` a multiple
+// of 16, written as rows / 16 panels of k / 32 blocks, the same bytes as kQ8G32). The codes and
+// scales are kQ8G32's in every layout. InvalidArgument if k is not a multiple of 32, the rows
+// do not fill whole panels, or the dtypes are wrong.
 absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int64_t k,
                                 DType out_dtype, void* out);
 
@@ -57,6 +73,11 @@ void QuantizeActivationRow(const float* x, int64_t k, Q8Block* out);
 // The two paths, for tests (the AVX2 one needs CpuHasAvx2Fma(); off x86-64 it is the portable).
 void QuantizeActivationRowPortable(const float* x, int64_t k, Q8Block* out);
 void QuantizeActivationRowAvx2(const float* x, int64_t k, Q8Block* out);
+
+// Repacks `rows` (a multiple of 16) row-major kQ8G32 rows of `blocks` blocks into panels, and
+// back: the same blocks exactly.
+void PackQ8Panels(const Q8Block* rows_in, int64_t rows, int64_t blocks, void* panels);
+void UnpackQ8Panels(const void* panels, int64_t rows, int64_t blocks, Q8Block* rows_out);
 
 // Element i of a quantized row, as fp32 (tests and reference computations).
 float DequantizeAt(const void* row, DType dtype, int64_t i);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_amx.h"
 #include "kernels/cpu/quant_dot_tile.h"
+#include "kernels/cpu/quant_panel_tile.h"
 #include "kernels/cpu/tiled_gemm.h"
 
 namespace blossom {
@@ -14,6 +15,33 @@ namespace {
 
 // x elements below which a chunk of rows to quantize is not worth another thread.
 constexpr int64_t kMinQuantizeElems = 64 * 1024;
+
+// Panel-packed int8 weights (quant_panel_tile.h): tiles of 8 x rows, then 4, then one at a time,
+// each against a whole panel of 16 weight rows; `xq` holds the quantized x rows.
+void PanelGemm(const GemmArgs& a, ThreadPool* pool, bool vector_path, const Q8Block* xq) {
+  const int64_t blocks = a.k / kQuantBlock;
+  const QuantPanelTileFn tile = vector_path && QuantPanelTileAvx512VnniUsable() ? &QuantPanelTileAvx512Vnni
+                                                                                 : &QuantPanelTilePortable;
+  thread_local std::vector<int32_t> x_bias_buffer;  // see amx_codes_buffer below on thread_local
+  x_bias_buffer.resize(static_cast<size_t>(a.m * blocks));
+  int32_t* x_bias = x_bias_buffer.data();
+  for (int64_t r = 0; r < a.m; ++r) QuantPanelXBias(xq + r * blocks, blocks, x_bias + r * blocks);
+  GemmTiling tiling;
+  tiling.decode_cols = kQ8PanelRows;
+  tiling.prefill_rows = 8;
+  tiling.prefill_rows_small = 4;
+  tiling.prefill_cols = kQ8PanelRows;
+  tiling.max_cols = kQ8PanelRows;
+  tiling.w_row_bytes = DTypeBytes(DType::kQ8G32Panel16, a.k);
+  const char* w_base = static_cast<const char*>(a.w);
+  // Columns come in whole panels: n is a multiple of 16 and RunTiledGemm's column blocks and
+  // thread chunks are multiples of the tile width, so n0 starts a panel and cols is 16.
+  RunTiledGemm(a, pool, vector_path, tiling, [&](int64_t m0, int rows, int64_t n0, int, float* dots,
+                                                 WeightPrefetch*) {
+    tile(xq + m0 * blocks, x_bias + m0 * blocks, blocks, rows, w_base + n0 * tiling.w_row_bytes, blocks, dots,
+         tiling.max_cols);
+  });
+}
 
 }  // namespace
 
@@ -49,6 +77,11 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
                       quantize_rows);
   } else {
     quantize_rows(0, a.m);
+  }
+
+  if (a.w_dtype == DType::kQ8G32Panel16) {
+    PanelGemm(a, pool, avx2, xq);
+    return;
   }
 
   // Decode: one x row against 4 weight rows; prefill: 4 x rows against 2 (8 accumulators, the

@@ -6,7 +6,9 @@
 // order of quant_dot_tile.h, whatever M, the tile, the thread count or the instruction set: a
 // row's result is bit-identical alone or in any batch, like GemmNT's. Tiles: 1 x-row by 4 weight
 // rows below 4 rows (decode), 4 by 2 otherwise, and with AMX (int8 weights, 4 rows or more, padded
-// to 16) 16 by 16 (quant_amx.h); columns in blocks that stay in L2; threads over output columns only.
+// to 16) 16 by 16 (quant_amx.h); for panel-packed int8 weights (kQ8G32Panel16, quant_panel_tile.h)
+// 8, 4 or 1 x rows by a panel of 16; columns in blocks that stay in L2; threads over output
+// columns only.
 //
 // Why integer dots with quantized activations rather than widening the weights to fp32: AVX2 has
 // no int8 x fp32 multiply, so widening costs two conversions per 8 weights before each FMA, while
@@ -23,8 +25,10 @@
 
 namespace blossom {
 
-// args.w_dtype must be kQ8G32 or kQ4G32 and args.k a multiple of 32 (checked by the caller);
-// isa as for GemmNT (kAvx2 uses the AVX2 integer tiles).
+// args.w_dtype must be kQ8G32, kQ4G32 or kQ8G32Panel16 (then args.n a multiple of 16) and args.k
+// a multiple of 32 (checked by the caller); isa as for GemmNT (kAvx2 uses the AVX2 integer tiles;
+// panels take the AVX512-VNNI tile with kAvx2 or kAvx512 where the CPU has it, else the portable
+// one: the same bits).
 void QuantGemmNT(const GemmArgs& args, ThreadPool* pool, GemmIsa isa = GemmIsa::kAuto);
 
 }  // namespace blossom
