@@ -221,8 +221,9 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
                                                    DTypeName(host.dtype), " ", host.ShapeString()));
   }
   const int64_t rows = host.dim(0), k = host.dim(1);
-  // int8 on AVX512-VNNI without AMX: panels (quant_panel_tile.h; 2.7x on int8 prefill and 1.6x on
-  // int8 decode of bloom-560m on a 2-core Zen 4, benchmarks/results/2026-11-27-cpu-int8-panels.md).
+  // int8 on AVX512-VNNI without AMX: panels (quant_panel_tile.h; on bloom-560m on a 2-core Zen 4,
+  // 2.45x on a 128-token prefill, 1.70x on batch-1 decode, 2.69x at batch 8:
+  // benchmarks/results/2026-11-27-cpu-int8-panels.md).
   const bool panels = quant == WeightQuant::kInt8 && rows % kQ8PanelRows == 0 && BestGemmIsa() != GemmIsa::kPortable &&
                       QuantPanelTileAvx512VnniUsable() && !AmxInt8Usable();
   const DType dtype = panels ? DType::kQ8G32Panel16 : QuantizedDType(quant);
