@@ -131,7 +131,7 @@ void PackQ8Panels(const Q8Block* rows_in, int64_t rows, int64_t blocks, void* pa
       for (int r = 0; r < kQ8PanelRows; ++r) {
         const Q8Block& block = rows_in[(p * kQ8PanelRows + r) * blocks + b];
         for (int i = 0; i < kQuantBlock; ++i) {
-          dst[64 * (i / 4) + 4 * r + i % 4] = static_cast<uint8_t>(block.codes[i] + 128);
+          dst[Q8PanelCodeOffset(r, i)] = static_cast<uint8_t>(block.codes[i] + 128);
         }
         std::memcpy(dst + 512 + r * sizeof(float), &block.scale, sizeof(float));
       }
@@ -146,7 +146,7 @@ void UnpackQ8Panels(const void* panels, int64_t rows, int64_t blocks, Q8Block* r
       for (int r = 0; r < kQ8PanelRows; ++r) {
         Q8Block& block = rows_out[(p * kQ8PanelRows + r) * blocks + b];
         for (int i = 0; i < kQuantBlock; ++i) {
-          block.codes[i] = static_cast<int8_t>(src[64 * (i / 4) + 4 * r + i % 4] - 128);
+          block.codes[i] = static_cast<int8_t>(src[Q8PanelCodeOffset(r, i)] - 128);
         }
         std::memcpy(&block.scale, src + 512 + r * sizeof(float), sizeof(float));
       }

@@ -56,6 +56,9 @@ static_assert(sizeof(Q4Block) == 20, "Q4Block must be packed as DTypeBytes(kQ4G3
 constexpr int kQ8PanelRows = 16;
 constexpr size_t kQ8PanelBlockBytes = 512 + kQ8PanelRows * sizeof(float);
 static_assert(kQ8PanelBlockBytes == kQ8PanelRows * sizeof(Q8Block), "a panel is 16 rows' bytes");
+// Byte of a panel block holding code i (< 32) of the panel's row r (< 16); the scales follow at
+// byte 512.
+constexpr int Q8PanelCodeOffset(int r, int i) { return 64 * (i / 4) + 4 * r + i % 4; }
 
 // Quantizes `rows` rows of k elements of a float dtype (F32, F16, BF16) into `out_dtype`
 // (kQ8G32 or kQ4G32: DTypeBytes(out_dtype, k) bytes per row; kQ8G32Panel16: `rows` a multiple

@@ -17,15 +17,12 @@ namespace {
 constexpr int64_t kMinQuantizeElems = 64 * 1024;
 
 // Panel-packed int8 weights (quant_panel_tile.h): tiles of 8 x rows, then 4, then one at a time,
-// each against a whole panel of 16 weight rows; `xq` holds the quantized x rows.
-void PanelGemm(const GemmArgs& a, ThreadPool* pool, bool vector_path, const Q8Block* xq) {
+// each against a whole panel of 16 weight rows; `xq` holds the quantized x rows and `x_bias`
+// their QuantPanelXBias.
+void PanelGemm(const GemmArgs& a, ThreadPool* pool, bool vector_path, const Q8Block* xq, const int32_t* x_bias) {
   const int64_t blocks = a.k / kQuantBlock;
   const QuantPanelTileFn tile = vector_path && QuantPanelTileAvx512VnniUsable() ? &QuantPanelTileAvx512Vnni
                                                                                  : &QuantPanelTilePortable;
-  thread_local std::vector<int32_t> x_bias_buffer;  // see amx_codes_buffer below on thread_local
-  x_bias_buffer.resize(static_cast<size_t>(a.m * blocks));
-  int32_t* x_bias = x_bias_buffer.data();
-  for (int64_t r = 0; r < a.m; ++r) QuantPanelXBias(xq + r * blocks, blocks, x_bias + r * blocks);
   GemmTiling tiling;
   tiling.decode_cols = kQ8PanelRows;
   tiling.prefill_rows = 8;
@@ -69,8 +66,18 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   x_codes.resize(static_cast<size_t>(m_run * blocks));
   Q8Block* xq = x_codes.data();
   std::fill(xq + a.m * blocks, xq + m_run * blocks, Q8Block{});  // padded rows: zero codes
+  // Panel weights also need each x block's code sum (quant_panel_tile.h), taken here while the
+  // row's codes are in cache and across the pool. (A buffer the pool's threads reach through a
+  // pointer: naming a thread_local in the lambda would name each worker's own, empty one.)
+  const bool panels = a.w_dtype == DType::kQ8G32Panel16;
+  thread_local std::vector<int32_t> x_bias_buffer;
+  if (panels) x_bias_buffer.resize(static_cast<size_t>(a.m * blocks));
+  int32_t* x_bias = x_bias_buffer.data();
   auto quantize_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) QuantizeActivationRow(a.x + r * a.k, a.k, xq + r * blocks);
+    for (int64_t r = begin; r < end; ++r) {
+      QuantizeActivationRow(a.x + r * a.k, a.k, xq + r * blocks);
+      if (panels) QuantPanelXBias(xq + r * blocks, blocks, x_bias + r * blocks);
+    }
   };
   if (pool != nullptr) {
     pool->ParallelFor(a.m, std::max<int64_t>(1, kMinQuantizeElems / std::max<int64_t>(1, a.k)),
@@ -79,8 +86,8 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
     quantize_rows(0, a.m);
   }
 
-  if (a.w_dtype == DType::kQ8G32Panel16) {
-    PanelGemm(a, pool, avx2, xq);
+  if (panels) {
+    PanelGemm(a, pool, avx2, xq, x_bias);
     return;
   }
 

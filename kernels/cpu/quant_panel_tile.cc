@@ -36,7 +36,7 @@ void QuantPanelTilePortable(const Q8Block* x, const int32_t* x_bias, int64_t ldx
         const Q8Block& xb = x[r * ldx + b];
         int32_t dot = x_bias[r * ldx + b];
         for (int i = 0; i < kQuantBlock; ++i) {
-          dot += static_cast<int32_t>(pb[64 * (i / 4) + 4 * c + i % 4]) * xb.codes[i];
+          dot += static_cast<int32_t>(pb[Q8PanelCodeOffset(c, i)]) * xb.codes[i];
         }
         float w_scale;
         std::memcpy(&w_scale, pb + 512 + c * sizeof(float), sizeof(float));

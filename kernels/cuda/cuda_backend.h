@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -192,10 +193,11 @@ class CudaBackend : public Backend {
   absl::Status LinearSkinny(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor out,
                             int variant);
   // The skinny GEMM variants the options allow and the operands qualify for, the one that runs
-  // untimed first; empty: cuBLASLt only.
-  std::vector<int> SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const;
+  // untimed first; empty: cuBLASLt only. Inline storage: Linear asks on every call.
+  using SkinnyVariants = absl::InlinedVector<int, 3>;
+  SkinnyVariants SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const;
   absl::StatusOr<int> ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
-                                         Tensor out, const std::vector<int>& variants);
+                                         Tensor out, const SkinnyVariants& variants);
   absl::StatusOr<bool> GeluEpilogueMatchesBloom(DType dtype);
 
   std::unique_ptr<Impl> impl_;

@@ -66,7 +66,7 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   const bool gelu = activation == Activation::kBloomGelu;
-  const std::vector<int> variants = SkinnyVariantsFor(x, weight);
+  const SkinnyVariants variants = SkinnyVariantsFor(x, weight);
   if (!variants.empty()) {
     BLOSSOM_ASSIGN_OR_RETURN(const int choice, ChooseDecodeLinear(x, weight, bias, gelu, out, variants));
     if (choice != kUseCublasLt) return LinearSkinny(x, weight, bias, gelu, out, choice);
@@ -74,8 +74,8 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& weight, const Te
   return LinearLt(x, weight, bias, gelu, out);
 }
 
-std::vector<int> CudaBackend::SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const {
-  std::vector<int> variants;
+CudaBackend::SkinnyVariants CudaBackend::SkinnyVariantsFor(const Tensor& x, const Tensor& weight) const {
+  SkinnyVariants variants;
   const Options& o = impl_->options;
   if (!o.skinny_gemm) return variants;
   const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
@@ -138,7 +138,7 @@ absl::Status CudaBackend::LinearLt(const Tensor& x, const Tensor& weight, const 
 }
 
 absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                                    bool gelu, Tensor out, const std::vector<int>& variants) {
+                                                    bool gelu, Tensor out, const SkinnyVariants& variants) {
   const int64_t k = x.dim(-1), n = weight.dim(0), m = x.numel() / k;
   const Impl::LinearShape key = {GemmRowBucket(m),
                                  n,
@@ -147,13 +147,9 @@ absl::StatusOr<int> CudaBackend::ChooseDecodeLinear(const Tensor& x, const Tenso
                                  static_cast<int64_t>(out.dtype),
                                  bias.empty() ? -1 : static_cast<int64_t>(bias.dtype),
                                  gelu ? 1 : 0};
-  if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) {
-    // A bucket's choice holds for each of its row counts that the chosen variant serves (the
-    // whole-K and split-K kernels stop at 8 rows, the bucket of 9 to 16 does not).
-    const int c = it->second;
-    if (c == kUseCublasLt || std::find(variants.begin(), variants.end(), c) != variants.end()) return c;
-    return variants.front();
-  }
+  // A bucket's choice serves all its row counts: the variants' row limits (8, 16) are bucket
+  // bounds, so every row count of a bucket qualifies for the same variants.
+  if (auto it = impl_->skinny_choice.find(key); it != impl_->skinny_choice.end()) return it->second;
   if (!impl_->options.time_gemm_candidates || impl_->capturing.load()) return variants.front();
 
   // Every candidate once untimed (cuBLASLt makes its plan and times its candidates here), then
