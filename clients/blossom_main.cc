@@ -57,7 +57,8 @@ ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
 ABSL_FLAG(std::string, quantize, "none",
           "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
-          "scale; the Linear weights only; cpu backend).");
+          "scale), or bf16 (bf16 weights times activations rounded to bf16; AVX512-BF16); the "
+          "Linear weights only; cpu backend.");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");

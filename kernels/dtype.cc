@@ -15,6 +15,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kBF16:
     case DType::kF16Pairs:
     case DType::kBF16Pairs:
+    case DType::kBF16Panel16:
       return 2;
     case DType::kI64:
       return 8;
@@ -64,6 +65,8 @@ const char* DTypeName(DType dtype) {
       return "bf16-pairs";
     case DType::kQ8G32Panel16:
       return "q8g32-panel16";
+    case DType::kBF16Panel16:
+      return "bf16-panel16";
   }
   return "unknown";
 }

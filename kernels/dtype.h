@@ -38,6 +38,11 @@ enum class DType : uint8_t {
   // the 16 rows' codes interleaved 4 bytes at a time (as unsigned code + 128), then their 16
   // scales. The same 36 bytes per 32 weights as kQ8G32 (layout and why in kernels/cpu/quant.h).
   kQ8G32Panel16 = 10,
+  // BF16 weights packed at load time for the CPU's bf16-activation GEMM (--quantize bf16; never
+  // read from a checkpoint): an [n, k] matrix (n a multiple of 16, k even) as panels of 16 rows,
+  // each panel's rows interleaved 2 elements at a time (element pair j of the 16 rows in one 64-byte
+  // line). The same 2 bytes per weight as kBF16 (layout and why in kernels/cpu/bf16_panel_tile.h).
+  kBF16Panel16 = 11,
 };
 
 // Bytes per element of an unblocked dtype; 0 for the block-quantized ones (use DTypeBytes).
@@ -47,7 +52,7 @@ int64_t DTypeBlockElems(DType dtype);
 // Bytes of n elements (n a multiple of DTypeBlockElems).
 size_t DTypeBytes(DType dtype, int64_t n);
 // "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32", "f32-pairs", "f16-pairs",
-// "bf16-pairs", "q8g32-panel16".
+// "bf16-pairs", "q8g32-panel16", "bf16-panel16".
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);

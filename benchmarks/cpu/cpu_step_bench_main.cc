@@ -1,7 +1,7 @@
 // cpu-step-bench: Blossom's CPU step timings on one model, as one JSON object on stdout.
 //
 //   cpu-step-bench --model DIR [--threads 2] [--prompt-tokens 128] [--decode-tokens 32]
-//                  [--batch 8] [--bandwidth-mib 512] [--quantize none|int8|int4]
+//                  [--batch 8] [--bandwidth-mib 512] [--quantize none|int8|int4|bf16]
 //                  [--quantize-lm-head]
 //
 // Measures, in this order, greedy as the peers run, with exact token counts (prompt ids are fixed
@@ -45,7 +45,7 @@ ABSL_FLAG(int32_t, batch_prompt_tokens, 16, "Prompt length of each sequence of t
 ABSL_FLAG(int32_t, bandwidth_mib, 512,
           "Buffer for the read-bandwidth probe in MiB (0 = skip; -1 = the bytes a decode step "
           "reads).");
-ABSL_FLAG(std::string, quantize, "none", "Weight quantization at load: none, int8 or int4.");
+ABSL_FLAG(std::string, quantize, "none", "Weight quantization at load: none, int8, int4 or bf16.");
 
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");

@@ -1,9 +1,11 @@
-// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h; quant_gemm.h for int8 / int4) alone, on the
+// gemm-bench: the CPU GEMM (kernels/cpu/gemm.h; quant_gemm.h for int8 / int4; bf16_panel_gemm.h
+// for bf16-panel16, the --quantize bf16 GEMM) alone, on the
 // linear shapes of a BLOOM model, as one JSON line per (dtype, M, shape): median milliseconds,
 // weight GB/s and GFLOP/s.
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128]
-//              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int8-panel16,int4]
+//              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int8-panel16,int4,
+//                        bf16-panel16]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2|avx512]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
@@ -18,6 +20,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/bf16_panel_gemm.h"
+#include "kernels/cpu/bf16_panel_tile.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_gemm.h"
@@ -31,7 +35,8 @@ ABSL_FLAG(std::vector<std::string>, ms, std::vector<std::string>({"1", "8", "128
           "Rows of x (tokens in the step).");
 ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf16", "f16"}),
           "Weight dtypes: f32, bf16, f16, their row-paired forms f32-pairs, bf16-pairs, "
-          "f16-pairs (as the backend pairs them on AVX-512), or int8 / int4 (as --quantize).");
+          "f16-pairs (as the backend pairs them on AVX-512), int8 / int4 (as --quantize), int8-panel16 "
+          "or bf16-panel16 (as --quantize int8 / bf16 pack them on AVX512-VNNI / AVX512-BF16).");
 ABSL_FLAG(int32_t, threads, 2, "Threads.");
 ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
 ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable, avx2 or avx512.");
@@ -62,12 +67,16 @@ int Run() {
   for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
     // "int8-panel16": int8 in the panel layout the CPU backend uses on AVX512-VNNI without AMX.
     const bool panel16 = dtype_name == "int8-panel16";
+    // "bf16-panel16": the --quantize bf16 layout (bf16 x rows, vdpbf16ps).
+    const bool bf16_panels = dtype_name == "bf16-panel16";
     absl::StatusOr<WeightQuant> quant = ParseWeightQuant(panel16 ? "int8" : dtype_name);
-    const bool quantized = quant.ok() && *quant != WeightQuant::kNone;
+    // (bf16 names the checkpoint dtype here, not --quantize bf16: that is bf16-panel16.)
+    const bool quantized = quant.ok() && (*quant == WeightQuant::kInt8 || *quant == WeightQuant::kInt4);
     // "<float dtype>-pairs": row-paired as the CPU backend pairs Linear weights on AVX-512.
     const bool pairs = absl::EndsWith(dtype_name, "-pairs");
     absl::StatusOr<DType> dtype =
-        panel16     ? DType::kQ8G32Panel16
+        panel16       ? DType::kQ8G32Panel16
+        : bf16_panels ? DType::kBF16Panel16
         : quantized ? QuantizedDType(*quant)
                     : ParseDType(pairs ? dtype_name.substr(0, dtype_name.size() - 6) : dtype_name);
     if (!dtype.ok()) {
@@ -84,7 +93,16 @@ int Run() {
         // Paired weights sit 64-byte aligned, as the backend allocates them.
         std::vector<char> aligned_pairs;
         void* w_data = w.data();
-        if (quantized) {
+        if (bf16_panels) {
+          aligned_pairs.resize(Bf16PanelStorageBytes(s.n, s.k) + 64);
+          w_data = aligned_pairs.data() + (64 - reinterpret_cast<uintptr_t>(aligned_pairs.data()) % 64);
+          absl::Status packed = PackBf16Panels(w32.data(), DType::kF32, s.n, s.k, 0, s.n, w_data);
+          if (!packed.ok()) {
+            std::cerr << "gemm-bench: " << packed.message() << std::endl;
+            return 2;
+          }
+          w = {};
+        } else if (quantized) {
           absl::Status packed = QuantizeWeightRows(w32.data(), DType::kF32, s.n, s.k, *dtype, w.data());
           if (!packed.ok()) {
             std::cerr << "gemm-bench: " << packed.message() << std::endl;
@@ -109,7 +127,7 @@ int Run() {
         a.n = s.n;
         a.k = s.k;
         a.activation = std::string(s.name) == "fc1" ? Activation::kBloomGelu : Activation::kNone;
-        auto gemm = quantized ? &QuantGemmNT : &GemmNT;
+        auto gemm = bf16_panels ? &Bf16PanelGemmNT : quantized ? &QuantGemmNT : &GemmNT;
         gemm(a, &pool, isa);  // warm-up
         std::vector<double> t;
         for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {

@@ -4,7 +4,7 @@ CPU, side by side in one run: alternating engines, medians over runs.
 
     benchmarks/cpu/peer_bench.py --blossom bazel-bin/benchmarks/cpu/cpu-step-bench \
         --peers WORK_DIR --f32-model DIR --bf16-model DIR --out-prefix benchmarks/results/NAME \
-        [--dtypes fp32,bf16,int8] [--engines blossom,llama.cpp,ctranslate2,transformers] \
+        [--dtypes fp32,bf16,int8] [--engines blossom,blossom-bf16,llama.cpp,ctranslate2,transformers] \
         [--runs 3] [--threads 2] [--prompt-tokens 128] [--long-prompt-tokens 512] \
         [--decode-tokens 32] [--batches 8,32] [--timeout-s 900] [--machine TEXT] [--commit SHA]
     benchmarks/cpu/peer_bench.py --rerender --out-prefix PREFIX   (md + svg again from PREFIX.json)
@@ -22,6 +22,9 @@ Points, the same for every engine (greedy, EOS ignored, fixed pseudo-random prom
 Weights per dtype: fp32 = F32 checkpoint everywhere; bf16 = the BF16 checkpoint (gguf bf16,
 CTranslate2 bfloat16, transformers bfloat16, Blossom's BF16 weights); int8 = from the F32
 checkpoint: Blossom --quantize int8 --quantize-lm-head, llama.cpp q8_0, CTranslate2 int8 (transformers: none).
+blossom-bf16 (bf16 rows only): Blossom on the BF16 checkpoint with --quantize bf16 --quantize-lm-head,
+activations rounded to bf16 into each GEMM (vdpbf16ps) as llama.cpp's and transformers' bf16 do;
+"blossom" keeps fp32 activations. Each Blossom row gets its own ratio to the fastest peer.
 How each engine is timed: Blossom by cpu-step-bench; llama.cpp by its own llama-bench (prefill,
 decode at depth --prompt-tokens; mean of its repetitions) and llama-batched-bench (batches);
 CTranslate2 and transformers by peers/peer_runner.py (decode = (T(1 + n tokens) - T(1)) / n).
@@ -40,7 +43,12 @@ import sys
 from cpu_bench import cpu_name  # beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENGINES = ("blossom", "llama.cpp", "ctranslate2", "transformers")
+# blossom-bf16: Blossom with --quantize bf16 --quantize-lm-head (bf16 activations into each GEMM,
+# vdpbf16ps), the numerics llama.cpp's and transformers' bf16 use; bf16 rows only.
+BLOSSOMS = ("blossom", "blossom-bf16")
+PEERS = ("llama.cpp", "ctranslate2", "transformers")
+ENGINES = BLOSSOMS + PEERS
+ONLY_FOR = {"blossom-bf16": ("bf16",)}  # engines measured for some dtypes only
 GGUF = {"fp32": "gguf-f32.gguf", "bf16": "gguf-bf16.gguf", "int8": "gguf-q8_0.gguf"}
 CT2 = {"fp32": ("ct2-float32", "float32"), "bf16": ("ct2-bfloat16", "bfloat16"),
        "int8": ("ct2-int8", "int8")}
@@ -73,10 +81,11 @@ def run_json_lines(args, cmd):
     return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 
 
-def blossom_points(args, dtype):
+def blossom_points(args, dtype, extra=None):
     model = args.bf16_model if dtype == "bf16" else args.f32_model
     # int8: the LM head too, as llama.cpp's q8_0 and CTranslate2's int8 do.
-    extra = ["--quantize", "int8", "--quantize-lm-head"] if dtype == "int8" else []
+    if extra is None:
+        extra = ["--quantize", "int8", "--quantize-lm-head"] if dtype == "int8" else []
     base = [args.blossom, "--model", model, "--threads", str(args.threads),
             "--decode-tokens", str(args.decode_tokens)] + extra
     points = {}
@@ -101,6 +110,10 @@ def blossom_points(args, dtype):
                                    "--bandwidth-mib", "0"])[-1]
         points["prefill_ms@%d" % args.long_prompt_tokens] = r["prefill_ms"]
     return points
+
+
+def blossom_bf16_points(args, dtype):
+    return blossom_points(args, dtype, ["--quantize", "bf16", "--quantize-lm-head"])
 
 
 def llama_points(args, dtype):
@@ -160,8 +173,8 @@ def hf_points(args, dtype):
     return runner_points(args, "hf", model, HF[dtype])
 
 
-MEASURE = {"blossom": blossom_points, "llama.cpp": llama_points, "ctranslate2": ct2_points,
-           "transformers": hf_points}
+MEASURE = {"blossom": blossom_points, "blossom-bf16": blossom_bf16_points,
+           "llama.cpp": llama_points, "ctranslate2": ct2_points, "transformers": hf_points}
 
 
 def point_names(args):
@@ -233,21 +246,27 @@ def markdown(report, args):
                 fmt = "%.1f" if m < 100 else "%.0f"
                 cells.append((fmt + " [" + fmt + " to " + fmt + "]") % (m, lo, hi))
             lines.append("| %s | %s |" % (engine, " | ".join(cells)))
-        ratios = []
-        blossom = engines.get("blossom", {}).get("median", {})
-        for p in point_names(args):
-            peers = [engines[e]["median"][p] for e in ENGINES[1:]
-                     if e in engines and p in engines[e].get("median", {})]
-            if p in blossom and peers:
-                best = max(peers) if is_rate(p) else min(peers)
-                ratios.append("%.2f" % (blossom[p] / best if is_rate(p) else best / blossom[p]))
-            else:
-                ratios.append("-")
-        lines.append("| **ratio** | %s |" % " | ".join(ratios))
-        if floor and "decode_ms" in blossom:
-            lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / the read "
-                      "bandwidth of a buffer that large, median over runs): "
-                      "%.1f ms; Blossom at %.2fx the floor." % (floor, blossom["decode_ms"] / floor)]
+        for own in BLOSSOMS:
+            if own not in engines or "median" not in engines[own]:
+                continue
+            ratios = []
+            blossom = engines[own]["median"]
+            for p in point_names(args):
+                peers = [engines[e]["median"][p] for e in PEERS
+                         if e in engines and p in engines[e].get("median", {})]
+                if p in blossom and peers:
+                    best = max(peers) if is_rate(p) else min(peers)
+                    ratios.append("%.2f" % (blossom[p] / best if is_rate(p) else best / blossom[p]))
+                else:
+                    ratios.append("-")
+            lines.append("| **ratio%s** | %s |" % ("" if own == "blossom" else ", " + own,
+                                                   " | ".join(ratios)))
+        for own in BLOSSOMS:
+            decode = engines.get(own, {}).get("median", {}).get("decode_ms")
+            if floor and decode:
+                lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / the "
+                          "read bandwidth of a buffer that large, median over runs): "
+                          "%.1f ms; %s at %.2fx the floor." % (floor, own, decode / floor)]
         lines.append("")
     return "\n".join(lines)
 
@@ -352,10 +371,12 @@ def main():
     if args.decode_tokens < 2 or not args.batches:
         p.error("--decode-tokens must be >= 2 and --batches non-empty")
 
-    runs = {d: {e: [] for e in engines} for d in dtypes}
+    runs = {d: {e: [] for e in engines if d in ONLY_FOR.get(e, (d,))} for d in dtypes}
     for i in range(args.runs):
         for dtype in dtypes:
             for engine in (engines if i % 2 == 0 else engines[::-1]):
+                if engine not in runs[dtype]:
+                    continue
                 previous = runs[dtype][engine]
                 if previous and "error" in previous[0] and previous[0].get("final"):
                     continue

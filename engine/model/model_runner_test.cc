@@ -179,19 +179,23 @@ std::vector<float> CpuReference() {
 // --quantize reaches every rank: a tensor-parallel int8 runner packs its slices (the row-parallel
 // slices of 32 columns are whole quantization blocks, so only the fp32 split of the partial sums
 // differs from one rank) and its logits match the single-rank int8 runner's.
+// The same for bf16 (bf16_panel_tile.h): the row-parallel slices' sums are split in fp32.
 TEST(ModelRunnerTest, QuantizedCpuRunnersAgreeAcrossTensorParallelSizes) {
   std::vector<float> fp32 = CpuReference();
-  std::vector<std::vector<float>> quantized;
-  for (int tp : {1, 2}) {
-    ModelRunnerOptions options = Options("cpu", tp);
-    options.quantize = WeightQuant::kInt8;
-    auto runner = ModelRunner::Create(options);
-    ASSERT_TRUE(runner.ok()) << runner.status();
-    EXPECT_EQ((*runner)->info().quantize, WeightQuant::kInt8);
-    quantized.push_back(PrefillLogits(**runner));
+  for (WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kBf16}) {
+    std::vector<std::vector<float>> quantized;
+    for (int tp : {1, 2}) {
+      ModelRunnerOptions options = Options("cpu", tp);
+      options.quantize = quant;
+      auto runner = ModelRunner::Create(options);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      EXPECT_EQ((*runner)->info().quantize, quant);
+      quantized.push_back(PrefillLogits(**runner));
+    }
+    EXPECT_LT(MaxAbsDiff(quantized[0], quantized[1]), 1e-4f) << WeightQuantName(quant);
+    EXPECT_GT(MaxAbsDiff(quantized[0], fp32), 0.0f)
+        << "the " << WeightQuantName(quant) << " runner must not compute in fp32";
   }
-  EXPECT_LT(MaxAbsDiff(quantized[0], quantized[1]), 1e-4f);
-  EXPECT_GT(MaxAbsDiff(quantized[0], fp32), 0.0f) << "the int8 runner must not compute in fp32";
 }
 
 TEST(ModelRunnerTest, CudaRunnerMatchesCpuAndSizesKvFromMemory) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -57,6 +58,11 @@ void LogWeights(const ModelInfo& info) {
                info.world_size, MiB(info.weight_bytes_this_rank), DTypeName(info.weight_dtype),
                absl::StrCat(WeightQuantName(info.quantize), info.quantize_lm_head ? " + lm head" : ""),
                info.backend);
+  if (info.rank == 0 && info.quantize == WeightQuant::kBf16 && info.backend == "cpu" &&
+      !CpuHasAvx512Bf16()) {
+    spdlog::warn("--quantize bf16: this CPU has no AVX512-BF16, so the bf16 GEMM runs its portable "
+                 "reference kernel (the same results, many times slower than --quantize none)");
+  }
 }
 
 void LogKv(int rank, int world, int32_t num_blocks, int32_t block_size, size_t per_block) {

@@ -47,7 +47,10 @@ class CpuBackend : public Backend {
   // InvalidArgument if its row length is not a multiple of 32. kInt8 on a CPU with AVX512-VNNI
   // and no usable AMX-INT8, for a row count that is a multiple of 16: kQ8G32Panel16 instead (the
   // same codes in panels for quant_panel_tile.h; with AMX the tiles read kQ8G32 in place, so it
-  // stays). kNone: a backend-owned
+  // stays). kBf16: a backend-owned kBF16Panel16 copy (bf16_panel_tile.h: rounded to bf16, panels
+  // of 16 rows, the last padded), run with bf16 activations by vdpbf16ps where the CPU has
+  // AVX512-BF16 (else by the portable twin: the same bits, far slower); InvalidArgument for an odd
+  // row length. kNone: a backend-owned
   // row-paired copy (weight_pairs.h) where the GEMM runs its AVX-512 path and the row length is
   // a multiple of 8, else ImportWeight's zero-copy view.
   // Either copy is made in slices of about 32 MiB of host rows, `rows_done` called after each.
@@ -96,6 +99,9 @@ class CpuBackend : public Backend {
   // each, if set.
   static void CopyInSlices(int64_t rows, size_t row_bytes, int64_t row_multiple, const HostRowsDone& rows_done,
                            const std::function<void(int64_t, int64_t)>& copy_rows);
+
+  // ImportLinearWeight's kBf16 case.
+  absl::StatusOr<OwnedTensor> ImportBf16Panels(const Tensor& host, const HostRowsDone& rows_done);
 
   std::unique_ptr<ThreadPool> pool_;
   OpRecorder recorder_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_panel_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_amx.h"
@@ -179,6 +180,56 @@ TEST(CpuBackendTest, Int8WeightsArePanelPackedOnAvx512VnniWithTheRowMajorBits) {
   }
 }
 
+// --quantize bf16: a kBF16Panel16 copy (rows padded to whole panels) whose Linear is the bf16
+// GEMM's (bf16_panel_gemm.h, the same bits) at decode and prefill batch sizes, from f32 and bf16
+// checkpoints; close to the fp32 Linear (rounding x and the weights to bf16: under 1% of the
+// output's scale) but not equal to it. An odd row length is refused.
+TEST(CpuBackendTest, Bf16QuantizeRunsTheBf16GemmOnPanels) {
+  CpuBackend backend(2);
+  const int64_t n = 29, k = 64;
+  std::vector<float> w = Random(n * k, 41, 0.05f), bias = Random(n, 42);
+  std::vector<uint16_t> w_bf16(w.size());
+  ConvertFromF32(w.data(), w_bf16.data(), DType::kBF16, w.size());
+  for (const Tensor& rows : {F32(w, {n, k}), Tensor(w_bf16.data(), DType::kBF16, {n, k})}) {
+    absl::StatusOr<OwnedTensor> imported = backend.ImportLinearWeight(rows, WeightQuant::kBf16);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->tensor.dtype, DType::kBF16Panel16);
+    EXPECT_EQ(imported->tensor.dim(0), n);
+    for (int64_t m : {1, 3, 8, 13}) {
+      std::vector<float> x = Random(m * k, 43), fp32(m * n), got(m * n), want(m * n);
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), imported->tensor, F32(bias, {n}),
+                                 Activation::kBloomGelu, F32(got, {m, n})).ok());
+      GemmArgs args;
+      args.x = x.data();
+      args.w = imported->tensor.data;
+      args.w_dtype = DType::kBF16Panel16;
+      args.bias = bias.data();
+      args.out = want.data();
+      args.m = m;
+      args.n = n;
+      args.k = k;
+      args.activation = Activation::kBloomGelu;
+      Bf16PanelGemmNT(args, nullptr, GemmIsa::kPortable);
+      EXPECT_EQ(got, want) << DTypeName(rows.dtype) << " m " << m;
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), rows, F32(bias, {n}), Activation::kBloomGelu,
+                                 F32(fp32, {m, n})).ok());
+      double rms = 0, max_error = 0;
+      for (size_t i = 0; i < fp32.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i]));
+        rms += double(fp32[i]) * fp32[i];
+        max_error = std::max(max_error, double(std::fabs(got[i] - fp32[i])));
+      }
+      rms = std::sqrt(rms / fp32.size());
+      EXPECT_LT(max_error, 0.01 * rms) << DTypeName(rows.dtype) << " m " << m;
+      EXPECT_GT(max_error, 0.0) << "rounding x to bf16 must change something";
+    }
+  }
+  std::vector<float> odd(16 * 3);
+  absl::StatusOr<OwnedTensor> refused = backend.ImportLinearWeight(F32(odd, {16, 3}), WeightQuant::kBf16);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("even"), std::string::npos) << refused.status();
+}
+
 // Unquantized: on AVX-512 a row-paired copy (weight_pairs.h) that gives the row-major weight's
 // bits, at decode and prefill batch sizes and with an odd last row; elsewhere, or with rows
 // that are not whole 8-element chunks, the zero-copy view.
@@ -217,14 +268,14 @@ TEST(CpuBackendTest, UnquantizedLinearWeightIsRowPairedOnAvx512WithTheSameBits) 
 
 // A copy made at import reports the host rows it has read in slices of ~32 MiB (so that the
 // caller can release them early), in order, covering every row once, each slice an even count
-// of rows (whole panels of 16 for int8 panels); the copy is the same with or without the
+// of rows (whole panels of 16 for int8 and bf16 panels); the copy is the same with or without the
 // callback. 8500 rows (row pairs and a last odd row's slice) and 8512 (panels where int8 is
 // panel-packed).
 TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
   CpuBackend backend(2);
   const int64_t k = 1024;  // 34 MB of f32: two slices
   for (const int64_t n : {8500, 8512}) {
-    for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8}) {
+    for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kBf16}) {
       std::vector<float> w = Random(n * k, 27);
       std::vector<std::pair<int64_t, int64_t>> slices;
       absl::StatusOr<OwnedTensor> sliced = backend.ImportLinearWeight(
@@ -242,7 +293,8 @@ TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
         EXPECT_EQ(b, next);
         EXPECT_GT(e, b);
         if (e != n) {
-          EXPECT_EQ((e - b) % (sliced->tensor.dtype == DType::kQ8G32Panel16 ? 16 : 2), 0);
+          const DType dtype = sliced->tensor.dtype;
+          EXPECT_EQ((e - b) % (dtype == DType::kQ8G32Panel16 || dtype == DType::kBF16Panel16 ? 16 : 2), 0);
         }
         next = e;
       }

@@ -54,4 +54,16 @@ bool CpuHasAvx512Vnni() {
 #endif
 }
 
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace blossom

@@ -21,6 +21,8 @@ bool CpuHasAvxVnni();
 // AVX512-VNNI with AVX512VL (vpdpbusd on 256-bit registers; Ice Lake, Cascade Lake, Zen 4), with
 // AVX2.
 bool CpuHasAvx512Vnni();
+// AVX512-BF16 (vdpbf16ps; Cooper Lake, Sapphire Rapids, Zen 4) with AVX-512 F/VL/DQ/BW.
+bool CpuHasAvx512Bf16();
 
 }  // namespace blossom
 

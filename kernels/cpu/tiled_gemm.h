@@ -36,7 +36,7 @@ namespace blossom {
 constexpr int64_t kColumnBlockBytes = 192 * 1024;
 // Size of the per-thread dots scratch: every tiling needs prefill_rows * max_cols (and
 // max_cols >= decode_cols) at most this; GemmNT and QuantGemmNT check theirs at compile time.
-constexpr int kMaxTiledGemmDots = 8 * 96;
+constexpr int kMaxTiledGemmDots = 8 * 128;
 
 // out[i] = a[i] + b[i] for i < n: the same IEEE additions in any width. SSE (baseline x86-64)
 // where available: the compiler left this loop scalar (its -O2 vectorizer refuses loops that
