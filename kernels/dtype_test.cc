@@ -31,6 +31,11 @@ TEST(DTypeTest, BlockQuantizedDtypesCountBytesPerBlock) {
   EXPECT_EQ(DTypeBytes(DType::kQ8G32Panel16, 16 * 1024), DTypeBytes(DType::kQ8G32, 16 * 1024));
   EXPECT_FALSE(IsFloat(DType::kQ8G32Panel16));
   EXPECT_STREQ(DTypeName(DType::kQ8G32Panel16), "q8g32-panel16");
+  // The bf16 panel layout (--quantize bf16): 2 bytes a weight, read by the CPU's bf16 GEMM only.
+  EXPECT_EQ(DTypeBytes(DType::kBF16Panel16, 64), 128u);
+  EXPECT_FALSE(IsFloat(DType::kBF16Panel16));
+  EXPECT_FALSE(IsBlockQuantized(DType::kBF16Panel16));
+  EXPECT_STREQ(DTypeName(DType::kBF16Panel16), "bf16-panel16");
 }
 
 TEST(DTypeTest, RowPairedDtypesKeepTheirElementSize) {

@@ -6,8 +6,9 @@
 // Linear weights (and a tied embedding table, also the LM head): on a CPU with AVX-512 they are
 // copied at load time into row pairs (kernels/cpu/weight_pairs.h, the same values in the order
 // the AVX-512 tile reads), and with --quantize they are packed into int8 / int4 blocks
-// (kernels/cpu/quant.h).
-// Activations and the KV cache are fp32.
+// (kernels/cpu/quant.h) or, with --quantize bf16, bf16 panels (kernels/cpu/bf16_panel_tile.h).
+// Activations and the KV cache are fp32 (--quantize bf16 and int8/int4 round or quantize each
+// Linear's input rows inside the GEMM only).
 //
 // Every op computes each output row from its own input row only, with an operation order that
 // does not depend on the batch, so a sequence's results are bit-identical alone or batched.
