@@ -22,6 +22,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kQ8G32:
     case DType::kQ4G32:
     case DType::kQ8G32Panel16:
+    case DType::kQ4G32Panel16:
       return 0;
   }
   return 0;
@@ -35,6 +36,7 @@ size_t DTypeBytes(DType dtype, int64_t n) {
     case DType::kQ8G32Panel16:
       return static_cast<size_t>(n / 32) * 36;
     case DType::kQ4G32:
+    case DType::kQ4G32Panel16:
       return static_cast<size_t>(n / 32) * 20;
     default:
       return static_cast<size_t>(n) * DTypeSize(dtype);
@@ -67,6 +69,8 @@ const char* DTypeName(DType dtype) {
       return "q8g32-panel16";
     case DType::kBF16Panel16:
       return "bf16-panel16";
+    case DType::kQ4G32Panel16:
+      return "q4g32-panel16";
   }
   return "unknown";
 }

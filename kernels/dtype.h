@@ -43,6 +43,10 @@ enum class DType : uint8_t {
   // each panel's rows interleaved 2 elements at a time (element pair j of the 16 rows in one 64-byte
   // line). The same 2 bytes per weight as kBF16 (layout and why in kernels/cpu/bf16_panel_tile.h).
   kBF16Panel16 = 11,
+  // kQ4G32's blocks repacked the same way for the AVX512-VNNI GEMM: panels of 16 rows, each block
+  // the 16 rows' nibble bytes interleaved 4 at a time, then their 16 scales; the same 20 bytes per
+  // 32 weights as kQ4G32 (layout in kernels/cpu/quant.h).
+  kQ4G32Panel16 = 12,
 };
 
 // Bytes per element of an unblocked dtype; 0 for the block-quantized ones (use DTypeBytes).
@@ -52,7 +56,7 @@ int64_t DTypeBlockElems(DType dtype);
 // Bytes of n elements (n a multiple of DTypeBlockElems).
 size_t DTypeBytes(DType dtype, int64_t n);
 // "f32", "f16", "bf16", "i32", "i64", "q8g32", "q4g32", "f32-pairs", "f16-pairs",
-// "bf16-pairs", "q8g32-panel16", "bf16-panel16".
+// "bf16-pairs", "q8g32-panel16", "bf16-panel16", "q4g32-panel16".
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
@@ -81,7 +85,8 @@ float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);  // round-to-nearest-even, overflow to inf
 
 inline bool IsBlockQuantized(DType dtype) {
-  return dtype == DType::kQ8G32 || dtype == DType::kQ4G32 || dtype == DType::kQ8G32Panel16;
+  return dtype == DType::kQ8G32 || dtype == DType::kQ4G32 || dtype == DType::kQ8G32Panel16 ||
+         dtype == DType::kQ4G32Panel16;
 }
 
 // True for the row-paired float weights; PairedElementDType gives their element dtype (F32, F16

@@ -36,6 +36,10 @@ TEST(DTypeTest, BlockQuantizedDtypesCountBytesPerBlock) {
   EXPECT_FALSE(IsFloat(DType::kBF16Panel16));
   EXPECT_FALSE(IsBlockQuantized(DType::kBF16Panel16));
   EXPECT_STREQ(DTypeName(DType::kBF16Panel16), "bf16-panel16");
+  // The int4 panel layout: the same blocks as kQ4G32 in another order.
+  EXPECT_TRUE(IsBlockQuantized(DType::kQ4G32Panel16));
+  EXPECT_EQ(DTypeBytes(DType::kQ4G32Panel16, 16 * 1024), DTypeBytes(DType::kQ4G32, 16 * 1024));
+  EXPECT_STREQ(DTypeName(DType::kQ4G32Panel16), "q4g32-panel16");
 }
 
 TEST(DTypeTest, RowPairedDtypesKeepTheirElementSize) {

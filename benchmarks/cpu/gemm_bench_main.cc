@@ -5,7 +5,7 @@
 //
 //   gemm-bench [--hidden 1024] [--vocab 250880] [--ms 1,8,128]
 //              [--dtypes f32,bf16,f16,f32-pairs,bf16-pairs,f16-pairs,int8,int8-panel16,int4,
-//                        bf16-panel16]
+//                        int4-panel16,bf16-panel16]
 //              [--threads 2] [--reps 7] [--isa auto|portable|avx2|avx512]
 //
 // Kernel-level numbers, without the rest of a step; cpu-step-bench measures whole steps.
@@ -35,8 +35,9 @@ ABSL_FLAG(std::vector<std::string>, ms, std::vector<std::string>({"1", "8", "128
           "Rows of x (tokens in the step).");
 ABSL_FLAG(std::vector<std::string>, dtypes, std::vector<std::string>({"f32", "bf16", "f16"}),
           "Weight dtypes: f32, bf16, f16, their row-paired forms f32-pairs, bf16-pairs, "
-          "f16-pairs (as the backend pairs them on AVX-512), int8 / int4 (as --quantize), int8-panel16 "
-          "or bf16-panel16 (as --quantize int8 / bf16 pack them on AVX512-VNNI / AVX512-BF16).");
+          "f16-pairs (as the backend pairs them on AVX-512), int8 / int4 (as --quantize), int8-panel16, "
+          "int4-panel16 or bf16-panel16 (as --quantize int8 / int4 / bf16 pack them on AVX512-VNNI "
+          "/ AVX512-BF16).");
 ABSL_FLAG(int32_t, threads, 2, "Threads.");
 ABSL_FLAG(int32_t, reps, 7, "Timed repetitions (the median is reported).");
 ABSL_FLAG(std::string, isa, "auto", "Micro-kernel path: auto, portable, avx2 or avx512.");
@@ -66,16 +67,17 @@ int Run() {
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   for (const std::string& dtype_name : absl::GetFlag(FLAGS_dtypes)) {
     // "int8-panel16": int8 in the panel layout the CPU backend uses on AVX512-VNNI without AMX.
-    const bool panel16 = dtype_name == "int8-panel16";
+    const bool panel16 = dtype_name == "int8-panel16" || dtype_name == "int4-panel16";
     // "bf16-panel16": the --quantize bf16 layout (bf16 x rows, vdpbf16ps).
     const bool bf16_panels = dtype_name == "bf16-panel16";
-    absl::StatusOr<WeightQuant> quant = ParseWeightQuant(panel16 ? "int8" : dtype_name);
+    absl::StatusOr<WeightQuant> quant =
+        ParseWeightQuant(panel16 ? dtype_name.substr(0, 4) : dtype_name);
     // (bf16 names the checkpoint dtype here, not --quantize bf16: that is bf16-panel16.)
     const bool quantized = quant.ok() && (*quant == WeightQuant::kInt8 || *quant == WeightQuant::kInt4);
     // "<float dtype>-pairs": row-paired as the CPU backend pairs Linear weights on AVX-512.
     const bool pairs = absl::EndsWith(dtype_name, "-pairs");
     absl::StatusOr<DType> dtype =
-        panel16       ? DType::kQ8G32Panel16
+        panel16       ? (*quant == WeightQuant::kInt4 ? DType::kQ4G32Panel16 : DType::kQ8G32Panel16)
         : bf16_panels ? DType::kBF16Panel16
         : quantized ? QuantizedDType(*quant)
                     : ParseDType(pairs ? dtype_name.substr(0, dtype_name.size() - 6) : dtype_name);

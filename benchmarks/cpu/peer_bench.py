@@ -21,7 +21,9 @@ Points, the same for every engine (greedy, EOS ignored, fixed pseudo-random prom
 
 Weights per dtype: fp32 = F32 checkpoint everywhere; bf16 = the BF16 checkpoint (gguf bf16,
 CTranslate2 bfloat16, transformers bfloat16, Blossom's BF16 weights); int8 = from the F32
-checkpoint: Blossom --quantize int8 --quantize-lm-head, llama.cpp q8_0, CTranslate2 int8 (transformers: none).
+checkpoint: Blossom --quantize int8 --quantize-lm-head, llama.cpp q8_0, CTranslate2 int8 (transformers: none);
+int4 (not in the default --dtypes) = Blossom --quantize int4 --quantize-lm-head, llama.cpp q4_0 made by
+llama-quantize --pure (every tensor q4_0; CTranslate2 and transformers: none).
 blossom-bf16 (bf16 rows only): Blossom on the BF16 checkpoint with --quantize bf16 --quantize-lm-head,
 activations rounded to bf16 into each GEMM (vdpbf16ps) as llama.cpp's and transformers' bf16 do;
 "blossom" keeps fp32 activations. Each Blossom row gets its own ratio to the fastest peer.
@@ -49,7 +51,8 @@ BLOSSOMS = ("blossom", "blossom-bf16")
 PEERS = ("llama.cpp", "ctranslate2", "transformers")
 ENGINES = BLOSSOMS + PEERS
 ONLY_FOR = {"blossom-bf16": ("bf16",)}  # engines measured for some dtypes only
-GGUF = {"fp32": "gguf-f32.gguf", "bf16": "gguf-bf16.gguf", "int8": "gguf-q8_0.gguf"}
+GGUF = {"fp32": "gguf-f32.gguf", "bf16": "gguf-bf16.gguf", "int8": "gguf-q8_0.gguf",
+        "int4": "gguf-q4_0.gguf"}
 CT2 = {"fp32": ("ct2-float32", "float32"), "bf16": ("ct2-bfloat16", "bfloat16"),
        "int8": ("ct2-int8", "int8")}
 HF = {"fp32": "float32", "bf16": "bfloat16"}
@@ -85,7 +88,7 @@ def blossom_points(args, dtype, extra=None):
     model = args.bf16_model if dtype == "bf16" else args.f32_model
     # int8: the LM head too, as llama.cpp's q8_0 and CTranslate2's int8 do.
     if extra is None:
-        extra = ["--quantize", "int8", "--quantize-lm-head"] if dtype == "int8" else []
+        extra = ["--quantize", dtype, "--quantize-lm-head"] if dtype in ("int8", "int4") else []
     base = [args.blossom, "--model", model, "--threads", str(args.threads),
             "--decode-tokens", str(args.decode_tokens)] + extra
     points = {}
@@ -159,6 +162,8 @@ def runner_points(args, engine, model, compute_type):
 
 
 def ct2_points(args, dtype):
+    if dtype not in CT2:
+        raise Unsupported("CTranslate2 has no int4 CPU path")
     folder, compute_type = CT2[dtype]
     model = os.path.join(args.peers, "models", folder)
     if not os.path.exists(os.path.join(model, "model.bin")):
@@ -168,7 +173,7 @@ def ct2_points(args, dtype):
 
 def hf_points(args, dtype):
     if dtype not in HF:
-        raise Unsupported("transformers has no int8 CPU path comparable to the others")
+        raise Unsupported("transformers has no %s CPU path comparable to the others" % dtype)
     model = args.bf16_model if dtype == "bf16" else args.f32_model
     return runner_points(args, "hf", model, HF[dtype])
 
@@ -364,7 +369,7 @@ def main():
     engines = [e for e in args.engines.split(",") if e]
     for d in dtypes:
         if d not in GGUF:
-            p.error("--dtypes: unknown %r (fp32, bf16, int8)" % d)
+            p.error("--dtypes: unknown %r (fp32, bf16, int8, int4)" % d)
     for e in engines:
         if e not in MEASURE:
             p.error("--engines: unknown %r (%s)" % (e, ", ".join(ENGINES)))

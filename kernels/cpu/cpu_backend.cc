@@ -227,9 +227,14 @@ absl::StatusOr<OwnedTensor> CpuBackend::ImportLinearWeight(const Tensor& host, W
   // int8 on AVX512-VNNI without AMX: panels (quant_panel_tile.h; on bloom-560m on a 2-core Zen 4,
   // 2.45x on a 128-token prefill, 1.70x on batch-1 decode, 2.69x at batch 8:
   // benchmarks/results/2026-11-27-cpu-int8-panels.md).
-  const bool panels = quant == WeightQuant::kInt8 && rows % kQ8PanelRows == 0 && BestGemmIsa() != GemmIsa::kPortable &&
-                      QuantPanelTileAvx512VnniUsable() && !AmxInt8Usable();
-  const DType dtype = panels ? DType::kQ8G32Panel16 : QuantizedDType(quant);
+  // int4 on any AVX512-VNNI CPU (AMX has no int4 tiles): panels too, the same codes
+  // (benchmarks/results/2026-11-27-cpu-int4-panels.md).
+  const bool vnni_panels = rows % kQ8PanelRows == 0 && BestGemmIsa() != GemmIsa::kPortable &&
+                           QuantPanelTileAvx512VnniUsable();
+  const bool panels = vnni_panels && (quant == WeightQuant::kInt4 || !AmxInt8Usable());
+  const DType dtype = !panels ? QuantizedDType(quant)
+                      : quant == WeightQuant::kInt4 ? DType::kQ4G32Panel16
+                                                    : DType::kQ8G32Panel16;
   if (k % kQuantBlock != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cpu backend: --quantize ", WeightQuantName(quant), " cannot pack a weight of shape ",
@@ -384,8 +389,8 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& weight, const Ten
   const int64_t m = x.dim(0), k = x.dim(-1), n = weight.dim(0);
   const bool quantized = IsBlockQuantized(weight.dtype);
   // Block-quantized rows are whole blocks; panel-packed ones also fill whole panels.
-  const bool quantized_ok = quantized && k % kQuantBlock == 0 &&
-                            (weight.dtype != DType::kQ8G32Panel16 || n % kQ8PanelRows == 0);
+  const bool panel_packed = weight.dtype == DType::kQ8G32Panel16 || weight.dtype == DType::kQ4G32Panel16;
+  const bool quantized_ok = quantized && k % kQuantBlock == 0 && (!panel_packed || n % kQ8PanelRows == 0);
   const bool bf16_panels = weight.dtype == DType::kBF16Panel16;
   if (auto s = Check(IsF32(x) && IsF32(out) && weight.rank == 2 && weight.dim(1) == k &&
                          (IsFloat(weight.dtype) || quantized_ok || (bf16_panels && k % 2 == 0) ||

@@ -45,10 +45,10 @@ class CpuBackend : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::StatusOr<OwnedTensor> ImportWeight(const Tensor& host) override;
   // kInt8 / kInt4: packs the weight into a backend-owned kQ8G32 / kQ4G32 tensor (quant.h);
-  // InvalidArgument if its row length is not a multiple of 32. kInt8 on a CPU with AVX512-VNNI
-  // and no usable AMX-INT8, for a row count that is a multiple of 16: kQ8G32Panel16 instead (the
-  // same codes in panels for quant_panel_tile.h; with AMX the tiles read kQ8G32 in place, so it
-  // stays). kBf16: a backend-owned kBF16Panel16 copy (bf16_panel_tile.h: rounded to bf16, panels
+  // InvalidArgument if its row length is not a multiple of 32. On a CPU with AVX512-VNNI, for a
+  // row count that is a multiple of 16: kQ8G32Panel16 / kQ4G32Panel16 instead (the same codes in
+  // panels for quant_panel_tile.h), except int8 where AMX-INT8 is usable (its tiles read kQ8G32
+  // in place, so it stays). kBf16: a backend-owned kBF16Panel16 copy (bf16_panel_tile.h: rounded to bf16, panels
   // of 16 rows, the last padded), run with bf16 activations by vdpbf16ps where the CPU has
   // AVX512-BF16 (else by the portable twin: the same bits, far slower); InvalidArgument for an odd
   // row length. kNone: a backend-owned

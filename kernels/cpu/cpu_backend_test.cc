@@ -149,34 +149,39 @@ TEST(CpuBackendTest, QuantizedLinearIsCloseToFp32) {
   }
 }
 
-// int8 with 16 rows to a panel: on a CPU with AVX512-VNNI and no usable AMX the panel layout
-// (quant_panel_tile.h), whose Linear gives the row-major int8 weight's bits at decode and
-// prefill batch sizes; elsewhere the row-major kQ8G32.
-TEST(CpuBackendTest, Int8WeightsArePanelPackedOnAvx512VnniWithTheRowMajorBits) {
+// int8 and int4 with 16 rows to a panel: on a CPU with AVX512-VNNI the panel layouts
+// (quant_panel_tile.h; int8 only where AMX-INT8 is not usable), whose Linear gives the row-major
+// weight's bits at decode and prefill batch sizes; elsewhere the row-major kQ8G32 / kQ4G32.
+TEST(CpuBackendTest, QuantizedWeightsArePanelPackedOnAvx512VnniWithTheRowMajorBits) {
   CpuBackend backend(2);
-  const bool panels = BestGemmIsa() != GemmIsa::kPortable && QuantPanelTileAvx512VnniUsable() && !AmxInt8Usable();
+  const bool vnni = BestGemmIsa() != GemmIsa::kPortable && QuantPanelTileAvx512VnniUsable();
   const int64_t n = 48, k = 96;
   std::vector<float> w = Random(n * k, 31, 0.05f), bias = Random(n, 32);
-  absl::StatusOr<OwnedTensor> imported = backend.ImportLinearWeight(F32(w, {n, k}), WeightQuant::kInt8);
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  EXPECT_EQ(imported->tensor.dtype, panels ? DType::kQ8G32Panel16 : DType::kQ8G32);
-  std::vector<char> rows(DTypeBytes(DType::kQ8G32, k) * n);
-  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ8G32, rows.data()).ok());
-  const Tensor row_major(rows.data(), DType::kQ8G32, {n, k});
-  for (int64_t m : {1, 3, 8, 13}) {
-    std::vector<float> x = Random(m * k, 33), want(m * n), got(m * n);
-    ASSERT_TRUE(backend.Linear(F32(x, {m, k}), row_major, F32(bias, {n}), Activation::kBloomGelu,
-                               F32(want, {m, n})).ok());
-    ASSERT_TRUE(backend.Linear(F32(x, {m, k}), imported->tensor, F32(bias, {n}), Activation::kBloomGelu,
-                               F32(got, {m, n})).ok());
-    EXPECT_EQ(got, want) << "m " << m;
-  }
-  // A panel weight whose rows do not fill its panels is refused, not read past its end.
-  if (panels) {
-    const Tensor short_view(imported->tensor.data, DType::kQ8G32Panel16, {40, k});
-    std::vector<float> x(k), out(40);
-    EXPECT_EQ(backend.Linear(F32(x, {1, k}), short_view, Tensor(), Activation::kNone, F32(out, {1, 40})).code(),
-              absl::StatusCode::kInvalidArgument);
+  for (WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kInt4}) {
+    const DType row_dtype = QuantizedDType(quant);
+    const DType panel_dtype = quant == WeightQuant::kInt8 ? DType::kQ8G32Panel16 : DType::kQ4G32Panel16;
+    const bool panels = vnni && (quant == WeightQuant::kInt4 || !AmxInt8Usable());
+    absl::StatusOr<OwnedTensor> imported = backend.ImportLinearWeight(F32(w, {n, k}), quant);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->tensor.dtype, panels ? panel_dtype : row_dtype);
+    std::vector<char> rows(DTypeBytes(row_dtype, k) * n);
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, row_dtype, rows.data()).ok());
+    const Tensor row_major(rows.data(), row_dtype, {n, k});
+    for (int64_t m : {1, 3, 8, 13}) {
+      std::vector<float> x = Random(m * k, 33), want(m * n), got(m * n);
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), row_major, F32(bias, {n}), Activation::kBloomGelu,
+                                 F32(want, {m, n})).ok());
+      ASSERT_TRUE(backend.Linear(F32(x, {m, k}), imported->tensor, F32(bias, {n}), Activation::kBloomGelu,
+                                 F32(got, {m, n})).ok());
+      EXPECT_EQ(got, want) << WeightQuantName(quant) << " m " << m;
+    }
+    // A panel weight whose rows do not fill its panels is refused, not read past its end.
+    if (panels) {
+      const Tensor short_view(imported->tensor.data, panel_dtype, {40, k});
+      std::vector<float> x(k), out(40);
+      EXPECT_EQ(backend.Linear(F32(x, {1, k}), short_view, Tensor(), Activation::kNone, F32(out, {1, 40})).code(),
+                absl::StatusCode::kInvalidArgument);
+    }
   }
 }
 
@@ -268,14 +273,14 @@ TEST(CpuBackendTest, UnquantizedLinearWeightIsRowPairedOnAvx512WithTheSameBits) 
 
 // A copy made at import reports the host rows it has read in slices of ~32 MiB (so that the
 // caller can release them early), in order, covering every row once, each slice an even count
-// of rows (whole panels of 16 for int8 and bf16 panels); the copy is the same with or without the
+// of rows (whole panels of 16 for int8, int4 and bf16 panels); the copy is the same with or without the
 // callback. 8500 rows (row pairs and a last odd row's slice) and 8512 (panels where int8 is
 // panel-packed).
 TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
   CpuBackend backend(2);
   const int64_t k = 1024;  // 34 MB of f32: two slices
   for (const int64_t n : {8500, 8512}) {
-    for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kBf16}) {
+    for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kInt4, WeightQuant::kBf16}) {
       std::vector<float> w = Random(n * k, 27);
       std::vector<std::pair<int64_t, int64_t>> slices;
       absl::StatusOr<OwnedTensor> sliced = backend.ImportLinearWeight(
@@ -294,7 +299,9 @@ TEST(CpuBackendTest, CopiedImportsReportTheirHostRowsInSlices) {
         EXPECT_GT(e, b);
         if (e != n) {
           const DType dtype = sliced->tensor.dtype;
-          EXPECT_EQ((e - b) % (dtype == DType::kQ8G32Panel16 || dtype == DType::kBF16Panel16 ? 16 : 2), 0);
+          const bool panel = dtype == DType::kQ8G32Panel16 || dtype == DType::kQ4G32Panel16 ||
+                             dtype == DType::kBF16Panel16;
+          EXPECT_EQ((e - b) % (panel ? 16 : 2), 0);
         }
         next = e;
       }

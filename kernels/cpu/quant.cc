@@ -94,6 +94,21 @@ absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int6
   }
   const size_t in_row = DTypeBytes(w_dtype, k), out_row = DTypeBytes(out_dtype, k);
   std::vector<float> row(static_cast<size_t>(k));
+  if (out_dtype == DType::kQ4G32Panel16) {
+    if (rows % kQ4PanelRows != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot pack ", rows, " rows into ", DTypeName(out_dtype),
+                                                     ": panels hold ", kQ4PanelRows, " rows"));
+    }
+    const int64_t blocks = k / kQuantBlock;
+    std::vector<Q4Block> panel(static_cast<size_t>(kQ4PanelRows * blocks));
+    for (int64_t p = 0; p < rows / kQ4PanelRows; ++p) {
+      absl::Status s = QuantizeWeightRows(static_cast<const char*>(w) + p * kQ4PanelRows * in_row, w_dtype,
+                                          kQ4PanelRows, k, DType::kQ4G32, panel.data());
+      if (!s.ok()) return s;
+      PackQ4Panels(panel.data(), kQ4PanelRows, blocks, static_cast<char*>(out) + p * kQ4PanelRows * out_row);
+    }
+    return absl::OkStatus();
+  }
   if (out_dtype == DType::kQ8G32Panel16) {
     if (rows % kQ8PanelRows != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cannot pack ", rows, " rows into ", DTypeName(out_dtype),
@@ -149,6 +164,32 @@ void UnpackQ8Panels(const void* panels, int64_t rows, int64_t blocks, Q8Block* r
           block.codes[i] = static_cast<int8_t>(src[Q8PanelCodeOffset(r, i)] - 128);
         }
         std::memcpy(&block.scale, src + 512 + r * sizeof(float), sizeof(float));
+      }
+    }
+  }
+}
+
+void PackQ4Panels(const Q4Block* rows_in, int64_t rows, int64_t blocks, void* panels) {
+  for (int64_t p = 0; p < rows / kQ4PanelRows; ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = static_cast<uint8_t*>(panels) + (p * blocks + b) * kQ4PanelBlockBytes;
+      for (int r = 0; r < kQ4PanelRows; ++r) {
+        const Q4Block& block = rows_in[(p * kQ4PanelRows + r) * blocks + b];
+        for (int j = 0; j < kQuantBlock / 2; ++j) dst[Q4PanelByteOffset(r, j)] = block.nibbles[j];
+        std::memcpy(dst + 256 + r * sizeof(float), &block.scale, sizeof(float));
+      }
+    }
+  }
+}
+
+void UnpackQ4Panels(const void* panels, int64_t rows, int64_t blocks, Q4Block* rows_out) {
+  for (int64_t p = 0; p < rows / kQ4PanelRows; ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src = static_cast<const uint8_t*>(panels) + (p * blocks + b) * kQ4PanelBlockBytes;
+      for (int r = 0; r < kQ4PanelRows; ++r) {
+        Q4Block& block = rows_out[(p * kQ4PanelRows + r) * blocks + b];
+        for (int j = 0; j < kQuantBlock / 2; ++j) block.nibbles[j] = src[Q4PanelByteOffset(r, j)];
+        std::memcpy(&block.scale, src + 256 + r * sizeof(float), sizeof(float));
       }
     }
   }

@@ -60,10 +60,24 @@ static_assert(kQ8PanelBlockBytes == kQ8PanelRows * sizeof(Q8Block), "a panel is 
 // byte 512.
 constexpr int Q8PanelCodeOffset(int r, int i) { return 64 * (i / 4) + 4 * r + i % 4; }
 
+// The panel layout of int4 weights (DType::kQ4G32Panel16), the same idea: panel p's block b is
+// the kQ4PanelBlockBytes at (p * blocks + b) * kQ4PanelBlockBytes, holding
+//   bytes [64j + 4r, 64j + 4r + 4) = nibble bytes 4j .. 4j + 3 of row 16p + r's Q4 block (j < 4;
+//   byte i's low nibble is code i + 8, its high nibble code i + 16 + 8, as in Q4Block),
+//   then the 16 rows' fp32 scales (bytes 256 .. 319).
+// So one 64-byte load, masked to its low nibbles, is the vpdpbusd operand for codes 4j .. 4j + 3
+// of the 16 rows, and shifted right by 4 the one for codes 16 + 4j ..: the GEMM adds -8 * (x's
+// block code sum). 20 bytes per 32 weights, as kQ4G32.
+constexpr int kQ4PanelRows = 16;
+constexpr size_t kQ4PanelBlockBytes = 256 + kQ4PanelRows * sizeof(float);
+static_assert(kQ4PanelBlockBytes == kQ4PanelRows * sizeof(Q4Block), "a panel is 16 rows' bytes");
+// Byte of a panel block holding nibble byte j (< 16) of the panel's row r (< 16).
+constexpr int Q4PanelByteOffset(int r, int j) { return 64 * (j / 4) + 4 * r + j % 4; }
+
 // Quantizes `rows` rows of k elements of a float dtype (F32, F16, BF16) into `out_dtype`
-// (kQ8G32 or kQ4G32: DTypeBytes(out_dtype, k) bytes per row; kQ8G32Panel16: `rows` a multiple
-// of 16, written as rows / 16 panels of k / 32 blocks, the same bytes as kQ8G32). The codes and
-// scales are kQ8G32's in every layout. InvalidArgument if k is not a multiple of 32, the rows
+// (kQ8G32 or kQ4G32: DTypeBytes(out_dtype, k) bytes per row; kQ8G32Panel16 / kQ4G32Panel16:
+// `rows` a multiple of 16, written as rows / 16 panels of k / 32 blocks, the same bytes as the
+// row-major dtype). The codes and scales are the row-major dtype's in every layout. InvalidArgument if k is not a multiple of 32, the rows
 // do not fill whole panels, or the dtypes are wrong.
 absl::Status QuantizeWeightRows(const void* w, DType w_dtype, int64_t rows, int64_t k,
                                 DType out_dtype, void* out);
@@ -81,6 +95,9 @@ void QuantizeActivationRowAvx2(const float* x, int64_t k, Q8Block* out);
 // back: the same blocks exactly.
 void PackQ8Panels(const Q8Block* rows_in, int64_t rows, int64_t blocks, void* panels);
 void UnpackQ8Panels(const void* panels, int64_t rows, int64_t blocks, Q8Block* rows_out);
+// The same for kQ4G32 rows and kQ4G32Panel16 panels.
+void PackQ4Panels(const Q4Block* rows_in, int64_t rows, int64_t blocks, void* panels);
+void UnpackQ4Panels(const void* panels, int64_t rows, int64_t blocks, Q4Block* rows_out);
 
 // Element i of a quantized row, as fp32 (tests and reference computations).
 float DequantizeAt(const void* row, DType dtype, int64_t i);

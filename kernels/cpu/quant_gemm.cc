@@ -16,20 +16,22 @@ namespace {
 // x elements below which a chunk of rows to quantize is not worth another thread.
 constexpr int64_t kMinQuantizeElems = 64 * 1024;
 
-// Panel-packed int8 weights (quant_panel_tile.h): tiles of 8 x rows, then 4, then one at a time,
+// Panel-packed int8 or int4 weights (quant_panel_tile.h): tiles of 8 x rows, then 4, then one at a time,
 // each against a whole panel of 16 weight rows; `xq` holds the quantized x rows and `x_bias`
 // their QuantPanelXBias.
 void PanelGemm(const GemmArgs& a, ThreadPool* pool, bool vector_path, const Q8Block* xq, const int32_t* x_bias) {
   const int64_t blocks = a.k / kQuantBlock;
-  const QuantPanelTileFn tile = vector_path && QuantPanelTileAvx512VnniUsable() ? &QuantPanelTileAvx512Vnni
-                                                                                 : &QuantPanelTilePortable;
+  const bool q4 = a.w_dtype == DType::kQ4G32Panel16;
+  const bool vnni = vector_path && QuantPanelTileAvx512VnniUsable();
+  const QuantPanelTileFn tile = q4 ? (vnni ? &QuantQ4PanelTileAvx512Vnni : &QuantQ4PanelTilePortable)
+                                   : (vnni ? &QuantPanelTileAvx512Vnni : &QuantPanelTilePortable);
   GemmTiling tiling;
   tiling.decode_cols = kQ8PanelRows;
   tiling.prefill_rows = 8;
   tiling.prefill_rows_small = 4;
   tiling.prefill_cols = kQ8PanelRows;
   tiling.max_cols = kQ8PanelRows;
-  tiling.w_row_bytes = DTypeBytes(DType::kQ8G32Panel16, a.k);
+  tiling.w_row_bytes = DTypeBytes(a.w_dtype, a.k);
   const char* w_base = static_cast<const char*>(a.w);
   // Columns come in whole panels: n is a multiple of 16 and RunTiledGemm's column blocks and
   // thread chunks are multiples of the tile width, so n0 starts a panel and cols is 16.
@@ -69,14 +71,15 @@ void QuantGemmNT(const GemmArgs& a, ThreadPool* pool, GemmIsa isa) {
   // Panel weights also need each x block's code sum (quant_panel_tile.h), taken here while the
   // row's codes are in cache and across the pool. (A buffer the pool's threads reach through a
   // pointer: naming a thread_local in the lambda would name each worker's own, empty one.)
-  const bool panels = a.w_dtype == DType::kQ8G32Panel16;
+  const bool panels = a.w_dtype == DType::kQ8G32Panel16 || a.w_dtype == DType::kQ4G32Panel16;
+  const int32_t code_offset = a.w_dtype == DType::kQ4G32Panel16 ? kQ4PanelCodeOffset : kQ8PanelCodeOffset;
   thread_local std::vector<int32_t> x_bias_buffer;
   if (panels) x_bias_buffer.resize(static_cast<size_t>(a.m * blocks));
   int32_t* x_bias = x_bias_buffer.data();
   auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       QuantizeActivationRow(a.x + r * a.k, a.k, xq + r * blocks);
-      if (panels) QuantPanelXBias(xq + r * blocks, blocks, x_bias + r * blocks);
+      if (panels) QuantPanelXBias(xq + r * blocks, blocks, code_offset, x_bias + r * blocks);
     }
   };
   if (pool != nullptr) {

@@ -6,7 +6,8 @@
 // order of quant_dot_tile.h, whatever M, the tile, the thread count or the instruction set: a
 // row's result is bit-identical alone or in any batch, like GemmNT's. Tiles: 1 x-row by 4 weight
 // rows below 4 rows (decode), 4 by 2 otherwise, and with AMX (int8 weights, 4 rows or more, padded
-// to 16) 16 by 16 (quant_amx.h); for panel-packed int8 weights (kQ8G32Panel16, quant_panel_tile.h)
+// to 16) 16 by 16 (quant_amx.h); for panel-packed int8 / int4 weights (kQ8G32Panel16,
+// kQ4G32Panel16; quant_panel_tile.h)
 // 8, 4 or 1 x rows by a panel of 16; columns in blocks that stay in L2; threads over output
 // columns only.
 //
@@ -25,7 +26,8 @@
 
 namespace blossom {
 
-// args.w_dtype must be kQ8G32, kQ4G32 or kQ8G32Panel16 (then args.n a multiple of 16) and args.k
+// args.w_dtype must be kQ8G32, kQ4G32, kQ8G32Panel16 or kQ4G32Panel16 (then args.n a multiple of
+// 16) and args.k
 // a multiple of 32 (checked by the caller); isa as for GemmNT (kAvx2 uses the AVX2 integer tiles;
 // panels take the AVX512-VNNI tile with kAvx2 or kAvx512 where the CPU has it, else the portable
 // one: the same bits).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -91,42 +92,45 @@ TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   }
 }
 
-// Panel-packed int8 weights (kQ8G32Panel16) give the row-major int8 weights' bits: for every M to
-// 37 (8-row tiles, a 4-row one, single rows), 1 and 4 threads and every instruction-set path
-// (each against the row-major output alone, single-threaded, portable), so the panel path is
-// batch-invariant too. N = 48: three panels.
+// Panel-packed int8 and int4 weights (kQ8G32Panel16, kQ4G32Panel16) give the row-major weights'
+// bits: for every M to 37 (8-row tiles, a 4-row one, single rows), 1 and 4 threads and every
+// instruction-set path (each against the row-major output alone, single-threaded, portable), so
+// the panel path is batch-invariant too. N = 48: three panels.
 TEST(QuantGemmTest, PanelWeightsGiveTheRowMajorBits) {
   std::mt19937 rng(43);
   const int64_t n = 48, k = 224, max_m = 37;
   std::vector<float> w = RandomNormal(n * k, rng), big_x = RandomNormal(max_m * k, rng), bias = RandomNormal(n, rng);
-  std::vector<char> rows(DTypeBytes(DType::kQ8G32, k) * n), panels(DTypeBytes(DType::kQ8G32Panel16, k) * n);
-  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ8G32, rows.data()).ok());
-  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ8G32Panel16, panels.data()).ok());
-  GemmArgs args;
-  args.bias = bias.data();
-  args.n = n;
-  args.k = k;
-  args.activation = Activation::kBloomGelu;
-  ThreadPool pool1(1);
-  std::vector<float> want(max_m * n);
-  args.w = rows.data();
-  args.w_dtype = DType::kQ8G32;
-  for (int64_t row = 0; row < max_m; ++row) {
-    args.x = big_x.data() + row * k;
-    args.out = want.data() + row * n;
-    args.m = 1;
-    QuantGemmNT(args, &pool1, GemmIsa::kPortable);
+  for (const auto [row_dtype, panel_dtype] : {std::pair{DType::kQ8G32, DType::kQ8G32Panel16},
+                                              std::pair{DType::kQ4G32, DType::kQ4G32Panel16}}) {
+    std::vector<char> rows(DTypeBytes(row_dtype, k) * n), panels(DTypeBytes(panel_dtype, k) * n);
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, row_dtype, rows.data()).ok());
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, panel_dtype, panels.data()).ok());
+    GemmArgs args;
+    args.bias = bias.data();
+    args.n = n;
+    args.k = k;
+    args.activation = Activation::kBloomGelu;
+    ThreadPool pool1(1);
+    std::vector<float> want(max_m * n);
+    args.w = rows.data();
+    args.w_dtype = row_dtype;
+    for (int64_t row = 0; row < max_m; ++row) {
+      args.x = big_x.data() + row * k;
+      args.out = want.data() + row * n;
+      args.m = 1;
+      QuantGemmNT(args, &pool1, GemmIsa::kPortable);
+    }
+    args.w = panels.data();
+    args.w_dtype = panel_dtype;
+    ExpectBatchInvariant(&QuantGemmNT, args, big_x, max_m, DTypeName(panel_dtype));
+    std::vector<float> got(max_m * n);
+    args.x = big_x.data();
+    args.out = got.data();
+    args.m = max_m;
+    ThreadPool pool4(4);
+    QuantGemmNT(args, &pool4);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(float))) << DTypeName(panel_dtype);
   }
-  args.w = panels.data();
-  args.w_dtype = DType::kQ8G32Panel16;
-  ExpectBatchInvariant(&QuantGemmNT, args, big_x, max_m, "q8g32-panel16");
-  std::vector<float> got(max_m * n);
-  args.x = big_x.data();
-  args.out = got.data();
-  args.m = max_m;
-  ThreadPool pool4(4);
-  QuantGemmNT(args, &pool4);
-  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(float)));
 }
 
 }  // namespace

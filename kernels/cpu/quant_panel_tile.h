@@ -1,5 +1,6 @@
-// Micro-kernels of the quantized GEMM over panel-packed int8 weights (DType::kQ8G32Panel16,
-// layout in quant.h): `rows` x rows (1, 4 or 8) by one panel's 16 weight rows.
+// Micro-kernels of the quantized GEMM over panel-packed int8 and int4 weights
+// (DType::kQ8G32Panel16, kQ4G32Panel16; layouts in quant.h): `rows` x rows (1, 4 or 8) by one
+// panel's 16 weight rows.
 //
 // Why a second int8 layout: on a CPU with AVX512-VNNI but no AMX (AMD Zen 4, Intel Ice Lake and
 // Cascade Lake) the row-major tiles (quant_dot_tile.h) form each pair's block dot in a 256-bit
@@ -41,8 +42,21 @@ void QuantPanelTileAvx512Vnni(const Q8Block* x, const int32_t* x_bias, int64_t l
 // Whether this CPU runs the AVX512-VNNI tile (AVX-512 F/VL/DQ/BW and AVX512-VNNI).
 bool QuantPanelTileAvx512VnniUsable();
 
-// x_bias[b] = -128 * (sum of block b's 32 codes), for `blocks` blocks of one x row.
-void QuantPanelXBias(const Q8Block* x, int64_t blocks, int32_t* x_bias);
+// The same over int4 panels (DType::kQ4G32Panel16): `panel` is one int4 panel, x_bias the
+// matching -8 * code sums (QuantPanelXBias with kQ4PanelCodeOffset). Unpacking the nibbles to
+// bytes costs two instructions per 64-byte vector, shared by the tile's rows.
+void QuantQ4PanelTilePortable(const Q8Block* x, const int32_t* x_bias, int64_t ldx, int rows,
+                              const void* panel, int64_t blocks, float* dots, int64_t ldd);
+void QuantQ4PanelTileAvx512Vnni(const Q8Block* x, const int32_t* x_bias, int64_t ldx, int rows,
+                                const void* panel, int64_t blocks, float* dots, int64_t ldd);
+
+// What the panels store on top of each code (vpdpbusd's weight operand is unsigned).
+constexpr int32_t kQ8PanelCodeOffset = 128;
+constexpr int32_t kQ4PanelCodeOffset = 8;
+
+// x_bias[b] = -code_offset * (sum of block b's 32 codes), for `blocks` blocks of one x row: what
+// turns the panel's (code + code_offset) dots into the codes' dots, exactly.
+void QuantPanelXBias(const Q8Block* x, int64_t blocks, int32_t code_offset, int32_t* x_bias);
 
 }  // namespace blossom
 

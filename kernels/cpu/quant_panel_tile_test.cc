@@ -24,6 +24,13 @@ struct Operands {
   std::vector<char> w_rows, w_panels;
 };
 
+std::vector<float> RandomValues(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
 Operands Make(int rows, int panels, int64_t k, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t n = int64_t{panels} * kQ8PanelRows, blocks = k / kQuantBlock;
@@ -40,7 +47,7 @@ Operands Make(int rows, int panels, int64_t k, std::mt19937& rng) {
   ops.x_bias.resize(rows * blocks);
   for (int r = 0; r < rows; ++r) {
     QuantizeActivationRow(xf.data() + r * k, k, ops.x.data() + r * blocks);
-    QuantPanelXBias(ops.x.data() + r * blocks, blocks, ops.x_bias.data() + r * blocks);
+    QuantPanelXBias(ops.x.data() + r * blocks, blocks, kQ8PanelCodeOffset, ops.x_bias.data() + r * blocks);
   }
   ops.w_rows.resize(DTypeBytes(DType::kQ8G32, k) * n);
   ops.w_panels.resize(DTypeBytes(DType::kQ8G32Panel16, k) * n);
@@ -77,12 +84,14 @@ TEST(QuantPanelTest, RefusesRowsThatDoNotFillPanels) {
   EXPECT_NE(s.message().find("16"), std::string::npos) << s;
 }
 
-TEST(QuantPanelTest, XBiasIsMinus128TimesTheCodeSum) {
+TEST(QuantPanelTest, XBiasIsMinusTheCodeOffsetTimesTheCodeSum) {
   Q8Block block{};
   for (int i = 0; i < kQuantBlock; ++i) block.codes[i] = static_cast<int8_t>(i % 2 == 0 ? 127 : -3);
   int32_t bias = 0;
-  QuantPanelXBias(&block, 1, &bias);
+  QuantPanelXBias(&block, 1, kQ8PanelCodeOffset, &bias);
   EXPECT_EQ(bias, -128 * (16 * 127 - 16 * 3));
+  QuantPanelXBias(&block, 1, kQ4PanelCodeOffset, &bias);
+  EXPECT_EQ(bias, -8 * (16 * 127 - 16 * 3));
 }
 
 // A panel tile's dots against the row-major portable tile's, bit for bit: the same contract
@@ -122,6 +131,77 @@ TEST(QuantPanelTest, PortableTileGivesTheRowMajorBits) {
 TEST(QuantPanelTest, Avx512VnniTileGivesTheRowMajorBits) {
   if (!QuantPanelTileAvx512VnniUsable()) GTEST_SKIP() << "no AVX-512 with AVX512-VNNI on this CPU";
   ExpectPanelTileMatchesRowMajor(&QuantPanelTileAvx512Vnni, "avx512-vnni");
+}
+
+// int4 panels: the same blocks as the row-major packing (pack, unpack, quantize into panels), with
+// nibble byte j of row r at Q4PanelByteOffset(r, j).
+TEST(QuantPanelTest, Q4PanelsHoldTheRowMajorBlocks) {
+  std::mt19937 rng(3);
+  const int64_t n = 32, k = 96, blocks = k / kQuantBlock;
+  std::vector<float> w = RandomValues(n * k, rng);
+  std::vector<Q4Block> rows(n * blocks), unpacked(n * blocks);
+  std::vector<char> panels(DTypeBytes(DType::kQ4G32Panel16, k) * n), direct(panels.size());
+  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ4G32, rows.data()).ok());
+  ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ4G32Panel16, direct.data()).ok());
+  PackQ4Panels(rows.data(), n, blocks, panels.data());
+  EXPECT_EQ(panels, direct);
+  UnpackQ4Panels(panels.data(), n, blocks, unpacked.data());
+  EXPECT_EQ(0, std::memcmp(unpacked.data(), rows.data(), rows.size() * sizeof(Q4Block)));
+  // Row 16 + 5's nibble byte 7 of block 2: panel 1's block 2, byte 64 * 1 + 4 * 5 + 3.
+  const auto* block = reinterpret_cast<const uint8_t*>(panels.data()) + (1 * blocks + 2) * kQ4PanelBlockBytes;
+  EXPECT_EQ(block[64 + 20 + 3], rows[(16 + 5) * blocks + 2].nibbles[7]);
+  std::vector<char> out(panels.size());
+  EXPECT_EQ(QuantizeWeightRows(w.data(), DType::kF32, 17, k, DType::kQ4G32Panel16, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// An int4 panel tile's dots against the row-major int4 portable tile's, bit for bit.
+void ExpectQ4PanelTileMatchesRowMajor(QuantPanelTileFn tile, const char* name) {
+  std::mt19937 rng(9);
+  for (int64_t k : {32, 64, 1024, 4096}) {
+    const int64_t blocks = k / kQuantBlock, n = 2 * kQ4PanelRows;
+    for (int rows : {1, 4, 8}) {
+      std::vector<float> xf = RandomValues(rows * k, rng), w = RandomValues(n * k, rng);
+      xf[1] = 50.0f;  // a block whose codes reach +-127
+      std::vector<Q8Block> x(rows * blocks);
+      std::vector<int32_t> x_bias(rows * blocks);
+      for (int r = 0; r < rows; ++r) {
+        QuantizeActivationRow(xf.data() + r * k, k, x.data() + r * blocks);
+        QuantPanelXBias(x.data() + r * blocks, blocks, kQ4PanelCodeOffset, x_bias.data() + r * blocks);
+      }
+      std::vector<char> w_rows(DTypeBytes(DType::kQ4G32, k) * n), w_panels(w_rows.size());
+      ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ4G32, w_rows.data()).ok());
+      ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, DType::kQ4G32Panel16, w_panels.data()).ok());
+      const size_t row_bytes = DTypeBytes(DType::kQ4G32, k);
+      for (int panel = 0; panel < 2; ++panel) {
+        std::vector<float> got(rows * kQ4PanelRows, NAN);
+        tile(x.data(), x_bias.data(), blocks, rows, w_panels.data() + panel * kQ4PanelRows * row_bytes, blocks,
+             got.data(), kQ4PanelRows);
+        for (int r = 0; r < rows; ++r) {
+          for (int c = 0; c < kQ4PanelRows; ++c) {
+            float want = NAN;
+            QuantDotTilePortable(x.data() + r * blocks, blocks, 1,
+                                 w_rows.data() + (panel * kQ4PanelRows + c) * row_bytes, DType::kQ4G32, 1, k,
+                                 &want, 1);
+            const float g = got[r * kQ4PanelRows + c];
+            ASSERT_TRUE(std::isfinite(g)) << name;
+            ASSERT_EQ(0, std::memcmp(&want, &g, sizeof(float)))
+                << name << " k " << k << " rows " << rows << " pair " << r << "," << c << ": " << want
+                << " vs " << g;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantPanelTest, Q4PortableTileGivesTheRowMajorBits) {
+  ExpectQ4PanelTileMatchesRowMajor(&QuantQ4PanelTilePortable, "portable");
+}
+
+TEST(QuantPanelTest, Q4Avx512VnniTileGivesTheRowMajorBits) {
+  if (!QuantPanelTileAvx512VnniUsable()) GTEST_SKIP() << "no AVX-512 with AVX512-VNNI on this CPU";
+  ExpectQ4PanelTileMatchesRowMajor(&QuantQ4PanelTileAvx512Vnni, "avx512-vnni");
 }
 
 }  // namespace

@@ -64,11 +64,11 @@ if [ "${LLAMA_CPP_NO_AMX:-0}" = 1 ]; then
 fi
 built=$(cat "$SRC/build/blossom-mode" 2>/dev/null || { [ -d "$SRC/build" ] && echo native; } || true)
 if [ -n "$built" ] && [ "$built" != "$MODE" ]; then rm -rf "$SRC/build"; fi
-if [ ! -x "$SRC/build/bin/llama-batched-bench" ]; then
+if [ ! -x "$SRC/build/bin/llama-batched-bench" ] || [ ! -x "$SRC/build/bin/llama-quantize" ]; then
   cmake -S "$SRC" -B "$SRC/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >/dev/null
-  cmake --build "$SRC/build" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
+  cmake --build "$SRC/build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-quantize >/dev/null
   echo "$MODE" > "$SRC/build/blossom-mode"
 fi
 ln -sfn "$SRC" "$WORK/llama.cpp"
@@ -90,5 +90,12 @@ ct2() {  # SRC_MODEL QUANTIZATION
   fi
 }
 gguf "$F32" f32; gguf "$F32" q8_0; gguf "$BF16" bf16
+# q4_0 from the f32 gguf with llama-quantize, every tensor q4_0 (--pure: no q6_K output tensor),
+# as Blossom's --quantize int4 --quantize-lm-head packs every Linear weight and the head in int4.
+if [ ! -s "$WORK/models/gguf-q4_0.gguf" ]; then
+  "$SRC/build/bin/llama-quantize" --pure "$WORK/models/gguf-f32.gguf" "$WORK/models/gguf-q4_0.gguf.tmp" q4_0 \
+      >"$WORK/models/gguf-q4_0.log" 2>&1
+  mv "$WORK/models/gguf-q4_0.gguf.tmp" "$WORK/models/gguf-q4_0.gguf"
+fi
 ct2 "$F32" float32; ct2 "$F32" int8; ct2 "$BF16" bfloat16
 echo "peers ready in $WORK"
