@@ -184,6 +184,11 @@ class Backend {
   virtual absl::Status CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin);
 
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) = 0;
+  // Whether CreateKvCache and the attention ops take a KV cache of `kv_dtype` beside activations
+  // of `activation_dtype` (--kv-cache-dtype). By default only the activation dtype.
+  virtual bool SupportsKvCacheDtype(DType kv_dtype, DType activation_dtype) const {
+    return kv_dtype == activation_dtype;
+  }
 
   // ---- Ops ----
   // out[t, :] = table[ids[t] - vocab_begin, :] for ids inside [vocab_begin, vocab_begin + rows),

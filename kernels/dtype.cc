@@ -3,6 +3,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace blossom {
 
 size_t DTypeSize(DType dtype) {
@@ -147,7 +151,19 @@ void ConvertToF32(const void* src, DType src_dtype, float* dst, size_t n) {
     }
     case DType::kBF16: {
       const uint16_t* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(in[i]);
+      size_t i = 0;
+#if defined(__SSE2__)
+      // The bf16 bits become the floats' top halves: 8 at a time with two interleaves against
+      // zero (baseline x86-64; -O2 leaves the scalar loop unvectorised, and the CPU backend's bf16
+      // KV cache widens every row it attends over).
+      const __m128i zero = _mm_setzero_si128();
+      for (; i + 8 <= n; i += 8) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_unpacklo_epi16(zero, v));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 4), _mm_unpackhi_epi16(zero, v));
+      }
+#endif
+      for (; i < n; ++i) dst[i] = BF16ToFloat(in[i]);
       return;
     }
     default:

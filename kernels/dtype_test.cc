@@ -1,7 +1,9 @@
 #include "kernels/dtype.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -104,6 +106,20 @@ TEST(DTypeTest, BFloat16RoundTripAndRounding) {
   // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1.0).
   EXPECT_EQ(FloatToBF16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
   EXPECT_TRUE(std::isnan(BF16ToFloat(FloatToBF16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+// ConvertToF32 from bf16 (8 at a time, then a scalar tail) widens every bit pattern exactly, NaN
+// payloads included.
+TEST(DTypeTest, Bf16BufferWideningKeepsEveryBitPattern) {
+  std::vector<uint16_t> all(65536 + 3);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);
+  std::vector<float> wide(all.size());
+  ConvertToF32(all.data(), DType::kBF16, wide.data(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &wide[i], sizeof(bits));
+    ASSERT_EQ(bits, static_cast<uint32_t>(all[i]) << 16) << i;
+  }
 }
 
 TEST(DTypeTest, ConvertBuffers) {

@@ -78,6 +78,9 @@ ABSL_FLAG(std::string, quantize, "none",
           "Weight quantization made at load time: none, int8 or int4 (group-wise, 32 weights per "
           "scale), or bf16 (bf16 weights times activations rounded to bf16, fp32 sums: AVX512-BF16); "
           "the Linear weights only. The cpu backend only: other backends refuse to start.");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "The KV cache's dtype: auto (the activation dtype) or bfloat16 beside the cpu backend's fp32 "
+          "activations (half the memory per token; K and V rows rounded when written).");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
@@ -242,6 +245,9 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   runner_options.quantize = *quantize;
   runner_options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  absl::StatusOr<std::optional<DType>> kv_cache_dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype));
+  if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
+  runner_options.kv_cache_dtype = *kv_cache_dtype;
   runner_options.cuda_kernels = CudaKernelOptionsFromFlags();
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);

@@ -2,7 +2,7 @@
 //
 //   cpu-step-bench --model DIR [--threads 2] [--prompt-tokens 128] [--decode-tokens 32]
 //                  [--batch 8] [--bandwidth-mib 512] [--quantize none|int8|int4|bf16]
-//                  [--quantize-lm-head]
+//                  [--quantize-lm-head] [--kv-cache-dtype auto|bf16]
 //
 // Measures, in this order, greedy as the peers run, with exact token counts (prompt ids are fixed
 // pseudo-random ids, so no tokenizer is involved and every engine gets the same lengths):
@@ -47,6 +47,7 @@ ABSL_FLAG(int32_t, bandwidth_mib, 512,
           "reads).");
 ABSL_FLAG(std::string, quantize, "none", "Weight quantization at load: none, int8, int4 or bf16.");
 
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "The KV cache's dtype: auto (fp32 on the CPU) or bf16.");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 
@@ -115,6 +116,9 @@ int Run() {
   if (!quantize.ok()) return Fail(quantize.status());
   options.quantize = *quantize;
   options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  absl::StatusOr<std::optional<DType>> kv_cache_dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype));
+  if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
+  options.kv_cache_dtype = *kv_cache_dtype;
   auto runner = ModelRunner::Create(options);
   if (!runner.ok()) return Fail(runner.status());
   auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> BloomModel::CreateKvCache(int32_t num_b
   spec.block_size = block_size;
   spec.num_heads = local_heads_;
   spec.head_dim = static_cast<int32_t>(config_.head_dim());
-  spec.dtype = backend_->activation_dtype(info_.weight_dtype);
+  spec.dtype = info_.kv_cache_dtype;
   return backend_->CreateKvCache(spec);
 }
 
@@ -73,7 +73,7 @@ size_t BloomModel::KvBytesPerBlock(int32_t block_size) const {
   spec.block_size = block_size;
   spec.num_heads = local_heads_;
   spec.head_dim = static_cast<int32_t>(config_.head_dim());
-  spec.dtype = backend_->activation_dtype(info_.weight_dtype);
+  spec.dtype = info_.kv_cache_dtype;
   return spec.BytesPerBlock();
 }
 

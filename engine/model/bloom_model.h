@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,10 @@ struct ModelLoadOptions {
   // Also quantize the LM head (with `quantize`). A tied head then gets its own packed copy: the
   // embedding lookup keeps reading the checkpoint's rows.
   bool quantize_lm_head = false;
+  // The KV cache's dtype (--kv-cache-dtype); unset: the backend's activation dtype. Load refuses
+  // one the backend does not support beside its activations (Backend::SupportsKvCacheDtype): the
+  // CPU backend takes bf16 beside its fp32 activations, half the memory per token.
+  std::optional<DType> kv_cache_dtype;
 };
 
 // Decode steps replayed from captured graphs (BloomModel::EnableStepGraphs).
@@ -124,6 +129,7 @@ struct ModelInfo {
   DType weight_dtype = DType::kF32;
   WeightQuant quantize = WeightQuant::kNone;
   bool quantize_lm_head = false;
+  DType kv_cache_dtype = DType::kF32;  // what CreateKvCache makes
   uint64_t weight_bytes_this_rank = 0;  // as imported (quantized weights count packed)
   double load_seconds = 0.0;
 };

@@ -79,6 +79,16 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   const int rank = model->communicator_->rank();
   const absl::Status split = CheckTensorParallelSplit(config, world);
   if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
+  // The KV dtype is checked before anything loads (the embedding's dtype is the checkpoint's).
+  absl::StatusOr<Tensor> embedding = checkpoint->Get("word_embeddings.weight", {config.vocab_size, config.hidden_size});
+  if (!embedding.ok()) return embedding.status();
+  const DType activations = backend->activation_dtype(embedding->dtype);
+  model->info_.kv_cache_dtype = options.kv_cache_dtype.value_or(activations);
+  if (!backend->SupportsKvCacheDtype(model->info_.kv_cache_dtype, activations)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-dtype ", DTypeName(model->info_.kv_cache_dtype), " is not supported by the ",
+        backend->name(), " backend beside its ", DTypeName(activations), " activations"));
+  }
   if (options.prefetch) {
     ProgressBar bar(checkpoint->total_bytes());
     absl::Status s = checkpoint->Prefetch(bar.Callback());

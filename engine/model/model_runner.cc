@@ -166,6 +166,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   load.strict_load = options.strict_load;
   load.quantize = options.quantize;
   load.quantize_lm_head = options.quantize_lm_head;
+  load.kv_cache_dtype = options.kv_cache_dtype;
   if (tp == 1) {
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(0));
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -84,6 +85,8 @@ struct ModelRunnerOptions {
   // "cuda" refuses anything but kNone with Unimplemented (Backend::ImportLinearWeight).
   WeightQuant quantize = WeightQuant::kNone;
   bool quantize_lm_head = false;  // ModelLoadOptions::quantize_lm_head
+  // The KV cache's dtype (ModelLoadOptions::kv_cache_dtype); unset: the activation dtype.
+  std::optional<DType> kv_cache_dtype;
   // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
   // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
   double gpu_memory_fraction = 0.90;

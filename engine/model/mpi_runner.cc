@@ -354,6 +354,7 @@ class MpiRunner : public ModelRunner {
     load.strict_load = options.strict_load;
     load.quantize = options.quantize;
     load.quantize_lm_head = options.quantize_lm_head;
+    load.kv_cache_dtype = options.kv_cache_dtype;
     BLOSSOM_ASSIGN_OR_RETURN(model_, BloomModel::Load(checkpoint, backend_.get(), communicator,
                                                       load));
     return absl::OkStatus();

@@ -54,10 +54,10 @@ int64_t ActivationReserveBytes(const BloomModel& model, DType activation, int wo
 }  // namespace
 
 void LogWeights(const ModelInfo& info) {
-  spdlog::info("model rank {}/{}: weights {:.2f} MiB ({}, quantize {}, backend {})", info.rank,
-               info.world_size, MiB(info.weight_bytes_this_rank), DTypeName(info.weight_dtype),
+  spdlog::info("model rank {}/{}: weights {:.2f} MiB ({}, quantize {}, KV cache {}, backend {})",
+               info.rank, info.world_size, MiB(info.weight_bytes_this_rank), DTypeName(info.weight_dtype),
                absl::StrCat(WeightQuantName(info.quantize), info.quantize_lm_head ? " + lm head" : ""),
-               info.backend);
+               DTypeName(info.kv_cache_dtype), info.backend);
   if (info.rank == 0 && info.quantize == WeightQuant::kBf16 && info.backend == "cpu" &&
       !CpuHasAvx512Bf16()) {
     spdlog::warn("--quantize bf16: this CPU has no AVX512-BF16, so the bf16 GEMM runs its portable "

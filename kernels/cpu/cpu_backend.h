@@ -7,8 +7,8 @@
 // copied at load time into row pairs (kernels/cpu/weight_pairs.h, the same values in the order
 // the AVX-512 tile reads), and with --quantize they are packed into int8 / int4 blocks
 // (kernels/cpu/quant.h) or, with --quantize bf16, bf16 panels (kernels/cpu/bf16_panel_tile.h).
-// Activations and the KV cache are fp32 (--quantize bf16 and int8/int4 round or quantize each
-// Linear's input rows inside the GEMM only).
+// Activations are fp32 (--quantize bf16 and int8/int4 round or quantize each Linear's input rows
+// inside the GEMM only); the KV cache is fp32, or bf16 with --kv-cache-dtype bf16.
 //
 // Every op computes each output row from its own input row only, with an operation order that
 // does not depend on the batch, so a sequence's results are bit-identical alone or batched.
@@ -65,7 +65,12 @@ class CpuBackend : public Backend {
   absl::Status CopyToDevice(const void* host, Tensor dst) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override { return recorder_.RefuseWhileCapturing("Synchronize"); }
+  // An F32 or BF16 cache (cpu_backend_kv.cc): bf16 rows are rounded when written and widened
+  // exactly for attention, whose order of operations stays attention.h's.
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;
+  bool SupportsKvCacheDtype(DType kv_dtype, DType activation_dtype) const override {
+    return activation_dtype == DType::kF32 && (kv_dtype == DType::kF32 || kv_dtype == DType::kBF16);
+  }
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin,
                          Tensor out) override;

@@ -336,15 +336,18 @@ struct SeqCase {
   int num_new;  // tokens computed this step
 };
 
+// kv_dtype: the cache's (a bf16 cache rounds K and V when written, so the reference uses rounded
+// K and V). pre_round_kv: round the K and V inputs to bf16 values before anything.
 void RunAttentionCase(const std::vector<SeqCase>& seqs, int heads, int d, int block_size,
-                      uint32_t seed, std::vector<float>* out_for_seq0 = nullptr) {
+                      uint32_t seed, std::vector<float>* out_for_seq0 = nullptr,
+                      DType kv_dtype = DType::kF32, bool pre_round_kv = false) {
   CpuBackend backend(3);
   const int num_seqs = seqs.size();
   int max_ctx = 0;
   for (auto& s : seqs) max_ctx = std::max(max_ctx, s.cached + s.num_new);
   const int max_blocks = (max_ctx + block_size - 1) / block_size;
   const int num_blocks = num_seqs * max_blocks + 3;
-  KvCacheSpec spec{2, num_blocks, block_size, heads, d, DType::kF32};
+  KvCacheSpec spec{2, num_blocks, block_size, heads, d, kv_dtype};
   auto cache = backend.CreateKvCache(spec);
   ASSERT_TRUE(cache.ok());
   // Scatter each sequence over shuffled blocks.
@@ -356,8 +359,17 @@ void RunAttentionCase(const std::vector<SeqCase>& seqs, int heads, int d, int bl
     for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = all_blocks[s * max_blocks + b];
   // Full per-sequence q/k/v for every position.
   std::vector<std::vector<float>> qkv_full(num_seqs);
-  for (int s = 0; s < num_seqs; ++s)
+  std::vector<std::vector<float>> reference_qkv(num_seqs);
+  auto round_kv = [&](std::vector<float>& v) {
+    for (size_t row = 0; row < v.size() / (3 * d); ++row)
+      for (int e = d; e < 3 * d; ++e) v[row * 3 * d + e] = BF16ToFloat(FloatToBF16(v[row * 3 * d + e]));
+  };
+  for (int s = 0; s < num_seqs; ++s) {
     qkv_full[s] = Random((seqs[s].cached + seqs[s].num_new) * heads * 3 * d, seed * 31 + s);
+    if (pre_round_kv) round_kv(qkv_full[s]);
+    reference_qkv[s] = qkv_full[s];
+    if (kv_dtype == DType::kBF16) round_kv(reference_qkv[s]);
+  }
   const int layer = 1;
   auto write_step = [&](bool cached_part, std::vector<float>* q_out,
                         std::vector<int32_t>* query_start, std::vector<int32_t>* ctx_len) {
@@ -410,7 +422,7 @@ void RunAttentionCase(const std::vector<SeqCase>& seqs, int heads, int d, int bl
   // Dense reference.
   int row = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    const auto& f = qkv_full[s];
+    const auto& f = reference_qkv[s];
     for (int i = 0; i < seqs[s].num_new; ++i, ++row) {
       const int pos = seqs[s].cached + i;
       for (int h = 0; h < heads; ++h) {
@@ -451,6 +463,30 @@ TEST(CpuBackendTest, AttentionOfASequenceDoesNotDependOnItsBatch) {
   RunAttentionCase({{9, 4}, {3, 9}, {20, 1}}, 4, 8, 4, 7, &batched);
   ASSERT_EQ(alone.size(), batched.size());
   EXPECT_EQ(0, std::memcmp(alone.data(), batched.data(), alone.size() * sizeof(float)));
+}
+
+// A bf16 KV cache (--kv-cache-dtype bf16): the same cases against the reference on rounded K and
+// V, and bit for bit the fp32 cache's result for K and V inputs that are bf16 values already
+// (rounding on write is the only change; attention runs on the rows widened exactly).
+TEST(CpuBackendTest, Bf16KvCacheIsTheFp32CacheOnRoundedKeysAndValues) {
+  RunAttentionCase({{13, 1}, {1, 1}, {16, 1}}, 3, 16, 4, 2, nullptr, DType::kBF16);
+  RunAttentionCase({{5, 11}, {0, 3}, {30, 1}, {8, 8}}, 6, 12, 8, 3, nullptr, DType::kBF16);
+  std::vector<float> bf16_cache, f32_cache, unrounded;
+  RunAttentionCase({{5, 11}, {0, 3}, {30, 1}}, 4, 16, 4, 5, &bf16_cache, DType::kBF16);
+  RunAttentionCase({{5, 11}, {0, 3}, {30, 1}}, 4, 16, 4, 5, &f32_cache, DType::kF32, /*pre_round_kv=*/true);
+  RunAttentionCase({{5, 11}, {0, 3}, {30, 1}}, 4, 16, 4, 5, &unrounded, DType::kF32);
+  ASSERT_EQ(bf16_cache.size(), f32_cache.size());
+  EXPECT_EQ(0, std::memcmp(bf16_cache.data(), f32_cache.data(), f32_cache.size() * sizeof(float)));
+  EXPECT_NE(bf16_cache, unrounded) << "the bf16 cache must round K and V";
+}
+
+TEST(CpuBackendTest, KvCacheDtypesAreF32OrBf16) {
+  CpuBackend backend(1);
+  EXPECT_TRUE(backend.SupportsKvCacheDtype(DType::kBF16, DType::kF32));
+  EXPECT_FALSE(backend.SupportsKvCacheDtype(DType::kF16, DType::kF32));
+  auto cache = backend.CreateKvCache(KvCacheSpec{1, 2, 4, 1, 2, DType::kF16});
+  EXPECT_EQ(cache.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cache.status().message().find("f16"), std::string::npos) << cache.status();
 }
 
 TEST(CpuBackendTest, SplitQkvRejectsSlotsOutsideThePool) {
