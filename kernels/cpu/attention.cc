@@ -24,6 +24,22 @@ float FoldSumLanes(float lanes[kSumLanes]) {
   return lanes[0];
 }
 
+// vector_ops over fp32 or bf16 rows, by overload.
+inline float RowDot(const float* q, const float* row, int64_t d, bool avx2) { return DotF32(q, row, d, avx2); }
+inline float RowDot(const float* q, const uint16_t* row, int64_t d, bool avx2) { return DotBf16(q, row, d, avx2); }
+inline void RowsDot(const float* q, const float* const* rows, int64_t n, int64_t d, float* out, bool avx2) {
+  DotRowsF32(q, rows, n, d, out, avx2);
+}
+inline void RowsDot(const float* q, const uint16_t* const* rows, int64_t n, int64_t d, float* out, bool avx2) {
+  DotRowsBf16(q, rows, n, d, out, avx2);
+}
+inline void RowsAxpy(const float* w, const float* const* rows, int64_t n, int64_t d, float* y, bool avx2) {
+  AxpyRowsF32(w, rows, n, d, y, avx2);
+}
+inline void RowsAxpy(const float* w, const uint16_t* const* rows, int64_t n, int64_t d, float* y, bool avx2) {
+  AxpyRowsBf16(w, rows, n, d, y, avx2);
+}
+
 // Scores from `begin` on, scalar: the vector paths' tails and the portable path.
 float TransformScoresScalar(float* s, int64_t begin, int64_t n, float slope, float scale,
                             float max_score) {
@@ -123,12 +139,25 @@ BLOSSOM_AVX512 void SoftmaxRowAvx512(float* s, int64_t n, float slope, float sca
   ScaleScalar(s, n16, n, inv);
 }
 
+// 8 or 16 values of an fp32 or bf16 row (uint16_t: bf16 bits, widened exactly) as fp32.
+BLOSSOM_AVX512 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+BLOSSOM_AVX512 inline __m256 Load8(const uint16_t* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+BLOSSOM_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+BLOSSOM_AVX512 inline __m512 Load16(const uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
 // Dots of 4 queries with keys [0, n): 4 x 4 tiles of 8-lane accumulators (16 of the 32 ymm
 // registers AVX-512 VL gives), each query reduced as Dot4RowsAvx2 does (vector_ops.cc), so every
 // dot has DotF32's bits; each key vector loaded feeds 4 queries. n % 4 keys go one by one.
 // d % 8 == 0.
-BLOSSOM_AVX512 void Dots4QueriesAvx512(const float* const q[4], const float* const* keys,
-                                       int64_t n, int64_t d, float* const s[4]) {
+template <typename T>
+BLOSSOM_AVX512 void Dots4QueriesAvx512(const float* const q[4], const T* const* keys, int64_t n,
+                                       int64_t d, float* const s[4]) {
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     __m256 acc[4][4];
@@ -136,11 +165,11 @@ BLOSSOM_AVX512 void Dots4QueriesAvx512(const float* const q[4], const float* con
     for (int a = 0; a < 4; ++a)
 #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) acc[a][b] = _mm256_setzero_ps();
-    const float* k[4] = {keys[j], keys[j + 1], keys[j + 2], keys[j + 3]};
+    const T* k[4] = {keys[j], keys[j + 1], keys[j + 2], keys[j + 3]};
     for (int64_t i = 0; i < d; i += 8) {
       __m256 kv[4];
 #pragma GCC unroll 4
-      for (int b = 0; b < 4; ++b) kv[b] = _mm256_loadu_ps(k[b] + i);
+      for (int b = 0; b < 4; ++b) kv[b] = Load8(k[b] + i);
 #pragma GCC unroll 4
       for (int a = 0; a < 4; ++a) {
         const __m256 qv = _mm256_loadu_ps(q[a] + i);
@@ -159,14 +188,15 @@ BLOSSOM_AVX512 void Dots4QueriesAvx512(const float* const q[4], const float* con
     }
   }
   for (; j < n; ++j)
-    for (int a = 0; a < 4; ++a) s[a][j] = DotF32(q[a], keys[j], d, /*avx2=*/true);
+    for (int a = 0; a < 4; ++a) s[a][j] = RowDot(q[a], keys[j], d, /*avx2=*/true);
 }
 
 // out[a] = fma(p[a][j], v_j, out[a]) for j in [0, n) in order, for 4 queries at once: per 64
 // output columns, 4 queries x 4 zmm accumulators, so each value vector loaded feeds 4 queries.
 // Elementwise FMAs in the same order as AxpyRowsF32, so the same bits. d % 16 == 0.
-BLOSSOM_AVX512 void Axpy4QueriesAvx512(const float* const p[4], const float* const* values,
-                                       int64_t n, int64_t d, float* const out[4]) {
+template <typename T>
+BLOSSOM_AVX512 void Axpy4QueriesAvx512(const float* const p[4], const T* const* values, int64_t n,
+                                       int64_t d, float* const out[4]) {
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     const int vecs = static_cast<int>(std::min<int64_t>(64, d - c0) / 16);
     __m512 acc[4][4];
@@ -174,9 +204,8 @@ BLOSSOM_AVX512 void Axpy4QueriesAvx512(const float* const p[4], const float* con
       for (int v = 0; v < vecs; ++v) acc[a][v] = _mm512_loadu_ps(out[a] + c0 + 16 * v);
     if (vecs == 4) {
       for (int64_t j = 0; j < n; ++j) {
-        const float* x = values[j] + c0;
-        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16),
-                     x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+        const T* x = values[j] + c0;
+        const __m512 x0 = Load16(x), x1 = Load16(x + 16), x2 = Load16(x + 32), x3 = Load16(x + 48);
 #pragma GCC unroll 4
         for (int a = 0; a < 4; ++a) {
           const __m512 w = _mm512_set1_ps(p[a][j]);
@@ -188,11 +217,10 @@ BLOSSOM_AVX512 void Axpy4QueriesAvx512(const float* const p[4], const float* con
       }
     } else {
       for (int64_t j = 0; j < n; ++j) {
-        const float* x = values[j] + c0;
+        const T* x = values[j] + c0;
         for (int a = 0; a < 4; ++a) {
           const __m512 w = _mm512_set1_ps(p[a][j]);
-          for (int v = 0; v < vecs; ++v)
-            acc[a][v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 16 * v), acc[a][v]);
+          for (int v = 0; v < vecs; ++v) acc[a][v] = _mm512_fmadd_ps(w, Load16(x + 16 * v), acc[a][v]);
         }
       }
     }
@@ -210,15 +238,10 @@ void SoftmaxRow(float* s, int64_t n, float slope, float scale, AttentionIsa isa)
   SoftmaxRowPortable(s, n, slope, scale);
 }
 
-}  // namespace
-
-AttentionIsa BestAttentionIsa() {
-  if (CpuHasAvx512()) return AttentionIsa::kAvx512;
-  if (CpuHasAvx2Fma()) return AttentionIsa::kAvx2;
-  return AttentionIsa::kPortable;
-}
-
-void AttendQueries(const AttentionQueries& a, AttentionIsa isa, std::vector<float>* scores) {
+// AttendQueries over key and value rows of T (float, or uint16_t: bf16 bits).
+template <typename T>
+void AttendRows(const AttentionQueries& a, const T* const* keys, const T* const* values, AttentionIsa isa,
+                std::vector<float>* scores) {
   const int64_t nq = a.num_queries, d = a.head_dim;
   const int64_t keys_all = a.first_pos + nq;  // the last query's key count
   const int64_t stride = (keys_all + kSumLanes - 1) & ~int64_t{kSumLanes - 1};
@@ -237,11 +260,11 @@ void AttendQueries(const AttentionQueries& a, AttentionIsa isa, std::vector<floa
   // The block kernel also forms the dots of keys a query does not see (at most 3 per query):
   // they are never read.
   if (block4 && d % 8 == 0) {
-    Dots4QueriesAvx512(q, a.keys, keys_all, d, s);
+    Dots4QueriesAvx512(q, keys, keys_all, d, s);
   } else
 #endif
   {
-    for (int64_t i = 0; i < nq; ++i) DotRowsF32(q[i], a.keys, a.first_pos + i + 1, d, s[i], avx2);
+    for (int64_t i = 0; i < nq; ++i) RowsDot(q[i], keys, a.first_pos + i + 1, d, s[i], avx2);
   }
   for (int64_t i = 0; i < nq; ++i) {
     SoftmaxRow(s[i], a.first_pos + i + 1, a.slope, a.scale, isa);
@@ -251,13 +274,29 @@ void AttendQueries(const AttentionQueries& a, AttentionIsa isa, std::vector<floa
 #if defined(__x86_64__)
   if (block4 && d % 16 == 0) {
     shared = a.first_pos + 1;
-    Axpy4QueriesAvx512(s, a.values, shared, d, out);
+    Axpy4QueriesAvx512(s, values, shared, d, out);
   }
 #endif
   // The rest of each query's keys, continuing its accumulation in order.
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t n = a.first_pos + i + 1;
-    AxpyRowsF32(s[i] + shared, a.values + shared, n - shared, d, out[i], avx2);
+    RowsAxpy(s[i] + shared, values + shared, n - shared, d, out[i], avx2);
+  }
+}
+
+}  // namespace
+
+AttentionIsa BestAttentionIsa() {
+  if (CpuHasAvx512()) return AttentionIsa::kAvx512;
+  if (CpuHasAvx2Fma()) return AttentionIsa::kAvx2;
+  return AttentionIsa::kPortable;
+}
+
+void AttendQueries(const AttentionQueries& a, AttentionIsa isa, std::vector<float>* scores) {
+  if (a.bf16_keys != nullptr) {
+    AttendRows(a, a.bf16_keys, a.bf16_values, isa, scores);
+  } else {
+    AttendRows(a, a.keys, a.values, isa, scores);
   }
 }
 

@@ -40,9 +40,13 @@ struct AttentionQueries {
   int64_t out_stride = 0;
   int64_t num_queries = 0;  // 1 .. kAttentionQueryBlock
   int64_t first_pos = 0;    // query i is at position first_pos + i: it sees keys 0 .. first_pos + i
-  // Key and value rows 0 .. first_pos + num_queries - 1 of this head.
+  // Key and value rows 0 .. first_pos + num_queries - 1 of this head: fp32 rows, or (when
+  // bf16_keys is set) rows of bf16 bits, widened exactly in registers: the same bits as fp32 rows
+  // holding the same values (a bf16 KV cache).
   const float* const* keys = nullptr;
   const float* const* values = nullptr;
+  const uint16_t* const* bf16_keys = nullptr;
+  const uint16_t* const* bf16_values = nullptr;
   int64_t head_dim = 0;
   float slope = 0.0f;  // this head's ALiBi slope
   float scale = 0.0f;  // 1 / sqrt(head_dim)

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/dtype.h"
 
 namespace blossom {
 namespace {
@@ -40,8 +41,32 @@ struct HeadCase {
 
 constexpr float kSlope = -0.0625f;
 
+// The case's key and value rows rounded to bf16: the rounded fp32 rows in `c` (so the fp32 path
+// sees the same values) and their bits in the returned rows, for AttentionQueries::bf16_keys.
+struct Bf16Rows {
+  std::vector<std::vector<uint16_t>> key_rows, value_rows;
+  std::vector<const uint16_t*> keys, values;
+};
+Bf16Rows RoundRowsToBf16(HeadCase& c) {
+  Bf16Rows r;
+  auto round = [](std::vector<float>& row, std::vector<uint16_t>& bits) {
+    bits.resize(row.size());
+    ConvertFromF32(row.data(), bits.data(), DType::kBF16, row.size());
+    ConvertToF32(bits.data(), DType::kBF16, row.data(), row.size());
+  };
+  r.key_rows.resize(c.key_rows.size());
+  r.value_rows.resize(c.value_rows.size());
+  for (size_t j = 0; j < c.key_rows.size(); ++j) {
+    round(c.key_rows[j], r.key_rows[j]);
+    round(c.value_rows[j], r.value_rows[j]);
+    r.keys.push_back(r.key_rows[j].data());
+    r.values.push_back(r.value_rows[j].data());
+  }
+  return r;
+}
+
 std::vector<float> Attend(const HeadCase& c, int64_t query, int64_t count, int64_t first_pos,
-                          AttentionIsa isa) {
+                          AttentionIsa isa, const Bf16Rows* bf16 = nullptr) {
   std::vector<float> out(count * c.d, -1.0f), scores;
   AttentionQueries a;
   a.q = c.q.data() + query * c.d;
@@ -50,8 +75,13 @@ std::vector<float> Attend(const HeadCase& c, int64_t query, int64_t count, int64
   a.out_stride = c.d;
   a.num_queries = count;
   a.first_pos = first_pos;
-  a.keys = c.keys.data();
-  a.values = c.values.data();
+  if (bf16 != nullptr) {
+    a.bf16_keys = bf16->keys.data();
+    a.bf16_values = bf16->values.data();
+  } else {
+    a.keys = c.keys.data();
+    a.values = c.values.data();
+  }
   a.head_dim = c.d;
   a.slope = kSlope;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
@@ -136,6 +166,27 @@ TEST(AttentionTest, AQueryDoesNotDependOnItsBlock) {
         const std::vector<float> alone = Attend(c, i, 1, first_pos + i, isa);
         EXPECT_EQ(0, std::memcmp(alone.data(), block.data() + i * d, d * sizeof(float)))
             << "d " << d << " query " << i << " isa " << static_cast<int>(isa);
+      }
+    }
+  }
+}
+
+// bf16 key and value rows (a bf16 KV cache), widened in registers, give on every path the bits
+// of fp32 rows holding the same values: every head size (vector and fallback paths), position
+// and block size.
+TEST(AttentionTest, Bf16RowsGiveTheBitsOfTheirFp32Values) {
+  for (int64_t d : kDims) {
+    for (int64_t first_pos : kFirstPos) {
+      for (int64_t count = 1; count <= kAttentionQueryBlock; ++count) {
+        HeadCase c(first_pos + count, count, d, static_cast<uint32_t>(11 + d + first_pos));
+        const Bf16Rows bf16 = RoundRowsToBf16(c);
+        for (AttentionIsa isa : Isas()) {
+          const std::vector<float> want = Attend(c, 0, count, first_pos, isa);
+          const std::vector<float> got = Attend(c, 0, count, first_pos, isa, &bf16);
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << "d " << d << " first_pos " << first_pos << " count " << count << " isa "
+              << static_cast<int>(isa);
+        }
       }
     }
   }

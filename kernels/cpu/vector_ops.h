@@ -1,5 +1,5 @@
-// Short fp32 vector primitives for attention (q.k dot products, p * v accumulation over head_dim),
-// with a portable path and an AVX2/FMA path that run the same IEEE operations (bit-identical).
+// Short fp32 vector primitives for attention (q.k dot products, p * v accumulation over head_dim,
+// over fp32 or bf16 key and value rows), with a portable path and an AVX2/FMA path that run the same IEEE operations (bit-identical).
 //
 // Dot order (as dot_tile.h): 8 FMA lanes over the vector, lanes reduced as
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then a scalar FMA tail. Each (token, head)
@@ -24,6 +24,14 @@ void DotRowsF32(const float* q, const float* const* rows, int64_t n, int64_t d, 
 // For j = 0 .. n-1 in order: AxpyF32(weights[j], rows[j], y, d).
 void AxpyRowsF32(const float* weights, const float* const* rows, int64_t n, int64_t d, float* y,
                  bool avx2);
+
+// The same over rows of bf16 values (uint16_t: the bits; a bf16 KV cache), widened exactly in
+// registers: the bits the fp32 functions give rows holding the same values.
+float DotBf16(const float* a, const uint16_t* b, int64_t n, bool avx2);
+void DotRowsBf16(const float* q, const uint16_t* const* rows, int64_t n, int64_t d, float* out,
+                 bool avx2);
+void AxpyRowsBf16(const float* weights, const uint16_t* const* rows, int64_t n, int64_t d, float* y,
+                  bool avx2);
 
 }  // namespace blossom
 
