@@ -85,7 +85,7 @@ TEST(Bf16PanelGemmTest, StaysWithinTheBf16RoundingOfXOfTheFp32Gemm) {
   const int64_t m = 5, n = 48, k = 1024;
   Packed p = Pack(n, k, rng);
   std::vector<uint16_t> w_bf16(n * k);
-  UnpackBf16PanelRows(p.panels.data(), n, k, 0, n, w_bf16.data());
+  UnpackBf16PanelRows(p.panels.data(), k, 0, n, w_bf16.data());
   std::vector<float> x = RandomNormal(m * k, rng), none;
   std::vector<float> got(m * n), want(m * n);
   GemmArgs args = Args(p, none, n, k, false);

@@ -62,9 +62,8 @@ absl::Status PackBf16Panels(const void* src, DType src_dtype, int64_t n, int64_t
   return absl::OkStatus();
 }
 
-void UnpackBf16PanelRows(const void* panels, int64_t n, int64_t k, int64_t row_begin,
-                         int64_t row_end, uint16_t* out) {
-  (void)n;
+void UnpackBf16PanelRows(const void* panels, int64_t k, int64_t row_begin, int64_t row_end,
+                         uint16_t* out) {
   const auto* in = static_cast<const uint16_t*>(panels);
   for (int64_t row = row_begin; row < row_end; ++row)
     for (int64_t i = 0; i < k; ++i) out[(row - row_begin) * k + i] = in[Bf16PanelIndex(row, i, k)];

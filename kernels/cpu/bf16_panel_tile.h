@@ -68,9 +68,9 @@ inline size_t Bf16PanelStorageBytes(int64_t n, int64_t k) {
 // row_end neither a multiple of 16 nor n, k is odd, or src_dtype is not a float dtype.
 absl::Status PackBf16Panels(const void* src, DType src_dtype, int64_t n, int64_t k,
                             int64_t row_begin, int64_t row_end, void* dst);
-// Rows [row_begin, row_end) of a kBF16Panel16 matrix back as row-major bf16 (any range).
-void UnpackBf16PanelRows(const void* panels, int64_t n, int64_t k, int64_t row_begin,
-                         int64_t row_end, uint16_t* out);
+// Rows [row_begin, row_end) of a kBF16Panel16 matrix with row length k back as row-major bf16.
+void UnpackBf16PanelRows(const void* panels, int64_t k, int64_t row_begin, int64_t row_end,
+                         uint16_t* out);
 
 // dots[r * ldd + 16 p + c] = Dot(x row r, row c of panel p) for r < rows, p < panels, c < 16,
 // where x holds `rows` bf16 rows ldx apart, `w` points at the first of `panels` consecutive

@@ -88,7 +88,7 @@ TEST(Bf16PanelTest, PackingPlacesPairsOfSixteenRowsAndPadsWithZeros) {
   const int64_t n = 37, k = 6;
   Operands ops = Make(1, n, k, rng);
   std::vector<uint16_t> rows(n * k);
-  UnpackBf16PanelRows(ops.w.data(), n, k, 0, n, rows.data());
+  UnpackBf16PanelRows(ops.w.data(), k, 0, n, rows.data());
   for (int64_t i = 0; i < n * k; ++i) {
     uint16_t want = FloatToBF16(ops.w_f32[i]);
     if ((want & 0x7f80) == 0) want &= 0x8000;
@@ -124,7 +124,7 @@ TEST(Bf16PanelTest, PortableTileIsTheFp32SumOfExactProducts) {
     const int64_t n = panels * kBf16PanelRows;
     Operands ops = Make(rows, n, k, rng);
     std::vector<uint16_t> w_rows(n * k);
-    UnpackBf16PanelRows(ops.w.data(), n, k, 0, n, w_rows.data());
+    UnpackBf16PanelRows(ops.w.data(), k, 0, n, w_rows.data());
     std::vector<float> dots(rows * n, NAN);
     Bf16PanelTilePortable(ops.x.data(), k, rows, ops.w.data(), panels, k, dots.data(), n);
     const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/dtype.h"
 
 namespace blossom {
 namespace {
@@ -38,6 +39,11 @@ TEST(VectorOpsTest, AxpyIsFma) {
   EXPECT_EQ(0, std::memcmp(want.data(), y.data(), y.size() * sizeof(float)));
 }
 
+// Bitwise equality of two float vectors (memcmp would be handed an empty vector's null data).
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 TEST(VectorOpsTest, Avx2IsBitIdenticalToPortable) {
   if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU lacks AVX2/FMA";
   for (int64_t n : {0, 1, 7, 8, 9, 64, 80, 129}) {
@@ -47,7 +53,7 @@ TEST(VectorOpsTest, Avx2IsBitIdenticalToPortable) {
     std::vector<float> y1 = b, y2 = b;
     AxpyF32(-1.7f, a.data(), y1.data(), n, false);
     AxpyF32(-1.7f, a.data(), y2.data(), n, true);
-    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), n * sizeof(float))) << n;
+    EXPECT_TRUE(SameBits(y1, y2)) << n;
   }
 }
 
@@ -68,13 +74,32 @@ TEST(VectorOpsTest, RowCallsMatchOneCallPerRow) {
         std::vector<float> dots(n), want_dots(n);
         DotRowsF32(q.data(), ptrs.data(), n, d, dots.data(), avx2);
         for (int64_t j = 0; j < n; ++j) want_dots[j] = DotF32(q.data(), ptrs[j], d, avx2);
-        EXPECT_EQ(0, std::memcmp(dots.data(), want_dots.data(), n * sizeof(float)))
-            << "dots d=" << d << " n=" << n << " avx2=" << avx2;
+        EXPECT_TRUE(SameBits(dots, want_dots)) << "dots d=" << d << " n=" << n << " avx2=" << avx2;
         std::vector<float> y = y0, want_y = y0;
         AxpyRowsF32(weights.data(), ptrs.data(), n, d, y.data(), avx2);
         for (int64_t j = 0; j < n; ++j) AxpyF32(weights[j], ptrs[j], want_y.data(), d, avx2);
-        EXPECT_EQ(0, std::memcmp(y.data(), want_y.data(), d * sizeof(float)))
-            << "axpy d=" << d << " n=" << n << " avx2=" << avx2;
+        EXPECT_TRUE(SameBits(y, want_y)) << "axpy d=" << d << " n=" << n << " avx2=" << avx2;
+        // The same rows as bf16 bits (a bf16 KV cache): the bits of fp32 rows of the same values.
+        std::vector<std::vector<uint16_t>> bf16_rows(n);
+        std::vector<const uint16_t*> bf16_ptrs;
+        std::vector<const float*> rounded_ptrs;
+        std::vector<std::vector<float>> rounded(n);
+        for (int64_t j = 0; j < n; ++j) {
+          bf16_rows[j].resize(d);
+          rounded[j].resize(d);
+          ConvertFromF32(rows[j].data(), bf16_rows[j].data(), DType::kBF16, d);
+          ConvertToF32(bf16_rows[j].data(), DType::kBF16, rounded[j].data(), d);
+          bf16_ptrs.push_back(bf16_rows[j].data());
+          rounded_ptrs.push_back(rounded[j].data());
+        }
+        DotRowsBf16(q.data(), bf16_ptrs.data(), n, d, dots.data(), avx2);
+        DotRowsF32(q.data(), rounded_ptrs.data(), n, d, want_dots.data(), avx2);
+        EXPECT_TRUE(SameBits(dots, want_dots)) << "bf16 dots d=" << d << " n=" << n << " avx2=" << avx2;
+        y = y0;
+        want_y = y0;
+        AxpyRowsBf16(weights.data(), bf16_ptrs.data(), n, d, y.data(), avx2);
+        AxpyRowsF32(weights.data(), rounded_ptrs.data(), n, d, want_y.data(), avx2);
+        EXPECT_TRUE(SameBits(y, want_y)) << "bf16 axpy d=" << d << " n=" << n << " avx2=" << avx2;
       }
     }
   }
