@@ -145,11 +145,12 @@ int RunGenerate() {
                                  : stats.decode_seconds * 1000.0 / stats.decode_step_seconds.size();
     const double total_ms = (stats.prefill_seconds + stats.decode_seconds) * 1000.0;
     std::cerr << absl::StrFormat(
-        "[blossom] model %s (%s weights, quantize %s%s, backend %s): load %.3f s\n"
+        "[blossom] model %s (%s weights, quantize %s%s, KV cache %s, backend %s): load %.3f s\n"
         "[blossom] prompt %d tokens, generated %d tokens, finish_reason %s, seed %d\n"
         "[blossom] prefill %.2f ms, decode %.2f ms per token, %.2f ms per token overall\n",
         info.model_dir, DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
-        info.quantize_lm_head ? " + lm head" : "", info.backend, info.load_seconds,
+        info.quantize_lm_head ? " + lm head" : "", DTypeName(info.kv_cache_dtype), info.backend,
+        info.load_seconds,
         stats.prompt_tokens, stats.generated_tokens,
         FinishReasonName((*results)[0].finish_reason), (*results)[0].seed,
         stats.prefill_seconds * 1000.0, decode_ms,
