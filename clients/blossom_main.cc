@@ -31,6 +31,7 @@
 #include "clients/remote_commands.h"
 #include "tools/cli/dashed_flags.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/dtype.h"
 #include "kernels/weight_quant.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"

@@ -88,6 +88,16 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrCat("unknown dtype '", name, "' (expected float32, float16 or bfloat16)"));
 }
 
+absl::StatusOr<std::optional<DType>> ParseKvCacheDtype(absl::string_view name) {
+  if (name == "auto") return std::optional<DType>();
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown --kv-cache-dtype value '", name,
+                                                   "' (expected auto, float32, float16 or bfloat16)"));
+  }
+  return std::optional<DType>(*dtype);
+}
+
 float HalfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -60,6 +61,10 @@ size_t DTypeBytes(DType dtype, int64_t n);
 const char* DTypeName(DType dtype);
 // Parses a user-facing name ("float32"/"fp32"/"f32", "float16"/"fp16"/"f16", "bfloat16"/"bf16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
+// Parses a --kv-cache-dtype value: "auto" (nullopt: the backend's activation dtype) or a dtype
+// name ParseDType accepts; InvalidArgument naming the value and the accepted ones otherwise.
+absl::StatusOr<std::optional<DType>> ParseKvCacheDtype(absl::string_view name);
+
 // True for the floating-point types.
 inline bool IsFloat(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -120,6 +121,19 @@ TEST(DTypeTest, Bf16BufferWideningKeepsEveryBitPattern) {
     std::memcpy(&bits, &wide[i], sizeof(bits));
     ASSERT_EQ(bits, static_cast<uint32_t>(all[i]) << 16) << i;
   }
+}
+
+TEST(DTypeTest, KvCacheDtypeIsAutoOrADtype) {
+  absl::StatusOr<std::optional<DType>> kv = ParseKvCacheDtype("auto");
+  ASSERT_TRUE(kv.ok());
+  EXPECT_FALSE(kv->has_value());
+  kv = ParseKvCacheDtype("bf16");
+  ASSERT_TRUE(kv.ok() && kv->has_value());
+  EXPECT_EQ(**kv, DType::kBF16);
+  kv = ParseKvCacheDtype("int8");
+  ASSERT_FALSE(kv.ok());
+  EXPECT_EQ(kv.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(kv.status().message()).find("'int8'"), std::string::npos);
 }
 
 TEST(DTypeTest, ConvertBuffers) {

@@ -37,14 +37,4 @@ DType QuantizedDType(WeightQuant quant) {
   }
 }
 
-absl::StatusOr<std::optional<DType>> ParseKvCacheDtype(absl::string_view name) {
-  if (name == "auto") return std::optional<DType>();
-  absl::StatusOr<DType> dtype = ParseDType(name);
-  if (!dtype.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown --kv-cache-dtype value '", name,
-                                                   "' (expected auto, float32, float16 or bfloat16)"));
-  }
-  return std::optional<DType>(*dtype);
-}
-
 }  // namespace blossom

@@ -5,7 +5,6 @@
 #define BLOSSOM_KERNELS_WEIGHT_QUANT_H_
 
 #include <cstdint>
-#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -30,10 +29,6 @@ absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name);
 // The dtype a quantized weight is stored in (kInt8 -> kQ8G32, kInt4 -> kQ4G32, kBf16 -> kBF16);
 // kNone: none.
 DType QuantizedDType(WeightQuant quant);
-
-// Parses a --kv-cache-dtype value: "auto" (nullopt: the backend's activation dtype) or a dtype
-// name ParseDType accepts; InvalidArgument naming the value and the accepted ones otherwise.
-absl::StatusOr<std::optional<DType>> ParseKvCacheDtype(absl::string_view name);
 
 }  // namespace blossom
 

@@ -19,19 +19,6 @@ TEST(WeightQuantTest, ParsesEveryNameItPrints) {
   EXPECT_STREQ(WeightQuantName(WeightQuant::kBf16), "bf16");
 }
 
-TEST(WeightQuantTest, KvCacheDtypeIsAutoOrADtype) {
-  absl::StatusOr<std::optional<DType>> kv = ParseKvCacheDtype("auto");
-  ASSERT_TRUE(kv.ok());
-  EXPECT_FALSE(kv->has_value());
-  kv = ParseKvCacheDtype("bf16");
-  ASSERT_TRUE(kv.ok() && kv->has_value());
-  EXPECT_EQ(**kv, DType::kBF16);
-  kv = ParseKvCacheDtype("int8");
-  ASSERT_FALSE(kv.ok());
-  EXPECT_EQ(kv.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(kv.status().message()).find("'int8'"), std::string::npos);
-}
-
 TEST(WeightQuantTest, UnknownValueIsNamedInTheError) {
   absl::StatusOr<WeightQuant> bad = ParseWeightQuant("fp8");
   ASSERT_FALSE(bad.ok());

@@ -156,15 +156,15 @@ BF16_TARGET void Tile(const uint16_t* x, int64_t ldx, const char* w, int64_t k, 
 
 using TileFn = void (*)(const uint16_t*, int64_t, const char*, int64_t, float*, int64_t);
 
-// Tiles of R rows by 1 .. kMax panels, indexed by panel count - 1.
+// Tiles of R rows by 1 .. N panels, indexed by panel count - 1.
 template <int R, int... P>
 constexpr TileFn kTiles[] = {&Tile<R, P>...};
 
-// R rows by `panels` panels: groups of the widest tile, then one tile for the rest.
-template <int R, int kMax, size_t N>
+// `panels` panels by the widest tile of `tiles` (N panels), then one tile for the rest.
+template <size_t N>
 BF16_TARGET void RowsTile(const TileFn (&tiles)[N], const uint16_t* x, int64_t ldx, const char* w,
                           int panels, int64_t k, float* dots, int64_t ldd) {
-  static_assert(N == kMax, "one tile per panel count");
+  constexpr int kMax = static_cast<int>(N);
   int p = 0;
   for (; p + kMax <= panels; p += kMax)
     tiles[kMax - 1](x, ldx, w + p * PanelBytes(k), k, dots + p * kBf16PanelRows, ldd);
@@ -181,14 +181,14 @@ void Bf16PanelTileAvx512(const uint16_t* x, int64_t ldx, int rows, const void* w
   const char* wc = static_cast<const char*>(w);
   switch (rows) {
     case 8:
-      RowsTile<8, 3>(kTiles<8, 1, 2, 3>, x, ldx, wc, panels, k, dots, ldd);
+      RowsTile(kTiles<8, 1, 2, 3>, x, ldx, wc, panels, k, dots, ldd);
       return;
     case 4:
-      RowsTile<4, 6>(kTiles<4, 1, 2, 3, 4, 5, 6>, x, ldx, wc, panels, k, dots, ldd);
+      RowsTile(kTiles<4, 1, 2, 3, 4, 5, 6>, x, ldx, wc, panels, k, dots, ldd);
       return;
     default:
       for (int r = 0; r < rows; ++r)
-        RowsTile<1, 8>(kTiles<1, 1, 2, 3, 4, 5, 6, 7, 8>, x + r * ldx, ldx, wc, panels, k,
+        RowsTile(kTiles<1, 1, 2, 3, 4, 5, 6, 7, 8>, x + r * ldx, ldx, wc, panels, k,
                        dots + r * ldd, ldd);
   }
 }

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +64,25 @@ struct QueryBlock {
   int32_t first_pos;    // its position in the sequence
   int32_t num_queries;
 };
+
+// Head h's key and value rows of keys 0 .. num_keys - 1 of a sequence (its block table), as
+// pointers to the cache's elements (T: float, or uint16_t for bf16 bits).
+template <typename T>
+void KeyValueRows(const CpuKvCache& kv, int32_t layer, int64_t h, const int32_t* table, int64_t num_keys,
+                  std::vector<const T*>& k_rows, std::vector<const T*>& v_rows) {
+  const int64_t bs = kv.spec().block_size, d = kv.spec().head_dim;
+  k_rows.resize(num_keys);
+  v_rows.resize(num_keys);
+  for (int64_t j0 = 0; j0 < num_keys; j0 += bs) {  // a cache block's rows are contiguous
+    const int64_t slot = static_cast<int64_t>(table[j0 / bs]) * bs;
+    const T* k = reinterpret_cast<const T*>(kv.Key(layer, slot, h));
+    const T* v = reinterpret_cast<const T*>(kv.Value(layer, slot, h));
+    for (int64_t o = 0; o < std::min<int64_t>(bs, num_keys - j0); ++o) {
+      k_rows[j0 + o] = k + o * d;
+      v_rows[j0 + o] = v + o * d;
+    }
+  }
+}
 
 }  // namespace
 
@@ -172,25 +190,10 @@ absl::Status CpuBackend::Attention(const Tensor& q, const AttentionMetadata& md,
       const QueryBlock& block = blocks[item % num_blocks];
       const int64_t num_keys = block.first_pos + block.num_queries;
       const int32_t* table = tables + static_cast<int64_t>(block.seq) * md.max_blocks_per_seq;
-      // Each key's K and V row, of the cache's element type T.
-      auto gather = [&](auto* element, auto& k_rows, auto& v_rows) {
-        using T = std::remove_pointer_t<decltype(element)>;
-        k_rows.resize(num_keys);
-        v_rows.resize(num_keys);
-        for (int64_t j0 = 0; j0 < num_keys; j0 += bs) {  // a cache block's rows are contiguous
-          const int64_t slot = static_cast<int64_t>(table[j0 / bs]) * bs;
-          const T* k = reinterpret_cast<const T*>(kv.Key(layer, slot, h));
-          const T* v = reinterpret_cast<const T*>(kv.Value(layer, slot, h));
-          for (int64_t o = 0; o < std::min<int64_t>(bs, num_keys - j0); ++o) {
-            k_rows[j0 + o] = k + o * d;
-            v_rows[j0 + o] = v + o * d;
-          }
-        }
-      };
       if (bf16) {
-        gather(static_cast<uint16_t*>(nullptr), bf16_keys, bf16_values);
+        KeyValueRows(kv, layer, h, table, num_keys, bf16_keys, bf16_values);
       } else {
-        gather(static_cast<float*>(nullptr), keys, values);
+        KeyValueRows(kv, layer, h, table, num_keys, keys, values);
       }
       AttentionQueries queries;
       queries.q = q.as<const float>() + (block.first_token * heads + h) * d;
