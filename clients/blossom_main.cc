@@ -65,6 +65,13 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "activations (half the memory per token; K and V rows rounded when written).");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
+ABSL_FLAG(int32_t, speculative_tokens, 0,
+          "Speculative decoding by prompt lookup: draft up to N tokens per step from earlier "
+          "text of the sequence, verified in one step (0 = off; the same tokens either way).");
+ABSL_FLAG(int32_t, ngram_lookup_max, 4, "Longest suffix matched for --speculative_tokens.");
+ABSL_FLAG(int32_t, ngram_lookup_min, 2,
+          "Shortest suffix matched for --speculative_tokens (1 also drafts after any repeated "
+          "single token: mostly wrong drafts in free text).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -100,6 +107,11 @@ int RunGenerate() {
   absl::StatusOr<std::optional<DType>> kv_cache_dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
   runner_options.kv_cache_dtype = *kv_cache_dtype;
+  BatchGeneratorOptions options;
+  options.speculative.num_speculative_tokens = absl::GetFlag(FLAGS_speculative_tokens);
+  options.speculative.lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max);
+  options.speculative.lookup_min = absl::GetFlag(FLAGS_ngram_lookup_min);
+  if (absl::Status valid = Validate(options.speculative); !valid.ok()) return Fail(valid);
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);
@@ -131,7 +143,7 @@ int RunGenerate() {
   request.stopping.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   request.stopping.stop_strings = absl::GetFlag(FLAGS_stop);
 
-  BatchGenerator generator(model->get(), tokenizer->get());
+  BatchGenerator generator(model->get(), tokenizer->get(), options);
   GenerateStats stats;
   std::cout << prompt << std::flush;
   auto results = generator.Generate({request}, &stats, [](size_t, const TokenEvent& event) {
@@ -141,9 +153,11 @@ int RunGenerate() {
   if (!results.ok()) return Fail(results.status());
   if (!absl::GetFlag(FLAGS_quiet)) {
     const ModelInfo& info = (*model)->info();
-    const double decode_ms = stats.decode_step_seconds.empty()
-                                 ? 0.0
-                                 : stats.decode_seconds * 1000.0 / stats.decode_step_seconds.size();
+    // Per token, not per step: with speculation a step may produce several. The first token
+    // came from the prefill.
+    const int64_t decode_tokens = stats.generated_tokens - 1;
+    const double decode_ms =
+        decode_tokens > 0 ? stats.decode_seconds * 1000.0 / decode_tokens : 0.0;
     const double total_ms = (stats.prefill_seconds + stats.decode_seconds) * 1000.0;
     std::cerr << absl::StrFormat(
         "[blossom] model %s (%s weights, quantize %s%s, KV cache %s, backend %s): load %.3f s\n"
@@ -156,6 +170,11 @@ int RunGenerate() {
         FinishReasonName((*results)[0].finish_reason), (*results)[0].seed,
         stats.prefill_seconds * 1000.0, decode_ms,
         stats.generated_tokens > 0 ? total_ms / stats.generated_tokens : 0.0);
+    if (options.speculative.num_speculative_tokens > 0) {
+      std::cerr << absl::StrFormat(
+          "[blossom] speculative: %d decode steps, %d of %d draft tokens accepted\n",
+          stats.decode_step_seconds.size(), stats.accepted_draft_tokens, stats.draft_tokens);
+    }
   }
   return 0;
 }

@@ -99,7 +99,13 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
                                                 Labels())),
       prefix_hit_tokens_(registry->AddCounter("blossom_prefix_cache_hit_tokens_total",
                                               "Prompt tokens found in the prefix cache.",
-                                              Labels())) {
+                                              Labels())),
+      draft_tokens_(registry->AddCounter(
+          "blossom_spec_decode_draft_tokens_total",
+          "Draft tokens computed for speculative decoding (--speculative_tokens).", Labels())),
+      accepted_draft_tokens_(registry->AddCounter(
+          "blossom_spec_decode_accepted_tokens_total",
+          "Draft tokens the model sampled itself (kept: each saved a step).", Labels())) {
   metrics::RegisterProcessMetrics(registry);
   metrics::RegisterBuildInfo(registry, "blossom_build_info",
                              "The running server: version and served model (value 1).",
@@ -119,7 +125,8 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
   }
   for (auto* family : {&running_, &waiting_, &kv_usage_, &kv_blocks_used_}) family->Get({model_});
   for (auto* family : {&prompt_tokens_, &generated_tokens_, &preemptions_, &prefix_queries_,
-                       &prefix_hits_, &prefix_query_tokens_, &prefix_hit_tokens_}) {
+                       &prefix_hits_, &prefix_query_tokens_, &prefix_hit_tokens_, &draft_tokens_,
+                       &accepted_draft_tokens_}) {
     family->Get({model_});
   }
 }
@@ -139,6 +146,10 @@ void ServerMetrics::OnStep(const StepStats& step) {
     prompt_tokens_.Get({model_}).Increment(step.finished_prompt_tokens);
   }
   if (step.generated_tokens > 0) generated_tokens_.Get({model_}).Increment(step.generated_tokens);
+  if (step.draft_tokens > 0) draft_tokens_.Get({model_}).Increment(step.draft_tokens);
+  if (step.accepted_draft_tokens > 0) {
+    accepted_draft_tokens_.Get({model_}).Increment(step.accepted_draft_tokens);
+  }
   running_.Get({model_}).Set(static_cast<double>(step.running));
   waiting_.Get({model_}).Set(static_cast<double>(step.waiting));
   kv_blocks_used_.Get({model_}).Set(static_cast<double>(step.blocks_used));

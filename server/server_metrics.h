@@ -73,6 +73,8 @@ class ServerMetrics : public EngineObserver {
   metrics::Family<metrics::Histogram>& max_tokens_;
   metrics::Family<metrics::Counter>& prefix_query_tokens_;  // prefix_queries_/_hits_: old names
   metrics::Family<metrics::Counter>& prefix_hit_tokens_;
+  metrics::Family<metrics::Counter>& draft_tokens_;
+  metrics::Family<metrics::Counter>& accepted_draft_tokens_;
 
   std::mutex mutex_;
   SchedulerStats last_totals_;  // guarded by mutex_

@@ -64,10 +64,19 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   server_metrics.OnStep(step);
   // Counted per step, not at request end: already visible before any request finished.
   EXPECT_TRUE(Contains(registry.Render(), "blossom_generation_tokens_total{model_name=\"m\"} 3"));
+  // Before any drafting the speculative counters exist at 0.
+  EXPECT_TRUE(
+      Contains(registry.Render(), "blossom_spec_decode_draft_tokens_total{model_name=\"m\"} 0"));
   step.prefill_tokens = 0;
   step.generated_tokens = 5;
   step.finished_prompt_tokens = 0;
+  step.draft_tokens = 6;
+  step.accepted_draft_tokens = 4;
   server_metrics.OnStep(step);
+  EXPECT_TRUE(
+      Contains(registry.Render(), "blossom_spec_decode_draft_tokens_total{model_name=\"m\"} 6"));
+  EXPECT_TRUE(Contains(registry.Render(),
+                       "blossom_spec_decode_accepted_tokens_total{model_name=\"m\"} 4"));
 
   EngineEvent final_event;
   final_event.finished = true;

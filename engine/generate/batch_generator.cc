@@ -20,9 +20,10 @@ BatchGenerator::BatchGenerator(ModelRunner* runner, const Tokenizer* tokenizer,
     : runner_(runner), tokenizer_(tokenizer), options_(options) {}
 
 absl::Status BatchGenerator::StepAndSample(
-    const StepBatch& batch, const std::vector<int32_t>& sampled,
+    const StepBatch& batch, std::vector<int32_t> sampled, std::vector<int64_t> rows,
+    const std::vector<std::vector<int32_t>>& drafts,
     std::vector<std::unique_ptr<SequenceOutput>>& seqs,
-    const std::function<void(int32_t, const TokenEvent&)>& deliver) {
+    const std::function<void(int32_t, const TokenEvent&)>& deliver, int64_t* accepted) {
   if (sampler_ == nullptr) {
     if (options_.device_sampling) {
       BLOSSOM_ASSIGN_OR_RETURN(sampler_, runner_->MakeBatchSampler());
@@ -35,22 +36,38 @@ absl::Status BatchGenerator::StepAndSample(
     BLOSSOM_ASSIGN_OR_RETURN(logits, runner_->ForwardKeepLogits(batch));
   } else {
     const int64_t vocab = runner_->vocab_size();
-    const int64_t rows = std::max<int64_t>(1, batch.logit_rows.size());
-    host_logits_.resize(static_cast<size_t>(rows * vocab));
+    const int64_t num_rows = std::max<int64_t>(1, batch.logit_rows.size());
+    host_logits_.resize(static_cast<size_t>(num_rows * vocab));
     BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, host_logits_.data()));
-    logits = Tensor(host_logits_.data(), DType::kF32, {rows, vocab});
+    logits = Tensor(host_logits_.data(), DType::kF32, {num_rows, vocab});
   }
-  sample_rows_.clear();
-  for (size_t r = 0; r < sampled.size(); ++r) {
-    BLOSSOM_ASSIGN_OR_RETURN(SampleRow row,
-                             seqs[sampled[r]]->PrepareSample(static_cast<int64_t>(r)));
-    sample_rows_.push_back(row);
-  }
-  BLOSSOM_RETURN_IF_ERROR(sampler_->SampleBatch(logits, sample_rows_, &samples_));
-  for (size_t r = 0; r < sampled.size(); ++r) {
-    if (!samples_[r].ok()) return samples_[r].status();
-    BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event, seqs[sampled[r]]->Accept(std::move(*samples_[r])));
-    deliver(sampled[r], event);
+  std::vector<size_t> draft_of(sampled.size());  // drafts[] index of each sampled entry
+  for (size_t i = 0; i < draft_of.size(); ++i) draft_of[i] = i;
+  for (size_t round = 0; !sampled.empty(); ++round) {
+    sample_rows_.clear();
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      BLOSSOM_ASSIGN_OR_RETURN(SampleRow row, seqs[sampled[i]]->PrepareSample(rows[i]));
+      sample_rows_.push_back(row);
+    }
+    BLOSSOM_RETURN_IF_ERROR(sampler_->SampleBatch(logits, sample_rows_, &samples_));
+    size_t kept = 0;  // entries that verified their draft go on to the next round
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      if (!samples_[i].ok()) return samples_[i].status();
+      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event, seqs[sampled[i]]->Accept(std::move(*samples_[i])));
+      const std::vector<int32_t>* draft = drafts.empty() ? nullptr : &drafts[draft_of[i]];
+      const bool verified = draft != nullptr && !event.finished && round < draft->size() &&
+                            event.token == (*draft)[round];
+      deliver(sampled[i], event);
+      if (!verified) continue;
+      ++*accepted;
+      sampled[kept] = sampled[i];
+      rows[kept] = rows[i] + 1;
+      draft_of[kept] = draft_of[i];
+      ++kept;
+    }
+    sampled.resize(kept);
+    rows.resize(kept);
+    draft_of.resize(kept);
   }
   return absl::OkStatus();
 }
@@ -130,25 +147,50 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       budget -= take;
       if (last_chunk) ++next_seq;
     }
-    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, sampled_seqs, seqs, deliver));
+    std::vector<int64_t> rows(sampled_seqs.size());
+    for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r);
+    BLOSSOM_RETURN_IF_ERROR(
+        StepAndSample(batch, sampled_seqs, rows, {}, seqs, deliver, &stats->accepted_draft_tokens));
   }
   stats->prefill_seconds = SecondsSince(prefill_start);
 
-  // Decode: one token for every unfinished sequence per step.
+  // Decode: one token for every unfinished sequence per step, plus its verified drafts.
   const auto decode_start = std::chrono::steady_clock::now();
+  std::vector<int32_t> active, context, chunk;
+  std::vector<int64_t> rows;
+  std::vector<std::vector<int32_t>> drafts;
   while (true) {
     batch.Clear();
-    std::vector<int32_t> active;
+    active.clear();
     for (int32_t i = 0; i < n; ++i) {
-      if (seqs[i]->finished()) continue;
-      const int32_t pos =
-          static_cast<int32_t>(requests[i].prompt.size() + seqs[i]->output_tokens().size()) - 1;
-      batch.AddSequence({seqs[i]->output_tokens().back()}, pos, table_of(i), true);
-      active.push_back(i);
+      if (!seqs[i]->finished()) active.push_back(i);
     }
     if (active.empty()) break;
+    const bool speculate = options_.speculative.num_speculative_tokens > 0 &&
+                           static_cast<int32_t>(active.size()) <= options_.speculative_max_running;
+    rows.clear();
+    drafts.assign(active.size(), {});
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int32_t i = active[a];
+      const std::vector<int32_t>& outputs = seqs[i]->output_tokens();
+      const int32_t pos = static_cast<int32_t>(requests[i].prompt.size() + outputs.size()) - 1;
+      // Every draft and the token after the drafts must fit max_new_tokens (and the KV table).
+      const int32_t max_draft =
+          requests[i].stopping.max_new_tokens - static_cast<int32_t>(outputs.size()) - 1;
+      if (speculate && max_draft > 0) {
+        context.assign(requests[i].prompt.begin(), requests[i].prompt.end());
+        context.insert(context.end(), outputs.begin(), outputs.end());
+        drafts[a] = ProposeNgramDraft(options_.speculative, context, max_draft);
+      }
+      chunk.assign(1, outputs.back());
+      chunk.insert(chunk.end(), drafts[a].begin(), drafts[a].end());
+      rows.push_back(static_cast<int64_t>(batch.logit_rows.size()));
+      batch.AddSequence(chunk, pos, table_of(i), true, /*all_logits=*/!drafts[a].empty());
+      stats->draft_tokens += static_cast<int64_t>(drafts[a].size());
+    }
     const auto step_start = std::chrono::steady_clock::now();
-    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, active, seqs, deliver));
+    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, active, rows, drafts, seqs, deliver,
+                                          &stats->accepted_draft_tokens));
     stats->decode_step_seconds.push_back(SecondsSince(step_start));
   }
   stats->decode_seconds = SecondsSince(decode_start);

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "engine/generate/sequence_output.h"
 #include "engine/sampling/batch_sampler.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -47,8 +48,12 @@ struct GenerateStats {
   double decode_seconds = 0.0;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  // Wall time of each decode step (one token for every unfinished sequence).
+  // Wall time of each decode step (one token for every unfinished sequence, more where drafts
+  // were accepted).
   std::vector<double> decode_step_seconds;
+  // Speculative decoding: draft tokens computed, and those kept (each one a step saved).
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
 };
 
 struct BatchGeneratorOptions {
@@ -59,6 +64,10 @@ struct BatchGeneratorOptions {
   // does with --device_sampling. false: copy the step's logits to the host and sample there.
   // Same tokens either way on the CPU (the host sampler is the per-row sampler).
   bool device_sampling = true;
+  // Speculative decoding by prompt lookup (engine/speculative; num_speculative_tokens 0: off),
+  // while at most speculative_max_running sequences decode. The same tokens either way.
+  NgramProposerConfig speculative;
+  int32_t speculative_max_running = 4;
 };
 
 class BatchGenerator {
@@ -77,10 +86,17 @@ class BatchGenerator {
   ModelRunner* runner_;
   const Tokenizer* tokenizer_;
   BatchGeneratorOptions options_;
-  // Runs `batch` and samples logits row r for seqs[sampled[r]], delivering each token in order.
-  absl::Status StepAndSample(const StepBatch& batch, const std::vector<int32_t>& sampled,
+  // Runs `batch` and samples seqs[sampled[i]]'s token from logits row rows[i], delivering each
+  // token in order. With drafts[i] (speculative decoding), rows rows[i] + 1 .. + drafts[i].size()
+  // follow: while a sampled token is its draft, the next row is sampled too (one sampler call per
+  // round), so each draft is sampled exactly as a later step would have sampled it. Adds the
+  // accepted drafts to *accepted.
+  absl::Status StepAndSample(const StepBatch& batch, std::vector<int32_t> sampled,
+                             std::vector<int64_t> rows,
+                             const std::vector<std::vector<int32_t>>& drafts,
                              std::vector<std::unique_ptr<SequenceOutput>>& seqs,
-                             const std::function<void(int32_t, const TokenEvent&)>& deliver);
+                             const std::function<void(int32_t, const TokenEvent&)>& deliver,
+                             int64_t* accepted);
 
   int32_t cache_blocks_ = 0;  // blocks of the runner's cache this generator allocated
   std::unique_ptr<BatchSampler> sampler_;  // made on first use; destroyed before the runner

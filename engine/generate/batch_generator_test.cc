@@ -168,3 +168,64 @@ TEST_F(BatchGeneratorTest, StepGraphsGiveTheSameTokens) {
 
 }  // namespace
 }  // namespace blossom
+
+namespace blossom {
+namespace {
+
+// Speculative decoding changes the number of steps, never the results: the batch, each request
+// alone, and on logits that claim to be device memory (one sampled row per token still).
+TEST_F(BatchGeneratorTest, SpeculativeDecodingGivesTheSameResults) {
+  std::vector<GenerateRequest> requests = Requests();
+  for (GenerateRequest& r : requests) r.stopping.max_new_tokens *= 3;
+  BatchGeneratorOptions spec;
+  spec.speculative.num_speculative_tokens = 5;
+  spec.speculative_max_running = 8;
+  std::vector<GenerateResult> plain;
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get());
+    auto out = gen.Generate(requests);
+    ASSERT_TRUE(out.ok()) << out.status();
+    plain = *out;
+  }
+  int64_t tokens = 0;
+  for (const GenerateResult& r : plain) tokens += static_cast<int64_t>(r.tokens.size());
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get(), spec);
+    GenerateStats stats;
+    auto out = gen.Generate(requests, &stats);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectSame(*out, plain);
+    EXPECT_GT(stats.accepted_draft_tokens, 0) << "no draft was ever accepted: vacuous";
+    EXPECT_LE(stats.accepted_draft_tokens, stats.draft_tokens);
+    EXPECT_EQ(stats.generated_tokens, tokens);
+  }
+  int64_t accepted_alone = 0, steps_saved = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerateStats off_stats, on_stats;
+    BatchGenerator off(runner_.get(), tokenizer_.get());
+    auto want = off.Generate({requests[i]}, &off_stats);
+    ASSERT_TRUE(want.ok()) << want.status();
+    BatchGenerator on(runner_.get(), tokenizer_.get(), spec);
+    auto got = on.Generate({requests[i]}, &on_stats);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSame(*got, *want);
+    accepted_alone += on_stats.accepted_draft_tokens;
+    steps_saved += static_cast<int64_t>(off_stats.decode_step_seconds.size() -
+                                        on_stats.decode_step_seconds.size());
+  }
+  EXPECT_GT(accepted_alone, 0);
+  EXPECT_EQ(steps_saved, accepted_alone) << "alone, each accepted draft saves one step";
+  PretendDeviceRunner device(runner_.get());
+  {
+    BatchGenerator gen(&device, tokenizer_.get(), spec);
+    auto out = gen.Generate(requests);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectSame(*out, plain);
+  }
+  EXPECT_EQ(device.host_forwards.load(), 0);
+  EXPECT_EQ(device.copied_rows.load(), 0);
+  EXPECT_EQ(device.sampled_rows.load(), tokens) << "one sampled row per generated token";
+}
+
+}  // namespace
+}  // namespace blossom

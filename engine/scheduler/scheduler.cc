@@ -94,7 +94,7 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   return absl::OkStatus();
 }
 
-StepPlan Scheduler::Schedule() {
+StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
   StepPlan plan;
   int32_t budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
@@ -115,8 +115,18 @@ StepPlan Scheduler::Schedule() {
       }
       num_new = budget;
     }
+    std::vector<int32_t> draft;
+    if (propose_draft && num_new == 1 && s->num_computed >= s->prefill_len) {
+      const int32_t outputs = known - s->num_prompt;
+      const int32_t max_draft = std::min(s->max_new_tokens - outputs - 1, budget - num_new);
+      if (max_draft > 0) draft = propose_draft(s->tokens, max_draft);
+      if (static_cast<int32_t>(draft.size()) > max_draft) draft.resize(max_draft);
+      const int32_t draft_size = static_cast<int32_t>(draft.size());
+      if (!blocks_.CanAppend(s->id, s->num_computed + num_new + draft_size)) draft.clear();
+    }
+    const int32_t num_draft = static_cast<int32_t>(draft.size());
     bool preempted_self = false;
-    while (!blocks_.CanAppend(s->id, s->num_computed + num_new)) {
+    while (!blocks_.CanAppend(s->id, s->num_computed + num_new + num_draft)) {
       // Victims come from the back, i.e. after i: nothing already in the plan is preempted.
       Sequence* victim = running_.back();
       Preempt(victim);
@@ -128,7 +138,7 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (preempted_self) break;  // every sequence after it is gone too
-    absl::Status appended = blocks_.Append(s->id, s->num_computed + num_new);
+    absl::Status appended = blocks_.Append(s->id, s->num_computed + num_new + num_draft);
     (void)appended;  // cannot fail: CanAppend just said so
     ScheduledSeq entry;
     entry.id = s->id;
@@ -136,11 +146,13 @@ StepPlan Scheduler::Schedule() {
     entry.num_new = num_new;
     entry.is_prefill = s->num_computed < s->prefill_len;
     entry.sample = s->num_computed + num_new == known;
+    entry.draft_tokens = std::move(draft);
     const absl::Span<const int32_t> table = blocks_.BlockTable(s->id);
     entry.block_table.assign(table.begin(), table.end());
-    (entry.is_prefill ? plan.num_prefill_tokens : plan.num_decode_tokens) += num_new;
+    (entry.is_prefill ? plan.num_prefill_tokens : plan.num_decode_tokens) += num_new + num_draft;
+    plan.num_draft_tokens += num_draft;
     plan.seqs.push_back(std::move(entry));
-    budget -= num_new;
+    budget -= num_new + num_draft;
     ++i;
   }
 
@@ -207,9 +219,26 @@ absl::Status Scheduler::Update(const StepPlan& plan, absl::Span<const SeqOutput>
       continue;
     }
     s->num_computed += entry.num_new;
+    bool finish = out != nullptr && out->finished;
+    const int32_t accepted = out != nullptr ? out->accepted_drafts : 0;
+    const int32_t num_draft = static_cast<int32_t>(entry.draft_tokens.size());
+    if (accepted < 0 || accepted > num_draft) {
+      errors.push_back(absl::StrCat("sequence ", s->id, ": ", accepted, " accepted drafts of ",
+                                    num_draft, "; finished"));
+      finish = true;
+    } else if (accepted > 0 && static_cast<int32_t>(s->tokens.size()) - s->num_prompt +
+                                       accepted > s->max_new_tokens) {
+      errors.push_back(absl::StrCat("sequence ", s->id, ": accepted drafts beyond max_new_tokens (",
+                                    s->max_new_tokens, ") dropped; finished"));
+      finish = true;
+    } else if (accepted > 0) {
+      // Their KV was computed this step from the tokens before them, all now known.
+      s->tokens.insert(s->tokens.end(), entry.draft_tokens.begin(),
+                       entry.draft_tokens.begin() + accepted);
+      s->num_computed += accepted;
+    }
     blocks_.MarkComputed(s->id, s->tokens, s->num_computed);
 
-    bool finish = out != nullptr && out->finished;
     const int32_t num_outputs = static_cast<int32_t>(s->tokens.size()) - s->num_prompt;
     if (entry.sample) {
       if (out != nullptr && out->token.has_value()) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -55,8 +56,12 @@ struct ScheduledSeq {
   bool is_prefill = false;   // part of a (re)prefill rather than a one-token decode
   bool sample = false;       // this chunk reaches the last known token: sample one token
   int32_t num_cached = 0;    // on admission: leading tokens found in the prefix cache
-  // A copy, covering at least num_computed + num_new tokens. Stays meaningful after a Cancel:
-  // freed blocks are not handed out again before the next Schedule().
+  // Speculative decoding (decode entries only): guessed tokens after the known ones, computed
+  // this step at positions [num_computed + num_new, + draft_tokens.size()) so that one step can
+  // verify them all. Their KV counts as computed only for the drafts the engine accepts.
+  std::vector<int32_t> draft_tokens;
+  // A copy, covering at least num_computed + num_new + draft_tokens.size() tokens. Stays
+  // meaningful after a Cancel: freed blocks are not handed out again before the next Schedule().
   std::vector<int32_t> block_table;
 };
 
@@ -66,6 +71,7 @@ struct StepPlan {
   int32_t num_prefill_tokens = 0;
   int32_t num_decode_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hits of the sequences admitted this step
+  int32_t num_draft_tokens = 0;          // draft tokens to verify (also in num_decode_tokens)
   bool empty() const { return seqs.empty(); }
 };
 
@@ -73,7 +79,15 @@ struct SeqOutput {
   SeqId id = 0;
   absl::optional<int32_t> token;  // the sampled token, for plan entries with sample == true
   bool finished = false;          // the engine's stop rules fired: forget the sequence
+  // Emitted before `token`: the leading draft tokens the engine verified (sampled the same token
+  // where the draft guessed it), 0 to draft_tokens.size().
+  int32_t accepted_drafts = 0;
 };
+
+// Proposes up to `max_tokens` draft tokens to follow `tokens` (a sequence's prompt and outputs);
+// may return fewer or none. Called by Schedule() on the engine thread.
+using DraftFn =
+    std::function<std::vector<int32_t>(absl::Span<const int32_t> tokens, int32_t max_tokens)>;
 
 struct SchedulerStats {
   int64_t running = 0;
@@ -125,16 +139,21 @@ class Scheduler {
 
   // Plans one step and allocates the KV blocks the plan writes. Nothing writes into blocks that
   // another live sequence reads: shared (prefix-cached) blocks are full and already computed.
-  StepPlan Schedule();
+  // With `propose_draft`, each running decode entry may carry draft tokens (speculative
+  // decoding): at most max_new_tokens - outputs - 1 of them (every accepted draft and the token
+  // sampled after them must fit the request's bound) and what the token budget leaves; drafts
+  // never preempt anything: when their blocks do not fit, the entry decodes without them.
+  StepPlan Schedule(const DraftFn& propose_draft = nullptr);
 
-  // Closes the step: advances computed counts, registers newly full blocks in the prefix cache,
-  // appends sampled tokens, and forgets (freeing its blocks at once) every sequence whose output
+  // Closes the step: advances computed counts (by num_new, plus the accepted drafts), registers
+  // newly full blocks in the prefix cache, appends accepted drafts and sampled tokens, and forgets (freeing its blocks at once) every sequence whose output
   // says finished. Entries and outputs of sequences cancelled since Schedule() are ignored.
   // The engine decides stops, but the scheduler enforces the request's bound: a sequence with
   // max_new_tokens outputs that is not marked finished is forgotten anyway.
   // Returns InvalidArgument (naming each sequence) if the engine broke the contract; the state
-  // stays consistent: a sample == true entry with neither token nor finished, a token beyond
-  // max_new_tokens or reaching it unfinished -> that sequence is forgotten; a token for an entry
+  // stays consistent: a sample == true entry with neither token nor finished, accepted_drafts
+  // outside [0, draft_tokens.size()], a token beyond max_new_tokens or reaching it unfinished
+  // -> that sequence is forgotten; a token for an entry
   // that does not sample, a duplicate output, or an output for a live sequence not in the plan
   // -> ignored.
   absl::Status Update(const StepPlan& plan, absl::Span<const SeqOutput> outputs);

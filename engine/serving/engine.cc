@@ -117,6 +117,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
                                                        EngineObserver* observer) {
   std::unique_ptr<Engine> engine(new Engine(runner, tokenizer, config, observer));
   SchedulerConfig& sc = engine->config_.scheduler;
+  BLOSSOM_RETURN_IF_ERROR(Validate(config.speculative));
+  if (config.speculative_max_running < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("speculative_max_running must be >= 0, got ",
+                                                   config.speculative_max_running));
+  }
   if (sc.block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
   if (sc.num_blocks <= 0) {
     const size_t per_block = runner->KvBytesPerBlock(sc.block_size);
@@ -308,6 +313,74 @@ int64_t Engine::num_unfinished() const {
   return static_cast<int64_t>(requests_.size()) + undelivered_finals_.load();
 }
 
+void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
+                                Clock::time_point step_end, std::vector<size_t>& seq_of,
+                                std::vector<SampleRow>& rows, std::vector<SeqOutput>& outputs,
+                                std::vector<Pending>& pending, StepStats& step) {
+  std::vector<absl::StatusOr<SampleResult>> samples;
+  std::vector<size_t> next_seq_of;
+  std::vector<SampleRow> next_rows;
+  for (size_t round = 0; !rows.empty(); ++round) {
+    const Clock::time_point sample_start = Clock::now();
+    const absl::Status sampled = sampler_->SampleBatch(logits, rows, &samples);
+    step.sample_seconds += std::chrono::duration<double>(Clock::now() - sample_start).count();
+    next_seq_of.clear();
+    next_rows.clear();
+    for (size_t j = 0; j < seq_of.size(); ++j) {
+      const ScheduledSeq& s = plan.seqs[seq_of[j]];
+      SeqOutput& out = outputs[seq_of[j]];
+      auto it = requests_.find(s.id);
+      Request& r = *it->second;  // present: only this loop erases, after its last round
+      absl::StatusOr<TokenEvent> token =
+          !sampled.ok() ? absl::StatusOr<TokenEvent>(sampled)
+          : samples[j].ok() ? r.output->Accept(std::move(*samples[j]))
+                            : absl::StatusOr<TokenEvent>(samples[j].status());
+      if (!token.ok()) {
+        pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
+        requests_.erase(it);
+        continue;
+      }
+      EngineEvent event;
+      event.request_id = r.id;
+      event.time = step_end;
+      if (r.timings.first_token == Clock::time_point{}) {
+        r.timings.first_token = step_end;
+        step.finished_prompt_tokens += r.prompt_tokens;
+      }
+      ++step.generated_tokens;
+      event.has_token = true;
+      // The model sampled the draft itself: keep it and verify the next one from its row.
+      const bool verified = !token->finished && round < s.draft_tokens.size() &&
+                            token->token == s.draft_tokens[round];
+      if (verified) {
+        ++step.accepted_draft_tokens;
+        // (PrepareSample fails only for a finished sequence; had it failed, the token would
+        // simply end the step's verification.)
+        absl::StatusOr<SampleRow> next = r.output->PrepareSample(rows[j].logit_row + 1);
+        if (next.ok()) {
+          next_seq_of.push_back(seq_of[j]);
+          next_rows.push_back(*next);
+        }
+      }
+      out.accepted_drafts = static_cast<int32_t>(round);
+      out.token = token->token;
+      out.finished = token->finished;
+      event.finish_reason = token->finish_reason;
+      event.token = std::move(*token);
+      if (r.prompt_logprobs >= 0 && !r.prompt_lp_sent) {
+        event.prompt_logprobs = std::move(r.prompt_lp);
+        r.prompt_lp_sent = true;
+      }
+      if (out.finished) FinishLocked(r, &event);
+      if (event.finished && observer_) observer_->OnRequestFinished(event);
+      pending.push_back({r.delivery, std::move(event)});
+      if (out.finished) requests_.erase(it);
+    }
+    std::swap(seq_of, next_seq_of);
+    std::swap(rows, next_rows);
+  }
+}
+
 void Engine::Loop() {
   StepBatch batch;
   std::vector<float> host_logits;  // the step's logits without device_sampling
@@ -317,8 +390,14 @@ void Engine::Loop() {
   std::vector<bool> prompt_rows_of;    // whether those rows are the whole chunk (prompt logprobs)
   std::vector<SampleRow> sample_rows;  // this step's rows to sample
   std::vector<size_t> sampled_seq;     // the plan.seqs index of each of sample_rows
-  std::vector<absl::StatusOr<SampleResult>> samples;
+  std::vector<int32_t> chunk;  // a decode entry's known token and its drafts
   double handoff_seconds = 0.0;  // the previous step's Hand(), reported with this step
+  const DraftFn propose_draft =
+      config_.speculative.num_speculative_tokens > 0
+          ? DraftFn([this](absl::Span<const int32_t> tokens, int32_t max_tokens) {
+              return ProposeNgramDraft(config_.speculative, tokens, max_tokens);
+            })
+          : DraftFn();
   while (true) {
     StepPlan plan;
     Clock::time_point plan_start;
@@ -328,7 +407,10 @@ void Engine::Loop() {
       work_cv_.wait(lock, [&] { return stopping_ || scheduler_->HasWork(); });
       if (stopping_) return;
       plan_start = Clock::now();
-      plan = scheduler_->Schedule();
+      const bool speculate =
+          propose_draft && static_cast<int64_t>(scheduler_->num_running()) <=
+                               config_.speculative_max_running;
+      plan = scheduler_->Schedule(speculate ? propose_draft : DraftFn());
       if (plan.empty()) {
         // Work exists but none fits right now (cannot normally happen: requests that can never
         // fit are refused at Submit). Back off instead of spinning.
@@ -350,10 +432,18 @@ void Engine::Loop() {
           it->second->cached_prompt_tokens = s.num_cached;
         }
         const bool prompt_rows = it != requests_.end() && it->second->WantsPromptRows(s);
-        absl::Span<const int32_t> tokens = scheduler_->Tokens(s.id);
-        batch.AddSequence(tokens.subspan(s.num_computed, s.num_new), s.num_computed,
-                          s.block_table, s.sample, /*all_logits=*/prompt_rows);
-        rows_of.push_back(prompt_rows ? s.num_new : (s.sample ? 1 : 0));
+        absl::Span<const int32_t> tokens = scheduler_->Tokens(s.id).subspan(s.num_computed,
+                                                                             s.num_new);
+        if (!s.draft_tokens.empty()) {
+          // Every draft position's row too: row i verifies draft i (decode entries only, so
+          // prompt_rows is false).
+          chunk.assign(tokens.begin(), tokens.end());
+          chunk.insert(chunk.end(), s.draft_tokens.begin(), s.draft_tokens.end());
+          tokens = chunk;
+        }
+        const bool all_rows = prompt_rows || !s.draft_tokens.empty();
+        batch.AddSequence(tokens, s.num_computed, s.block_table, s.sample, all_rows);
+        rows_of.push_back(all_rows ? static_cast<int32_t>(tokens.size()) : (s.sample ? 1 : 0));
         prompt_rows_of.push_back(prompt_rows);
       }
       for (uint64_t id : plan.preempted) {
@@ -372,7 +462,8 @@ void Engine::Loop() {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<SeqOutput> outputs(plan.seqs.size());
       // First pass: failures, prompt logprobs, and the rows to sample (sample_rows[j] is
-      // plan.seqs[sampled_seq[j]]'s). The sampler then draws every token of the step at once.
+      // plan.seqs[sampled_seq[j]]'s). The sampler then draws the step's tokens in one call per
+      // round (one round without drafts).
       sample_rows.clear();
       sampled_seq.clear();
       size_t row = 0;
@@ -381,7 +472,8 @@ void Engine::Loop() {
         outputs[k].id = s.id;
         const size_t first_row = row;
         row += rows_of[k];
-        const size_t my_row = s.sample ? row - 1 : 0;  // the chunk's last row
+        // The row after the chunk's last known token (its drafts' rows follow it).
+        const size_t my_row = s.sample ? row - 1 - s.draft_tokens.size() : 0;
         auto it = requests_.find(s.id);
         if (it == requests_.end()) continue;  // cancelled during the forward pass
         Request& r = *it->second;
@@ -418,47 +510,8 @@ void Engine::Loop() {
         sample_rows.push_back(*sample_row);
         sampled_seq.push_back(k);
       }
-      absl::Status sampled = absl::OkStatus();
-      const Clock::time_point sample_start = Clock::now();
-      if (!sample_rows.empty()) sampled = sampler_->SampleBatch(*logits, sample_rows, &samples);
-      step.sample_seconds = std::chrono::duration<double>(Clock::now() - sample_start).count();
-      // Second pass: each sampled sequence's token through its stop rules, in plan order.
-      for (size_t j = 0; j < sampled_seq.size(); ++j) {
-        const ScheduledSeq& s = plan.seqs[sampled_seq[j]];
-        SeqOutput& out = outputs[sampled_seq[j]];
-        auto it = requests_.find(s.id);
-        Request& r = *it->second;  // present: nothing erases a request between the passes
-        absl::StatusOr<TokenEvent> token =
-            !sampled.ok() ? absl::StatusOr<TokenEvent>(sampled)
-            : samples[j].ok() ? r.output->Accept(std::move(*samples[j]))
-                              : absl::StatusOr<TokenEvent>(samples[j].status());
-        if (!token.ok()) {
-          pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
-          requests_.erase(it);
-          continue;
-        }
-        EngineEvent event;
-        event.request_id = r.id;
-        event.time = step_end;
-        if (r.timings.first_token == Clock::time_point{}) {
-          r.timings.first_token = step_end;
-          step.finished_prompt_tokens += r.prompt_tokens;
-        }
-        ++step.generated_tokens;
-        event.has_token = true;
-        out.token = token->token;
-        out.finished = token->finished;
-        event.finish_reason = token->finish_reason;
-        event.token = std::move(*token);
-        if (r.prompt_logprobs >= 0 && !r.prompt_lp_sent) {
-          event.prompt_logprobs = std::move(r.prompt_lp);
-          r.prompt_lp_sent = true;
-        }
-        if (out.finished) FinishLocked(r, &event);
-        if (event.finished && observer_) observer_->OnRequestFinished(event);
-        pending.push_back({r.delivery, std::move(event)});
-        if (out.finished) requests_.erase(it);
-      }
+      SampleRoundsLocked(plan, *logits, step_end, sampled_seq, sample_rows, outputs, pending,
+                         step);
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
       const SchedulerStats ss = scheduler_->stats();
@@ -466,6 +519,7 @@ void Engine::Loop() {
       step.prefill_tokens = plan.num_prefill_tokens;
       step.decode_tokens = plan.num_decode_tokens;
       step.cached_prompt_tokens = plan.num_cached_prompt_tokens;
+      step.draft_tokens = plan.num_draft_tokens;
       step.duration_seconds = std::chrono::duration<double>(step_end - step_start).count();
       step.schedule_seconds = std::chrono::duration<double>(step_start - plan_start).count();
       step.blocks_used = ss.blocks_used;

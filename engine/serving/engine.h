@@ -10,6 +10,13 @@
 // Scheduler::Update. Only the rows the engine reads itself (prompt logprobs) are copied to the
 // host when the logits are on a device. Finished and cancelled requests release their KV blocks
 // at once.
+// Speculative decoding (EngineConfig::speculative, prompt lookup): while few sequences run,
+// each decode entry may carry draft tokens (engine/speculative) computed in the same step; the
+// engine then samples the draft positions' rows one after the other, exactly as it would have
+// sampled them in later steps (same rows, same processors, same generator draws), and keeps the
+// drafts up to the first one the model did not sample itself. Tokens, logprobs and seeded
+// streams are the same with speculation on or off (on the CPU backend, bit for bit: a row's
+// logits do not depend on the other rows of its step); only the number of steps changes.
 // Preemption (by recompute) is invisible to clients: a preempted sequence keeps its sampled
 // tokens and its per-request RNG, and its recomputed KV is bit-identical on the CPU backend.
 //
@@ -47,6 +54,7 @@
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "engine/serving/handoff_thread.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -64,6 +72,11 @@ struct EngineConfig {
   // bit-identical either way. false: copy every step's logits to the host and sample there
   // (HostBatchSampler), as before device sampling existed.
   bool device_sampling = true;
+  // Speculative decoding by prompt lookup (num_speculative_tokens 0: off). Drafts are proposed
+  // only while at most speculative_max_running sequences run: decode steps are bound by reading
+  // the weights there, so verifying drafts costs little; in large batches it would cost compute.
+  NgramProposerConfig speculative;
+  int32_t speculative_max_running = 4;
 };
 
 struct EngineRequest {
@@ -142,6 +155,10 @@ struct StepStats {
   // (their prefill is done): per-step token counts for smooth rate()s.
   int32_t generated_tokens = 0;
   int32_t finished_prompt_tokens = 0;
+  // Speculative decoding: draft tokens computed this step, and those the sampler confirmed
+  // (each accepted draft is one of generated_tokens that needed no step of its own).
+  int32_t draft_tokens = 0;
+  int32_t accepted_draft_tokens = 0;
   double duration_seconds = 0.0;  // the forward (the model's step, to its logits)
   // The engine's own work around the forward, on the engine thread: planning the step and
   // building its batch (schedule), the sampler's call (sample: on the GPU with device sampling),
@@ -209,6 +226,16 @@ class Engine {
   // not scored yet, into request.prompt_lp. Requires mutex_.
   absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
                                      absl::Span<const float> rows);
+  // Samples the step's tokens in rounds and runs each through its request's stop rules, in plan
+  // order. Round 0 samples `rows` (rows[j] is plan.seqs[seq_of[j]]'s); a sequence whose token is
+  // its next draft goes on to the next round with that draft's row, so each draft is sampled as
+  // it would have been in a later step. Fills `outputs` (token, accepted drafts, finished),
+  // queues the events on `pending`, and adds to step's sample time and token counts. Consumes
+  // seq_of and rows. Requires mutex_.
+  void SampleRoundsLocked(const StepPlan& plan, const Tensor& logits, Clock::time_point step_end,
+                          std::vector<size_t>& seq_of, std::vector<SampleRow>& rows,
+                          std::vector<SeqOutput>& outputs, std::vector<Pending>& pending,
+                          StepStats& step);
   // Marks `event` final and fills its usage and timings. Requires mutex_.
   void FinishLocked(Request& request, EngineEvent* event);
   // Ends a request before its stop rules did (cancel, failure, shutdown): frees its KV blocks,
