@@ -84,10 +84,10 @@ struct SeqOutput {
   int32_t accepted_drafts = 0;
 };
 
-// Proposes up to `max_tokens` draft tokens to follow `tokens` (a sequence's prompt and outputs);
-// may return fewer or none. Called by Schedule() on the engine thread.
-using DraftFn =
-    std::function<std::vector<int32_t>(absl::Span<const int32_t> tokens, int32_t max_tokens)>;
+// Proposes up to `max_tokens` draft tokens to follow `tokens` (sequence `id`'s prompt and
+// outputs); may return fewer or none. Called by Schedule() on the engine thread.
+using DraftFn = std::function<std::vector<int32_t>(SeqId id, absl::Span<const int32_t> tokens,
+                                                   int32_t max_tokens)>;
 
 struct SchedulerStats {
   int64_t running = 0;

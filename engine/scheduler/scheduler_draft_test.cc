@@ -35,7 +35,7 @@ std::unique_ptr<Scheduler> Make(const SchedulerConfig& config) {
 struct FixedDraft {
   std::vector<int32_t> asked_max;
   DraftFn fn() {
-    return [this](absl::Span<const int32_t>, int32_t max_tokens) {
+    return [this](SeqId, absl::Span<const int32_t>, int32_t max_tokens) {
       asked_max.push_back(max_tokens);
       return std::vector<int32_t>(static_cast<size_t>(max_tokens), 7);
     };
@@ -46,7 +46,7 @@ struct FixedDraft {
 // tokens.size() == 6 and num_computed == 5.
 void Prefill(Scheduler& s, SeqId id, int32_t max_new) {
   ASSERT_TRUE(s.AddRequest({id, {1, 2, 3, 4, 5}, max_new, 0}).ok());
-  const StepPlan plan = s.Schedule([](absl::Span<const int32_t>, int32_t) {
+  const StepPlan plan = s.Schedule([](SeqId, absl::Span<const int32_t>, int32_t) {
     ADD_FAILURE() << "a prefill entry was offered a draft";
     return std::vector<int32_t>{};
   });
@@ -83,7 +83,7 @@ TEST(SchedulerDraftTest, DecodeEntriesCarryDraftsAndTheirSlots) {
 TEST(SchedulerDraftTest, AcceptedDraftsBecomeTokensAndComputedKv) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);
-  DraftFn three = [](absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; };
+  DraftFn three = [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; };
   StepPlan plan = s->Schedule(three);
   ASSERT_EQ(plan.seqs[0].draft_tokens.size(), 3u);
   SeqOutput out;
@@ -122,7 +122,7 @@ TEST(SchedulerDraftTest, TheRequestBoundAndTheTokenBudgetCapDrafts) {
   // A proposer that returns more than asked is cut to the cap.
   auto u = Make(Config(16, 5));
   Prefill(*u, 1, 20);
-  plan = u->Schedule([](absl::Span<const int32_t>, int32_t) {
+  plan = u->Schedule([](SeqId, absl::Span<const int32_t>, int32_t) {
     return std::vector<int32_t>(50, 1);
   });
   EXPECT_EQ(plan.seqs[0].draft_tokens.size(), 4u);
@@ -150,7 +150,7 @@ TEST(SchedulerDraftTest, ABrokenAcceptCountFinishesTheSequence) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);
   StepPlan plan = s->Schedule(
-      [](absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8}; });
+      [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8}; });
   SeqOutput out;
   out.id = 1;
   out.accepted_drafts = 3;  // more than the 2 drafted
@@ -165,7 +165,7 @@ TEST(SchedulerDraftTest, FullBlocksOfAcceptedTokensEnterThePrefixCache) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);  // tokens 1 2 3 4 5 100: one full block (1 2 3 4) cached
   StepPlan plan = s->Schedule(
-      [](absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; });
+      [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; });
   SeqOutput out;
   out.id = 1;
   out.accepted_drafts = 3;

@@ -7,6 +7,11 @@
 // token is derived from the KV of the last position, so a wrong cache hit, a block overwritten by
 // another sequence or a stale slot changes the output and is caught against the expected
 // sequence, which is computed directly from the prompt.
+//
+// With speculation (Case::speculate) decode entries get drafts, some right for a while and then
+// wrong: the fake model writes their KV and verifies them as the engine does (row r's token must
+// equal draft r to go on), so a rejected draft's KV that is read later or enters the prefix cache
+// is caught the same way.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -86,6 +91,7 @@ struct Case {
   SchedulerConfig config;
   uint32_t seed;
   bool expect_preemption;
+  bool speculate = false;
 };
 
 class SchedulerRandomTest : public ::testing::TestWithParam<Case> {};
@@ -155,6 +161,23 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
 
   int64_t rejected_429 = 0;
   int64_t num_cancelled = 0;
+  int64_t num_drafted = 0, num_accepted = 0;
+  // Drafts: none half the time, else the true continuation for a random length, then noise.
+  const DraftFn propose = [&](SeqId id, absl::Span<const int32_t> tokens, int32_t max_tokens) {
+    std::vector<int32_t> draft;
+    const Req& r = *by_id.at(id);
+    EXPECT_EQ(tokens.size(), r.prompt.size() + r.outputs.size()) << id;
+    EXPECT_LE(max_tokens, r.max_new - static_cast<int32_t>(r.outputs.size()) - 1) << id;
+    if (uniform(0, 1) == 0) return draft;
+    const int32_t length = uniform(1, max_tokens);
+    const int32_t good = uniform(0, length);
+    for (int32_t i = 0; i < length; ++i) {
+      const size_t next = r.outputs.size() + static_cast<size_t>(i);
+      draft.push_back(i < good && next < r.expected.size() ? r.expected[next]
+                                                           : uniform(0, kVocab - 1));
+    }
+    return draft;
+  };
   int64_t max_running = 0;
   auto cancel = [&](Req& r) {
     if (r.done || r.cancelled) return;
@@ -186,7 +209,7 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     if (all_settled) break;
     const bool had_work = sched.HasWork();
 
-    StepPlan plan = sched.Schedule();
+    StepPlan plan = sched.Schedule(tc.speculate ? propose : DraftFn());
     ASSERT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
     if (had_work) {
       ASSERT_FALSE(plan.empty()) << "no progress at step " << step;
@@ -195,10 +218,15 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     max_running = std::max<int64_t>(max_running, static_cast<int64_t>(sched.num_running()));
 
     // Plan-level limits.
-    int32_t total_new = 0;
-    for (const ScheduledSeq& e : plan.seqs) total_new += e.num_new;
-    ASSERT_LE(total_new, config.max_num_batched_tokens);
-    ASSERT_EQ(total_new, plan.num_prefill_tokens + plan.num_decode_tokens);
+    int32_t total_new = 0, total_drafts = 0;
+    for (const ScheduledSeq& e : plan.seqs) {
+      total_new += e.num_new;
+      total_drafts += static_cast<int32_t>(e.draft_tokens.size());
+    }
+    ASSERT_LE(total_new + total_drafts, config.max_num_batched_tokens);
+    ASSERT_EQ(total_new + total_drafts, plan.num_prefill_tokens + plan.num_decode_tokens);
+    ASSERT_EQ(total_drafts, plan.num_draft_tokens);
+    num_drafted += total_drafts;
     ASSERT_LE(static_cast<int32_t>(plan.seqs.size()), config.max_num_seqs);
 
     // Which blocks live sequences hold right now: a written block must belong to one only.
@@ -219,7 +247,12 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
       const absl::Span<const int32_t> sched_tokens = sched.Tokens(e.id);
       ASSERT_EQ(std::vector<int32_t>(sched_tokens.begin(), sched_tokens.end()), tokens) << e.id;
       const int32_t end = e.num_computed + e.num_new;
+      const int32_t num_draft = static_cast<int32_t>(e.draft_tokens.size());
       ASSERT_GE(e.num_new, 1);
+      if (num_draft > 0) {
+        ASSERT_TRUE(e.sample && !e.is_prefill && e.num_new == 1) << e.id;
+        ASSERT_LE(num_draft, r.max_new - static_cast<int32_t>(r.outputs.size()) - 1) << e.id;
+      }
       ASSERT_LE(end, static_cast<int32_t>(tokens.size())) << e.id;
       ASSERT_EQ(e.sample, end == static_cast<int32_t>(tokens.size())) << e.id;
       if (r.computed >= 0) {
@@ -228,8 +261,10 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
         ASSERT_EQ(e.num_computed % bs, 0) << e.id;  // a fresh start or whole cached blocks
         ASSERT_TRUE(e.is_prefill);
       }
-      ASSERT_GE(static_cast<int64_t>(e.block_table.size()) * bs, end) << e.id;
-      const std::vector<uint64_t> truth = PrefixHashes(tokens);
+      ASSERT_GE(static_cast<int64_t>(e.block_table.size()) * bs, end + num_draft) << e.id;
+      std::vector<int32_t> with_drafts = tokens;
+      with_drafts.insert(with_drafts.end(), e.draft_tokens.begin(), e.draft_tokens.end());
+      const std::vector<uint64_t> truth = PrefixHashes(with_drafts);
       auto slot = [&](int32_t p) {
         return static_cast<int64_t>(e.block_table[static_cast<size_t>(p / bs)]) * bs + p % bs;
       };
@@ -238,7 +273,7 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
         ASSERT_EQ(kv[static_cast<size_t>(slot(q))], truth[q])
             << "seq " << e.id << " reads wrong KV at position " << q << " (step " << step << ")";
       }
-      for (int32_t p = e.num_computed; p < end; ++p) {
+      for (int32_t p = e.num_computed; p < end + num_draft; ++p) {
         const int32_t block = e.block_table[static_cast<size_t>(p / bs)];
         ASSERT_EQ(holders[block], 1) << "seq " << e.id << " writes shared block " << block;
         ASSERT_FALSE(sched.block_manager().IsCached(block)) << "write into cached block " << block;
@@ -246,11 +281,24 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
         kv[static_cast<size_t>(slot(p))] = truth[p];
       }
       if (e.sample) {
-        const int32_t token = NextToken(kv[static_cast<size_t>(slot(end - 1))]);
-        ASSERT_LT(r.outputs.size(), r.expected.size()) << e.id;
-        ASSERT_EQ(token, r.expected[r.outputs.size()])
-            << "seq " << e.id << " output " << r.outputs.size();
-        outputs.push_back({e.id, token, r.outputs.size() + 1 == r.expected.size()});
+        // Round k samples the row of position end - 1 + k; it goes on while the token is the
+        // draft's (and the request is not done).
+        SeqOutput out;
+        out.id = e.id;
+        for (int32_t k = 0;; ++k) {
+          const int32_t token = NextToken(kv[static_cast<size_t>(slot(end - 1 + k))]);
+          const size_t index = r.outputs.size() + static_cast<size_t>(k);
+          ASSERT_LT(index, r.expected.size()) << e.id;
+          ASSERT_EQ(token, r.expected[index]) << "seq " << e.id << " output " << index;
+          out.token = token;
+          out.accepted_drafts = k;
+          out.finished = index + 1 == r.expected.size();
+          if (out.finished || k == num_draft || token != e.draft_tokens[static_cast<size_t>(k)]) {
+            break;
+          }
+        }
+        num_accepted += out.accepted_drafts;
+        outputs.push_back(out);
       }
     }
 
@@ -268,6 +316,11 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     for (const SeqOutput& o : outputs) {
       Req& r = *by_id.at(o.id);
       if (r.cancelled) continue;
+      const ScheduledSeq& e = *std::find_if(plan.seqs.begin(), plan.seqs.end(),
+                                            [&](const ScheduledSeq& x) { return x.id == o.id; });
+      r.outputs.insert(r.outputs.end(), e.draft_tokens.begin(),
+                       e.draft_tokens.begin() + o.accepted_drafts);
+      r.computed += o.accepted_drafts;
       r.outputs.push_back(*o.token);
       if (o.finished) {
         r.done = true;
@@ -297,6 +350,12 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
   if (tc.expect_preemption) {
     EXPECT_GT(stats.num_preemptions, 0);
   }
+  if (tc.speculate) {
+    EXPECT_GT(num_accepted, 100);
+    EXPECT_GT(num_drafted, num_accepted);  // some drafts were rejected, too
+  } else {
+    EXPECT_EQ(num_drafted, 0);
+  }
   if (config.enable_prefix_caching) {
     EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
   } else {
@@ -305,13 +364,14 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
   ASSERT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
   std::printf(
       "%s: %d steps, %d finished, %lld cancelled, %lld preemptions, %lld/%lld prefix "
-      "tokens hit, %lld evictions, %lld 429s, max running %lld\n",
+      "tokens hit, %lld evictions, %lld 429s, max running %lld, drafts %lld accepted of %lld\n",
       tc.name.c_str(), step, finished, static_cast<long long>(num_cancelled),
       static_cast<long long>(stats.num_preemptions),
       static_cast<long long>(stats.prefix_cache_hit_tokens),
       static_cast<long long>(stats.prefix_cache_queries_tokens),
       static_cast<long long>(stats.cached_block_evictions), static_cast<long long>(rejected_429),
-      static_cast<long long>(max_running));
+      static_cast<long long>(max_running), static_cast<long long>(num_accepted),
+      static_cast<long long>(num_drafted));
 }
 
 SchedulerConfig Base() {
@@ -358,6 +418,23 @@ std::vector<Case> Cases() {
     c.num_blocks = 160;
     c.block_hash_fn = &ParentBlindHash;
     cases.push_back({"parent_blind_hash_" + s, c, seed, true});
+
+    c = Base();
+    cases.push_back({"speculative_cache_" + s, c, seed, true, /*speculate=*/true});
+
+    c = Base();
+    c.block_size = 4;
+    c.num_blocks = 150;
+    c.max_num_batched_tokens = 48;
+    c.max_num_seqs = 8;
+    c.max_waiting_prompt_tokens = 4000;
+    cases.push_back({"speculative_small_blocks_" + s, c, seed, false, /*speculate=*/true});
+
+    c = Base();
+    c.block_size = 4;
+    c.num_blocks = 160;
+    c.block_hash_fn = &WeakHash;
+    cases.push_back({"speculative_colliding_hash_" + s, c, seed, true, /*speculate=*/true});
   }
   return cases;
 }

@@ -394,7 +394,7 @@ void Engine::Loop() {
   double handoff_seconds = 0.0;  // the previous step's Hand(), reported with this step
   const DraftFn propose_draft =
       config_.speculative.num_speculative_tokens > 0
-          ? DraftFn([this](absl::Span<const int32_t> tokens, int32_t max_tokens) {
+          ? DraftFn([this](SeqId, absl::Span<const int32_t> tokens, int32_t max_tokens) {
               return ProposeNgramDraft(config_.speculative, tokens, max_tokens);
             })
           : DraftFn();

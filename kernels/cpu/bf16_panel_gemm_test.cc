@@ -36,7 +36,8 @@ GemmArgs Args(const Packed& p, const std::vector<float>& bias, int64_t n, int64_
 }
 
 // Batch invariance: a row's result is bit-identical whatever the other rows (M picks the tiles:
-// 1 x 8 panels below 4 rows, 8 and 4 x 3 panels from 4), the thread count and the path. n = 37
+// 1 x 8 panels for a single row, 8 and 4 x 3 panels, padded for 2-3 and 6-7 leftover rows), the
+// thread count and the path. n = 37
 // ends inside a panel; 200 rows span several column blocks and thread chunks.
 TEST(Bf16PanelGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm_test_util.h"
+#include "kernels/cpu/tiled_gemm.h"
 #include "kernels/cpu/weight_pairs.h"
 
 namespace blossom {
@@ -79,8 +81,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
                                            GemmShape{6, 19, 1000}));
 
 // Batch invariance: a row's result is bit-identical whatever the other rows (M picks the tile
-// shapes: 1x8 below 4 rows, 4x3 from 4), the thread count and the instruction-set path. The
-// reference is each row alone, single-threaded, on the portable path.
+// shapes: 1x8 for a single row, 8- and 4-row tiles, padded ones for 2-3 and 6-7 leftover rows),
+// the thread count and the instruction-set path. The reference is each row alone,
+// single-threaded, on the portable path.
 TEST(GemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
   std::mt19937 rng(42);
   const int64_t n = 37, k = 203, max_m = 13;
@@ -163,6 +166,55 @@ TEST(GemmTest, BloomGeluMatchesFormula) {
     double ref = x * 0.5 * (1.0 + std::tanh(0.79788456 * x * (1 + 0.044715 * x * x)));
     EXPECT_NEAR(BloomGelu(x), ref, 1e-6);
   }
+}
+
+}  // namespace
+}  // namespace blossom
+
+namespace blossom {
+namespace {
+
+// The multi-row tiles RunTiledGemm runs for m rows, as "m0:rows/valid" and the first single row.
+std::string PlanOf(const GemmTiling& t, int64_t m) {
+  const TileRowPlan plan(t, m);
+  std::string out;
+  for (int64_t i = 0; i < plan.full_big_tiles; ++i) {
+    out += std::to_string(i * t.prefill_rows) + ":" + std::to_string(t.prefill_rows) + " ";
+  }
+  for (int i = 0; i < plan.num_tiles; ++i) {
+    out += std::to_string(plan.tiles[i].m0) + ":" + std::to_string(plan.tiles[i].rows) + "/" +
+           std::to_string(plan.tiles[i].valid) + " ";
+  }
+  return out + "single " + std::to_string(plan.single_rows_from) + " read " +
+         std::to_string(plan.rows_read);
+}
+
+TEST(TiledGemmTest, LeftoverRowsRunAsOnePaddedTile) {
+  GemmTiling t;
+  t.prefill_rows = 8;
+  t.prefill_rows_small = 4;
+  EXPECT_EQ(PlanOf(t, 1), "single 0 read 1");
+  EXPECT_EQ(PlanOf(t, 3), "single 0 read 3");  // without padding: 3 single rows
+  EXPECT_EQ(PlanOf(t, 7), "0:4/4 single 4 read 7");
+  EXPECT_EQ(PlanOf(t, 17), "0:8 8:8 single 16 read 17");
+  t.pad_rows = true;
+  EXPECT_EQ(PlanOf(t, 1), "single 0 read 1");
+  EXPECT_EQ(PlanOf(t, 2), "0:4/2 single 2 read 4");
+  EXPECT_EQ(PlanOf(t, 3), "0:4/3 single 3 read 4");
+  EXPECT_EQ(PlanOf(t, 4), "0:4/4 single 4 read 4");
+  EXPECT_EQ(PlanOf(t, 5), "0:4/4 single 4 read 5");  // a padded 8-row tile would cost more
+  EXPECT_EQ(PlanOf(t, 6), "0:8/6 single 6 read 8");
+  EXPECT_EQ(PlanOf(t, 7), "0:8/7 single 7 read 8");
+  EXPECT_EQ(PlanOf(t, 8), "0:8 single 8 read 8");
+  EXPECT_EQ(PlanOf(t, 11), "0:8 8:4/3 single 11 read 12");
+  EXPECT_EQ(PlanOf(t, 13), "0:8 8:4/4 single 12 read 13");
+  EXPECT_EQ(TiledGemmRowsRead(t, 14), 16);
+  // One tile size (the AVX2 path): 2-3 leftover rows pad to it.
+  t.prefill_rows = 4;
+  t.prefill_rows_small = 0;
+  EXPECT_EQ(PlanOf(t, 2), "0:4/2 single 2 read 4");
+  EXPECT_EQ(PlanOf(t, 5), "0:4 single 4 read 5");
+  EXPECT_EQ(PlanOf(t, 7), "0:4 4:4/3 single 7 read 8");
 }
 
 }  // namespace
