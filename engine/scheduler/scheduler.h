@@ -146,16 +146,16 @@ class Scheduler {
   StepPlan Schedule(const DraftFn& propose_draft = nullptr);
 
   // Closes the step: advances computed counts (by num_new, plus the accepted drafts), registers
-  // newly full blocks in the prefix cache, appends accepted drafts and sampled tokens, and forgets (freeing its blocks at once) every sequence whose output
-  // says finished. Entries and outputs of sequences cancelled since Schedule() are ignored.
-  // The engine decides stops, but the scheduler enforces the request's bound: a sequence with
-  // max_new_tokens outputs that is not marked finished is forgotten anyway.
+  // newly full blocks in the prefix cache, appends accepted drafts and sampled tokens, and
+  // forgets (freeing its blocks at once) every sequence whose output says finished. Entries and
+  // outputs of sequences cancelled since Schedule() are ignored. The engine decides stops, but
+  // the scheduler enforces the request's bound: a sequence with max_new_tokens outputs that is
+  // not marked finished is forgotten anyway.
   // Returns InvalidArgument (naming each sequence) if the engine broke the contract; the state
   // stays consistent: a sample == true entry with neither token nor finished, accepted_drafts
   // outside [0, draft_tokens.size()], a token beyond max_new_tokens or reaching it unfinished
-  // -> that sequence is forgotten; a token for an entry
-  // that does not sample, a duplicate output, or an output for a live sequence not in the plan
-  // -> ignored.
+  // -> that sequence is forgotten; a token for an entry that does not sample, a duplicate
+  // output, or an output for a live sequence not in the plan -> ignored.
   absl::Status Update(const StepPlan& plan, absl::Span<const SeqOutput> outputs);
 
   // Forgets a waiting or running sequence and frees its blocks now. False if unknown.

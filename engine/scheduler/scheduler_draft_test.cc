@@ -83,7 +83,9 @@ TEST(SchedulerDraftTest, DecodeEntriesCarryDraftsAndTheirSlots) {
 TEST(SchedulerDraftTest, AcceptedDraftsBecomeTokensAndComputedKv) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);
-  DraftFn three = [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; };
+  DraftFn three = [](SeqId, absl::Span<const int32_t>, int32_t) {
+    return std::vector<int32_t>{7, 8, 9};
+  };
   StepPlan plan = s->Schedule(three);
   ASSERT_EQ(plan.seqs[0].draft_tokens.size(), 3u);
   SeqOutput out;
@@ -122,9 +124,8 @@ TEST(SchedulerDraftTest, TheRequestBoundAndTheTokenBudgetCapDrafts) {
   // A proposer that returns more than asked is cut to the cap.
   auto u = Make(Config(16, 5));
   Prefill(*u, 1, 20);
-  plan = u->Schedule([](SeqId, absl::Span<const int32_t>, int32_t) {
-    return std::vector<int32_t>(50, 1);
-  });
+  plan = u->Schedule(
+      [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>(50, 1); });
   EXPECT_EQ(plan.seqs[0].draft_tokens.size(), 4u);
 }
 
@@ -149,8 +150,9 @@ TEST(SchedulerDraftTest, DraftsNeverPreempt) {
 TEST(SchedulerDraftTest, ABrokenAcceptCountFinishesTheSequence) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);
-  StepPlan plan = s->Schedule(
-      [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8}; });
+  StepPlan plan = s->Schedule([](SeqId, absl::Span<const int32_t>, int32_t) {
+    return std::vector<int32_t>{7, 8};
+  });
   SeqOutput out;
   out.id = 1;
   out.accepted_drafts = 3;  // more than the 2 drafted
@@ -164,8 +166,9 @@ TEST(SchedulerDraftTest, ABrokenAcceptCountFinishesTheSequence) {
 TEST(SchedulerDraftTest, FullBlocksOfAcceptedTokensEnterThePrefixCache) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);  // tokens 1 2 3 4 5 100: one full block (1 2 3 4) cached
-  StepPlan plan = s->Schedule(
-      [](SeqId, absl::Span<const int32_t>, int32_t) { return std::vector<int32_t>{7, 8, 9}; });
+  StepPlan plan = s->Schedule([](SeqId, absl::Span<const int32_t>, int32_t) {
+    return std::vector<int32_t>{7, 8, 9};
+  });
   SeqOutput out;
   out.id = 1;
   out.accepted_drafts = 3;

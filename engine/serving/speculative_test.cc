@@ -60,7 +60,8 @@ class SpeculativeTest : public ::testing::Test {
 
   // Runs `requests` concurrently on a fresh engine (speculating with k draft tokens; 0: off).
   static std::vector<Stream> Run(const std::vector<EngineRequest>& requests, int32_t k,
-                                 StepCounter* counter, int32_t num_blocks = 256) {
+                                 StepCounter* counter, int32_t num_blocks = 256,
+                                 ModelRunner* runner = nullptr) {
     EngineConfig config;
     config.scheduler.block_size = 4;
     config.scheduler.num_blocks = num_blocks;
@@ -68,7 +69,7 @@ class SpeculativeTest : public ::testing::Test {
     config.speculative.num_speculative_tokens = k;
     config.speculative.lookup_max = 3;
     config.speculative_max_running = 64;
-    auto engine = Engine::Create(runner_, tokenizer_, config, counter);
+    auto engine = Engine::Create(runner != nullptr ? runner : runner_, tokenizer_, config, counter);
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const EngineRequest& r : requests) {
@@ -210,6 +211,25 @@ TEST_F(SpeculativeTest, OneAtATimeAndUnderPreemption) {
   ExpectSameStreams(off, Run(requests, 4, &tight, /*num_blocks=*/40), requests);
   EXPECT_GT(tight.preemptions, 0);
   EXPECT_GT(tight.accepted, 0);
+}
+
+TEST_F(SpeculativeTest, StepsWithDraftsBypassCapturedDecodeGraphs) {
+  // With step graphs (recorded op lists on the CPU, CUDA graphs on a GPU) plain decode steps are
+  // replayed and steps carrying drafts run uncaptured: the same streams either way.
+  ModelRunnerOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.threads_per_rank = 2;
+  options.prefetch = false;
+  options.step_graphs = true;
+  auto graphs = ModelRunner::Create(options);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  const std::vector<EngineRequest> requests = Requests();
+  StepCounter plain, spec;
+  const std::vector<Stream> off = Run(requests, 0, &plain);
+  const std::vector<Stream> on = Run(requests, 4, &spec, 256, graphs->get());
+  ExpectSameStreams(off, on, requests);
+  EXPECT_GT(spec.accepted, 0);
+  EXPECT_GT((*graphs)->step_graph_stats().replayed, 0) << "no decode step ran from a graph";
 }
 
 TEST_F(SpeculativeTest, RejectsABadConfig) {

@@ -8,8 +8,8 @@ namespace blossom {
 
 absl::Status Validate(const NgramProposerConfig& config) {
   if (config.num_speculative_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_speculative_tokens must be >= 0, got ", config.num_speculative_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_speculative_tokens must be >= 0, got ", config.num_speculative_tokens));
   }
   if (config.num_speculative_tokens == 0) return absl::OkStatus();
   if (config.lookup_min < 1) {
@@ -18,8 +18,8 @@ absl::Status Validate(const NgramProposerConfig& config) {
   }
   if (config.lookup_max < config.lookup_min) {
     return absl::InvalidArgumentError(absl::StrCat("ngram lookup_max (", config.lookup_max,
-                                                   ") must be >= lookup_min (",
-                                                   config.lookup_min, ")"));
+                                                   ") must be >= lookup_min (", config.lookup_min,
+                                                   ")"));
   }
   return absl::OkStatus();
 }
@@ -41,9 +41,8 @@ std::vector<int32_t> ProposeNgramDraft(const NgramProposerConfig& config,
       std::vector<int32_t> draft(static_cast<size_t>(want));
       for (int64_t i = 0; i < want; ++i) {
         const int64_t source = size + i - period;
-        draft[static_cast<size_t>(i)] =
-            source < size ? tokens[static_cast<size_t>(source)]
-                          : draft[static_cast<size_t>(source - size)];
+        draft[static_cast<size_t>(i)] = source < size ? tokens[static_cast<size_t>(source)]
+                                                      : draft[static_cast<size_t>(source - size)];
       }
       return draft;
     }
