@@ -71,6 +71,10 @@ PANELS = [
           f"ignoring (part) group_left sum(rate(blossom_step_duration_seconds_sum{{{SEL}}}[{RATE}]))",
           "{{part}}", "A"),
     ]),
+    ("Speculative decoding: share of draft tokens accepted", "percentunit", [
+        q(f"sum(rate(blossom_spec_decode_accepted_tokens_total{{{SEL}}}[{RATE}])) / "
+          f"sum(rate(blossom_spec_decode_draft_tokens_total{{{SEL}}}[{RATE}]))", "accepted", "A"),
+    ]),
     ("Gateway: requests in flight and client disconnects", "short", [
         q(f"sum(blossom_gateway_requests_in_flight{{{SEL}}})", "in flight", "A"),
         q(f"sum(rate(blossom_gateway_client_disconnects_total{{{SEL}}}[{RATE}]))",

@@ -510,8 +510,11 @@ void Engine::Loop() {
         sample_rows.push_back(*sample_row);
         sampled_seq.push_back(k);
       }
-      SampleRoundsLocked(plan, *logits, step_end, sampled_seq, sample_rows, outputs, pending,
-                         step);
+      // Rows exist only when the step succeeded (a failed step ended every request above).
+      if (!sample_rows.empty()) {
+        SampleRoundsLocked(plan, *logits, step_end, sampled_seq, sample_rows, outputs, pending,
+                           step);
+      }
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
       const SchedulerStats ss = scheduler_->stats();

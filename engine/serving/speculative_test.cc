@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/pretend_device_runner.h"
 #include "engine/serving/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -230,6 +231,58 @@ TEST_F(SpeculativeTest, StepsWithDraftsBypassCapturedDecodeGraphs) {
   ExpectSameStreams(off, on, requests);
   EXPECT_GT(spec.accepted, 0);
   EXPECT_GT((*graphs)->step_graph_stats().replayed, 0) << "no decode step ran from a graph";
+}
+
+// A runner whose forward fails from its `fail_from`-th call on (a dead tensor-parallel peer, a
+// device error).
+class FailingRunner : public PretendDeviceRunner {
+ public:
+  FailingRunner(ModelRunner* inner, int fail_from)
+      : PretendDeviceRunner(inner), fail_from_(fail_from) {}
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    if (++calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
+    return PretendDeviceRunner::ForwardKeepLogits(batch);
+  }
+
+ private:
+  const int fail_from_;
+  int calls_ = 0;
+};
+
+TEST_F(SpeculativeTest, AFailedStepEndsEveryRequestWithItsError) {
+  // Mid-decode (drafts in flight) and at the first step: every stream ends with the error, none
+  // hangs, the engine does not crash, and every KV block comes back.
+  for (const int fail_from : {1, 4}) {
+    for (const int32_t k : {0, 4}) {
+      SCOPED_TRACE(testing::Message() << "fail from step " << fail_from << ", k " << k);
+      FailingRunner failing(runner_, fail_from);
+      EngineConfig config;
+      config.scheduler.block_size = 4;
+      config.scheduler.num_blocks = 256;
+      config.scheduler.max_total_tokens = 256;
+      config.speculative.num_speculative_tokens = k;
+      config.speculative_max_running = 64;
+      auto engine = Engine::Create(&failing, tokenizer_, config);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const EngineRequest& r : Requests()) {
+        auto stream = (*engine)->Submit(r);
+        ASSERT_TRUE(stream.ok()) << stream.status();
+        streams.push_back(*stream);
+      }
+      for (auto& stream : streams) {
+        EngineEvent e, last;
+        while (stream->Next(&e)) last = e;
+        ASSERT_TRUE(last.finished);
+        if (last.finish_reason == FinishReason::kError) {
+          EXPECT_NE(std::string(last.status.message()).find("a peer died"), std::string::npos)
+              << last.status;
+        }
+      }
+      EXPECT_EQ((*engine)->scheduler_stats().blocks_used, 0);
+      EXPECT_EQ((*engine)->num_unfinished(), 0);
+    }
+  }
 }
 
 TEST_F(SpeculativeTest, RejectsABadConfig) {
