@@ -30,6 +30,8 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","temperature":1e999})", "number overflow", ""},
       {false, "{\"prompt\":\"\xff\xfe\"}", "not valid UTF-8", ""},
       {false, R"({"prompt":"\ud800"})", "invalid JSON", ""},
+      // A megabyte of openers is refused at depth 129, not parsed into a million levels.
+      {false, "{\"prompt\":" + std::string(1 << 20, '['), "nested deeper than 128", ""},
       {false, R"({})", "prompt: is required", "prompt"},
       {false, R"({"prompt":5})", "prompt: must be", "prompt"},
       {false, R"({"prompt":""})", "must not be empty", "prompt"},

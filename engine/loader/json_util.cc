@@ -12,24 +12,23 @@ namespace {
 
 using nlohmann::json;
 
+// Thrown from the parse callback to stop at once (the callback's `false` only discards a value;
+// the parser would still walk the whole nesting).
+struct TooDeep {};
+
 // Tracks the keys of every open object during a callback parse, to detect duplicates (which the
-// DOM builder would otherwise merge, keeping the last).
+// DOM builder would otherwise merge, keeping the last), and refuses nesting deeper than
+// kMaxJsonDepth. Memory is linear in the input: a frame keeps only its own keys, and the path
+// of an object is built only for the error message.
 class DuplicateKeyDetector {
  public:
   bool OnEvent(json::parse_event_t event, const json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start: {
-        std::string path;
-        if (!frames_.empty()) {
-          const Frame& parent = frames_.back();
-          path = parent.is_object ? absl::StrCat(parent.path, "/", parent.last_key)
-                                  : absl::StrCat(parent.path, "/[]");
-        }
-        frames_.push_back(
-            Frame{event == json::parse_event_t::object_start, std::move(path), {}, {}});
+      case json::parse_event_t::array_start:
+        if (frames_.size() >= static_cast<size_t>(kMaxJsonDepth)) throw TooDeep{};
+        frames_.push_back(Frame{event == json::parse_event_t::object_start, {}, {}});
         break;
-      }
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
         if (!frames_.empty()) frames_.pop_back();
@@ -39,10 +38,11 @@ class DuplicateKeyDetector {
           Frame& frame = frames_.back();
           frame.last_key = parsed.get_ref<const std::string&>();
           if (!frame.keys.insert(frame.last_key).second && error_.empty()) {
-            error_ = absl::StrCat(
-                "duplicate key '", SanitizeForMessage(frame.last_key), "' in ",
-                frame.path.empty() ? std::string("the top-level object")
-                                   : absl::StrCat("object '", SanitizeForMessage(frame.path), "'"));
+            const std::string path = PathOfInnermost();
+            error_ = absl::StrCat("duplicate key '", SanitizeForMessage(frame.last_key), "' in ",
+                                  path.empty()
+                                      ? std::string("the top-level object")
+                                      : absl::StrCat("object '", SanitizeForMessage(path), "'"));
           }
         }
         break;
@@ -56,10 +56,17 @@ class DuplicateKeyDetector {
  private:
   struct Frame {
     bool is_object;
-    std::string path;  // "/a/b" of keys leading here; "" for the root
     std::set<std::string> keys;
     std::string last_key;
   };
+  // "/a/[]/b": the keys (and arrays) leading to the innermost open object; "" for the root.
+  std::string PathOfInnermost() const {
+    std::string path;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i) {
+      absl::StrAppend(&path, "/", frames_[i].is_object ? frames_[i].last_key : "[]");
+    }
+    return path;
+  }
   std::vector<Frame> frames_;
   std::string error_;
 };
@@ -83,6 +90,9 @@ absl::StatusOr<json> ParseJsonStrict(absl::string_view text, absl::string_view s
           return detector.OnEvent(event, parsed);
         },
         /*allow_exceptions=*/true);
+  } catch (const TooDeep&) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": invalid JSON: nested deeper than ", kMaxJsonDepth, " objects and arrays"));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": invalid JSON: ", SanitizeForMessage(e.what(), 400)));

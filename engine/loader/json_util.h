@@ -1,4 +1,5 @@
-// Strict JSON parsing for checkpoint metadata (config.json, safetensors headers, shard indexes).
+// Strict JSON parsing for checkpoint metadata (config.json, safetensors headers, shard indexes)
+// and the gateway's request bodies.
 //
 // nlohmann::json silently keeps the last of duplicated keys, and throws on errors; checkpoint
 // files are untrusted input, so this wrapper turns every problem into an absl::Status naming the
@@ -17,8 +18,12 @@
 
 namespace blossom {
 
-// Parses `text`; errors are "<source_name>: ..." with the parser's line/column or the path of the
-// object holding a duplicated key. Never throws.
+// Objects and arrays nest at most this deep (checkpoint metadata nests 3 levels, API requests a
+// handful): deeper input is refused before the parser builds it.
+constexpr int kMaxJsonDepth = 128;
+
+// Parses `text`; errors are "<source_name>: ..." with the parser's line/column, the path of the
+// object holding a duplicated key, or the depth limit. Never throws; memory linear in the input.
 absl::StatusOr<nlohmann::json> ParseJsonStrict(absl::string_view text,
                                                absl::string_view source_name);
 

@@ -46,6 +46,27 @@ TEST(JsonUtilTest, DuplicateNestedKeyNamesPath) {
   EXPECT_THAT(error, HasSubstr("duplicate key 'dtype' in object '/t'"));
 }
 
+TEST(JsonUtilTest, DuplicateKeyPathCrossesArrays) {
+  EXPECT_THAT(ErrorOf(R"({"a": [{"b": {"c": 1, "c": 2}}]})"),
+              HasSubstr("duplicate key 'c' in object '/a/[]/b'"));
+}
+
+TEST(JsonUtilTest, NestingIsBounded) {
+  auto nested = [](int depth, char open, char close) {
+    return std::string(static_cast<size_t>(depth), open) +
+           std::string(static_cast<size_t>(depth), close);
+  };
+  EXPECT_EQ(ErrorOf(nested(kMaxJsonDepth, '[', ']')), "");
+  EXPECT_THAT(ErrorOf(nested(kMaxJsonDepth + 1, '[', ']')),
+              AllOf(HasSubstr("src.json"), HasSubstr("nested deeper than 128")));
+  // A megabyte of openers (a request body at the gateway's limit, not even valid JSON) is refused
+  // at depth 129 instead of building a million-level document (and, before, a path per level).
+  EXPECT_THAT(ErrorOf(std::string(1 << 20, '[')), HasSubstr("nested deeper than 128"));
+  std::string objects;
+  for (int i = 0; i < 1000; ++i) objects += "{\"k\":";
+  EXPECT_THAT(ErrorOf(objects), HasSubstr("nested deeper than 128"));
+}
+
 TEST(JsonUtilTest, SameKeyInSiblingObjectsIsFine) {
   EXPECT_EQ(ErrorOf(R"({"x": {"k": 1}, "y": {"k": 2}, "z": [{"k": 1}, {"k": 2}]})"), "");
 }
