@@ -320,10 +320,17 @@ class StreamGenerateReactor final
       if (event.finished) {
         final_received_ = true;
         final_status_ = FinalStatus(event);
-        // On an error the final message carries no useful payload beyond the status.
-        if (!final_status_.ok() && !pending_.empty() && !pending_.back().has_token() &&
-            pending_.back().text_delta().empty()) {
-          pending_.pop_back();
+        // On an error the status is the end: a final message would read as a normal one (the
+        // gateway ends the HTTP stream on it, with a finish reason and [DONE], and the error
+        // event after it would be lost). So the final message goes, but text it carries (held
+        // back at the failure: a partial stop string, an incomplete UTF-8 character) is still
+        // delivered, as a plain message before the status.
+        if (!final_status_.ok() && !pending_.empty() && pending_.back().has_final()) {
+          if (!pending_.back().has_token() && pending_.back().text_delta().empty()) {
+            pending_.pop_back();
+          } else {
+            pending_.back().clear_final();
+          }
         }
       }
     }

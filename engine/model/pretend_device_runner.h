@@ -46,6 +46,23 @@ class PretendDeviceRunner : public ModelRunner {
   ModelRunner* inner_;
 };
 
+// Test support: a PretendDeviceRunner whose steps (ForwardKeepLogits) fail from its
+// `fail_from`-th call on (1-based) with DeadlineExceeded "a peer died", as a dead
+// tensor-parallel peer makes them fail. Called by one thread (the engine's).
+class FailingStepRunner : public PretendDeviceRunner {
+ public:
+  FailingStepRunner(ModelRunner* inner, int fail_from)
+      : PretendDeviceRunner(inner), fail_from_(fail_from) {}
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    if (++calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
+    return PretendDeviceRunner::ForwardKeepLogits(batch);
+  }
+
+ private:
+  const int fail_from_;
+  int calls_ = 0;
+};
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_

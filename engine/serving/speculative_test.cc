@@ -233,29 +233,13 @@ TEST_F(SpeculativeTest, StepsWithDraftsBypassCapturedDecodeGraphs) {
   EXPECT_GT((*graphs)->step_graph_stats().replayed, 0) << "no decode step ran from a graph";
 }
 
-// A runner whose forward fails from its `fail_from`-th call on (a dead tensor-parallel peer, a
-// device error).
-class FailingRunner : public PretendDeviceRunner {
- public:
-  FailingRunner(ModelRunner* inner, int fail_from)
-      : PretendDeviceRunner(inner), fail_from_(fail_from) {}
-  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
-    if (++calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
-    return PretendDeviceRunner::ForwardKeepLogits(batch);
-  }
-
- private:
-  const int fail_from_;
-  int calls_ = 0;
-};
-
 TEST_F(SpeculativeTest, AFailedStepEndsEveryRequestWithItsError) {
   // Mid-decode (drafts in flight) and at the first step: every stream ends with the error, none
   // hangs, the engine does not crash, and every KV block comes back.
   for (const int fail_from : {1, 4}) {
     for (const int32_t k : {0, 4}) {
       SCOPED_TRACE(testing::Message() << "fail from step " << fail_from << ", k " << k);
-      FailingRunner failing(runner_, fail_from);
+      FailingStepRunner failing(runner_, fail_from);
       EngineConfig config;
       config.scheduler.block_size = 4;
       config.scheduler.num_blocks = 256;

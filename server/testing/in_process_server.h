@@ -10,6 +10,7 @@
 #define BLOSSOM_SERVER_TESTING_IN_PROCESS_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,17 +44,23 @@ class InProcessServer {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
 
-  void Load() {
+  // For failure tests: a runner put in front of the model's (which outlives it), e.g. one whose
+  // steps fail.
+  using RunnerWrapper = std::function<std::unique_ptr<ModelRunner>(ModelRunner* model_runner)>;
+
+  void Load(const RunnerWrapper& wrap = nullptr) {
     ModelRunnerOptions options;
     options.model_dir = FixturePath("models/" + model_);
     options.threads_per_rank = 1;
     auto runner = ModelRunner::Create(options);
     ASSERT_TRUE(runner.ok()) << runner.status();
     runner_ = std::move(*runner);
+    if (wrap) wrapper_ = wrap(runner_.get());
     auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = std::move(*tokenizer);
-    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), engine_config_, &metrics_);
+    auto engine = Engine::Create(wrapper_ ? wrapper_.get() : runner_.get(), tokenizer_.get(),
+                                 engine_config_, &metrics_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     v1::ModelInfo info;
@@ -92,6 +99,7 @@ class InProcessServer {
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<ModelRunner> wrapper_;  // in front of runner_ (Load's `wrap`), or null
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
 };

@@ -1,0 +1,108 @@
+// Streams that fail mid-way: the client gets every token and every character produced, then the
+// error status, and no message that reads as a normal end.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/pretend_device_runner.h"
+#include "gtest/gtest.h"
+#include "proto/blossom/v1/stream_request.h"
+#include "server/testing/in_process_server.h"
+
+namespace blossom {
+namespace {
+
+class Fixture : public testing::InProcessServer {
+ public:
+  Fixture()
+      : stub_(v1::Blossom::NewStub(
+            grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()))) {}
+  v1::Blossom::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<v1::Blossom::Stub> stub_;
+};
+
+struct Received {
+  std::vector<std::string> deltas;  // per message
+  int tokens = 0, finals = 0;
+  grpc::Status status;
+};
+
+Received Stream(Fixture& fixture, const v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(request));
+  Received r;
+  v1::GenerateStreamResponse message;
+  while (reader->Read(&message)) {
+    r.deltas.push_back(message.text_delta());
+    r.tokens += message.has_token();
+    r.finals += message.has_final();
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+v1::GenerateRequest Greedy(int max_new_tokens) {
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  request.mutable_stopping()->set_ignore_eos(true);
+  return request;
+}
+
+TEST(BlossomServiceFailureTest, HeldBackTextComesBeforeTheErrorWithoutAFinalMessage) {
+  // The greedy stream as it is, to find a token whose text ends in a character we can make the
+  // stop rules hold back.
+  std::vector<std::string> deltas;
+  {
+    Fixture fixture;
+    fixture.Load();
+    const Received normal = Stream(fixture, Greedy(12));
+    ASSERT_TRUE(normal.status.ok()) << normal.status.error_message();
+    ASSERT_EQ(normal.tokens, 12);
+    deltas = normal.deltas;
+  }
+  int j = -1;
+  for (int i = 2; i < 10 && j < 0; ++i) {
+    if (!deltas[i].empty() && static_cast<unsigned char>(deltas[i].back()) < 0x80) j = i;
+  }
+  ASSERT_GE(j, 0) << "no token with ASCII text among 2..9";
+  std::string before;  // the text of tokens 0..j
+  for (int i = 0; i <= j; ++i) before += deltas[i];
+  // A stop string that starts with token j's last character and can never complete: after
+  // token j that character is held back, and the step for token j + 1 fails.
+  v1::GenerateRequest request = Greedy(12);
+  request.mutable_stopping()->add_stop(std::string(1, deltas[j].back()) + "\x01\x02");
+  Fixture fixture;
+  fixture.Load([j](ModelRunner* model) {
+    // Step 1 is the prefill (token 0); step i + 1 computes token i.
+    return std::make_unique<FailingStepRunner>(model, j + 2);
+  });
+  const Received failed = Stream(fixture, request);
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(failed.status.error_message().find("a peer died"), std::string::npos)
+      << failed.status.error_message();
+  EXPECT_EQ(failed.tokens, j + 1);
+  EXPECT_EQ(failed.finals, 0) << "a final message would read as a normal end";
+  std::string text;
+  for (const std::string& d : failed.deltas) text += d;
+  EXPECT_EQ(text, before) << "the held-back character must still arrive";
+  ASSERT_FALSE(failed.deltas.empty());
+  EXPECT_EQ(failed.deltas.back(), std::string(1, deltas[j].back()));
+  EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+TEST(BlossomServiceFailureTest, AFailureWithNothingHeldBackEndsWithTheStatusAlone) {
+  Fixture fixture;
+  fixture.Load([](ModelRunner* model) { return std::make_unique<FailingStepRunner>(model, 4); });
+  const Received failed = Stream(fixture, Greedy(12));
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(failed.tokens, 3);
+  EXPECT_EQ(failed.finals, 0);
+  EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+}  // namespace
+}  // namespace blossom
