@@ -97,6 +97,8 @@ class GenerationCall {
       if (!engine_request->prompt_tokens.empty()) {
         first_prompt_token_ = engine_request->prompt_tokens.front();
       }
+      // The ids as the engine got them (a text prompt tokenized here), for the final message.
+      if (request.return_prompt_tokens()) prompt_ids_ = engine_request->prompt_tokens;
       auto stream = service_->engine()->Submit(
           std::move(*engine_request), [this](const EngineEvent& event) { OnEvent(event); });
       if (stream.ok()) {
@@ -166,6 +168,7 @@ class GenerationCall {
   // prompt_logprobs: sent once, with the first token; the engine's list starts at prompt token 1.
   bool with_prompt_logprobs_ = false, prompt_logprobs_sent_ = false;
   int32_t first_prompt_token_ = 0;
+  std::vector<int32_t> prompt_ids_;  // return_prompt_tokens: set before the engine has the request
   Clock::time_point last_token_time_{};  // delivery thread only (token events)
 };
 
@@ -178,11 +181,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
                        std::string request_id, RequestLimits limits)
       : GenerationCall(service, context, std::move(request_id)),
         response_(response),
-        limits_(std::move(limits)),
-        return_prompt_tokens_(request->return_prompt_tokens()) {
-    if (return_prompt_tokens_ && request->has_token_ids()) {
-      prompt_ids_.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
-    }
+        limits_(std::move(limits)) {
     Submit(*request);
   }
 
@@ -246,8 +245,6 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
 
   v1::GenerateResponse* const response_;
   const RequestLimits limits_;
-  const bool return_prompt_tokens_;
-  std::vector<int32_t> prompt_ids_;
 };
 
 class StreamGenerateReactor final
@@ -308,6 +305,7 @@ class StreamGenerateReactor final
     if (event.finished) {
       FillFinalInfo(event, request_id_, message.mutable_final());
       message.mutable_final()->set_system_fingerprint(service_->system_fingerprint());
+      for (int32_t id : prompt_ids_) message.mutable_final()->add_prompt_token_ids(id);
       LogFinished(request_id_, "stream", event);
       outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
                  : event.finish_reason == FinishReason::kError ? "error"

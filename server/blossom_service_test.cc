@@ -167,6 +167,7 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   }
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(text, unary.text());  // greedy: identical
+  EXPECT_EQ(unary.final().prompt_token_ids_size(), 0);  // not asked for
   EXPECT_EQ(token_messages, 12);
   EXPECT_EQ(finals, 1);
   EXPECT_TRUE(fixture.WaitForIdle());
@@ -510,6 +511,44 @@ TEST(BlossomServiceTest, ManyConcurrentStreamsWithDisconnectsLeaveNothingBehind)
   EXPECT_EQ(exact.load(), kStreams - 7);
   EXPECT_EQ(cancelled.load(), 7);
   EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+}  // namespace
+}  // namespace blossom
+
+namespace blossom {
+namespace {
+
+TEST(BlossomServiceTest, ReturnPromptTokensForTextAndIdsUnaryAndStream) {
+  ServiceFixture fixture;
+  fixture.Load();
+  const std::vector<int32_t> ids = *fixture.tokenizer().Encode("The server reads");
+  v1::GenerateRequest by_text = Greedy("The server reads", 3);
+  by_text.set_return_prompt_tokens(true);
+  v1::GenerateRequest by_ids = by_text;
+  by_ids.clear_text();
+  for (int32_t id : ids) by_ids.mutable_token_ids()->add_ids(id);
+  for (const v1::GenerateRequest& request : {by_text, by_ids}) {
+    SCOPED_TRACE(request.has_text() ? "text" : "token ids");
+    grpc::ClientContext unary_context;
+    v1::GenerateResponse unary;
+    ASSERT_TRUE(fixture.stub().Generate(&unary_context, request, &unary).ok());
+    EXPECT_EQ(std::vector<int32_t>(unary.final().prompt_token_ids().begin(),
+                                   unary.final().prompt_token_ids().end()),
+              ids);
+    grpc::ClientContext stream_context;
+    auto reader = fixture.stub().GenerateStream(&stream_context, v1::ToStreamRequest(request));
+    v1::GenerateStreamResponse message;
+    std::vector<int32_t> streamed;
+    while (reader->Read(&message)) {
+      if (message.has_final()) {
+        streamed.assign(message.final().prompt_token_ids().begin(),
+                        message.final().prompt_token_ids().end());
+      }
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(streamed, ids);
+  }
 }
 
 }  // namespace
