@@ -43,6 +43,7 @@
 #include "kernels/weight_quant.h"
 #include "server/auth/api_keys.h"
 #include "server/blossom_service.h"
+#include "server/kv_fit.h"
 #include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
@@ -99,7 +100,9 @@ ABSL_FLAG(int32_t, max_batched_tokens, 2048, "New tokens per engine step (the to
 ABSL_FLAG(int32_t, max_waiting_requests, 1024,
           "Queued requests before new ones are refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int32_t, max_input_tokens, 1024, "Longest prompt accepted (OUT_OF_RANGE beyond).");
-ABSL_FLAG(int32_t, max_total_tokens, 2048, "Cap on prompt + max_new_tokens.");
+ABSL_FLAG(int32_t, max_total_tokens, 0,
+          "Cap on prompt + max_new_tokens. 0: 2048, or what the KV cache holds if that is less "
+          "(logged); a value the KV cache cannot hold stops the server at start.");
 ABSL_FLAG(bool, prefix_caching, true, "Share KV blocks of identical prompt prefixes.");
 ABSL_FLAG(bool, device_sampling, true,
           "Sample each step's logits where the backend left them (on the GPU for cuda: only "
@@ -134,6 +137,13 @@ constexpr char kVersion[] = "0.1.0";
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", status.ToString());
   return 1;
+}
+
+// --max_total_tokens with its default (0) resolved; start-up may lower the default to what the
+// KV cache holds (kv_fit.h).
+int32_t MaxTotalTokens() {
+  const int32_t given = absl::GetFlag(FLAGS_max_total_tokens);
+  return given != 0 ? given : 2048;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
@@ -266,8 +276,7 @@ int Run() {
     runner_options.step_graphs = true;
     runner_options.step_graph_options.max_batch =
         std::clamp(absl::GetFlag(FLAGS_max_batch_size), 1, 256);
-    runner_options.step_graph_options.max_context =
-        std::max(1, absl::GetFlag(FLAGS_max_total_tokens));
+    runner_options.step_graph_options.max_context = std::max(1, MaxTotalTokens());
   }
   // Only rank 0 serves (--launcher mpi); the others follow it.
   auto process_rank = ModelRunner::ProcessRank(runner_options);
@@ -279,7 +288,7 @@ int Run() {
 
   ServiceOptions service_options;
   service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
-  service_options.limits.max_total_tokens = absl::GetFlag(FLAGS_max_total_tokens);
+  service_options.limits.max_total_tokens = MaxTotalTokens();
   service_options.limits.served_model_name = served_name;
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
     auto keys = auth::ApiKeys::LoadFile(absl::GetFlag(FLAGS_api_keys_file));
@@ -369,7 +378,7 @@ int Run() {
   SchedulerConfig& sc = engine_config.scheduler;
   sc.max_num_seqs = absl::GetFlag(FLAGS_max_batch_size);
   sc.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
-  sc.max_total_tokens = absl::GetFlag(FLAGS_max_total_tokens);
+  sc.max_total_tokens = MaxTotalTokens();
   sc.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   sc.block_size = absl::GetFlag(FLAGS_block_size);
   sc.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
@@ -378,11 +387,22 @@ int Run() {
   engine_config.speculative = speculative;
   engine_config.speculative_max_running = absl::GetFlag(FLAGS_speculative_max_running);
   // GPU backends: whatever the memory fraction leaves after weights and activations.
+  std::string budget_flag = "--kv_cache_mb";
   if (auto from_memory = (*runner)->KvCacheBytesFromMemory(); from_memory.ok()) {
     engine_config.kv_cache_bytes = *from_memory;
+    budget_flag = "--gpu_memory_fraction";
   } else if (!absl::IsUnimplemented(from_memory.status())) {
     return Fail(from_memory.status());
   }
+  // One request of max_total_tokens must fit the pool (server/kv_fit.h).
+  auto fit = FitMaxTotalTokens(
+      engine_config.kv_cache_bytes, (*runner)->KvBytesPerBlock(sc.block_size), sc.block_size,
+      sc.max_total_tokens,
+      /*limit_given=*/absl::GetFlag(FLAGS_max_total_tokens) != 0,
+      budget_flag);
+  if (!fit.ok()) return Fail(fit.status());
+  if (!fit->warning.empty()) spdlog::warn("{}", fit->warning);
+  sc.max_total_tokens = fit->max_total_tokens;
   auto engine = Engine::Create(runner->get(), tokenizer->get(), engine_config, &server_metrics);
   if (!engine.ok()) return Fail(engine.status());
   registry.AddCollectHook([&] { server_metrics.UpdateSchedulerTotals((*engine)->scheduler_stats()); });

@@ -397,6 +397,11 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
                                v1::ModelInfo model_info) {
   engine_ = engine;
   tokenizer_ = tokenizer;
+  // The engine's cap, which start-up may have lowered to what the KV cache holds (kv_fit.h).
+  // Written before the state turns serving: calls read the limits only once admitted.
+  if (model_info.limits().max_total_tokens() > 0) {
+    options_.limits.max_total_tokens = model_info.limits().max_total_tokens();
+  }
   model_info_ = std::move(model_info);
   system_fingerprint_ = SystemFingerprint(model_info_);
   state_.store(static_cast<int>(State::kServing), std::memory_order_release);

@@ -47,7 +47,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
   BlossomService(ServiceOptions options, ServerMetrics* metrics);
 
   // Starts serving. `engine` and `tokenizer` must outlive every call. model_info.vocab_size must
-  // be the model's (refusals of out-of-vocabulary ids are attributed with it).
+  // be the model's (refusals of out-of-vocabulary ids are attributed with it); its
+  // limits.max_total_tokens, when set, is the cap requests are checked against from now on (the
+  // engine's, which start-up may have lowered to fit the KV cache). Called once, before serving.
   void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
   void StartDraining();
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
@@ -81,7 +83,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   std::string RequestIdFor(grpc::CallbackServerContext* context,
                            const v1::GenerateRequest& request);
 
-  const ServiceOptions options_;
+  // Constant once serving; SetEngine sets limits.max_total_tokens before that.
+  ServiceOptions options_;
   ServerMetrics* const metrics_;
   std::atomic<int> state_{static_cast<int>(State::kLoading)};
   Engine* engine_ = nullptr;                // set once before state_ becomes kServing

@@ -553,3 +553,36 @@ TEST(BlossomServiceTest, ReturnPromptTokensForTextAndIdsUnaryAndStream) {
 
 }  // namespace
 }  // namespace blossom
+
+namespace blossom {
+namespace {
+
+// The engine's cap on prompt + max_new_tokens (which blossom-server lowers to what the KV cache
+// holds, kv_fit.h) is the one the service checks and fills "up to the limit" requests with, even
+// when the service was built with a larger one.
+TEST(BlossomServiceTest, TheEnginesTotalTokenCapIsTheServicesToo) {
+  EngineConfig engine_config;
+  engine_config.scheduler.max_total_tokens = 40;
+  ServiceOptions options;
+  options.limits.max_total_tokens = 2048;
+  ServiceFixture fixture(options, engine_config);
+  fixture.Load();
+  const int prompt = static_cast<int>(fixture.tokenizer().Encode("The server reads")->size());
+  v1::GenerateRequest to_limit = Greedy("The server reads", 1);
+  to_limit.mutable_stopping()->clear_max_new_tokens();
+  to_limit.mutable_stopping()->set_max_new_tokens_to_limit(true);
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  const grpc::Status status = fixture.stub().Generate(&context, to_limit, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.final().usage().generated_tokens(), 40 - prompt);
+  grpc::ClientContext too_long_context;
+  v1::GenerateResponse too_long;
+  const grpc::Status refused =
+      fixture.stub().Generate(&too_long_context, Greedy("The server reads", 41 - prompt), &too_long);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("40"), std::string::npos) << refused.error_message();
+}
+
+}  // namespace
+}  // namespace blossom

@@ -175,7 +175,9 @@ void ExpectSameStreams(const std::vector<Stream>& off, const std::vector<Stream>
     EXPECT_EQ(off[i].finish_reason, on[i].finish_reason);
     EXPECT_EQ(off[i].generated, on[i].generated);
     EXPECT_EQ(off[i].generated, static_cast<int32_t>(on[i].tokens.size()));
-    if (requests[i].sampling.seed.has_value()) EXPECT_EQ(off[i].seed, on[i].seed);
+    if (requests[i].sampling.seed.has_value()) {
+      EXPECT_EQ(off[i].seed, on[i].seed);
+    }
   }
 }
 

@@ -66,6 +66,8 @@ class InProcessServer {
     v1::ModelInfo info;
     info.set_model_id(model_);
     info.set_vocab_size(static_cast<int32_t>(runner_->vocab_size()));
+    // As blossom-server's DescribeModel: the engine's cap is the one requests are checked against.
+    info.mutable_limits()->set_max_total_tokens(engine_->scheduler_config().max_total_tokens);
     service_.SetEngine(engine_.get(), tokenizer_.get(), info);
   }
 
