@@ -223,8 +223,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     out.top_logprobs = static_cast<int>(*logprobs);
     out.request.mutable_sampling()->set_logprobs(static_cast<int32_t>(*logprobs));
   }
-  // The echoed prompt tokens' texts (a token-id prompt has no text) and logprobs.
-  if (out.echo) out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
+  // The echoed prompt tokens' logprobs, or their texts for a token-id prompt (it has no text of
+  // its own). Only then: prompt logprobs cost an LM-head row per prompt token (250,880 logits
+  // each for BLOOM) and bypass the prefix cache, where a text prompt's echo needs neither.
+  if (out.echo && (out.logprobs || !out.request.has_text())) {
+    out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
+  }
   return out;
 }
 

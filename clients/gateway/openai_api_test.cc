@@ -254,6 +254,12 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   Json k = CompletionResponse(*ids, response, "cmpl-2", 123);
   EXPECT_EQ(k["choices"][0]["text"], "SayHi there");
   EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
+  // A text prompt echoed without logprobs needs no prompt logprobs: its text is the request's.
+  auto text_echo = ParseCompletionRequest(R"({"prompt":"Say","echo":true,"max_tokens":2})");
+  ASSERT_TRUE(text_echo.ok()) << text_echo.status();
+  EXPECT_FALSE(text_echo->request.sampling().has_prompt_logprobs());
+  Json t = CompletionResponse(*text_echo, MakeResponse(), "cmpl-3", 123);
+  EXPECT_EQ(t["choices"][0]["text"], "SayHi there");
   // Without echo nothing asks for prompt logprobs.
   auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
   ASSERT_TRUE(plain.ok());
