@@ -43,13 +43,16 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "n", 1, kInt32Max, &n));
   if (n && *n != 1) return FieldError("n", "only n=1 is supported");
 
-  absl::optional<double> temperature, top_p, presence, frequency, min_p, repetition;
+  absl::optional<double> temperature, top_p, typical_p, presence, frequency, min_p, repetition;
   BLOSSOM_RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
   BLOSSOM_RETURN_IF_ERROR(CheckRange("temperature", temperature, 0, false, 2, false));
   if (temperature) sampling->set_temperature(static_cast<float>(*temperature));
   BLOSSOM_RETURN_IF_ERROR(GetNumber(body, "top_p", &top_p));
   BLOSSOM_RETURN_IF_ERROR(CheckRange("top_p", top_p, 0, true, 1, false));
   if (top_p) sampling->set_top_p(static_cast<float>(*top_p));
+  BLOSSOM_RETURN_IF_ERROR(GetNumber(body, "typical_p", &typical_p));  // vLLM's
+  BLOSSOM_RETURN_IF_ERROR(CheckRange("typical_p", typical_p, 0, true, 1, false));
+  if (typical_p) sampling->set_typical_p(static_cast<float>(*typical_p));
   BLOSSOM_RETURN_IF_ERROR(GetNumber(body, "presence_penalty", &presence));
   BLOSSOM_RETURN_IF_ERROR(CheckRange("presence_penalty", presence, -2, false, 2, false));
   if (presence) sampling->set_presence_penalty(static_cast<float>(*presence));
@@ -129,6 +132,14 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   auto bias = body.find("logit_bias");
   if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
     return Unsupported("logit_bias", "logit_bias");
+  }
+  // vLLM extensions that would constrain, shorten or add to the output: refused, not ignored (a
+  // client would otherwise get unconstrained text, or a response missing what it asked for).
+  for (const char* field :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "allowed_token_ids",
+        "bad_words", "prompt_logprobs", "truncate_prompt_tokens"}) {
+    auto it = body.find(field);
+    if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }
   return absl::OkStatus();
 }

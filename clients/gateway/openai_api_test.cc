@@ -44,6 +44,15 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","temperature":2.5})", "must be in [0, 2]", "temperature"},
       {false, R"({"prompt":"a","top_p":0})", "top_p", "top_p"},
       {false, R"({"prompt":"a","top_p":1.1})", "top_p", "top_p"},
+      {false, R"({"prompt":"a","typical_p":0})", "typical_p", "typical_p"},
+      {false, R"({"prompt":"a","guided_json":{"type":"object"}})", "guided_json is not supported",
+       "guided_json"},
+      {true, "{" + kChat + R"(,"guided_choice":["a","b"]})", "not supported", "guided_choice"},
+      {false, R"({"prompt":"a","allowed_token_ids":[1,2]})", "not supported", "allowed_token_ids"},
+      {false, R"({"prompt":"a","bad_words":["x"]})", "not supported", "bad_words"},
+      {false, R"({"prompt":"a","prompt_logprobs":1})", "not supported", "prompt_logprobs"},
+      {false, R"({"prompt":"a","truncate_prompt_tokens":5})", "not supported",
+       "truncate_prompt_tokens"},
       {false, R"({"prompt":"a","n":2})", "only n=1", "n"},
       {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
       {false, R"({"prompt":"a","echo":true,"stream":true})", "echo with stream=true", "echo"},
@@ -101,7 +110,8 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
       R"({"model":"bloom","prompt":["Hello"],"max_tokens":7,"temperature":0.5,"top_p":0.9,
           "stop":"\n","seed":42,"presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":2,
           "n":1,"user":"u","unknown_field":{"ignored":true},"top_k":5,"ignore_eos":true,
-          "priority":-3,"include_stop_str_in_output":true})");
+          "priority":-3,"include_stop_str_in_output":true,"typical_p":0.8,"min_p":0.05,
+          "repetition_penalty":1.1,"guided_json":null})");
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& req = r->request;
   EXPECT_EQ(req.text(), "Hello");
@@ -112,6 +122,9 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   EXPECT_EQ(req.sampling().seed(), 42u);
   EXPECT_EQ(req.sampling().logprobs(), 2);
   EXPECT_EQ(req.sampling().top_k(), 5);
+  EXPECT_FLOAT_EQ(req.sampling().typical_p(), 0.8f);
+  EXPECT_FLOAT_EQ(req.sampling().min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(req.sampling().repetition_penalty(), 1.1f);
   EXPECT_TRUE(req.stopping().ignore_eos());
   EXPECT_EQ(req.priority(), -3);
   EXPECT_TRUE(req.stopping().include_stop_in_output());

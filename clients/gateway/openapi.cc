@@ -27,6 +27,7 @@ const std::string& OpenApiJson() {
         "max_tokens": {"type": "integer", "minimum": 1, "description": "absent: 16 (OpenAI's default)"},
         "temperature": {"type": "number", "minimum": 0, "maximum": 100},
         "top_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1},
+        "typical_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1},
         "top_k": {"type": "integer", "minimum": -1}, "min_p": {"type": "number", "minimum": 0, "maximum": 1},
         "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
         "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
