@@ -159,6 +159,9 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   std::vector<int32_t> active, context, chunk;
   std::vector<int64_t> rows;
   std::vector<std::vector<int32_t>> drafts;
+  std::vector<size_t> outputs_before;  // per active sequence, to count its accepted drafts
+  std::vector<DraftLength> draft_length(static_cast<size_t>(n),
+                                        DraftLength(options_.speculative.num_speculative_tokens));
   while (true) {
     batch.Clear();
     active.clear();
@@ -180,7 +183,8 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       if (speculate && max_draft > 0) {
         context.assign(requests[i].prompt.begin(), requests[i].prompt.end());
         context.insert(context.end(), outputs.begin(), outputs.end());
-        drafts[a] = ProposeNgramDraft(options_.speculative, context, max_draft);
+        drafts[a] = ProposeNgramDraft(options_.speculative, context,
+                                      std::min(max_draft, draft_length[i].tokens()));
       }
       chunk.assign(1, outputs.back());
       chunk.insert(chunk.end(), drafts[a].begin(), drafts[a].end());
@@ -188,10 +192,18 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       batch.AddSequence(chunk, pos, table_of(i), true, /*all_logits=*/!drafts[a].empty());
       stats->draft_tokens += static_cast<int64_t>(drafts[a].size());
     }
+    outputs_before.clear();
+    for (const int32_t i : active) outputs_before.push_back(seqs[i]->output_tokens().size());
     const auto step_start = std::chrono::steady_clock::now();
     BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, active, rows, drafts, seqs, deliver,
                                           &stats->accepted_draft_tokens));
     stats->decode_step_seconds.push_back(SecondsSince(step_start));
+    for (size_t a = 0; a < active.size(); ++a) {
+      // Every token after the first one this step was an accepted draft.
+      const size_t emitted = seqs[active[a]]->output_tokens().size() - outputs_before[a];
+      draft_length[active[a]].Observe(static_cast<int32_t>(drafts[a].size()),
+                                      static_cast<int32_t>(emitted) - 1);
+    }
   }
   stats->decode_seconds = SecondsSince(decode_start);
   for (int32_t i = 0; i < n; ++i) {

@@ -80,6 +80,7 @@ struct Engine::Request {
   std::vector<PromptLogprob> prompt_lp;
   int32_t prompt_lp_next = 1;
   bool prompt_lp_sent = false;
+  DraftLength draft_length;  // speculative decoding: how many tokens to draft next
 
   // Whether this step's chunk [num_computed, num_computed + num_new) holds prompt positions
   // whose logits score a prompt token not yet scored.
@@ -168,6 +169,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
   req->prompt_logprobs = request.sampling.prompt_logprobs;
   req->max_new_tokens = request.stopping.max_new_tokens;
+  req->draft_length = DraftLength(config_.speculative.num_speculative_tokens);
   if (req->prompt_logprobs >= 0) req->prompt = request.prompt_tokens;
   req->delivery = std::make_shared<Delivery>();
   req->delivery->sink = std::move(sink);
@@ -352,6 +354,7 @@ void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
       // The model sampled the draft itself: keep it and verify the next one from its row.
       const bool verified = !token->finished && round < s.draft_tokens.size() &&
                             token->token == s.draft_tokens[round];
+      bool continues = false;
       if (verified) {
         ++step.accepted_draft_tokens;
         // (PrepareSample fails only for a finished sequence; had it failed, the token would
@@ -360,7 +363,13 @@ void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
         if (next.ok()) {
           next_seq_of.push_back(seq_of[j]);
           next_rows.push_back(*next);
+          continues = true;
         }
+      }
+      if (!continues && !s.draft_tokens.empty()) {
+        // The sequence's verification ends here: `round` of its drafts were accepted.
+        r.draft_length.Observe(static_cast<int32_t>(s.draft_tokens.size()),
+                               static_cast<int32_t>(round));
       }
       out.accepted_drafts = static_cast<int32_t>(round);
       out.token = token->token;
@@ -394,8 +403,14 @@ void Engine::Loop() {
   double handoff_seconds = 0.0;  // the previous step's Hand(), reported with this step
   const DraftFn propose_draft =
       config_.speculative.num_speculative_tokens > 0
-          ? DraftFn([this](SeqId, absl::Span<const int32_t> tokens, int32_t max_tokens) {
-              return ProposeNgramDraft(config_.speculative, tokens, max_tokens);
+          ? DraftFn([this](SeqId id, absl::Span<const int32_t> tokens, int32_t max_tokens) {
+              // Under mutex_ (Schedule's caller holds it).
+              auto it = requests_.find(id);
+              const int32_t limit =
+                  it == requests_.end()
+                      ? max_tokens
+                      : std::min(max_tokens, it->second->draft_length.tokens());
+              return ProposeNgramDraft(config_.speculative, tokens, limit);
             })
           : DraftFn();
   while (true) {

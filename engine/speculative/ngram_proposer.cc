@@ -50,4 +50,9 @@ std::vector<int32_t> ProposeNgramDraft(const NgramProposerConfig& config,
   return {};
 }
 
+void DraftLength::Observe(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  tokens_ = accepted >= drafted ? std::min(max_, tokens_ + 2) : std::max(1, tokens_ - 1);
+}
+
 }  // namespace blossom

@@ -37,6 +37,23 @@ absl::Status Validate(const NgramProposerConfig& config);
 std::vector<int32_t> ProposeNgramDraft(const NgramProposerConfig& config,
                                        absl::Span<const int32_t> tokens, int32_t max_tokens);
 
+// One sequence's draft length, adapted to how its drafts fare (the "heuristic" schedule of
+// Hugging Face transformers' assisted generation): it starts at the maximum, grows by 2 after a
+// step whose drafts were all accepted and shrinks by 1 (not below 1) after one with a rejection,
+// so a sequence whose drafts keep failing computes one draft row per step, not the maximum.
+// Not thread-safe: one per sequence, on the engine thread.
+class DraftLength {
+ public:
+  explicit DraftLength(int32_t max_tokens = 0) : max_(max_tokens), tokens_(max_tokens) {}
+  int32_t tokens() const { return tokens_; }
+  // After a step that verified `drafted` (> 0) draft tokens, `accepted` of them.
+  void Observe(int32_t drafted, int32_t accepted);
+
+ private:
+  int32_t max_;
+  int32_t tokens_;
+};
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_ENGINE_SPECULATIVE_NGRAM_PROPOSER_H_

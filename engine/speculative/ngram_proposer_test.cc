@@ -61,6 +61,23 @@ TEST(NgramProposerTest, NothingToDraft) {
   EXPECT_THAT(ProposeNgramDraft(Config(4), std::vector<int32_t>{1, 1, 1}, 0), IsEmpty());
 }
 
+TEST(DraftLengthTest, GrowsWhileDraftsAreAcceptedAndShrinksOnRejection) {
+  DraftLength length(5);
+  EXPECT_EQ(length.tokens(), 5);
+  length.Observe(5, 2);
+  EXPECT_EQ(length.tokens(), 4);
+  for (int i = 0; i < 10; ++i) length.Observe(length.tokens(), 0);
+  EXPECT_EQ(length.tokens(), 1);  // never below one
+  length.Observe(1, 1);
+  EXPECT_EQ(length.tokens(), 3);
+  length.Observe(2, 2);  // a shorter draft (lookup found less), all accepted: grows
+  EXPECT_EQ(length.tokens(), 5);
+  length.Observe(5, 5);
+  EXPECT_EQ(length.tokens(), 5);  // never above the maximum
+  length.Observe(0, 0);           // no draft: no change
+  EXPECT_EQ(length.tokens(), 5);
+}
+
 TEST(NgramProposerTest, ValidateNamesTheField) {
   EXPECT_TRUE(Validate(Config(0, 0, 0)).ok());  // off: the lookup sizes are not used
   EXPECT_TRUE(Validate(Config(4, 4, 1)).ok());
