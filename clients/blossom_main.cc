@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/generate/batch_generator.h"
+#include "engine/speculative/speculative_flags.h"
 #include "engine/model/model_runner.h"
 #include "clients/remote_commands.h"
 #include "tools/cli/dashed_flags.h"
@@ -65,13 +66,6 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "activations (half the memory per token; K and V rows rounded when written).");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
-ABSL_FLAG(int32_t, speculative_tokens, 0,
-          "Speculative decoding by prompt lookup: draft up to N tokens per step from earlier "
-          "text of the sequence, verified in one step (0 = off; the same tokens either way).");
-ABSL_FLAG(int32_t, ngram_lookup_max, 4, "Longest suffix matched for --speculative_tokens.");
-ABSL_FLAG(int32_t, ngram_lookup_min, 2,
-          "Shortest suffix matched for --speculative_tokens (1 also drafts after any repeated "
-          "single token: mostly wrong drafts in free text).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
 ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
@@ -108,10 +102,9 @@ int RunGenerate() {
   if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
   runner_options.kv_cache_dtype = *kv_cache_dtype;
   BatchGeneratorOptions options;
-  options.speculative.num_speculative_tokens = absl::GetFlag(FLAGS_speculative_tokens);
-  options.speculative.lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max);
-  options.speculative.lookup_min = absl::GetFlag(FLAGS_ngram_lookup_min);
-  if (absl::Status valid = Validate(options.speculative); !valid.ok()) return Fail(valid);
+  absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
+  if (!speculative.ok()) return Fail(speculative.status());
+  options.speculative = *speculative;
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);

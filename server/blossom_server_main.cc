@@ -34,6 +34,7 @@
 #include "engine/model/cuda_kernel_flags.h"
 #include "engine/model/model_runner.h"
 #include "engine/serving/engine.h"
+#include "engine/speculative/speculative_flags.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -108,14 +109,6 @@ ABSL_FLAG(bool, device_sampling, true,
           "Sample each step's logits where the backend left them (on the GPU for cuda: only "
           "token ids, requested logprobs and prompt-logprob rows reach the host). false: copy "
           "every step's logits to the host and sample there. Identical results on cpu.");
-ABSL_FLAG(int32_t, speculative_tokens, 0,
-          "Speculative decoding by prompt lookup: draft up to N tokens per step from earlier "
-          "text of the same sequence and verify them in one step (0 = off). Same tokens either "
-          "way; faster where outputs repeat their context.");
-ABSL_FLAG(int32_t, ngram_lookup_max, 4, "Longest suffix matched for --speculative_tokens.");
-ABSL_FLAG(int32_t, ngram_lookup_min, 2,
-          "Shortest suffix matched for --speculative_tokens (1 also drafts after any repeated "
-          "single token: mostly wrong drafts in free text).");
 ABSL_FLAG(int32_t, speculative_max_running, 4,
           "Draft only while at most this many sequences run (larger decode batches are "
           "compute-bound, where drafts cost more than they save).");
@@ -298,12 +291,9 @@ int Run() {
   if (service_options.limits.max_input_tokens < 1) {
     return Fail(absl::InvalidArgumentError("--max_input_tokens must be >= 1"));
   }
-  NgramProposerConfig speculative;
-  speculative.num_speculative_tokens = absl::GetFlag(FLAGS_speculative_tokens);
-  speculative.lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max);
-  speculative.lookup_min = absl::GetFlag(FLAGS_ngram_lookup_min);
   // Before the model loads: a bad flag fails in a second, not after minutes of loading.
-  if (absl::Status valid = Validate(speculative); !valid.ok()) return Fail(valid);
+  absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
+  if (!speculative.ok()) return Fail(speculative.status());
   if (absl::GetFlag(FLAGS_speculative_max_running) < 0) {
     return Fail(absl::InvalidArgumentError("--speculative_max_running must be >= 0"));
   }
@@ -384,7 +374,7 @@ int Run() {
   sc.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   engine_config.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mb) << 20;
   engine_config.device_sampling = absl::GetFlag(FLAGS_device_sampling);
-  engine_config.speculative = speculative;
+  engine_config.speculative = *speculative;
   engine_config.speculative_max_running = absl::GetFlag(FLAGS_speculative_max_running);
   // GPU backends: whatever the memory fraction leaves after weights and activations.
   std::string budget_flag = "--kv_cache_mb";
@@ -418,7 +408,7 @@ int Run() {
       served_name, (*runner)->config().n_layer, (*runner)->config().hidden_size,
       (*engine)->scheduler_stats().blocks_total, sc.block_size, (*runner)->info().backend,
       (*runner)->world_size(), engine_config.device_sampling ? "on" : "off",
-      speculative.num_speculative_tokens);
+      speculative->num_speculative_tokens);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

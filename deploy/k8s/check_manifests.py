@@ -46,7 +46,8 @@ OVERLAYS = {
 }
 BINARIES = {"blossom-server", "blossom-gateway", "blossom", "launch_tp.sh", "/usr/sbin/sshd"}
 # Where each program's flags are defined (ABSL_FLAG, or launch_tp.sh's case labels).
-FLAG_SOURCES = {"blossom-server": ["server/blossom_server_main.cc", "engine/model/cuda_kernel_flags.cc"],
+FLAG_SOURCES = {"blossom-server": ["server/blossom_server_main.cc", "engine/model/cuda_kernel_flags.cc",
+                                   "engine/speculative/speculative_flags.cc"],
                 "blossom-gateway": ["clients/gateway/gateway_main.cc"],
                 "launch_tp.sh": ["deploy/launch_tp.sh"]}
 KNOWN_KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "secretGenerator",

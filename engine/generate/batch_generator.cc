@@ -23,7 +23,8 @@ absl::Status BatchGenerator::StepAndSample(
     const StepBatch& batch, std::vector<int32_t> sampled, std::vector<int64_t> rows,
     const std::vector<std::vector<int32_t>>& drafts,
     std::vector<std::unique_ptr<SequenceOutput>>& seqs,
-    const std::function<void(int32_t, const TokenEvent&)>& deliver, int64_t* accepted) {
+    const std::function<void(int32_t, const TokenEvent&)>& deliver,
+    std::vector<int32_t>* accepted) {
   if (sampler_ == nullptr) {
     if (options_.device_sampling) {
       BLOSSOM_ASSIGN_OR_RETURN(sampler_, runner_->MakeBatchSampler());
@@ -41,7 +42,8 @@ absl::Status BatchGenerator::StepAndSample(
     BLOSSOM_RETURN_IF_ERROR(runner_->Forward(batch, host_logits_.data()));
     logits = Tensor(host_logits_.data(), DType::kF32, {num_rows, vocab});
   }
-  std::vector<size_t> draft_of(sampled.size());  // drafts[] index of each sampled entry
+  accepted->assign(sampled.size(), 0);
+  std::vector<size_t> draft_of(sampled.size());  // the entry's index in drafts and *accepted
   for (size_t i = 0; i < draft_of.size(); ++i) draft_of[i] = i;
   for (size_t round = 0; !sampled.empty(); ++round) {
     sample_rows_.clear();
@@ -59,7 +61,7 @@ absl::Status BatchGenerator::StepAndSample(
                             event.token == (*draft)[round];
       deliver(sampled[i], event);
       if (!verified) continue;
-      ++*accepted;
+      ++(*accepted)[draft_of[i]];
       sampled[kept] = sampled[i];
       rows[kept] = rows[i] + 1;
       draft_of[kept] = draft_of[i];
@@ -126,6 +128,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
 
   StepBatch batch;
   batch.max_blocks_per_seq = max_blocks;
+  std::vector<int32_t> accepted;  // per sampled sequence of a step: its drafts kept
 
   // Prefill in chunks; the last chunk of each prompt yields its first token's logits.
   const auto prefill_start = std::chrono::steady_clock::now();
@@ -149,8 +152,7 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
     }
     std::vector<int64_t> rows(sampled_seqs.size());
     for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r);
-    BLOSSOM_RETURN_IF_ERROR(
-        StepAndSample(batch, sampled_seqs, rows, {}, seqs, deliver, &stats->accepted_draft_tokens));
+    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, sampled_seqs, rows, {}, seqs, deliver, &accepted));
   }
   stats->prefill_seconds = SecondsSince(prefill_start);
 
@@ -159,7 +161,6 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   std::vector<int32_t> active, context, chunk;
   std::vector<int64_t> rows;
   std::vector<std::vector<int32_t>> drafts;
-  std::vector<size_t> outputs_before;  // per active sequence, to count its accepted drafts
   std::vector<DraftLength> draft_length(static_cast<size_t>(n),
                                         DraftLength(options_.speculative.num_speculative_tokens));
   while (true) {
@@ -192,17 +193,13 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
       batch.AddSequence(chunk, pos, table_of(i), true, /*all_logits=*/!drafts[a].empty());
       stats->draft_tokens += static_cast<int64_t>(drafts[a].size());
     }
-    outputs_before.clear();
-    for (const int32_t i : active) outputs_before.push_back(seqs[i]->output_tokens().size());
     const auto step_start = std::chrono::steady_clock::now();
-    BLOSSOM_RETURN_IF_ERROR(StepAndSample(batch, active, rows, drafts, seqs, deliver,
-                                          &stats->accepted_draft_tokens));
+    BLOSSOM_RETURN_IF_ERROR(
+        StepAndSample(batch, active, rows, drafts, seqs, deliver, &accepted));
     stats->decode_step_seconds.push_back(SecondsSince(step_start));
     for (size_t a = 0; a < active.size(); ++a) {
-      // Every token after the first one this step was an accepted draft.
-      const size_t emitted = seqs[active[a]]->output_tokens().size() - outputs_before[a];
-      draft_length[active[a]].Observe(static_cast<int32_t>(drafts[a].size()),
-                                      static_cast<int32_t>(emitted) - 1);
+      stats->accepted_draft_tokens += accepted[a];
+      draft_length[active[a]].Observe(static_cast<int32_t>(drafts[a].size()), accepted[a]);
     }
   }
   stats->decode_seconds = SecondsSince(decode_start);

@@ -89,14 +89,14 @@ class BatchGenerator {
   // Runs `batch` and samples seqs[sampled[i]]'s token from logits row rows[i], delivering each
   // token in order. With drafts[i] (speculative decoding), rows rows[i] + 1 .. + drafts[i].size()
   // follow: while a sampled token is its draft, the next row is sampled too (one sampler call per
-  // round), so each draft is sampled exactly as a later step would have sampled it. Adds the
-  // accepted drafts to *accepted.
+  // round), so each draft is sampled exactly as a later step would have sampled it.
+  // (*accepted)[i]: how many of drafts[i] were kept (0 without drafts).
   absl::Status StepAndSample(const StepBatch& batch, std::vector<int32_t> sampled,
                              std::vector<int64_t> rows,
                              const std::vector<std::vector<int32_t>>& drafts,
                              std::vector<std::unique_ptr<SequenceOutput>>& seqs,
                              const std::function<void(int32_t, const TokenEvent&)>& deliver,
-                             int64_t* accepted);
+                             std::vector<int32_t>* accepted);
 
   int32_t cache_blocks_ = 0;  // blocks of the runner's cache this generator allocated
   std::unique_ptr<BatchSampler> sampler_;  // made on first use; destroyed before the runner

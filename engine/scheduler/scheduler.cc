@@ -119,10 +119,12 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
     if (propose_draft && num_new == 1 && s->num_computed >= s->prefill_len) {
       const int32_t outputs = known - s->num_prompt;
       const int32_t max_draft = std::min(s->max_new_tokens - outputs - 1, budget - num_new);
-      if (max_draft > 0) draft = propose_draft(s->id, s->tokens, max_draft);
-      if (static_cast<int32_t>(draft.size()) > max_draft) draft.resize(max_draft);
-      const int32_t draft_size = static_cast<int32_t>(draft.size());
-      if (!blocks_.CanAppend(s->id, s->num_computed + num_new + draft_size)) draft.clear();
+      if (max_draft > 0) {
+        draft = propose_draft(s->id, s->tokens, max_draft);
+        if (static_cast<int32_t>(draft.size()) > max_draft) draft.resize(max_draft);
+        const int32_t with_draft = s->num_computed + num_new + static_cast<int32_t>(draft.size());
+        if (!blocks_.CanAppend(s->id, with_draft)) draft.clear();
+      }
     }
     const int32_t num_draft = static_cast<int32_t>(draft.size());
     bool preempted_self = false;
