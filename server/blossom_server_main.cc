@@ -112,6 +112,9 @@ ABSL_FLAG(bool, device_sampling, true,
 ABSL_FLAG(int32_t, speculative_max_running, 4,
           "Draft only while at most this many sequences run (larger decode batches are "
           "compute-bound, where drafts cost more than they save).");
+ABSL_FLAG(std::string, scheduling_policy, "fcfs",
+          "fcfs: first come, first served, and a request's non-zero priority is refused; "
+          "priority: a request's priority orders the queue (lower runs first; vLLM's flag).");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 20, "Largest gRPC request message accepted.");
 ABSL_FLAG(double, drain_timeout, 30.0, "Seconds in-flight requests get to finish on SIGTERM.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key).");
@@ -283,6 +286,12 @@ int Run() {
   service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   service_options.limits.max_total_tokens = MaxTotalTokens();
   service_options.limits.served_model_name = served_name;
+  const std::string policy = absl::GetFlag(FLAGS_scheduling_policy);
+  if (policy != "fcfs" && policy != "priority") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--scheduling_policy must be fcfs or priority, not '", policy, "'")));
+  }
+  service_options.limits.priority_scheduling = policy == "priority";
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
     auto keys = auth::ApiKeys::LoadFile(absl::GetFlag(FLAGS_api_keys_file));
     if (!keys.ok()) return Fail(keys.status());

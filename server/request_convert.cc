@@ -174,6 +174,12 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   st.stop_strings.assign(t.stop().begin(), t.stop().end());
   st.include_stop_string_in_output = t.include_stop_in_output();
   st.skip_special_tokens = !t.has_skip_special_tokens() || t.skip_special_tokens();
+  if (request.priority() != 0 && !limits.priority_scheduling) {
+    return Refusal(error_reason::kPriorityNotEnabled, "priority",
+                   absl::StrCat("priority ", request.priority(),
+                                " given but this server schedules first come, first served "
+                                "(start it with --scheduling_policy=priority to honour it)"));
+  }
   out.priority = request.priority();
   return out;
 }

@@ -29,6 +29,9 @@ struct RequestLimits {
   std::string served_model_name;
   // The engine's cap on prompt + max_new_tokens (stopping.max_new_tokens_to_limit fills it).
   int32_t max_total_tokens = 2048;
+  // --scheduling_policy=priority: requests may set `priority`. Off (fcfs, vLLM's default), a
+  // non-zero priority is refused: any client could otherwise jump every other client's queue.
+  bool priority_scheduling = false;
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,

@@ -44,7 +44,9 @@ TEST_F(RequestConvertTest, PresentZeroDiffersFromAbsent) {
   request.mutable_stopping()->add_stop_token_ids(7);
   request.mutable_stopping()->set_ignore_eos(true);
   request.set_priority(-2);
-  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  RequestLimits priority_limits = limits_;
+  priority_limits.priority_scheduling = true;
+  auto converted = ToEngineRequest(request, *tokenizer_, priority_limits);
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(converted->prompt_tokens, std::vector<int32_t>({5}));
   EXPECT_EQ(converted->sampling.temperature, 0.0f);
@@ -56,6 +58,18 @@ TEST_F(RequestConvertTest, PresentZeroDiffersFromAbsent) {
   EXPECT_EQ(converted->stopping.stop_token_ids, std::vector<int32_t>({7}));
   EXPECT_TRUE(converted->stopping.ignore_eos);
   EXPECT_EQ(converted->priority, -2);
+}
+
+TEST_F(RequestConvertTest, ZeroPriorityIsAcceptedWhateverThePolicy) {
+  for (bool priority_scheduling : {false, true}) {
+    v1::GenerateRequest request;
+    request.set_text("x");
+    RequestLimits limits = limits_;
+    limits.priority_scheduling = priority_scheduling;
+    auto converted = ToEngineRequest(request, *tokenizer_, limits);
+    ASSERT_TRUE(converted.ok()) << converted.status();
+    EXPECT_EQ(converted->priority, 0);
+  }
 }
 
 TEST_F(RequestConvertTest, RefusalsNameTheField) {
@@ -97,6 +111,13 @@ TEST_F(RequestConvertTest, RefusalsNameTheField) {
        },
        absl::StatusCode::kInvalidArgument, "sampling.logprobs", "sampling.logprobs",
        "INVALID_SAMPLING_PARAMS"},
+      // limits_ schedules first come, first served: a client may not jump the queue.
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->set_priority(-1);
+       },
+       absl::StatusCode::kInvalidArgument, "--scheduling_policy=priority", "priority",
+       "PRIORITY_NOT_ENABLED"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::GenerateRequest request;

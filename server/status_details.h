@@ -34,6 +34,7 @@ inline constexpr char kInvalidStoppingParams[] = "INVALID_STOPPING_PARAMS";
 inline constexpr char kTooManyStopSequences[] = "TOO_MANY_STOP_SEQUENCES";
 inline constexpr char kInvalidModelName[] = "INVALID_MODEL_NAME";
 inline constexpr char kUnknownModel[] = "UNKNOWN_MODEL";
+inline constexpr char kPriorityNotEnabled[] = "PRIORITY_NOT_ENABLED";  // --scheduling_policy fcfs
 inline constexpr char kInvalidRequest[] = "INVALID_REQUEST";  // no more specific reason known
 inline constexpr char kQueueFull[] = "QUEUE_FULL";
 inline constexpr char kModelLoading[] = "MODEL_LOADING";
