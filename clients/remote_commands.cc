@@ -52,8 +52,11 @@ int Failed(const grpc::Status& status, std::ostream& err) {
 std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostream& err,
                                        bool* ok) {
   *ok = true;
+  // gRPC's 4 MiB receive default fails a unary answer with logprobs for a few thousand tokens.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
   if (!options.tls) {
-    return grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+    return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
   }
   grpc::SslCredentialsOptions ssl;
   if (!options.tls_ca_file.empty()) {
@@ -67,7 +70,7 @@ std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostrea
     buffer << in.rdbuf();
     ssl.pem_root_certs = buffer.str();
   }
-  return grpc::CreateChannel(options.server, grpc::SslCredentials(ssl));
+  return grpc::CreateCustomChannel(options.server, grpc::SslCredentials(ssl), args);
 }
 
 void Prepare(const RemoteOptions& options, grpc::ClientContext* context) {

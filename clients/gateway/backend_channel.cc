@@ -16,6 +16,7 @@ grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& opti
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  args.SetMaxReceiveMessageSize(-1);
   return args;
 }
 

@@ -21,7 +21,10 @@ struct BackendChannelOptions {
 };
 
 // The channel arguments: reconnect backoff starting at 250 ms (gRPC: 1 s) and capped at
-// max_reconnect_backoff_ms, so a restarted backend is found within about that long.
+// max_reconnect_backoff_ms, so a restarted backend is found within about that long; and no
+// limit on a received message (gRPC: 4 MiB): the server is trusted, and a unary answer with
+// top-20 logprobs for a few thousand tokens passes 4 MiB, which gRPC would fail as
+// RESOURCE_EXHAUSTED, a 429 that invites retrying a request that can never succeed.
 grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& options);
 
 // A channel to options.target. InvalidArgument when the CA file cannot be read.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace blossom::gateway {
@@ -110,6 +111,47 @@ TEST(BackendChannelTest, ProbeSkipsTheBackoff) {
   }
   ASSERT_TRUE(ok);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - up).count(), 1.5);
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// A backend whose Tokenize answers with more than gRPC's default 4 MiB receive limit.
+class LargeAnswers : public v1::Blossom::CallbackService {
+ public:
+  static constexpr int kTokens = 1 << 20;  // 1M ids + 1M 4-byte strings: over 6 MiB
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest*,
+                                     v1::TokenizeResponse* response) override {
+    for (int i = 0; i < kTokens; ++i) {
+      response->add_ids(i);
+      response->add_tokens("abcd");
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+TEST(BackendChannelTest, ReceivesAnswersOverFourMebibytes) {
+  LargeAnswers service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  BackendChannelOptions options;
+  options.target = absl::StrCat("127.0.0.1:", port);
+  auto channel = MakeBackendChannel(options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = v1::Blossom::NewStub(*channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::TokenizeRequest request;
+  v1::TokenizeResponse response;
+  const grpc::Status status = stub->Tokenize(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_GT(response.ByteSizeLong(), size_t{4} << 20);
+  EXPECT_EQ(response.ids_size(), LargeAnswers::kTokens);
   server->Shutdown(std::chrono::system_clock::now());
 }
 

@@ -148,6 +148,18 @@ def metadata(api_key) -> Iterable:
     return (("authorization", f"Bearer {api_key}"),) if api_key else ()
 
 
+_MAX_RECEIVE = "grpc.max_receive_message_length"
+
+
+def channel_options(options) -> list:
+    """The caller's channel options plus no limit on received messages, unless the caller set
+    one: gRPC's 4 MiB default fails a unary answer with logprobs for a few thousand tokens."""
+    merged = list(options or ())
+    if not any(name == _MAX_RECEIVE for name, _ in merged):
+        merged.append((_MAX_RECEIVE, -1))
+    return merged
+
+
 def health_status_name(status: int) -> str:
     from grpc_health.v1 import health_pb2
     return health_pb2.HealthCheckResponse.ServingStatus.Name(status)

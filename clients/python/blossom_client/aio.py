@@ -25,6 +25,7 @@ class AsyncBlossomClient:
                  credentials: Optional[grpc.ChannelCredentials] = None, options=None):
         self._timeout = timeout
         self._metadata = _convert.metadata(api_key)
+        options = _convert.channel_options(options)
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)
         else:

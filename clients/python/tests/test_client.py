@@ -17,6 +17,7 @@ import blossom_client
 from blossom_client import (AsyncBlossomClient, BlossomClient, BlossomError,
                             DeadlineExceededError, InvalidArgumentError, NotFoundError,
                             ResourceExhaustedError, UnavailableError)
+from blossom_client import _convert
 from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
 from blossom_client._proto.blossom.v1 import blossom_pb2_grpc as pb_grpc
 
@@ -92,6 +93,9 @@ class FakeBlossom(pb_grpc.BlossomServicer):
 
     def Tokenize(self, request, context):
         self._record(request, context)
+        if request.text == "!large":  # an answer over gRPC's default 4 MiB receive limit
+            n = 1 << 20
+            return pb.TokenizeResponse(ids=range(n), tokens=["abcd"] * n)
         ids = [ord(c) for c in request.text]
         if request.add_special_tokens:
             ids = [1] + ids
@@ -260,6 +264,15 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(t.tokens, ["a", "b"])
         self.assertEqual(t.offsets, [(0, 1), (1, 2)])
         self.assertEqual(self.client.tokenize("ab", add_special_tokens=True).ids, [1, 97, 98])
+
+    def test_answers_over_four_mebibytes_arrive(self):
+        t = self.client.tokenize("!large")
+        self.assertEqual(len(t.ids), 1 << 20)
+
+    def test_callers_receive_limit_is_kept(self):
+        options = _convert.channel_options([("grpc.max_receive_message_length", 100)])
+        self.assertEqual(options, [("grpc.max_receive_message_length", 100)])
+        self.assertIn(("grpc.max_receive_message_length", -1), _convert.channel_options(None))
 
     def test_model_info(self):
         info = self.client.model_info()
