@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -43,35 +44,28 @@ absl::Status BatchGenerator::StepAndSample(
     logits = Tensor(host_logits_.data(), DType::kF32, {num_rows, vocab});
   }
   accepted->assign(sampled.size(), 0);
-  std::vector<size_t> draft_of(sampled.size());  // the entry's index in drafts and *accepted
-  for (size_t i = 0; i < draft_of.size(); ++i) draft_of[i] = i;
-  for (size_t round = 0; !sampled.empty(); ++round) {
-    sample_rows_.clear();
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      BLOSSOM_ASSIGN_OR_RETURN(SampleRow row, seqs[sampled[i]]->PrepareSample(rows[i]));
-      sample_rows_.push_back(row);
-    }
-    BLOSSOM_RETURN_IF_ERROR(sampler_->SampleBatch(logits, sample_rows_, &samples_));
-    size_t kept = 0;  // entries that verified their draft go on to the next round
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      if (!samples_[i].ok()) return samples_[i].status();
-      BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event, seqs[sampled[i]]->Accept(std::move(*samples_[i])));
-      const std::vector<int32_t>* draft = drafts.empty() ? nullptr : &drafts[draft_of[i]];
-      const bool verified = draft != nullptr && !event.finished && round < draft->size() &&
-                            event.token == (*draft)[round];
-      deliver(sampled[i], event);
-      if (!verified) continue;
-      ++(*accepted)[draft_of[i]];
-      sampled[kept] = sampled[i];
-      rows[kept] = rows[i] + 1;
-      draft_of[kept] = draft_of[i];
-      ++kept;
-    }
-    sampled.resize(kept);
-    rows.resize(kept);
-    draft_of.resize(kept);
+  std::vector<size_t> entries(sampled.size());  // index into sampled, rows, drafts, *accepted
+  std::vector<SampleRow> first_rows;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    entries[i] = i;
+    BLOSSOM_ASSIGN_OR_RETURN(SampleRow row, seqs[sampled[i]]->PrepareSample(rows[i]));
+    first_rows.push_back(row);
   }
-  return absl::OkStatus();
+  return SampleInRounds(
+      *sampler_, logits, std::move(entries), std::move(first_rows),
+      [&](size_t i, size_t round, const SampleRow& row,
+          absl::StatusOr<SampleResult> sample) -> absl::StatusOr<absl::optional<SampleRow>> {
+        if (!sample.ok()) return sample.status();
+        SequenceOutput& seq = *seqs[sampled[i]];
+        BLOSSOM_ASSIGN_OR_RETURN(TokenEvent event, seq.Accept(std::move(*sample)));
+        const bool verified =
+            !drafts.empty() && DraftVerified(drafts[i], round, event.token, event.finished);
+        deliver(sampled[i], event);
+        if (!verified) return absl::nullopt;
+        ++(*accepted)[i];
+        BLOSSOM_ASSIGN_OR_RETURN(SampleRow next, seq.PrepareSample(row.logit_row + 1));
+        return next;
+      });
 }
 
 absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(

@@ -89,7 +89,7 @@ class BatchGenerator {
   // Runs `batch` and samples seqs[sampled[i]]'s token from logits row rows[i], delivering each
   // token in order. With drafts[i] (speculative decoding), rows rows[i] + 1 .. + drafts[i].size()
   // follow: while a sampled token is its draft, the next row is sampled too (one sampler call per
-  // round), so each draft is sampled exactly as a later step would have sampled it.
+  // round, SampleInRounds), so each draft is sampled exactly as a later step would have sampled it.
   // (*accepted)[i]: how many of drafts[i] were kept (0 without drafts).
   absl::Status StepAndSample(const StepBatch& batch, std::vector<int32_t> sampled,
                              std::vector<int64_t> rows,
@@ -101,8 +101,6 @@ class BatchGenerator {
   int32_t cache_blocks_ = 0;  // blocks of the runner's cache this generator allocated
   std::unique_ptr<BatchSampler> sampler_;  // made on first use; destroyed before the runner
   std::vector<float> host_logits_;         // device_sampling = false
-  std::vector<SampleRow> sample_rows_;
-  std::vector<absl::StatusOr<SampleResult>> samples_;
 };
 
 }  // namespace blossom

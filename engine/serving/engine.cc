@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
+#include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -316,78 +317,64 @@ int64_t Engine::num_unfinished() const {
 }
 
 void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
-                                Clock::time_point step_end, std::vector<size_t>& seq_of,
-                                std::vector<SampleRow>& rows, std::vector<SeqOutput>& outputs,
+                                Clock::time_point step_end, std::vector<size_t> seq_of,
+                                std::vector<SampleRow> rows, std::vector<SeqOutput>& outputs,
                                 std::vector<Pending>& pending, StepStats& step) {
-  std::vector<absl::StatusOr<SampleResult>> samples;
-  std::vector<size_t> next_seq_of;
-  std::vector<SampleRow> next_rows;
-  for (size_t round = 0; !rows.empty(); ++round) {
-    const Clock::time_point sample_start = Clock::now();
-    const absl::Status sampled = sampler_->SampleBatch(logits, rows, &samples);
-    step.sample_seconds += std::chrono::duration<double>(Clock::now() - sample_start).count();
-    next_seq_of.clear();
-    next_rows.clear();
-    for (size_t j = 0; j < seq_of.size(); ++j) {
-      const ScheduledSeq& s = plan.seqs[seq_of[j]];
-      SeqOutput& out = outputs[seq_of[j]];
-      auto it = requests_.find(s.id);
-      Request& r = *it->second;  // present: only this loop erases, after its last round
-      absl::StatusOr<TokenEvent> token =
-          !sampled.ok() ? absl::StatusOr<TokenEvent>(sampled)
-          : samples[j].ok() ? r.output->Accept(std::move(*samples[j]))
-                            : absl::StatusOr<TokenEvent>(samples[j].status());
-      if (!token.ok()) {
-        pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
-        requests_.erase(it);
-        continue;
-      }
-      EngineEvent event;
-      event.request_id = r.id;
-      event.time = step_end;
-      if (r.timings.first_token == Clock::time_point{}) {
-        r.timings.first_token = step_end;
-        step.finished_prompt_tokens += r.prompt_tokens;
-      }
-      ++step.generated_tokens;
-      event.has_token = true;
-      // The model sampled the draft itself: keep it and verify the next one from its row.
-      const bool verified = !token->finished && round < s.draft_tokens.size() &&
-                            token->token == s.draft_tokens[round];
-      bool continues = false;
-      if (verified) {
-        ++step.accepted_draft_tokens;
-        // (PrepareSample fails only for a finished sequence; had it failed, the token would
-        // simply end the step's verification.)
-        absl::StatusOr<SampleRow> next = r.output->PrepareSample(rows[j].logit_row + 1);
-        if (next.ok()) {
-          next_seq_of.push_back(seq_of[j]);
-          next_rows.push_back(*next);
-          continues = true;
-        }
-      }
-      if (!continues && !s.draft_tokens.empty()) {
-        // The sequence's verification ends here: `round` of its drafts were accepted.
-        r.draft_length.Observe(static_cast<int32_t>(s.draft_tokens.size()),
-                               static_cast<int32_t>(round));
-      }
-      out.accepted_drafts = static_cast<int32_t>(round);
-      out.token = token->token;
-      out.finished = token->finished;
-      event.finish_reason = token->finish_reason;
-      event.token = std::move(*token);
-      if (r.prompt_logprobs >= 0 && !r.prompt_lp_sent) {
-        event.prompt_logprobs = std::move(r.prompt_lp);
-        r.prompt_lp_sent = true;
-      }
-      if (out.finished) FinishLocked(r, &event);
-      if (event.finished && observer_) observer_->OnRequestFinished(event);
-      pending.push_back({r.delivery, std::move(event)});
-      if (out.finished) requests_.erase(it);
+  auto decide = [&](size_t k, size_t round, const SampleRow& row,
+                    absl::StatusOr<SampleResult> sample)
+      -> absl::StatusOr<absl::optional<SampleRow>> {
+    const ScheduledSeq& s = plan.seqs[k];
+    SeqOutput& out = outputs[k];
+    auto it = requests_.find(s.id);
+    Request& r = *it->second;  // present: erased only here, after its last round
+    absl::StatusOr<TokenEvent> token =
+        sample.ok() ? r.output->Accept(std::move(*sample)) : sample.status();
+    if (!token.ok()) {
+      pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
+      requests_.erase(it);
+      return absl::nullopt;
     }
-    std::swap(seq_of, next_seq_of);
-    std::swap(rows, next_rows);
-  }
+    EngineEvent event;
+    event.request_id = r.id;
+    event.time = step_end;
+    if (r.timings.first_token == Clock::time_point{}) {
+      r.timings.first_token = step_end;
+      step.finished_prompt_tokens += r.prompt_tokens;
+    }
+    ++step.generated_tokens;
+    event.has_token = true;
+    absl::optional<SampleRow> next;
+    if (DraftVerified(s.draft_tokens, round, token->token, token->finished)) {
+      // The model sampled the draft itself: keep it and verify the next one from its row.
+      ++step.accepted_draft_tokens;
+      // (PrepareSample fails only for a finished sequence; had it failed, the token would
+      // simply end the step's verification.)
+      absl::StatusOr<SampleRow> next_row = r.output->PrepareSample(row.logit_row + 1);
+      if (next_row.ok()) next = *next_row;
+    }
+    if (!next.has_value() && !s.draft_tokens.empty()) {
+      // The sequence's verification ends here: `round` of its drafts were accepted.
+      r.draft_length.Observe(static_cast<int32_t>(s.draft_tokens.size()),
+                             static_cast<int32_t>(round));
+    }
+    out.accepted_drafts = static_cast<int32_t>(round);
+    out.token = token->token;
+    out.finished = token->finished;
+    event.finish_reason = token->finish_reason;
+    event.token = std::move(*token);
+    if (r.prompt_logprobs >= 0 && !r.prompt_lp_sent) {
+      event.prompt_logprobs = std::move(r.prompt_lp);
+      r.prompt_lp_sent = true;
+    }
+    if (out.finished) FinishLocked(r, &event);
+    if (event.finished && observer_) observer_->OnRequestFinished(event);
+    pending.push_back({r.delivery, std::move(event)});
+    if (out.finished) requests_.erase(it);
+    return next;
+  };
+  // Every error is handled per request above, so the call itself cannot fail.
+  (void)SampleInRounds(*sampler_, logits, std::move(seq_of), std::move(rows), decide,
+                       &step.sample_seconds);
 }
 
 void Engine::Loop() {
@@ -527,8 +514,8 @@ void Engine::Loop() {
       }
       // Rows exist only when the step succeeded (a failed step ended every request above).
       if (!sample_rows.empty()) {
-        SampleRoundsLocked(plan, *logits, step_end, sampled_seq, sample_rows, outputs, pending,
-                           step);
+        SampleRoundsLocked(plan, *logits, step_end, std::move(sampled_seq), std::move(sample_rows),
+                           outputs, pending, step);
       }
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored

@@ -226,14 +226,13 @@ class Engine {
   // not scored yet, into request.prompt_lp. Requires mutex_.
   absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
                                      absl::Span<const float> rows);
-  // Samples the step's tokens in rounds and runs each through its request's stop rules, in plan
-  // order. Round 0 samples `rows` (rows[j] is plan.seqs[seq_of[j]]'s); a sequence whose token is
-  // its next draft goes on to the next round with that draft's row, so each draft is sampled as
-  // it would have been in a later step. Fills `outputs` (token, accepted drafts, finished),
-  // queues the events on `pending`, and adds to step's sample time and token counts. Consumes
-  // seq_of and rows. Requires mutex_.
+  // Samples the step's tokens in rounds (SampleInRounds, engine/speculative:draft_rounds) and
+  // runs each through its request's stop rules, in plan order. Round 0 samples `rows` (rows[j]
+  // is plan.seqs[seq_of[j]]'s); a sequence whose token is its next draft goes on to the next
+  // round with that draft's row. Fills `outputs` (token, accepted drafts, finished), queues the
+  // events on `pending`, and adds to step's sample time and token counts. Requires mutex_.
   void SampleRoundsLocked(const StepPlan& plan, const Tensor& logits, Clock::time_point step_end,
-                          std::vector<size_t>& seq_of, std::vector<SampleRow>& rows,
+                          std::vector<size_t> seq_of, std::vector<SampleRow> rows,
                           std::vector<SeqOutput>& outputs, std::vector<Pending>& pending,
                           StepStats& step);
   // Marks `event` final and fills its usage and timings. Requires mutex_.
