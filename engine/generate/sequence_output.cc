@@ -51,9 +51,10 @@ absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
     event.finish_reason = result.reason;
     event.matched_stop = std::move(result.matched_stop);
     reason_ = result.reason;
-    if (result.reason == FinishReason::kLength) {
+    if (result.reason == FinishReason::kLength || result.reason == FinishReason::kEosToken) {
       // The stop checker already released its hold-back; a trailing partial UTF-8 character is
-      // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it.
+      // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it. (Not
+      // after a stop token or string: the text from there on is cut, partial bytes with it.)
       event.text_delta += decoder_.Flush();
     }
   }
@@ -64,7 +65,10 @@ absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
 std::string SequenceOutput::Abort(FinishReason reason) {
   if (finished()) return "";
   reason_ = reason;
+  // Held-back text, then a trailing partial UTF-8 character as U+FFFD: the text so far, as a
+  // batch decode of the tokens so far shows it.
   std::string rest = stop_.Flush();
+  rest += decoder_.Flush();
   text_ += rest;
   return rest;
 }
