@@ -147,6 +147,17 @@ class GenerationCall {
     if (id != 0) service_->engine()->Cancel(id);
   }
 
+  // One inter-token latency per step that gave this request tokens: the tokens of one step
+  // (accepted speculative drafts) share its time, and counting each would add zeros that pull
+  // the distribution below any step's real latency (vLLM observes once per step too).
+  void ObserveTokenTime(Clock::time_point time) {
+    if (time == last_token_time_) return;
+    if (service_->metrics() && last_token_time_ != Clock::time_point{}) {
+      service_->metrics()->ObserveInterTokenLatency(SecondsBetween(last_token_time_, time));
+    }
+    last_token_time_ = time;
+  }
+
   virtual void OnEvent(const EngineEvent& event) = 0;
   // Called once Start is over; may Finish.
   virtual void Started() = 0;
@@ -196,10 +207,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
 
   void OnEvent(const EngineEvent& event) override {
     if (event.has_token) {
-      if (service_->metrics() && last_token_time_ != Clock::time_point{}) {
-        service_->metrics()->ObserveInterTokenLatency(SecondsBetween(last_token_time_, event.time));
-      }
-      last_token_time_ = event.time;
+      ObserveTokenTime(event.time);
       FillToken(event.token, *service_->tokenizer(), with_logprobs_, response_->add_tokens());
     }
     if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {
@@ -290,10 +298,7 @@ class StreamGenerateReactor final
   void OnEvent(const EngineEvent& event) override {
     v1::GenerateStreamResponse message;
     if (event.has_token) {
-      if (service_->metrics() && last_token_time_ != Clock::time_point{}) {
-        service_->metrics()->ObserveInterTokenLatency(SecondsBetween(last_token_time_, event.time));
-      }
-      last_token_time_ = event.time;
+      ObserveTokenTime(event.time);
       FillToken(event.token, *service_->tokenizer(), with_logprobs_, message.mutable_token());
     }
     if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {

@@ -179,6 +179,37 @@ TEST(BlossomServiceTest, UnaryAndStreamAgreeAndReportUsage) {
   }
 }
 
+// Accepted speculative drafts arrive in the step of the token before them: one inter-token
+// latency per step, not a zero per extra token.
+TEST(BlossomServiceTest, InterTokenLatencyCountsStepsNotDraftTokens) {
+  EngineConfig engine_config;
+  engine_config.speculative.num_speculative_tokens = 4;
+  engine_config.speculative.lookup_min = 1;
+  ServiceFixture fixture({}, engine_config);
+  fixture.Load();
+  grpc::ClientContext context;
+  auto reader = fixture.stub().GenerateStream(
+      &context, v1::ToStreamRequest(Greedy("the the the the the the the the", 24)));
+  v1::GenerateStreamResponse message;
+  int tokens = 0;
+  while (reader->Read(&message)) tokens += message.has_token();
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(tokens, 24);
+  EXPECT_TRUE(fixture.WaitForIdle());
+  const std::string rendered = fixture.registry().Render();
+  auto value = [&](const std::string& series) -> int64_t {
+    const std::string key = series + "{model_name=\"bloom-tiny-h4\"} ";
+    const size_t at = rendered.find(key);
+    if (at == std::string::npos) return -1;
+    return std::stoll(rendered.substr(at + key.size()));
+  };
+  const int64_t accepted = value("blossom_spec_decode_accepted_tokens_total");
+  ASSERT_GT(accepted, 0) << "no draft was accepted: the test needs a prompt the model repeats\n"
+                         << rendered;
+  EXPECT_EQ(value("blossom_inter_token_latency_seconds_count"), tokens - 1 - accepted)
+      << rendered;
+}
+
 TEST(BlossomServiceTest, ClientCancelFreesTheRequest) {
   ServiceFixture fixture;
   fixture.Load();

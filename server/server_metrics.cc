@@ -34,7 +34,8 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
                                    "Arrival to first generated token.", LatencyBuckets(),
                                    Labels())),
       itl_(registry->AddHistogram("blossom_inter_token_latency_seconds",
-                                  "Time between consecutive tokens of a request.",
+                                  "Time between consecutive steps that gave a request tokens (several tokens of one step, "
+                                  "accepted speculative drafts, count once).",
                                   metrics::ExponentialBuckets(0.0005, 2.0, 16), Labels())),
       e2e_(registry->AddHistogram("blossom_e2e_request_latency_seconds",
                                   "Arrival to final response.", LatencyBuckets(), Labels())),
