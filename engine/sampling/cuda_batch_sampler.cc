@@ -94,6 +94,12 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
         (*results)[on_device[k]] = sampled;
         continue;
       }
+      if (tokens[k - begin] == cuda::kNoToken) {
+        // Sample()'s error for the same row (sampler.h), for this row alone.
+        (*results)[on_device[k]] = absl::FailedPreconditionError(
+            "no token can be sampled: every logit is -inf after penalties");
+        continue;
+      }
       SampleResult result;
       result.token = tokens[k - begin];
       (*results)[on_device[k]] = std::move(result);

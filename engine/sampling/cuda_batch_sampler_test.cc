@@ -130,6 +130,24 @@ TEST_F(CudaBatchSamplerTest, GreedyRowsMatchTheHostSampler) {
   EXPECT_EQ(sampler_->host_rows(), 0);
 }
 
+// One request whose row has nothing to draw fails alone, with the host sampler's error; a tiny
+// temperature samples the maximum, as on the host. Neither disturbs the rows beside it.
+TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
+  std::vector<Request> requests(3);
+  for (Request& r : requests) r.params.temperature = 0.0f;
+  requests[1].params.temperature = 1e-40f;  // denormal: 1 / t overflows
+  std::vector<float> host = RandomLogits(4, 5);
+  for (int64_t i = 0; i < kVocab; ++i) host[static_cast<size_t>(2 * kVocab + i)] = -INFINITY;
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  SampleOnBoth(host, requests, {0, 1, 2}, &gpu, &cpu);
+  ASSERT_TRUE(gpu[0].ok()) << gpu[0].status();
+  ASSERT_TRUE(gpu[1].ok()) << gpu[1].status();
+  EXPECT_EQ(gpu[0]->token, cpu[0]->token);
+  EXPECT_EQ(gpu[1]->token, cpu[1]->token);
+  EXPECT_EQ(gpu[2].status().code(), absl::StatusCode::kFailedPrecondition) << gpu[2].status();
+  EXPECT_EQ(cpu[2].status().code(), absl::StatusCode::kFailedPrecondition) << cpu[2].status();
+}
+
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   std::vector<Request> requests(4);
   requests[0].params.logprobs = 5;

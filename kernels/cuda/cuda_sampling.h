@@ -39,6 +39,9 @@ struct SamplingRow {
   std::vector<int32_t> output_tokens;
 };
 
+// CudaSampler::Sample's token for a row with nothing to draw.
+inline constexpr int32_t kNoToken = -1;
+
 class CudaSampler {
  public:
   // `stream` is the cudaStream_t the logits were produced on (CudaBackend::stream()); null means
@@ -50,7 +53,8 @@ class CudaSampler {
 
   // Samples rows.size() tokens from logits (device, fp32, [rows, vocab], row-major) into
   // tokens[rows] (host). The logits are modified in place by the penalties. Blocks until the
-  // tokens are on the host. A row whose logits are all -inf gives FailedPrecondition.
+  // tokens are on the host. A row whose logits are all -inf after the penalties gets token -1
+  // (kNoToken): one such row must fail only its own request. Errors are the device's.
   absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows, int32_t* tokens);
 
   // The uniform in [0, 1) that (seed, offset) draws; exposed for tests and CPU cross-checks.

@@ -245,16 +245,30 @@ TEST_F(CudaSamplingTest, ARowsTokenDoesNotDependOnItsBatch) {
   }
 }
 
-TEST_F(CudaSamplingTest, AllMaskedRowIsAnError) {
-  std::vector<float> l(100, -INFINITY);
-  float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, l.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d, l.data(), l.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  int32_t token = 0;
-  SamplingRow row;
-  absl::Status s = sampler_->Sample(d, 100, {row}, &token);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  cudaFree(d);
+// An all-masked row gets kNoToken; the rows beside it are sampled as if it were not there.
+TEST_F(CudaSamplingTest, AllMaskedRowFailsOnlyItself) {
+  std::vector<float> l(300, 0.0f);
+  for (int i = 0; i < 100; ++i) l[100 + i] = -INFINITY;  // row 1
+  l[17] = 5.0f;                                          // row 0's argmax
+  l[200 + 42] = 5.0f;                                    // row 2's argmax
+  std::vector<SamplingRow> rows(3);
+  for (SamplingRow& row : rows) row.temperature = 0.0f;
+  const std::vector<int32_t> tokens = Sample(l, 100, rows);
+  EXPECT_EQ(tokens, (std::vector<int32_t>{17, kNoToken, 42}));
+}
+
+// Temperatures down to the smallest denormal pass validation; they must sample like greedy
+// (the CPU sampler divides, so its weights are 1 for the maximum and 0 elsewhere).
+TEST_F(CudaSamplingTest, TinyTemperatureSamplesTheMaximum) {
+  std::vector<float> l(1000);
+  for (int i = 0; i < 1000; ++i) l[i] = static_cast<float>((i * 37) % 101) * 0.01f;
+  l[613] = 3.0f;
+  for (float t : {1e-40f, 1e-30f, 1e-8f}) {
+    SamplingRow row;
+    row.temperature = t;
+    row.seed = 7;
+    EXPECT_EQ(Sample(l, 1000, {row})[0], 613) << "temperature " << t;
+  }
 }
 
 }  // namespace

@@ -204,7 +204,10 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     if (threadIdx.x == 0) a.out_tokens[r] = best.id;
     return;
   }
-  const float inv_t = 1.0f / p.temperature;
+  // Divided, not multiplied by 1 / t, as the CPU sampler does: a denormal temperature (1e-40
+  // passes validation) makes 1 / t overflow to inf and (mx - mx) * inf a NaN weight, which
+  // drew no token at all; (v - mx) / t is 0 for the maximum and -inf below it (greedy).
+  const float t = p.temperature;
 
   // Top-k: the k-th largest key, by radix select from the most significant byte.
   uint32_t keep_min = 0;
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     keep_min = sh_prefix;
   }
   auto weight = [&](float v, uint32_t min_key) {
-    return OrderKey(v) >= min_key ? expf((v - mx) * inv_t) : 0.0f;
+    return OrderKey(v) >= min_key ? expf((v - mx) / t) : 0.0f;
   };
 
   // Top-p: the largest threshold whose kept mass reaches top_p of the (top-k) mass.
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
       for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
         const uint32_t key = OrderKey(l[i]);
         if (key >= keep_min && (key & mask) == prefix) {
-          atomicAdd(&hist_f[(key >> shift) & 255u], expf((l[i] - mx) * inv_t));
+          atomicAdd(&hist_f[(key >> shift) & 255u], expf((l[i] - mx) / t));
         }
       }
       __syncthreads();
