@@ -176,6 +176,10 @@ class Backend {
   virtual absl::Status CopyToHost(const Tensor& src, void* host) = 0;
   // Blocks until all issued work is done.
   virtual absl::Status Synchronize() = 0;
+  // OK unless the device is unusable for good: on CUDA, a sticky error (an illegal address, a
+  // kernel fault, an uncorrectable ECC error) that every later call in this process returns.
+  // Does not wait for work in flight.
+  virtual absl::Status Health() { return absl::OkStatus(); }
   // dst[r, col_begin + c] = src[r, c] for every row r and column c of src: writes src [R, w] as
   // columns [col_begin, col_begin + w) of dst [R, W], both in this backend's memory, same dtype.
   // It is how the vocabulary-parallel logits slices become one [rows, vocab] tensor without

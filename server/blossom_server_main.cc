@@ -44,6 +44,7 @@
 #include "kernels/weight_quant.h"
 #include "server/auth/api_keys.h"
 #include "server/blossom_service.h"
+#include "server/engine_events.h"
 #include "server/kv_fit.h"
 #include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
@@ -402,7 +403,12 @@ int Run() {
   if (!fit.ok()) return Fail(fit.status());
   if (!fit->warning.empty()) spdlog::warn("{}", fit->warning);
   sc.max_total_tokens = fit->max_total_tokens;
-  auto engine = Engine::Create(runner->get(), tokenizer->get(), engine_config, &server_metrics);
+  // A failure for good turns health NOT_SERVING: load balancers stop routing here.
+  EngineEvents engine_events(&server_metrics, &service, [health, kServiceName] {
+    health->SetServingStatus(false);
+    health->SetServingStatus(kServiceName, false);
+  });
+  auto engine = Engine::Create(runner->get(), tokenizer->get(), engine_config, &engine_events);
   if (!engine.ok()) return Fail(engine.status());
   registry.AddCollectHook([&] { server_metrics.UpdateSchedulerTotals((*engine)->scheduler_stats()); });
 

@@ -416,6 +416,14 @@ void BlossomService::StartDraining() {
   state_.store(static_cast<int>(State::kDraining), std::memory_order_release);
 }
 
+void BlossomService::MarkFailed(const absl::Status& failure) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_message_ = std::string(failure.message());
+  }
+  state_.store(static_cast<int>(State::kFailed), std::memory_order_release);
+}
+
 absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool generation) const {
   if (options_.api_keys.enabled()) {
     const auto& metadata = context->client_metadata();
@@ -440,6 +448,16 @@ absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool ge
         return WithRetryDelay(WithReason(absl::UnavailableError("the server is shutting down"),
                                          error_reason::kShuttingDown),
                               kUnavailableRetryDelay);
+      }
+      break;
+    case State::kFailed:
+      if (generation) {
+        std::lock_guard<std::mutex> lock(failure_mutex_);
+        // No retry delay: this server will not recover; another replica (or a restart) will.
+        return WithReason(absl::UnavailableError(absl::StrCat(
+                              "the model can no longer run (", failure_message_,
+                              "); this server must be restarted")),
+                          error_reason::kModelFailed);
       }
       break;
     case State::kServing: break;

@@ -2,6 +2,7 @@
 // error status, and no message that reads as a normal end.
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/model/pretend_device_runner.h"
@@ -102,6 +103,43 @@ TEST(BlossomServiceFailureTest, AFailureWithNothingHeldBackEndsWithTheStatusAlon
   EXPECT_EQ(failed.tokens, 3);
   EXPECT_EQ(failed.finals, 0);
   EXPECT_TRUE(fixture.WaitForIdle());
+}
+
+// A step failure that leaves the runner unusable: the request in it fails, the service turns
+// NOT_SERVING, and later generations are refused at once with UNAVAILABLE (MODEL_FAILED).
+TEST(BlossomServiceFailureTest, AFailureForGoodStopsServing) {
+  Fixture fixture;
+  fixture.Load([](ModelRunner* model) {
+    return std::make_unique<FailingStepRunner>(model, 4, /*fatal=*/true);
+  });
+  const Received failed = Stream(fixture, Greedy(12));
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(failed.tokens, 3);
+  EXPECT_TRUE(fixture.WaitForIdle());
+  // The engine reports the failure after the step that ended the stream.
+  for (int i = 0; i < 200 && fixture.not_serving_calls() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(fixture.not_serving_calls(), 1);
+  EXPECT_EQ(fixture.service().state(), BlossomService::State::kFailed);
+  for (int call = 0; call < 2; ++call) {
+    const Received refused = Stream(fixture, Greedy(4));
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(refused.status.error_message().find("must be restarted"), std::string::npos)
+        << refused.status.error_message();
+    EXPECT_NE(refused.status.error_message().find("a peer died"), std::string::npos);
+    EXPECT_EQ(refused.tokens, 0);
+  }
+}
+
+// A step failure the runner survives: the service keeps serving.
+TEST(BlossomServiceFailureTest, AFailureTheRunnerSurvivesKeepsServing) {
+  Fixture fixture;
+  fixture.Load([](ModelRunner* model) { return std::make_unique<FailingStepRunner>(model, 4); });
+  EXPECT_EQ(Stream(fixture, Greedy(12)).status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_TRUE(fixture.WaitForIdle());
+  EXPECT_EQ(fixture.not_serving_calls(), 0);
+  EXPECT_EQ(fixture.service().state(), BlossomService::State::kServing);
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ inline constexpr char kInvalidRequest[] = "INVALID_REQUEST";  // no more specifi
 inline constexpr char kQueueFull[] = "QUEUE_FULL";
 inline constexpr char kModelLoading[] = "MODEL_LOADING";
 inline constexpr char kShuttingDown[] = "SHUTTING_DOWN";
+inline constexpr char kModelFailed[] = "MODEL_FAILED";  // the engine failed for good
 inline constexpr char kMissingApiKey[] = "MISSING_API_KEY";
 inline constexpr char kInvalidApiKey[] = "INVALID_API_KEY";
 }  // namespace error_reason

@@ -189,6 +189,11 @@ class ModelRunner {
   // ForwardKeepLogits, CopyLogitsToHost, MakeBatchSampler).
   // Only launcher "mpi" has followers (ranks > 0), which call RunFollower instead and get
   // FailedPrecondition from those.
+  // OK while steps can run. Otherwise the failure that left the runner unusable for good (a
+  // tensor-parallel group out of step, a device in a sticky error state): every later step
+  // would fail the same way, so the engine stops admitting requests. A step failure after which
+  // Health() is OK (a timed-out collective whose communicators were rebuilt) is not fatal.
+  virtual absl::Status Health() { return absl::OkStatus(); }
   virtual bool is_leader() const { return true; }
   // Followers: executes the leader's step plans until the leader's runner is destroyed (OK), or
   // the plan channel fails (an error; the job is broken). Leaders: FailedPrecondition.

@@ -143,6 +143,13 @@ class MpiRunner : public ModelRunner {
     return kept;
   }
 
+  // The group out of step (broken_), or this rank's device. A dead follower shows as broken_.
+  absl::Status Health() override {
+    if (!broken_.ok()) return broken_;
+    if (backend_ == nullptr) return absl::OkStatus();
+    return worker_.Run([&] { return backend_->Health(); });
+  }
+
   absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override {
     BLOSSOM_RETURN_IF_ERROR(LeaderOnly("CopyLogitsToHost"));
     return worker_.Run([&] { return backend_->CopyToHost(rows, out); });

@@ -147,6 +147,11 @@ class MultiRankRunner : public ModelRunner {
     return RunOnRankZero([&] { return ranks_[0].backend->CopyToHost(rows, out); });
   }
 
+  absl::Status Health() override {
+    if (!unusable_.ok()) return unusable_;
+    return Dispatch(/*collective=*/false, [this](int r) { return ranks_[r].backend->Health(); });
+  }
+
   absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
     return MakeSamplerOnBackendThread(
         ranks_[0].backend.get(),
@@ -154,6 +159,8 @@ class MultiRankRunner : public ModelRunner {
   }
 
  private:
+  // Set when a failed collective step left a group that could not be rebuilt (engine thread).
+  mutable absl::Status unusable_;
   struct Rank {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<BloomModel> model;
@@ -179,6 +186,8 @@ class MultiRankRunner : public ModelRunner {
     });
     absl::Status rearmed = released.ok() ? group_->Rearm() : released;
     if (!rearmed.ok()) {
+      unusable_ = absl::Status(rearmed.code(), absl::StrCat("the tensor-parallel group could not "
+                                                            "be rebuilt: ", rearmed.message()));
       return absl::Status(status.code(), absl::StrCat(status.message(), "; ", rearmed.message()));
     }
     return status;

@@ -39,6 +39,7 @@ class PretendDeviceRunner : public ModelRunner {
   absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override;
   absl::Status CopyLogitsToHost(const Tensor& rows, float* out) override;
   absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override;
+  absl::Status Health() override { return inner_->Health(); }
 
   std::atomic<int64_t> host_forwards{0}, copied_rows{0}, sampled_rows{0};
 
@@ -48,18 +49,25 @@ class PretendDeviceRunner : public ModelRunner {
 
 // Test support: a PretendDeviceRunner whose steps (ForwardKeepLogits) fail from its
 // `fail_from`-th call on (1-based) with DeadlineExceeded "a peer died", as a dead
-// tensor-parallel peer makes them fail. Called by one thread (the engine's).
+// tensor-parallel peer makes them fail. With `fatal`, Health() then reports that failure (the
+// group cannot be rebuilt); without, the runner stays healthy (each step fails on its own).
+// Called by one thread (the engine's).
 class FailingStepRunner : public PretendDeviceRunner {
  public:
-  FailingStepRunner(ModelRunner* inner, int fail_from)
-      : PretendDeviceRunner(inner), fail_from_(fail_from) {}
+  FailingStepRunner(ModelRunner* inner, int fail_from, bool fatal = false)
+      : PretendDeviceRunner(inner), fail_from_(fail_from), fatal_(fatal) {}
   absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
     if (++calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
     return PretendDeviceRunner::ForwardKeepLogits(batch);
   }
+  absl::Status Health() override {
+    if (fatal_ && calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
+    return PretendDeviceRunner::Health();
+  }
 
  private:
   const int fail_from_;
+  const bool fatal_;
   int calls_ = 0;
 };
 

@@ -72,6 +72,7 @@ class SingleRankRunner : public ModelRunner {
     return model_->backend()->CopyToHost(rows, out);
   }
   StepGraphStats step_graph_stats() const override { return model_->step_graph_stats(); }
+  absl::Status Health() override { return model_->backend()->Health(); }
   absl::Status WarmUp(int32_t max_step_tokens, int32_t max_logit_rows) override {
     if (cache_ == nullptr) {
       return absl::FailedPreconditionError("ModelRunner::WarmUp before AllocateKvCache");

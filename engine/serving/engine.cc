@@ -178,6 +178,11 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return absl::UnavailableError("the engine is shutting down");
+    if (!failure_.ok()) {
+      return absl::UnavailableError(absl::StrCat("the model can no longer run (",
+                                                 failure_.message(),
+                                                 "); this server must be restarted"));
+    }
     req->id = next_id_++;
     stream = std::make_shared<RequestStream>(req->id);
     req->delivery->stream = stream;
@@ -262,6 +267,20 @@ EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::
   FinishLocked(request, &event);
   if (observer_) observer_->OnRequestFinished(event);
   return event;
+}
+
+bool Engine::FailForGoodLocked(std::vector<Pending>& pending) {
+  if (!failure_.ok()) return false;
+  absl::Status health = runner_->Health();
+  if (health.ok()) return false;  // that step failed; the next may run
+  failure_ = std::move(health);
+  const absl::Status ended = absl::UnavailableError(absl::StrCat(
+      "the model can no longer run (", failure_.message(), "); this server must be restarted"));
+  for (auto& [id, r] : requests_) {
+    pending.push_back({r->delivery, EndEarlyLocked(*r, FinishReason::kError, ended)});
+  }
+  requests_.clear();
+  return true;
 }
 
 bool Engine::Cancel(uint64_t request_id) {
@@ -460,6 +479,8 @@ void Engine::Loop() {
     const Clock::time_point step_end = Clock::now();
 
     StepStats step;
+    bool failed_for_good = false;
+    absl::Status failure;  // failure_, read under the lock when failed_for_good
     {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<SeqOutput> outputs(plan.seqs.size());
@@ -519,6 +540,10 @@ void Engine::Loop() {
       }
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
+      if (!logits.ok() && FailForGoodLocked(pending)) {
+        failed_for_good = true;
+        failure = failure_;
+      }
       const SchedulerStats ss = scheduler_->stats();
       step.batch_size = static_cast<int32_t>(plan.seqs.size());
       step.prefill_tokens = plan.num_prefill_tokens;
@@ -541,6 +566,7 @@ void Engine::Loop() {
     step.deliver_seconds = handoff_seconds;
     // Metrics first: a client that has its final event finds its tokens counted.
     if (observer_) observer_->OnStep(step);
+    if (failed_for_good && observer_) observer_->OnEngineFailed(failure);
     const Clock::time_point handoff_start = Clock::now();
     deliverer_->Hand(pending);  // streamed while the next step runs
     handoff_seconds = std::chrono::duration<double>(Clock::now() - handoff_start).count();

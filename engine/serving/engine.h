@@ -17,6 +17,10 @@
 // drafts up to the first one the model did not sample itself. Tokens, logprobs and seeded
 // streams are the same with speculation on or off (on the CPU backend, bit for bit: a row's
 // logits do not depend on the other rows of its step); only the number of steps changes.
+// A failed step ends the requests in it (kError). If the runner then reports itself unusable for
+// good (ModelRunner::Health: a broken tensor-parallel group, a sticky device error), every
+// other request ends too, Submit refuses with Unavailable from then on, and the observer hears
+// OnEngineFailed once: otherwise each later request would be admitted only to fail.
 // Preemption (by recompute) is invisible to clients: a preempted sequence keeps its sampled
 // tokens and its per-request RNG, and its recomputed KV is bit-identical on the CPU backend.
 //
@@ -179,6 +183,9 @@ class EngineObserver {
   virtual ~EngineObserver() = default;
   virtual void OnStep(const StepStats&) {}
   virtual void OnRequestFinished(const EngineEvent& final_event) { (void)final_event; }
+  // Once, when a failed step left the runner unable to run again (ModelRunner::Health): the
+  // engine has failed every request and refuses new ones; the process must be restarted.
+  virtual void OnEngineFailed(const absl::Status& failure) { (void)failure; }
 };
 
 class Engine {
@@ -241,6 +248,9 @@ class Engine {
   // puts held-back text in the final event, tells the observer. The caller erases the request
   // and delivers the event. Requires mutex_.
   EngineEvent EndEarlyLocked(Request& request, FinishReason reason, absl::Status status);
+  // After a failed step: when the runner is unusable for good, records failure_ and ends every
+  // request (their events onto `pending`); returns whether it did. Requires mutex_.
+  bool FailForGoodLocked(std::vector<Pending>& pending);
 
   ModelRunner* runner_;
   const Tokenizer* tokenizer_;
@@ -257,6 +267,7 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Request>> requests_;  // guarded by mutex_
   uint64_t next_id_ = 1;                                              // guarded by mutex_
   bool stopping_ = false;                                             // guarded by mutex_
+  absl::Status failure_;  // guarded by mutex_; set once when the runner fails for good
   // Final events taken out of requests_ (under mutex_) and not yet handed to their sink or
   // stream: with them, num_unfinished() does not reach 0 while final events wait with the
   // deliverer.

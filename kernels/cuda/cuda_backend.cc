@@ -266,6 +266,13 @@ absl::Status CudaBackend::CopyColumns(const Tensor& src, Tensor dst, int64_t col
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::Health() {
+  const cudaError_t err = cudaStreamQuery(impl_->stream);
+  if (err == cudaSuccess || err == cudaErrorNotReady) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CUDA device unusable: ", cudaGetErrorName(err), ": ",
+                                          cudaGetErrorString(err)));
+}
+
 absl::Status CudaBackend::Synchronize() {
   BLOSSOM_RETURN_IF_ERROR(RefuseWhileCapturing("Synchronize"));
   BLOSSOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->host_error_flag, impl_->error_flag, sizeof(int),

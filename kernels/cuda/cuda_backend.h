@@ -123,6 +123,9 @@ class CudaBackend : public Backend {
   absl::StatusOr<HostBuffer> AllocateHostStaging(size_t bytes) override;
   absl::Status CopyToHost(const Tensor& src, void* host) override;
   absl::Status Synchronize() override;
+  // cudaStreamQuery on the compute stream: success or "not ready" while the context is usable;
+  // after a sticky error every call, this one included, returns that error.
+  absl::Status Health() override;
   // One cudaMemcpy2DAsync on the compute stream, device to device.
   absl::Status CopyColumns(const Tensor& src, Tensor dst, int64_t col_begin) override;
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(const KvCacheSpec& spec) override;

@@ -9,6 +9,7 @@
 #ifndef BLOSSOM_SERVER_TESTING_IN_PROCESS_SERVER_H_
 #define BLOSSOM_SERVER_TESTING_IN_PROCESS_SERVER_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "engine/model/model_runner.h"
 #include "gtest/gtest.h"
 #include "server/blossom_service.h"
+#include "server/engine_events.h"
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
 #include "tests/util/fixture_path.h"
@@ -32,7 +34,8 @@ class InProcessServer {
       : model_(std::move(model)),
         engine_config_(engine_config),
         metrics_(&registry_, model_),
-        service_(WithModelName(std::move(options), model_), &metrics_) {
+        service_(WithModelName(std::move(options), model_), &metrics_),
+        engine_events_(&metrics_, &service_, [this] { not_serving_calls_.fetch_add(1); }) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
@@ -60,7 +63,7 @@ class InProcessServer {
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = std::move(*tokenizer);
     auto engine = Engine::Create(wrapper_ ? wrapper_.get() : runner_.get(), tokenizer_.get(),
-                                 engine_config_, &metrics_);
+                                 engine_config_, &engine_events_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     v1::ModelInfo info;
@@ -86,6 +89,8 @@ class InProcessServer {
   Engine& engine() { return *engine_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   metrics::Registry& registry() { return registry_; }
+  // How often the engine's failure for good asked for health NOT_SERVING (EngineEvents).
+  int not_serving_calls() const { return not_serving_calls_.load(); }
 
  private:
   static ServiceOptions WithModelName(ServiceOptions options, const std::string& model) {
@@ -98,6 +103,8 @@ class InProcessServer {
   metrics::Registry registry_;
   ServerMetrics metrics_;
   BlossomService service_;
+  std::atomic<int> not_serving_calls_{0};
+  EngineEvents engine_events_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ModelRunner> runner_;

@@ -1,0 +1,127 @@
+// Failed steps: one that the runner survives ends only the requests in it; one that leaves the
+// runner unusable (ModelRunner::Health) ends every request and closes the engine to new ones.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/pretend_device_runner.h"
+#include "engine/serving/engine.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/util/fixture_path.h"
+
+namespace blossom {
+namespace {
+
+class EngineFailureTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    backend_ = new CpuBackend(2);
+    const std::string dir = FixturePath("models/bloom-tiny-h4");
+    auto model = BloomModel::Load(dir, backend_, nullptr);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = model->release();
+    runner_ = ModelRunner::ForModel(model_).release();
+    auto tokenizer = Tokenizer::FromFile(dir + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = tokenizer->release();
+  }
+  static void TearDownTestSuite() {
+    delete runner_;
+    delete model_;
+    delete tokenizer_;
+    delete backend_;
+  }
+
+  static EngineRequest Request(int32_t first_token, int32_t max_new_tokens) {
+    EngineRequest r;
+    r.prompt_tokens = {first_token, 11, 12, 13};
+    r.sampling.temperature = 0.0f;
+    r.stopping.max_new_tokens = max_new_tokens;
+    r.stopping.ignore_eos = true;
+    return r;
+  }
+
+  static EngineEvent Last(RequestStream& stream) {
+    EngineEvent e, last;
+    while (stream.Next(&e)) last = e;
+    return last;
+  }
+
+  static CpuBackend* backend_;
+  static BloomModel* model_;
+  static ModelRunner* runner_;
+  static Tokenizer* tokenizer_;
+};
+CpuBackend* EngineFailureTest::backend_ = nullptr;
+BloomModel* EngineFailureTest::model_ = nullptr;
+ModelRunner* EngineFailureTest::runner_ = nullptr;
+Tokenizer* EngineFailureTest::tokenizer_ = nullptr;
+
+class FailureObserver : public EngineObserver {
+ public:
+  void OnEngineFailed(const absl::Status& failure) override {
+    ++calls;
+    last = failure;
+  }
+  std::atomic<int> calls{0};
+  absl::Status last;
+};
+
+EngineConfig SmallConfig(int32_t max_num_seqs) {
+  EngineConfig config;
+  config.scheduler.block_size = 4;
+  config.scheduler.num_blocks = 64;
+  config.scheduler.max_total_tokens = 64;
+  config.scheduler.max_num_seqs = max_num_seqs;
+  return config;
+}
+
+// One sequence runs at a time, so a second request is still waiting when the first one's step
+// fails: a fatal failure must end it too, and refuse what comes after.
+TEST_F(EngineFailureTest, AFailureForGoodEndsEveryRequestAndRefusesNewOnes) {
+  FailingStepRunner failing(runner_, /*fail_from=*/3, /*fatal=*/true);
+  FailureObserver observer;
+  auto engine = Engine::Create(&failing, tokenizer_, SmallConfig(1), &observer);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto running = (*engine)->Submit(Request(5, 20));
+  auto waiting = (*engine)->Submit(Request(6, 20));
+  ASSERT_TRUE(running.ok() && waiting.ok());
+  const EngineEvent first = Last(**running);
+  EXPECT_EQ(first.finish_reason, FinishReason::kError);
+  EXPECT_NE(std::string(first.status.message()).find("a peer died"), std::string::npos)
+      << first.status;
+  const EngineEvent second = Last(**waiting);
+  EXPECT_EQ(second.finish_reason, FinishReason::kError);
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kUnavailable) << second.status;
+  EXPECT_NE(std::string(second.status.message()).find("must be restarted"), std::string::npos)
+      << second.status;
+  auto refused = (*engine)->Submit(Request(7, 4));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("a peer died"), std::string::npos);
+  EXPECT_EQ(observer.calls.load(), 1);
+  EXPECT_EQ(observer.last.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*engine)->scheduler_stats().blocks_used, 0);
+  EXPECT_EQ((*engine)->num_unfinished(), 0);
+}
+
+// A failure the runner survives ends the requests of that step only: the next request runs.
+TEST_F(EngineFailureTest, AStepFailureTheRunnerSurvivesKeepsTheEngineOpen) {
+  FailingStepRunner failing(runner_, /*fail_from=*/3, /*fatal=*/false);
+  FailureObserver observer;
+  auto engine = Engine::Create(&failing, tokenizer_, SmallConfig(1), &observer);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto running = (*engine)->Submit(Request(5, 20));
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(Last(**running).finish_reason, FinishReason::kError);
+  // (Every later step of this runner fails too; what matters is that it is admitted and ended
+  // by its own step, not refused.)
+  auto next = (*engine)->Submit(Request(6, 4));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(Last(**next).finish_reason, FinishReason::kError);
+  EXPECT_EQ(observer.calls.load(), 0);
+}
+
+}  // namespace
+}  // namespace blossom
