@@ -37,9 +37,11 @@ TEST_F(CudaBackendTest, AllocationFailureIsResourceExhaustedNamingTheBytes) {
   EXPECT_EQ(buf.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(buf.status().message().find(std::to_string(too_much)), std::string::npos) << buf.status();
   EXPECT_NE(buf.status().message().find("free"), std::string::npos) << buf.status();
-  // The failure is not sticky.
+  // The failure is not sticky: allocations go on, and Health() (what the engine asks after a
+  // failed step) does not call the device unusable.
   auto ok = gpu_->Allocate(1 << 20);
   EXPECT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(gpu_->Health().ok()) << gpu_->Health();
 }
 
 TEST_F(CudaBackendTest, FreeMemoryShrinksByAnAllocation) {
