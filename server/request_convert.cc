@@ -116,6 +116,18 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
       return Refusal(error_reason::kInvalidPrompt, "prompt",
                      "prompt is missing: set text or token_ids");
   }
+  if (request.truncate_prompt_tokens() < 0) {
+    return Refusal(error_reason::kInvalidPrompt, "truncate_prompt_tokens",
+                   absl::StrCat("truncate_prompt_tokens must be >= 0 (0 keeps the whole prompt), "
+                                "got ",
+                                request.truncate_prompt_tokens()));
+  }
+  if (request.truncate_prompt_tokens() > 0 &&
+      out.prompt_tokens.size() > static_cast<size_t>(request.truncate_prompt_tokens())) {
+    // The end of the prompt is kept: it is what the continuation follows.
+    out.prompt_tokens.erase(out.prompt_tokens.begin(),
+                            out.prompt_tokens.end() - request.truncate_prompt_tokens());
+  }
   if (static_cast<int64_t>(out.prompt_tokens.size()) > limits.max_input_tokens) {
     // OUT_OF_RANGE: a valid request beyond this server's limit; the reason says which limit.
     return Refusal(error_reason::kPromptTooLong,

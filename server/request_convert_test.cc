@@ -60,6 +60,34 @@ TEST_F(RequestConvertTest, PresentZeroDiffersFromAbsent) {
   EXPECT_EQ(converted->priority, -2);
 }
 
+TEST_F(RequestConvertTest, TruncationKeepsTheEndOfThePromptBeforeTheLengthLimit) {
+  v1::GenerateRequest request;
+  for (int32_t id = 1; id <= 20; ++id) request.mutable_token_ids()->add_ids(id);  // > 8 allowed
+  request.set_truncate_prompt_tokens(3);
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->prompt_tokens, std::vector<int32_t>({18, 19, 20}));
+  // A text prompt: its tokens' tail.
+  v1::GenerateRequest text;
+  text.set_text("The server reads the request and answers");
+  const std::vector<int32_t> all = *tokenizer_->Encode(text.text());
+  ASSERT_GT(all.size(), 2u);
+  text.set_truncate_prompt_tokens(2);
+  converted = ToEngineRequest(text, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->prompt_tokens, std::vector<int32_t>(all.end() - 2, all.end()));
+  // Shorter than the limit: unchanged. Beyond max_input_tokens after truncation: still refused.
+  v1::GenerateRequest short_text;
+  short_text.set_text("The server reads");
+  short_text.set_truncate_prompt_tokens(1000);
+  converted = ToEngineRequest(short_text, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->prompt_tokens, *tokenizer_->Encode("The server reads"));
+  request.set_truncate_prompt_tokens(9);
+  EXPECT_EQ(ToEngineRequest(request, *tokenizer_, limits_).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 TEST_F(RequestConvertTest, ZeroPriorityIsAcceptedWhateverThePolicy) {
   for (bool priority_scheduling : {false, true}) {
     v1::GenerateRequest request;
@@ -111,6 +139,12 @@ TEST_F(RequestConvertTest, RefusalsNameTheField) {
        },
        absl::StatusCode::kInvalidArgument, "sampling.logprobs", "sampling.logprobs",
        "INVALID_SAMPLING_PARAMS"},
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->set_truncate_prompt_tokens(-1);
+       },
+       absl::StatusCode::kInvalidArgument, "truncate_prompt_tokens must be >= 0",
+       "truncate_prompt_tokens", "INVALID_PROMPT"},
       // limits_ schedules first come, first served: a client may not jump the queue.
       {[](v1::GenerateRequest* r) {
          r->set_text("x");

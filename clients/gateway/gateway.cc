@@ -260,7 +260,8 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   } else if (name == "completions" || name == "chat_completions") {
     HandleCompletions(request, writer, name == "chat_completions");
   } else if (name == "generate" || name == "generate_stream") {
-    HandleTgiGenerate(request, writer, name == "generate_stream", /*as_list=*/false);
+    HandleTgiGenerate(request, writer, name == "generate_stream", /*as_list=*/false,
+                      /*compat=*/false);
   } else if (name == "compat_generate") {
     absl::StatusOr<Json> body = ParseJsonObject(request.body);
     if (!body.ok()) {
@@ -273,7 +274,8 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
       writer->Send(ErrorResponse(ApiFlavor::kTgi, status));
       return;
     }
-    HandleTgiGenerate(request, writer, stream.value_or(false), /*as_list=*/!stream.value_or(false));
+    HandleTgiGenerate(request, writer, stream.value_or(false), /*as_list=*/!stream.value_or(false),
+                      /*compat=*/true);
   } else if (name == "tokenize") {
     HandleTokenize(request, writer);
   }
@@ -407,6 +409,17 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   metrics_.AddInFlight(1);
   CallStarted();
 
+  if (!parsed->batch.empty()) {
+    for (size_t k = 0; k < parsed->batch.size(); ++k) {
+      blossom::v1::GenerateRequest& one = parsed->batch[k];
+      if (!options_.served_model_name.empty()) one.clear_model();
+      one.set_request_id(absl::StrCat(request_id, "-", k));
+    }
+    HandleCompletionBatch(request, writer,
+                          std::make_shared<openai::CompletionRequest>(std::move(*parsed)), id,
+                          created, flavor);
+    return;
+  }
   if (!parsed->stream) {
     auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
     call->request = parsed->request;
@@ -446,9 +459,72 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
                }});
 }
 
+void Gateway::HandleCompletionBatch(const http::Request& request,
+                                    std::shared_ptr<ResponseWriter> writer,
+                                    std::shared_ptr<openai::CompletionRequest> req, std::string id,
+                                    int64_t created, ApiFlavor flavor) {
+  using Call = UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>;
+  struct Batch {
+    std::vector<std::shared_ptr<Call>> calls;  // fixed before the first call starts
+    std::mutex mu;
+    size_t remaining = 0;   // guarded by mu
+    grpc::Status failure;   // guarded by mu: the first call's failure
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->remaining = req->batch.size();
+  for (const blossom::v1::GenerateRequest& one : req->batch) {
+    auto call = std::make_shared<Call>();
+    call->request = one;
+    SetupContext(request, options_.request_timeout, &call->context);
+    batch->calls.push_back(std::move(call));
+  }
+  std::weak_ptr<Batch> weak = batch;
+  writer->OnClose([this, weak] {
+    if (auto b = weak.lock()) {
+      metrics_.RecordCancelled();
+      for (auto& call : b->calls) call->context.TryCancel();
+    }
+  });
+  for (auto& call : batch->calls) {
+    stub_->async()->Generate(
+        &call->context, &call->request, &call->response,
+        [this, batch, req, writer, id, created, flavor](grpc::Status status) {
+          bool last = false, first_failure = false;
+          {
+            std::lock_guard<std::mutex> lock(batch->mu);
+            if (!status.ok() && batch->failure.ok()) {
+              batch->failure = status;
+              first_failure = true;
+            }
+            last = --batch->remaining == 0;
+          }
+          // One failed choice fails the request (as vLLM): the others stop now.
+          if (first_failure) {
+            for (auto& other : batch->calls) other->context.TryCancel();
+          }
+          if (!last) return;
+          if (!batch->failure.ok()) {
+            writer->Send(ErrorResponse(flavor, FromGrpcStatus(batch->failure)));
+          } else {
+            std::vector<blossom::v1::GenerateResponse> responses;
+            responses.reserve(batch->calls.size());
+            for (auto& done : batch->calls) responses.push_back(std::move(done->response));
+            writer->Send(JsonResponse(200, openai::CompletionResponse(*req, responses, id, created)));
+          }
+          metrics_.AddInFlight(-1);
+          CallFinished();
+        });
+  }
+}
+
 void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
-                                bool stream, bool as_list) {
-  absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body);
+                                bool stream, bool as_list, bool compat) {
+  absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body, compat);
+  if (parsed.ok() && stream && parsed->decoder_input_details) {
+    // As TGI: a stream has no place for the prefill list.
+    parsed = FieldError("parameters.decoder_input_details",
+                        "is not supported when streaming tokens");
+  }
   if (!parsed.ok()) {
     writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
     return;

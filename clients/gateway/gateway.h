@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/metrics.h"
+#include "clients/gateway/openai_api.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -103,6 +104,13 @@ class Gateway {
 
   void HandleCompletions(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool chat);
+  // Several choices (prompts x n): one Generate each, all in flight together; the response
+  // (choices in order, usage summed) when the last answers. The first failure cancels the
+  // others and is the answer; a client that goes away cancels them all.
+  void HandleCompletionBatch(const http::Request& request,
+                             std::shared_ptr<http::ResponseWriter> writer,
+                             std::shared_ptr<openai::CompletionRequest> req, std::string id,
+                             int64_t created, ApiFlavor flavor);
   // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
   // Runs one GenerateStream call and relays it as server-sent events. `preamble` is written
   // right after the headers; `encode` turns each message into SSE bytes; `encode_error` formats
@@ -117,7 +125,7 @@ class Gateway {
                    ApiFlavor flavor, blossom::v1::GenerateRequest grpc_request,
                    SseEncoder encoder);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
-                         bool stream, bool as_list);
+                         bool stream, bool as_list, bool compat);
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   // GET routes answered from GetModelInfo: /health, /v1/models, /info.
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,

@@ -2,7 +2,9 @@
 // responses, streaming, backend statuses mapped to HTTP, and validation before the backend.
 #include "clients/gateway/gateway.h"
 
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -46,6 +48,47 @@ TEST_F(GatewayTest, UnaryCompletion) {
   EXPECT_EQ(Json::parse(wrong.body)["error"]["param"], "model");
 }
 
+// lm-evaluation-harness's local-completions with batch_size > 1 sends a list of prompts; n > 1
+// asks for several samples: one generation per choice, choices in order, usage summed.
+TEST_F(GatewayTest, SeveralPromptsAndNGiveOneChoiceEach) {
+  StartGateway({});
+  Client::Reply reply = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":["a","b"],"n":2,"seed":10,"max_tokens":2,"echo":true,"logprobs":0})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const Json j = Json::parse(reply.body);
+  ASSERT_EQ(j["choices"].size(), 4u) << reply.body;
+  const std::vector<std::string> prompts = {"a", "a", "b", "b"};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(j["choices"][k]["index"], k);
+    EXPECT_EQ(j["choices"][k]["text"], prompts[k] + "Hello");  // echo: each its own prompt
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 6);       // each prompt once (3 tokens each)
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);   // every choice
+  std::vector<v1::GenerateRequest> seen = fake_.all_requests();
+  ASSERT_EQ(seen.size(), 4u);
+  std::multiset<std::pair<std::string, uint64_t>> sent;
+  for (const v1::GenerateRequest& r : seen) sent.insert({r.text(), r.sampling().seed()});
+  EXPECT_EQ(sent, (std::multiset<std::pair<std::string, uint64_t>>{
+                      {"a", 10}, {"a", 11}, {"b", 10}, {"b", 11}}));
+  // Streaming several choices is refused, naming the field.
+  Client::Reply stream =
+      Request("POST", "/v1/completions", R"({"prompt":"a","n":2,"stream":true})");
+  EXPECT_EQ(stream.status, 400) << stream.body;
+  EXPECT_EQ(Json::parse(stream.body)["error"]["param"], "n");
+}
+
+// One failed choice fails the request, and the choices still running are cancelled.
+TEST_F(GatewayTest, AFailedChoiceFailsTheBatchAndCancelsTheRest) {
+  StartGateway({});
+  Client::Reply reply = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":["hang","fail:3:bad prompt"],"max_tokens":2})");
+  EXPECT_EQ(reply.status, 400) << reply.body;
+  EXPECT_NE(reply.body.find("bad prompt"), std::string::npos) << reply.body;
+  EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 1; }));
+}
+
 TEST_F(GatewayTest, ChatStreamEndsWithDone) {
   StartGateway({});
   Client::Reply reply = Request(
@@ -87,10 +130,18 @@ TEST_F(GatewayTest, TgiGenerateAndStream) {
   EXPECT_TRUE(Json::parse(events[0])["generated_text"].is_null());
   EXPECT_EQ(Json::parse(events[1])["generated_text"], "Hello");
 
-  // TGI's "/" route, as the text-generation Python client uses it.
-  Client::Reply compat = Request("POST", "/", R"({"inputs":"hi","stream":false})");
+  // TGI's "/" route, as the text-generation Python client uses it (it sends return_full_text
+  // false); without the field the route returns the prompt too, as TGI does for BLOOM.
+  Client::Reply compat = Request(
+      "POST", "/", R"({"inputs":"hi","stream":false,"parameters":{"return_full_text":false}})");
   ASSERT_EQ(compat.status, 200) << compat.body;
   EXPECT_EQ(Json::parse(compat.body)[0]["generated_text"], "Hello");
+  Client::Reply compat_default = Request("POST", "/", R"({"inputs":"hi","stream":false})");
+  ASSERT_EQ(compat_default.status, 200) << compat_default.body;
+  EXPECT_EQ(Json::parse(compat_default.body)[0]["generated_text"], "hiHello");
+  Client::Reply prefill_stream = Request(
+      "POST", "/generate_stream", R"({"inputs":"hi","parameters":{"decoder_input_details":true}})");
+  EXPECT_EQ(prefill_stream.status, 422) << prefill_stream.body;
   Client::Reply compat_stream = Request("POST", "/", R"({"inputs":"hi","stream":true})");
   ASSERT_EQ(compat_stream.status, 200) << compat_stream.body;
   EXPECT_EQ(Events(compat_stream.body).size(), 2u);
@@ -192,9 +243,9 @@ TEST_F(GatewayTest, BackendDetailsFillParamAndCode) {
 
 TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {
   StartGateway({});
-  Client::Reply bad = Request("POST", "/v1/completions", R"({"prompt":"x","n":2})");
+  Client::Reply bad = Request("POST", "/v1/completions", R"({"prompt":"x","n":2,"best_of":3})");
   EXPECT_EQ(bad.status, 400);
-  EXPECT_EQ(Json::parse(bad.body)["error"]["param"], "n");
+  EXPECT_EQ(Json::parse(bad.body)["error"]["param"], "best_of");
   Client::Reply tgi = Request("POST", "/generate", R"({"inputs":"x","parameters":{"watermark":true}})");
   EXPECT_EQ(tgi.status, 422);
   EXPECT_EQ(Json::parse(tgi.body)["error_type"], "validation");

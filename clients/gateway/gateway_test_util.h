@@ -120,6 +120,10 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     return last_request_;
   }
+  std::vector<v1::GenerateRequest> all_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return all_requests_;
+  }
   std::string last_authorization() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_authorization_;
@@ -136,6 +140,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   std::condition_variable cv_;
   int cancelled_ = 0;
   int requests_ = 0;
+  std::vector<v1::GenerateRequest> all_requests_;
   std::string required_authorization_;
 
  private:
@@ -232,6 +237,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     ++requests_;
     last_request_ = request;
+    all_requests_.push_back(request);
     last_authorization_ = Authorization(context);
     cv_.notify_all();
   }

@@ -16,8 +16,11 @@ namespace blossom::gateway {
 
 using Json = nlohmann::json;
 
-// Limits on request fields shared by the OpenAI and TGI routes (and reported by /info).
+// Stop sequences: TGI's default limit (reported by /info) on the TGI routes; on the OpenAI
+// routes the server's own (ModelLimits.max_stop_strings), as vLLM sets none of its own and
+// clients send more than OpenAI's 4 (lm-evaluation-harness: 8 for HumanEval).
 inline constexpr size_t kMaxStopSequences = 4;
+inline constexpr size_t kMaxOpenAIStopSequences = 16;
 // A longer model name can never match; refused here so it is never echoed (issue 14).
 inline constexpr size_t kMaxModelNameBytes = 256;
 

@@ -16,6 +16,8 @@ using blossom::v1::Token;
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int kMaxLogprobs = 20;
+// Choices (prompts x n) one request may ask for: each is a generation of its own.
+constexpr int kMaxChoices = 128;
 
 absl::Status Unsupported(const char* field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " is not supported"));
@@ -40,8 +42,8 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   BLOSSOM_RETURN_IF_ERROR(GetString(body, "user", &user));  // accepted and ignored
 
   absl::optional<int64_t> n;
-  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "n", 1, kInt32Max, &n));
-  if (n && *n != 1) return FieldError("n", "only n=1 is supported");
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "n", 1, kMaxChoices, &n));
+  out->n = static_cast<int>(n.value_or(1));
 
   absl::optional<double> temperature, top_p, typical_p, presence, frequency, min_p, repetition;
   BLOSSOM_RETURN_IF_ERROR(GetNumber(body, "temperature", &temperature));
@@ -73,7 +75,16 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   if (seed) sampling->set_seed(static_cast<uint64_t>(*seed));
 
   absl::optional<int64_t> max_tokens, min_tokens;
-  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_tokens", 1, kInt32Max, &max_tokens));
+  // Completions with echo may ask for max_tokens 0: the prompt scored, nothing generated (vLLM;
+  // scoring clients send it). The engine generates one token, which the response leaves out.
+  absl::optional<bool> echo;
+  if (!out->chat) BLOSSOM_RETURN_IF_ERROR(GetBool(body, "echo", &echo));
+  BLOSSOM_RETURN_IF_ERROR(
+      GetInt(body, "max_tokens", echo.value_or(false) ? 0 : 1, kInt32Max, &max_tokens));
+  if (max_tokens && *max_tokens == 0) {
+    out->prompt_only = true;
+    max_tokens = 1;
+  }
   if (!max_tokens && out->chat) {
     BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_completion_tokens", 1, kInt32Max, &max_tokens));
   }
@@ -98,12 +109,16 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<bool> skip_special;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "skip_special_tokens", &skip_special));
   if (skip_special) stopping->set_skip_special_tokens(*skip_special);
+  // vLLM's truncate_prompt_tokens: keep the last N prompt tokens (the server truncates).
+  absl::optional<int64_t> truncate;
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "truncate_prompt_tokens", 1, kInt32Max, &truncate));
+  if (truncate) req.set_truncate_prompt_tokens(static_cast<int32_t>(*truncate));
   absl::optional<int64_t> priority;
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "priority", -kInt32Max, kInt32Max, &priority));
   if (priority) out->request.set_priority(static_cast<int32_t>(*priority));
 
   std::vector<std::string> stop;
-  BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxStopSequences, &stop));
+  BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxOpenAIStopSequences, &stop));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   auto ids = body.find("stop_token_ids");
   if (ids != body.end() && !ids->is_null()) {
@@ -137,32 +152,27 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   // client would otherwise get unconstrained text, or a response missing what it asked for).
   for (const char* field :
        {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "allowed_token_ids",
-        "bad_words", "prompt_logprobs", "truncate_prompt_tokens"}) {
+        "bad_words", "prompt_logprobs"}) {
     auto it = body.find(field);
     if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }
+  absl::optional<bool> beam_search;  // vLLM's; false is what its clients send by default
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "use_beam_search", &beam_search));
+  if (beam_search.value_or(false)) return Unsupported("use_beam_search", "beam search");
   return absl::OkStatus();
 }
 
-absl::Status ParsePrompt(const Json& body, GenerateRequest* req) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) return FieldError("prompt", "is required");
-  const Json* prompt = &*it;
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    prompt = &(*prompt)[0];  // a batch of one
-  } else if (prompt->is_array() && !prompt->empty() &&
-             ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    return FieldError("prompt", "only one prompt per request is supported");
-  }
-  if (prompt->is_string()) {
-    if (prompt->get_ref<const std::string&>().empty()) return FieldError("prompt", "must not be empty");
-    req->set_text(prompt->get<std::string>());
+// One prompt: a string, or a list of token ids.
+absl::Status ParseOnePrompt(const Json& prompt, GenerateRequest* req) {
+  if (prompt.is_string()) {
+    if (prompt.get_ref<const std::string&>().empty()) return FieldError("prompt", "must not be empty");
+    req->set_text(prompt.get<std::string>());
     return absl::OkStatus();
   }
-  if (prompt->is_array()) {
-    if (prompt->empty()) return FieldError("prompt", "must not be empty");
+  if (prompt.is_array()) {
+    if (prompt.empty()) return FieldError("prompt", "must not be empty");
     auto* ids = req->mutable_token_ids();
-    for (const Json& id : *prompt) {
+    for (const Json& id : prompt) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kInt32Max) {
         return FieldError("prompt", "token ids must be non-negative integers");
       }
@@ -170,7 +180,66 @@ absl::Status ParsePrompt(const Json& body, GenerateRequest* req) {
     }
     return absl::OkStatus();
   }
-  return FieldError("prompt", "must be a string, a list of one string, or a list of token ids");
+  return FieldError("prompt",
+                    "must be a string, a list of strings, a list of token ids or a list of lists "
+                    "of token ids");
+}
+
+// vLLM's prompt forms: a string, a list of token ids (one prompt each), or a list of strings or
+// of token-id lists (a batch: one choice per prompt).
+absl::Status ParsePrompts(const Json& body, std::vector<GenerateRequest>* prompts) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return FieldError("prompt", "is required");
+  const Json& prompt = *it;
+  const bool batch =
+      prompt.is_array() && !prompt.empty() && (prompt[0].is_string() || prompt[0].is_array());
+  if (!batch) {
+    prompts->emplace_back();
+    return ParseOnePrompt(prompt, &prompts->back());
+  }
+  if (prompt.size() > static_cast<size_t>(kMaxChoices)) {
+    return FieldError("prompt", absl::StrCat("at most ", kMaxChoices, " prompts per request"));
+  }
+  for (const Json& one : prompt) {
+    if (one.is_string() != prompt[0].is_string()) {
+      return FieldError("prompt", "a batch must be all strings or all token-id lists");
+    }
+    prompts->emplace_back();
+    BLOSSOM_RETURN_IF_ERROR(ParseOnePrompt(one, &prompts->back()));
+  }
+  return absl::OkStatus();
+}
+
+// request.batch: each prompt n times (prompt-major, OpenAI's choice order). A seed becomes
+// seed + i for the i-th choice of a prompt, so that n samples differ and are reproducible.
+absl::Status FillBatch(const std::vector<GenerateRequest>& prompts, CompletionRequest* out) {
+  const int64_t choices = static_cast<int64_t>(prompts.size()) * out->n;
+  if (choices > kMaxChoices) {
+    return FieldError("n", absl::StrCat("prompts x n must be at most ", kMaxChoices, ", got ",
+                                        choices));
+  }
+  if (choices == 1) return absl::OkStatus();
+  if (out->stream) {
+    return FieldError(out->n > 1 ? "n" : "prompt",
+                      "several choices (n > 1 or several prompts) with stream=true is not "
+                      "supported");
+  }
+  for (const GenerateRequest& prompt : prompts) {
+    for (int i = 0; i < out->n; ++i) {
+      GenerateRequest one = out->request;
+      one.clear_prompt();
+      if (prompt.has_text()) {
+        one.set_text(prompt.text());
+      } else {
+        *one.mutable_token_ids() = prompt.token_ids();
+      }
+      if (one.sampling().has_seed()) {
+        one.mutable_sampling()->set_seed(one.sampling().seed() + static_cast<uint64_t>(i));
+      }
+      out->batch.push_back(std::move(one));
+    }
+  }
+  return absl::OkStatus();
 }
 
 Json TopLogprobsMap(const Token& token) {
@@ -216,15 +285,24 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
   CompletionRequest out;
   out.chat = false;
-  BLOSSOM_RETURN_IF_ERROR(ParsePrompt(json, &out.request));
+  std::vector<GenerateRequest> prompts;
+  BLOSSOM_RETURN_IF_ERROR(ParsePrompts(json, &prompts));
+  out.request = prompts.front();
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
   absl::optional<bool> echo;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "echo", &echo));
   out.echo = echo.value_or(false);
   if (out.echo && out.stream) return Unsupported("echo", "echo with stream=true");
+  if (out.echo && out.request.truncate_prompt_tokens() > 0) {
+    // The echo would show the whole prompt while the model saw its end only.
+    return Unsupported("truncate_prompt_tokens", "truncate_prompt_tokens with echo");
+  }
   absl::optional<int64_t> best_of, logprobs;
   BLOSSOM_RETURN_IF_ERROR(GetInt(json, "best_of", 1, kInt32Max, &best_of));
-  if (best_of && *best_of != 1) return FieldError("best_of", "only best_of=1 is supported");
+  if (best_of && *best_of != out.n) {
+    // Ranking best_of candidates by their logprob is not done: best_of must be n.
+    return FieldError("best_of", "only best_of equal to n is supported");
+  }
   absl::optional<std::string> suffix;
   BLOSSOM_RETURN_IF_ERROR(GetString(json, "suffix", &suffix));
   if (suffix && !suffix->empty()) return Unsupported("suffix", "suffix");
@@ -240,6 +318,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   if (out.echo && (out.logprobs || !out.request.has_text())) {
     out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
   }
+  BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   return out;
 }
 
@@ -257,7 +336,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   absl::optional<int64_t> top_logprobs;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "logprobs", &logprobs));
   BLOSSOM_RETURN_IF_ERROR(GetInt(json, "top_logprobs", 0, kMaxLogprobs, &top_logprobs));
-  if (top_logprobs && !logprobs.value_or(false)) {
+  if (top_logprobs && *top_logprobs > 0 && !logprobs.value_or(false)) {  // 0: vLLM's default
     return FieldError("top_logprobs", "requires logprobs=true");
   }
   if (logprobs.value_or(false)) {
@@ -277,6 +356,8 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
       return FieldError("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
+  std::vector<GenerateRequest> prompts = {out.request};
+  BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   return out;
 }
 
@@ -294,11 +375,12 @@ const char* FinishReasonString(FinishReason reason) {
   }
 }
 
-Json CompletionResponse(const CompletionRequest& request,
-                        const blossom::v1::GenerateResponse& response, const std::string& id,
-                        int64_t created) {
+namespace {
+
+// Choice `index`: `response` answering `sent` (the generation of that choice).
+Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
+                const blossom::v1::GenerateResponse& response, int index) {
   const char* finish = FinishReasonString(response.final().finish_reason());
-  Json choice;
   if (request.chat) {
     Json logprobs = nullptr;
     if (request.logprobs) {
@@ -306,56 +388,93 @@ Json CompletionResponse(const CompletionRequest& request,
       for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
       logprobs = {{"content", content}};
     }
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", response.text()}}},
-              {"logprobs", logprobs},
-              {"finish_reason", finish}};
-  } else {
-    Json logprobs = nullptr;
-    std::string prompt_text;
-    if (request.echo) {
-      if (request.request.has_text()) {
-        prompt_text = request.request.text();
-      } else {
-        for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
-      }
-    }
-    if (request.logprobs) {
-      Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
-           offsets = Json::array();
-      size_t offset = 0;
-      // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
-      for (const Token& t : response.prompt_logprobs()) {
-        tokens.push_back(t.text());
-        token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
-        top.push_back(t.has_logprob() ? TopLogprobsMap(t) : Json(nullptr));
-        offsets.push_back(offset);
-        offset += t.text().size();
-      }
-      for (const Token& t : response.tokens()) {
-        tokens.push_back(t.text());
-        token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
-        top.push_back(TopLogprobsMap(t));
-        offsets.push_back(offset);
-        offset += t.text().size();
-      }
-      logprobs = {{"tokens", tokens},
-                  {"token_logprobs", token_logprobs},
-                  {"top_logprobs", top},
-                  {"text_offset", offsets}};
-    }
-    choice = {{"index", 0},
-              {"text", prompt_text + response.text()},
-              {"logprobs", logprobs},
-              {"finish_reason", finish}};
+    return {{"index", index},
+            {"message", {{"role", "assistant"}, {"content", response.text()}}},
+            {"logprobs", logprobs},
+            {"finish_reason", finish}};
   }
+  Json logprobs = nullptr;
+  std::string prompt_text;
+  if (request.echo) {
+    if (sent.has_text()) {
+      prompt_text = sent.text();
+    } else {
+      for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
+    }
+  }
+  if (request.logprobs) {
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+         offsets = Json::array();
+    size_t offset = 0;
+    // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
+    for (const Token& t : response.prompt_logprobs()) {
+      tokens.push_back(t.text());
+      token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
+      top.push_back(t.has_logprob() ? TopLogprobsMap(t) : Json(nullptr));
+      offsets.push_back(offset);
+      offset += t.text().size();
+    }
+    for (const Token& t : response.tokens()) {
+      if (request.prompt_only) break;
+      tokens.push_back(t.text());
+      token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
+      top.push_back(TopLogprobsMap(t));
+      offsets.push_back(offset);
+      offset += t.text().size();
+    }
+    logprobs = {{"tokens", tokens},
+                {"token_logprobs", token_logprobs},
+                {"top_logprobs", top},
+                {"text_offset", offsets}};
+  }
+  return {{"index", index},
+          {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
+          {"logprobs", logprobs},
+          {"finish_reason", request.prompt_only ? "length" : finish}};
+}
+
+Json ResponseJson(const CompletionRequest& request, Json choices,
+                  const blossom::v1::Usage& usage, const std::string& fingerprint,
+                  const std::string& id, int64_t created) {
   return {{"id", id},
           {"object", request.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", request.model},
-          {"system_fingerprint", response.final().system_fingerprint()},
-          {"choices", Json::array({choice})},
-          {"usage", UsageJson(response.final().usage())}};
+          {"system_fingerprint", fingerprint},
+          {"choices", std::move(choices)},
+          {"usage", UsageJson(usage)}};
+}
+
+}  // namespace
+
+Json CompletionResponse(const CompletionRequest& request,
+                        const blossom::v1::GenerateResponse& response, const std::string& id,
+                        int64_t created) {
+  blossom::v1::Usage usage = response.final().usage();
+  if (request.prompt_only) usage.set_generated_tokens(0);  // the token made to score is not sent
+  return ResponseJson(request, Json::array({ChoiceJson(request, request.request, response, 0)}),
+                      usage, response.final().system_fingerprint(), id, created);
+}
+
+Json CompletionResponse(const CompletionRequest& request,
+                        const std::vector<blossom::v1::GenerateResponse>& responses,
+                        const std::string& id, int64_t created) {
+  Json choices = Json::array();
+  blossom::v1::Usage usage;
+  for (size_t k = 0; k < responses.size() && k < request.batch.size(); ++k) {
+    const blossom::v1::Usage& one = responses[k].final().usage();
+    choices.push_back(ChoiceJson(request, request.batch[k], responses[k], static_cast<int>(k)));
+    if (k % static_cast<size_t>(request.n) == 0) {  // each prompt once
+      usage.set_prompt_tokens(usage.prompt_tokens() + one.prompt_tokens());
+      usage.set_cached_prompt_tokens(usage.cached_prompt_tokens() + one.cached_prompt_tokens());
+    }
+    if (!request.prompt_only) {
+      usage.set_generated_tokens(usage.generated_tokens() + one.generated_tokens());
+    }
+  }
+  const std::string fingerprint =
+      responses.empty() ? "" : responses.front().final().system_fingerprint();
+  return ResponseJson(request, std::move(choices), usage, fingerprint, id, created);
 }
 
 StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, int64_t created)

@@ -3,14 +3,18 @@
 //
 // Decisions (documented for clients):
 // - Unknown fields are ignored (as OpenAI and vLLM do); known fields are strictly typed.
-// - Unsupported features are a 400 naming the field: n != 1, best_of != 1, echo with stream,
-//   suffix, logit_bias, tools, non-text content parts, response_format other than text.
+// - Several prompts (a list of strings or of token-id lists) and n > 1 give one choice each
+//   (not streamed; at most 128 choices; best_of must equal n).
+// - Unsupported features are a 400 naming the field: best_of != n, echo with stream,
+//   suffix, logit_bias, tools, non-text content parts, response_format other than text, beam
+//   search, truncate_prompt_tokens with echo.
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
 //   stop_token_ids, include_stop_str_in_output, skip_special_tokens (default true), priority
-//   (lower runs first).
+//   (lower runs first), truncate_prompt_tokens (the last N prompt tokens kept).
+// - Up to 16 stop sequences (the server's limit; OpenAI allows 4, vLLM any number).
 // - Chat messages become one prompt through the ChatTemplate (chat_template.h; --chat-template).
 // - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the
 //   context limit (max_total_tokens - prompt tokens), as OpenAI and vLLM.
@@ -23,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -43,6 +48,14 @@ struct CompletionRequest {
   // completions: echo=true puts the prompt before the completion, in text and (with logprobs)
   // in the logprobs lists, the first prompt token's logprob null (OpenAI, vLLM).
   bool echo = false;
+  // completions: echo with max_tokens 0 (scoring the prompt): one token is generated, as the
+  // engine must, and left out of text, logprobs and usage.
+  bool prompt_only = false;
+  int n = 1;  // choices per prompt
+  // Several choices (several prompts and/or n > 1; not streamed): one generation each, in
+  // choice order (each prompt n times; a seed is seed + i for the i-th of a prompt). Empty for
+  // one choice: then `request` is the generation.
+  std::vector<blossom::v1::GenerateRequest> batch;
 };
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
@@ -54,6 +67,11 @@ const char* FinishReasonString(blossom::v1::FinishReason reason);
 
 // The whole (non-streaming) response body.
 Json CompletionResponse(const CompletionRequest& request, const blossom::v1::GenerateResponse& response,
+                        const std::string& id, int64_t created);
+// The same for a batch: responses[k] answers request.batch[k] and is choice k. Usage sums the
+// choices' completion tokens and each prompt's tokens once.
+Json CompletionResponse(const CompletionRequest& request,
+                        const std::vector<blossom::v1::GenerateResponse>& responses,
                         const std::string& id, int64_t created);
 
 // Encodes a GenerateStream as Server-Sent Events. Not thread-safe: one per request, fed in

@@ -35,7 +35,9 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({})", "prompt: is required", "prompt"},
       {false, R"({"prompt":5})", "prompt: must be", "prompt"},
       {false, R"({"prompt":""})", "must not be empty", "prompt"},
-      {false, R"({"prompt":["a","b"]})", "only one prompt", "prompt"},
+      {false, R"({"prompt":["a",[1]]})", "all strings or all token-id lists", "prompt"},
+      {false, R"({"prompt":["a",""]})", "must not be empty", "prompt"},
+      {false, R"({"prompt":["a","b"],"n":100})", "at most 128", "n"},
       {false, R"({"prompt":[1,-2]})", "token ids", "prompt"},
       {false, R"({"prompt":"a","max_tokens":0})", "at least 1", "max_tokens"},
       {false, R"({"prompt":"a","max_tokens":"16"})", "must be an integer", "max_tokens"},
@@ -51,13 +53,22 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","allowed_token_ids":[1,2]})", "not supported", "allowed_token_ids"},
       {false, R"({"prompt":"a","bad_words":["x"]})", "not supported", "bad_words"},
       {false, R"({"prompt":"a","prompt_logprobs":1})", "not supported", "prompt_logprobs"},
-      {false, R"({"prompt":"a","truncate_prompt_tokens":5})", "not supported",
+      {false, R"({"prompt":"a","truncate_prompt_tokens":5,"echo":true})",
+       "truncate_prompt_tokens with echo is not supported", "truncate_prompt_tokens"},
+      {false, R"({"prompt":"a","truncate_prompt_tokens":0})", "at least 1",
        "truncate_prompt_tokens"},
-      {false, R"({"prompt":"a","n":2})", "only n=1", "n"},
+      {false, R"({"prompt":"a","use_beam_search":true})", "beam search is not supported",
+       "use_beam_search"},
+      {true, "{" + kChat + R"(,"max_tokens":0})", "at least 1", "max_tokens"},
+      {false, R"({"prompt":"a","n":200})", "at most 128", "n"},
+      {false, R"({"prompt":["a","b"],"stream":true})", "with stream=true is not supported",
+       "prompt"},
       {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
       {false, R"({"prompt":"a","echo":true,"stream":true})", "echo with stream=true", "echo"},
       {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
-      {false, R"({"prompt":"a","stop":["a","b","c","d","e"]})", "at most 4", "stop"},
+      {false, R"({"prompt":"a","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n",
+                                          "o","p","q"]})",
+       "at most 16", "stop"},
       {false, R"({"prompt":"a","stop":[""]})", "must not be empty", "stop"},
       {false, R"({"prompt":"a","presence_penalty":3})", "presence_penalty", "presence_penalty"},
       {false, R"({"prompt":"a","frequency_penalty":-2.5})", "frequency_penalty", "frequency_penalty"},
@@ -89,7 +100,7 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"top_logprobs":2})", "requires logprobs=true", "top_logprobs"},
       {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "tools", "tools"},
       {true, "{" + kChat + R"(,"response_format":{"type":"json_object"}})", "response_format", "response_format"},
-      {true, "{" + kChat + R"(,"n":3})", "only n=1", "n"},
+      {true, "{" + kChat + R"(,"n":3,"stream":true})", "with stream=true is not supported", "n"},
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<CompletionRequest> r = c.chat ? ParseChatRequest(c.body) : ParseCompletionRequest(c.body);
@@ -132,6 +143,22 @@ TEST(OpenAIApiTest, TranslatesCompletionRequest) {
   EXPECT_EQ(req.stopping().stop(0), "\n");
   EXPECT_FALSE(r->stream);
   EXPECT_TRUE(r->logprobs);
+}
+
+// Fields of vLLM's and its clients' requests honoured rather than refused: truncation, eight
+// stop sequences (lm-evaluation-harness's HumanEval), use_beam_search false, top_logprobs 0.
+TEST(OpenAIApiTest, AcceptsWhatVllmClientsSend) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt":"a","truncate_prompt_tokens":7,"use_beam_search":false,
+          "stop":["\nclass","\ndef","\n#","\nif","\nprint","\n```","<|endoftext|>","</s>"]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.truncate_prompt_tokens(), 7);
+  EXPECT_EQ(r->request.stopping().stop_size(), 8);
+  auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":0,
+                                   "truncate_prompt_tokens":3})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_FALSE(chat->logprobs);
+  EXPECT_EQ(chat->request.truncate_prompt_tokens(), 3);
 }
 
 TEST(OpenAIApiTest, AbsentFieldsStayAbsent) {
@@ -277,6 +304,26 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->request.sampling().has_prompt_logprobs());
+}
+
+// echo with max_tokens 0 scores the prompt: one token is generated (the engine must) and left
+// out of the text, the logprobs and the usage.
+TEST(OpenAIApiTest, EchoWithZeroMaxTokensReturnsThePromptOnly) {
+  auto r = ParseCompletionRequest(R"({"prompt":[5,6],"echo":true,"logprobs":0,"max_tokens":0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->prompt_only);
+  EXPECT_EQ(r->request.stopping().max_new_tokens(), 1);
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5 })pb",
+      &response));
+  const Json j = CompletionResponse(*r, response, "cmpl-1", 123);
+  EXPECT_EQ(j["choices"][0]["text"], "Say");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"], Json({"S", "ay"}));
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"]);
 }
 
 TEST(OpenAIApiTest, EncodesChatResponse) {

@@ -91,7 +91,7 @@ const char* FinishReasonString(FinishReason reason) {
   }
 }
 
-absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, bool compat_route) {
   BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
   GenerateRequest out;
   absl::optional<std::string> inputs;
@@ -110,9 +110,13 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   auto* sampling = out.request.mutable_sampling();
   auto* stopping = out.request.mutable_stopping();
 
-  for (const char* field : {"watermark", "truncate", "grammar", "adapter_id"}) {
+  for (const char* field : {"watermark", "grammar", "adapter_id"}) {
     BLOSSOM_RETURN_IF_ERROR(RejectIfSet(params, field));
   }
+  // TGI's truncate: keep the last N input tokens (the server truncates after tokenizing).
+  absl::optional<int64_t> truncate;
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "truncate", 1, kInt32Max, &truncate)));
+  if (truncate) out.request.set_truncate_prompt_tokens(static_cast<int32_t>(*truncate));
   absl::optional<int64_t> best_of;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "best_of", 1, kInt32Max, &best_of)));
   if (best_of && *best_of > 1) return FieldError("parameters.best_of", "only best_of=1 is supported");
@@ -150,7 +154,10 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetStringList(params, "stop", kMaxStopSequences, &stop)));
 
-  const bool sample = do_sample.value_or(false) || temperature || top_k || top_p || typical_p;
+  // TGI samples when asked to or when a sampling parameter would change anything ("has
+  // warpers"): temperature 1 alone is greedy. (top_p and typical_p are below 1 once valid.)
+  const bool sample = do_sample.value_or(false) || (temperature && *temperature != 1.0) ||
+                      top_k || top_p || typical_p;
   if (!sample) {
     sampling->set_temperature(0);  // greedy
   } else if (temperature) {
@@ -170,14 +177,14 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body) {
   }
   for (std::string& s : stop) stopping->add_stop(std::move(s));
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
-  out.details = details.value_or(false);
+  // As TGI: decoder_input_details asks for details too (the prefill list lives in them).
+  out.details = details.value_or(false) || decoder_input_details.value_or(false);
   if (out.details) sampling->set_logprobs(0);  // details carry each token's logprob
   out.top_n_tokens = static_cast<int>(top_n_tokens.value_or(0));
   if (out.top_n_tokens > 0) sampling->set_logprobs(out.top_n_tokens);
-  // As TGI: the prefill list is part of details, so it needs details=true to be seen.
-  out.decoder_input_details = decoder_input_details.value_or(false) && out.details;
+  out.decoder_input_details = decoder_input_details.value_or(false);
   if (out.decoder_input_details) sampling->set_prompt_logprobs(0);
-  out.return_full_text = return_full_text.value_or(false);
+  out.return_full_text = return_full_text.value_or(compat_route);
   return out;
 }
 

@@ -1,11 +1,14 @@
 // Hugging Face TGI-compatible /generate, /generate_stream, /tokenize and /info: request
 // validation (TGI's rules: temperature > 0, top_k > 0, top_p and typical_p in (0, 1),
 // repetition_penalty > 0, max_new_tokens >= 1, at most 4 stop sequences) and response encoding.
-// Sampling is on when do_sample is true or any of temperature/top_k/top_p/typical_p is given;
-// otherwise decoding is greedy (TGI's default). decoder_input_details (with details) fills
+// Sampling is on when do_sample is true or a sampling parameter has an effect (temperature
+// other than 1, top_k, top_p or typical_p below 1), as TGI's NextTokenChooser decides; otherwise
+// decoding is greedy (TGI's default). decoder_input_details turns details on (as TGI) and fills
 // details.prefill with the prompt tokens' logprobs (the first null); top_n_tokens (<= 20) fills
-// details.top_tokens and each stream event's top_tokens. Unsupported: watermark, truncate,
-// best_of > 1, grammar, adapter_id (all 422 naming the field). Without max_new_tokens the
+// details.top_tokens and each stream event's top_tokens. truncate keeps the last N input tokens.
+// return_full_text defaults to false, and to true on POST / (TGI's compat route, for a
+// text-generation model such as BLOOM). Unsupported: watermark, best_of > 1, grammar,
+// adapter_id (all 422 naming the field). Without max_new_tokens the
 // request generates up to max_total_tokens - input tokens, as TGI does since 1.1.1 (its
 // default was 20 before). details never has best_of_sequences: only best_of=1 is accepted, and
 // TGI itself omits the field then.
@@ -30,7 +33,9 @@ struct GenerateRequest {
   int top_n_tokens = 0;                // details.top_tokens / each stream event's top_tokens
 };
 
-absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body);
+// `compat_route`: POST / (return_full_text defaults to true there).
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body,
+                                                     bool compat_route = false);
 Json GenerateResponse(const GenerateRequest& request, const blossom::v1::GenerateResponse& response);
 
 // {"inputs": "...", "add_special_tokens": bool (default true)}.

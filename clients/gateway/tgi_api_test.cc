@@ -48,7 +48,7 @@ TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
       {R"({"inputs":"a","parameters":{"top_n_tokens":21}})", "at most 20", "parameters.top_n_tokens"},
       {R"({"inputs":"a","parameters":{"watermark":true}})", "not supported", "parameters.watermark"},
       {R"({"inputs":"a","parameters":{"best_of":2}})", "best_of", "parameters.best_of"},
-      {R"({"inputs":"a","parameters":{"truncate":10}})", "not supported", "parameters.truncate"},
+      {R"({"inputs":"a","parameters":{"truncate":0}})", "at least 1", "parameters.truncate"},
       {R"({"inputs":"a","parameters":{"temperature":1e400}})", "number overflow", ""},
   };
   for (const Case& c : cases) {
@@ -157,10 +157,33 @@ TEST(TgiApiTest, DecoderInputDetailsAndTopNTokens) {
   *m1.mutable_token() = *t;
   Json j1 = Json::parse(encoder.OnMessage(m1).substr(5));
   EXPECT_EQ(j1["top_tokens"][0]["text"], " hi");
-  // decoder_input_details without details asks for nothing (TGI shows prefill only in details).
+  // decoder_input_details alone asks for details too (TGI: details || decoder_input_details).
   auto no_details = ParseGenerateRequest(R"({"inputs":"Say","parameters":{"decoder_input_details":true}})");
   ASSERT_TRUE(no_details.ok());
-  EXPECT_FALSE(no_details->request.sampling().has_prompt_logprobs());
+  EXPECT_TRUE(no_details->details);
+  EXPECT_TRUE(no_details->decoder_input_details);
+  EXPECT_EQ(no_details->request.sampling().prompt_logprobs(), 0);
+}
+
+// TGI's choices where its defaults are not the obvious ones.
+TEST(TgiApiTest, FollowsTgiDefaults) {
+  // temperature 1 alone changes nothing: greedy (TGI's NextTokenChooser has no warper then).
+  auto t1 = ParseGenerateRequest(R"({"inputs":"a","parameters":{"temperature":1.0}})");
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  EXPECT_EQ(t1->request.sampling().temperature(), 0.0f);
+  auto t07 = ParseGenerateRequest(R"({"inputs":"a","parameters":{"temperature":0.7}})");
+  ASSERT_TRUE(t07.ok()) << t07.status();
+  EXPECT_FLOAT_EQ(t07->request.sampling().temperature(), 0.7f);
+  // POST / returns the full text unless told otherwise; /generate does not.
+  EXPECT_TRUE(ParseGenerateRequest(R"({"inputs":"a"})", /*compat_route=*/true)->return_full_text);
+  EXPECT_FALSE(ParseGenerateRequest(R"({"inputs":"a"})")->return_full_text);
+  EXPECT_FALSE(ParseGenerateRequest(R"({"inputs":"a","parameters":{"return_full_text":false}})",
+                                    /*compat_route=*/true)
+                   ->return_full_text);
+  // truncate: the last N input tokens, cut by the server.
+  auto truncated = ParseGenerateRequest(R"({"inputs":"a","parameters":{"truncate":100}})");
+  ASSERT_TRUE(truncated.ok()) << truncated.status();
+  EXPECT_EQ(truncated->request.truncate_prompt_tokens(), 100);
 }
 
 TEST(TgiApiTest, SeedTakesTheWholeU64Range) {

@@ -21,7 +21,7 @@ _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
 # Keyword -> field of GenerateRequest itself.
-_REQUEST = ("priority", "model", "request_id", "return_prompt_tokens")
+_REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate_prompt_tokens")
 
 GENERATE_PARAMETERS = frozenset(_SAMPLING + _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
 

@@ -198,7 +198,8 @@ class SyncClientTest(unittest.TestCase):
             typical_p=0.75, min_p=0.05, repetition_penalty=1.25, frequency_penalty=-0.5,
             presence_penalty=1.5, seed=2**63 + 1, logprobs=3, stop=["\n\n", "###"],
             stop_token_ids=[2, 3], ignore_eos=True, include_stop_in_output=True, priority=-2,
-            model="bloom-demo", request_id="abc", return_prompt_tokens=True)
+            model="bloom-demo", request_id="abc", return_prompt_tokens=True,
+            truncate_prompt_tokens=5)
         req = self.fake.requests[-1]
         s, st = req.sampling, req.stopping
         self.assertEqual((s.temperature, s.top_k, s.top_p, s.typical_p),
@@ -212,6 +213,7 @@ class SyncClientTest(unittest.TestCase):
         self.assertTrue(st.ignore_eos and st.include_stop_in_output)
         self.assertEqual((req.priority, req.model, req.request_id), (-2, "bloom-demo", "abc"))
         self.assertTrue(req.return_prompt_tokens)
+        self.assertEqual(req.truncate_prompt_tokens, 5)
 
     def test_single_stop_string(self):
         self.client.generate("x", stop="###")
