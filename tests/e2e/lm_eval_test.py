@@ -77,6 +77,9 @@ class LmEvalTest(unittest.TestCase):
             cls.returncode = subprocess.run(
                 [LM_EVAL_PYTHON, "-m", "lm_eval", "run", "--model", "local-completions",
                  "--model_args", cls.model_args, "--tasks", TASK, "--include_path", TASK_DIR,
+                 # Four token-id prompts per request (vLLM's batch form), one choice each, as
+                 # lm_eval's users run it against vLLM.
+                 "--batch_size", "4",
                  "--output_path", cls.output_dir, "--log_samples"],
                 cwd=TASK_DIR, env=cls.env, stdout=log, stderr=subprocess.STDOUT,
                 timeout=LM_EVAL_TIMEOUT_S).returncode
