@@ -67,9 +67,12 @@ int HttpStatusFor(const absl::Status& status, ApiFlavor flavor) {
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kResourceExhausted:
       return DetailsOf(status).retry_delay.has_value() ? 429 : 413;
-    case absl::StatusCode::kCancelled: return 499;
-    case absl::StatusCode::kUnimplemented: return 501;
+    // The gateway cancels a call only for a client that went away, which gets no answer; a
+    // CANCELLED that reaches a live client is the server cutting the call (shut down past its
+    // drain timeout): 503, another replica or a retry may serve it.
+    case absl::StatusCode::kCancelled:
     case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kUnimplemented: return 501;
     case absl::StatusCode::kDeadlineExceeded: return 504;
     default: return 500;
   }

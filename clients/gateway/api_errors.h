@@ -23,7 +23,8 @@ enum class ApiFlavor { kOpenAI, kOpenAIChat, kTgi };
 // (an over-long prompt included, as vLLM/OpenAI and TGI answer it); UNAUTHENTICATED 401;
 // PERMISSION_DENIED 403; NOT_FOUND 404; RESOURCE_EXHAUSTED 429 when it carries a RetryInfo (the
 // server's overload refusals always do), else 413 (gRPC's own message-size refusal, which a
-// retry cannot cure); CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE 503; DEADLINE_EXCEEDED 504;
+// retry cannot cure); UNIMPLEMENTED 501; UNAVAILABLE and CANCELLED (the server cut the call: a
+// client that went away gets no answer) 503; DEADLINE_EXCEEDED 504;
 // anything else 500.
 int HttpStatusFor(const absl::Status& status, ApiFlavor flavor);
 

@@ -41,6 +41,9 @@ TEST(ApiErrorsTest, MapsStatusCodes) {
       {absl::ResourceExhaustedError("Received message larger than max (5000000 vs. 4194304)"),
        413, 413},
       {absl::UnavailableError("x"), 503, 503},
+      // A client that went away gets no answer; a CANCELLED that reaches a live client is the
+      // server cutting the call (shutdown past its drain timeout): unavailable, not a 499.
+      {absl::CancelledError("x"), 503, 503},
       {absl::DeadlineExceededError("x"), 504, 504},
       {absl::InternalError("x"), 500, 500},
       {absl::UnknownError("x"), 500, 500},
