@@ -74,7 +74,9 @@ int HttpStatusFor(const absl::Status& status, ApiFlavor flavor) {
     case absl::StatusCode::kUnavailable: return 503;
     case absl::StatusCode::kUnimplemented: return 501;
     case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    // TGI answers a failed generation with 424 (its text-generation client raises
+    // GenerationError for it); OpenAI-style servers with 500.
+    default: return flavor == ApiFlavor::kTgi ? 424 : 500;
   }
 }
 

@@ -24,8 +24,8 @@ enum class ApiFlavor { kOpenAI, kOpenAIChat, kTgi };
 // PERMISSION_DENIED 403; NOT_FOUND 404; RESOURCE_EXHAUSTED 429 when it carries a RetryInfo (the
 // server's overload refusals always do), else 413 (gRPC's own message-size refusal, which a
 // retry cannot cure); UNIMPLEMENTED 501; UNAVAILABLE and CANCELLED (the server cut the call: a
-// client that went away gets no answer) 503; DEADLINE_EXCEEDED 504;
-// anything else 500.
+// client that went away gets no answer) 503; DEADLINE_EXCEEDED 504; anything else (a failed
+// generation) 500, on TGI routes 424 as TGI.
 int HttpStatusFor(const absl::Status& status, ApiFlavor flavor);
 
 // The OpenAI request field a blossom.v1 field path stands for ("stopping.max_new_tokens" ->

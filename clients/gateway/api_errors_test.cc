@@ -45,8 +45,9 @@ TEST(ApiErrorsTest, MapsStatusCodes) {
       // server cutting the call (shutdown past its drain timeout): unavailable, not a 499.
       {absl::CancelledError("x"), 503, 503},
       {absl::DeadlineExceededError("x"), 504, 504},
-      {absl::InternalError("x"), 500, 500},
-      {absl::UnknownError("x"), 500, 500},
+      // A failed generation: TGI's own status is 424 (error_type "generation").
+      {absl::InternalError("x"), 500, 424},
+      {absl::UnknownError("x"), 500, 424},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(HttpStatusFor(c.status, ApiFlavor::kOpenAI), c.openai) << c.status;

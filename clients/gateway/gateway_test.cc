@@ -179,6 +179,7 @@ TEST_F(GatewayTest, MapsBackendStatusToHttp) {
       {"/v1/completions", completion("fail:14:draining", true), 503},
       {"/v1/completions", completion("fail:4:late", true), 504},
       {"/v1/completions", completion("fail:13:boom", false), 500},
+      {"/generate", tgi("fail:13:boom"), 424},
       {"/generate", tgi("fail:3:bad value"), 422},
       {"/generate_stream", tgi("fail:8:queue full|||1"), 429},
       // RESOURCE_EXHAUSTED without RetryInfo is gRPC's own size limit: retrying cannot help.

@@ -68,7 +68,7 @@ const std::string& OpenApiJson() {
     },
     "responses": {
       "OpenAIError": {"description": "Error (400, 401, 404, 413, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
-      "TgiError": {"description": "Error (400, 401, 413, 422, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}}
+      "TgiError": {"description": "Error (400, 401, 413, 422, 424 a failed generation, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}}
     }
   },
   "security": [{"bearer": []}],
