@@ -270,6 +270,24 @@ Json ChatTokenLogprob(const Token& token) {
           {"top_logprobs", top}};
 }
 
+// vLLM's stop_reason: the stop string that ended the text, or the id of the stop token (from
+// stop_token_ids); null for EOS, the length limit and the rest.
+Json StopReason(const blossom::v1::FinalInfo& final, absl::optional<int32_t> last_token) {
+  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_STRING) return final.matched_stop();
+  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_TOKEN && last_token) {
+    return *last_token;
+  }
+  return nullptr;
+}
+
+// OpenAI's text_offset counts characters (vLLM: Python's len), not bytes: the code points of a
+// token's text (a partial character shows as one U+FFFD).
+size_t Characters(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 Json UsageJson(const blossom::v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.generated_tokens()},
@@ -381,6 +399,8 @@ namespace {
 Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
                 const blossom::v1::GenerateResponse& response, int index) {
   const char* finish = FinishReasonString(response.final().finish_reason());
+  absl::optional<int32_t> last_token;
+  if (response.tokens_size() > 0) last_token = response.tokens(response.tokens_size() - 1).id();
   if (request.chat) {
     Json logprobs = nullptr;
     if (request.logprobs) {
@@ -391,7 +411,8 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
     return {{"index", index},
             {"message", {{"role", "assistant"}, {"content", response.text()}}},
             {"logprobs", logprobs},
-            {"finish_reason", finish}};
+            {"finish_reason", finish},
+            {"stop_reason", StopReason(response.final(), last_token)}};
   }
   Json logprobs = nullptr;
   std::string prompt_text;
@@ -412,7 +433,7 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
       token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
       top.push_back(t.has_logprob() ? TopLogprobsMap(t) : Json(nullptr));
       offsets.push_back(offset);
-      offset += t.text().size();
+      offset += Characters(t.text());
     }
     for (const Token& t : response.tokens()) {
       if (request.prompt_only) break;
@@ -420,7 +441,7 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
       token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
       top.push_back(TopLogprobsMap(t));
       offsets.push_back(offset);
-      offset += t.text().size();
+      offset += Characters(t.text());
     }
     logprobs = {{"tokens", tokens},
                 {"token_logprobs", token_logprobs},
@@ -430,7 +451,9 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
   return {{"index", index},
           {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
           {"logprobs", logprobs},
-          {"finish_reason", request.prompt_only ? "length" : finish}};
+          {"finish_reason", request.prompt_only ? "length" : finish},
+          {"stop_reason", request.prompt_only ? Json(nullptr)
+                                              : StopReason(response.final(), last_token)}};
 }
 
 Json ResponseJson(const CompletionRequest& request, Json choices,
@@ -497,7 +520,7 @@ Json StreamEncoder::LogprobsFor(const Token& token) {
               {"token_logprobs", Json::array({token.has_logprob() ? Json(token.logprob()) : Json(nullptr)})},
               {"top_logprobs", Json::array({TopLogprobsMap(token)})},
               {"text_offset", Json::array({text_offset_})}};
-  text_offset_ += token.text().size();
+  text_offset_ += Characters(token.text());
   return out;
 }
 
@@ -515,10 +538,12 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   const bool with_logprobs = request_.logprobs && message.has_token();
   std::string events;
   if (!message.text_delta().empty() || with_logprobs || final) {
+    if (message.has_token()) last_token_ = message.token().id();
     Json choice = {{"index", 0},
                    {"logprobs", with_logprobs ? LogprobsFor(message.token()) : Json(nullptr)},
                    {"finish_reason",
                     final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
+    if (final) choice["stop_reason"] = StopReason(message.final(), last_token_);
     if (request_.chat) {
       choice["delta"] = message.text_delta().empty() && final ? Json::object()
                                                                : Json{{"content", message.text_delta()}};

@@ -19,6 +19,8 @@
 // - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the
 //   context limit (max_total_tokens - prompt tokens), as OpenAI and vLLM.
 // - finish_reason is "stop" or "length" only (a cancelled or failed generation is "length");
+//   vLLM's stop_reason says which stop: the stop string, the stop token's id, or null;
+// - text_offset counts characters (code points), as OpenAI and vLLM;
 //   system_fingerprint is the server's ("blossom-<version>-<dtype>"), on the response and, when
 //   streaming, on the final chunks.
 // - Logprob `bytes` are the token's raw bytes (exact for partial UTF-8 characters).
@@ -31,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
 #include "clients/gateway/chat_template.h"
 #include "clients/gateway/json_fields.h"
 #include "proto/blossom/v1/blossom.pb.h"
@@ -94,7 +97,8 @@ class StreamEncoder {
   const CompletionRequest& request_;
   const std::string id_;
   const int64_t created_;
-  size_t text_offset_ = 0;
+  size_t text_offset_ = 0;             // characters so far (OpenAI's text_offset)
+  absl::optional<int32_t> last_token_;  // for stop_reason
   std::string system_fingerprint_;  // known once the final message arrived
 };
 

@@ -326,6 +326,44 @@ TEST(OpenAIApiTest, EchoWithZeroMaxTokensReturnsThePromptOnly) {
   EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"]);
 }
 
+// vLLM's stop_reason: the matched stop string, the stop token's id, or null.
+TEST(OpenAIApiTest, StopReasonSaysWhichStop) {
+  auto r = ParseCompletionRequest(R"({"prompt":"Say"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  blossom::v1::GenerateResponse response = MakeResponse();
+  EXPECT_TRUE(CompletionResponse(*r, response, "c", 1)["choices"][0]["stop_reason"].is_null());
+  response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_STRING);
+  response.mutable_final()->set_matched_stop("###");
+  EXPECT_EQ(CompletionResponse(*r, response, "c", 1)["choices"][0]["stop_reason"], "###");
+  response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_TOKEN);
+  EXPECT_EQ(CompletionResponse(*r, response, "c", 1)["choices"][0]["stop_reason"], 6);
+  response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
+  EXPECT_TRUE(CompletionResponse(*r, response, "c", 1)["choices"][0]["stop_reason"].is_null());
+  // Streamed: on the final chunk.
+  StreamEncoder encoder(*r, "c", 1);
+  blossom::v1::GenerateStreamResponse last;
+  last.mutable_token()->set_id(9);
+  last.mutable_token()->set_text("x");
+  last.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_TOKEN);
+  const std::string events = encoder.OnMessage(last);
+  const Json chunk = Json::parse(events.substr(6, events.find("\n\n") - 6));
+  EXPECT_EQ(chunk["choices"][0]["stop_reason"], 9);
+}
+
+// text_offset counts characters, as OpenAI and vLLM (Python's len), not UTF-8 bytes.
+TEST(OpenAIApiTest, TextOffsetsCountCharacters) {
+  auto r = ParseCompletionRequest(R"({"prompt":"Say","logprobs":0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  blossom::v1::GenerateResponse response;
+  for (const char* text : {"\xC3\xA9t\xC3\xA9", " \xE2\x82\xAC", "!"}) {  // "été", " €", "!"
+    auto* t = response.add_tokens();
+    t->set_text(text);
+    t->set_logprob(-1.0f);
+  }
+  const Json j = CompletionResponse(*r, response, "c", 1);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json({0, 3, 5}));
+}
+
 TEST(OpenAIApiTest, EncodesChatResponse) {
   auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})");
   ASSERT_TRUE(r.ok());

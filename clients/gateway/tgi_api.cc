@@ -221,10 +221,13 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
     // A final message without a token still needs a token in TGI's event shape.
     token = {{"id", 0}, {"text", ""}, {"logprob", nullptr}, {"special", true}};
   }
-  Json top_tokens = nullptr;
-  if (request_.top_n_tokens > 0 && message.has_token()) top_tokens = TopTokenJson(message.token());
-  Json event = {{"index", index_++}, {"token", token}, {"top_tokens", top_tokens},
-                {"generated_text", nullptr}, {"details", nullptr}};
+  Json event = {{"index", index_++}, {"token", token}, {"generated_text", nullptr},
+                {"details", nullptr}};
+  // As TGI (skip_serializing_if = "Vec::is_empty"): the key only when there are top tokens.
+  if (request_.top_n_tokens > 0 && message.has_token()) {
+    Json top_tokens = TopTokenJson(message.token());
+    if (!top_tokens.empty()) event["top_tokens"] = std::move(top_tokens);
+  }
   if (final) {
     event["generated_text"] = request_.return_full_text ? request_.inputs + text_ : text_;
     if (request_.details) {

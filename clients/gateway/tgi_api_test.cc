@@ -117,6 +117,7 @@ TEST(TgiApiTest, EncodesResponseAndStream) {
   Json j1 = Json::parse(e1.substr(5));
   EXPECT_EQ(j1["token"]["text"], " hi");
   EXPECT_TRUE(j1["generated_text"].is_null());
+  EXPECT_FALSE(j1.contains("top_tokens"));  // TGI leaves an empty list out
   blossom::v1::GenerateStreamResponse m2;
   m2.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_LENGTH);
   Json j2 = Json::parse(encoder.OnMessage(m2).substr(5));
