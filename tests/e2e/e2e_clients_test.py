@@ -40,6 +40,23 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason,
                          "length" if expected.finish_reason == "length" else "stop")
 
+    def test_several_prompts_and_n(self):
+        # The openai SDK's list prompt and n: choices in order, each prompt n times; greedy
+        # choices equal the single-prompt answers, seeded samples are reproducible.
+        prompts = ["The server reads", "Once upon"]
+        r = self.client.completions.create(model=MODEL, prompt=prompts, n=2, max_tokens=8,
+                                           temperature=0)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2, 3])
+        for k, choice in enumerate(r.choices):
+            alone = grpc_greedy(prompts[k // 2], 8)
+            self.assertEqual(choice.text, alone.text, f"choice {k}")
+        sampled = [self.client.completions.create(model=MODEL, prompt="Once upon", n=3,
+                                                  max_tokens=8, temperature=1.0, seed=5)
+                   for _ in range(2)]
+        self.assertEqual([c.text for c in sampled[0].choices],
+                         [c.text for c in sampled[1].choices])
+        self.assertEqual(len(sampled[0].choices), 3)
+
     def test_streaming_completion_equals_unary(self):
         unary = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
                                                temperature=0)
