@@ -86,6 +86,7 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   seq->max_new_tokens = spec.max_new_tokens;
   seq->priority = spec.priority;
   seq->skip_prefix_cache = spec.skip_prefix_cache;
+  seq->max_chunk_tokens = spec.max_chunk_tokens;
   seq->arrival = next_arrival_++;
   seq->queue_order = seq->arrival;
   Sequence* s = seq.get();
@@ -114,6 +115,9 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
         continue;
       }
       num_new = budget;
+    }
+    if (config_.enable_chunked_prefill && s->max_chunk_tokens > 0) {
+      num_new = std::min(num_new, s->max_chunk_tokens);
     }
     std::vector<int32_t> draft;
     if (propose_draft && num_new == 1 && s->num_computed >= s->prefill_len) {
@@ -169,6 +173,9 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
     if (num_new > budget) {
       if (!config_.enable_chunked_prefill) break;  // strict FCFS: the head waits, nobody passes
       num_new = budget;
+    }
+    if (config_.enable_chunked_prefill && s->max_chunk_tokens > 0) {
+      num_new = std::min(num_new, s->max_chunk_tokens);
     }
     absl::StatusOr<int32_t> hit =
         blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new, !s->skip_prefix_cache);

@@ -45,6 +45,10 @@ struct SequenceSpec {
   int32_t priority = 0;  // lower runs first; FCFS within a priority
   // Compute every prompt position (no prefix-cache hits): the caller wants all prompt logits.
   bool skip_prefix_cache = false;
+  // Most tokens of this sequence's prefill computed in one step; 0 = the token budget alone.
+  // Bounds the logit rows of a request that wants every prompt row (prompt logprobs). Ignored
+  // with chunked prefill off (a prefill then runs in one step).
+  int32_t max_chunk_tokens = 0;
 };
 
 // One sequence's work in a step: compute tokens [num_computed, num_computed + num_new) of
@@ -190,6 +194,7 @@ class Scheduler {
     int32_t prefill_len = 0;  // tokens.size() when last admitted: below it we are prefilling
     bool running = false;
     bool skip_prefix_cache = false;
+    int32_t max_chunk_tokens = 0;  // SequenceSpec's
   };
   // (priority, queue_order, id): std::set gives the waiting order and O(log n) cancel.
   using WaitKey = std::tuple<int32_t, int64_t, SeqId>;

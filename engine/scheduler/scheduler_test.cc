@@ -72,8 +72,10 @@ class Driver {
     AddTokens(id, prompt, max_new, priority);
   }
   void AddTokens(SeqId id, const std::vector<int32_t>& prompt, int32_t max_new,
-                 int32_t priority = 0) {
-    absl::Status st = sched_->AddRequest({id, prompt, max_new, priority});
+                 int32_t priority = 0, int32_t max_chunk_tokens = 0) {
+    SequenceSpec spec{id, prompt, max_new, priority};
+    spec.max_chunk_tokens = max_chunk_tokens;
+    absl::Status st = sched_->AddRequest(spec);
     ASSERT_TRUE(st.ok()) << st;
     max_new_[id] = max_new;
     ASSERT_TRUE(sched_->CheckInvariants().ok()) << sched_->CheckInvariants();
@@ -135,6 +137,26 @@ TEST(SchedulerTest, ChunkedPrefillSplitsLongPromptUnderTokenBudget) {
   EXPECT_FALSE(d.sched().HasWork());
   EXPECT_EQ(d.sched().stats().blocks_used, 0);
   EXPECT_THAT(d.outputs(1), ElementsAre((31 + 3) % 1000, (31 + 4), (31 + 5)));
+}
+
+// A sequence with its own chunk cap (prompt logprobs: bounded logit rows per step) takes at most
+// that many prompt tokens a step; others in the same step still use the rest of the budget.
+TEST(SchedulerTest, PerSequenceChunkCapBoundsItsPrefillSteps) {
+  SchedulerConfig c = SmallConfig();
+  c.max_num_batched_tokens = 32;
+  Driver d(c);
+  d.AddTokens(1, std::vector<int32_t>(30, 7), 2, 0, /*max_chunk_tokens=*/12);
+  d.Add(2, 10, 1);
+  d.Step({{1, 0, 12, P, N}, {2, 0, 10, P, S}});
+  d.Step({{1, 12, 12, P, N}});
+  d.Step({{1, 24, 6, P, S}});
+  d.Step({{1, 30, 1, D, S}});
+  EXPECT_FALSE(d.sched().HasWork());
+  // Without chunked prefill the cap cannot apply: the prefill runs in one step.
+  c.enable_chunked_prefill = false;
+  Driver whole(c);
+  whole.AddTokens(1, std::vector<int32_t>(30, 7), 2, 0, /*max_chunk_tokens=*/12);
+  whole.Step({{1, 0, 30, P, S}});
 }
 
 TEST(SchedulerTest, DecodeAndPrefillMix) {

@@ -192,6 +192,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     spec.max_new_tokens = request.stopping.max_new_tokens;
     spec.priority = request.priority;
     spec.skip_prefix_cache = request.sampling.prompt_logprobs >= 0;
+    if (request.sampling.prompt_logprobs >= 0) {
+      spec.max_chunk_tokens = std::max(1, config_.max_prompt_logprob_rows);
+    }
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,

@@ -81,6 +81,10 @@ struct EngineConfig {
   // the weights there, so verifying drafts costs little; in large batches it would cost compute.
   NgramProposerConfig speculative;
   int32_t speculative_max_running = 4;
+  // A request with prompt logprobs needs a logits row per prompt token: its prefill is cut into
+  // chunks of at most this many tokens, so that a step's logits stay bounded (BLOOM's 250,880
+  // fp32 logits are 1 MB a row: a 2,048-token chunk would be 2 GB, on the GPU and the host).
+  int32_t max_prompt_logprob_rows = 256;
 };
 
 struct EngineRequest {

@@ -3,6 +3,7 @@
 // prompt_top5_* of each logits prompt). Also: a request asking for them computes its whole
 // prompt even when the prefix cache holds it, and chunked prefill gives the same values.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -37,14 +38,16 @@ class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
     ASSERT_FALSE(golden_.is_discarded());
   }
 
-  std::unique_ptr<Engine> MakeEngine(int32_t max_batched_tokens) {
+  std::unique_ptr<Engine> MakeEngine(int32_t max_batched_tokens, int32_t max_prompt_logprob_rows = 256,
+                                     EngineObserver* observer = nullptr) {
     EngineConfig config;
+    config.max_prompt_logprob_rows = max_prompt_logprob_rows;
     config.scheduler.block_size = 4;
     config.scheduler.num_blocks = 128;
     config.scheduler.max_num_batched_tokens = max_batched_tokens;
     config.scheduler.max_total_tokens = 256;
     config.scheduler.enable_prefix_caching = true;
-    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), config);
+    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), config, observer);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? std::move(*engine) : nullptr;
   }
@@ -152,6 +155,33 @@ TEST_P(PromptLogprobsTest, CachedPrefixAndChunkedPrefillStillScoreEveryToken) {
   for (size_t p = 0; p < in_chunks.size(); ++p) {
     EXPECT_EQ(in_chunks[p].logprob, after_cache[p].logprob) << "CPU is batch invariant";
   }
+}
+
+// The most prefill tokens of any step.
+class LargestPrefill : public EngineObserver {
+ public:
+  void OnStep(const StepStats& step) override {
+    largest = std::max(largest.load(), step.prefill_tokens);
+  }
+  std::atomic<int32_t> largest{0};
+};
+
+// A prompt-logprob request's prefill is cut to max_prompt_logprob_rows tokens a step (bounded
+// logits), however large the token budget, and still scores every token as one step would.
+TEST_P(PromptLogprobsTest, PromptLogprobPrefillIsCutToTheRowCap) {
+  const auto& item = golden_["logits"][3];
+  const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 12u);
+  LargestPrefill capped_steps, plain_steps;
+  std::unique_ptr<Engine> capped = MakeEngine(256, /*max_prompt_logprob_rows=*/5, &capped_steps);
+  ASSERT_NE(capped, nullptr);
+  ExpectMatchesGolden(Run(*capped, ids, 0), item, 0);
+  EXPECT_EQ(capped_steps.largest.load(), 5);
+  // Without prompt logprobs the cap does not apply: one step.
+  std::unique_ptr<Engine> plain = MakeEngine(256, 5, &plain_steps);
+  ASSERT_NE(plain, nullptr);
+  Run(*plain, ids, -1);
+  EXPECT_EQ(plain_steps.largest.load(), static_cast<int32_t>(ids.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsTest,
