@@ -409,12 +409,12 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   metrics_.AddInFlight(1);
   CallStarted();
 
-  if (!parsed->batch.empty()) {
-    for (size_t k = 0; k < parsed->batch.size(); ++k) {
-      blossom::v1::GenerateRequest& one = parsed->batch[k];
-      if (!options_.served_model_name.empty()) one.clear_model();
-      one.set_request_id(absl::StrCat(request_id, "-", k));
-    }
+  for (size_t k = 0; k < parsed->batch.size(); ++k) {
+    blossom::v1::GenerateRequest& one = parsed->batch[k];
+    if (!options_.served_model_name.empty()) one.clear_model();
+    one.set_request_id(absl::StrCat(request_id, "-", k));
+  }
+  if (!parsed->batch.empty() && !parsed->stream) {
     HandleCompletionBatch(request, writer,
                           std::make_shared<openai::CompletionRequest>(std::move(*parsed)), id,
                           created, flavor);
@@ -449,10 +449,12 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   // The encoder refers to the parsed request, so the lambdas keep both alive together.
   auto parsed_request = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
   auto encoder = std::make_shared<openai::StreamEncoder>(*parsed_request, id, created);
-  StreamAsSse(request, writer, flavor, parsed_request->request,
+  std::vector<blossom::v1::GenerateRequest> calls = parsed_request->batch;
+  if (calls.empty()) calls.push_back(parsed_request->request);
+  StreamAsSse(request, writer, flavor, std::move(calls),
               {[encoder] { return encoder->Start(); },
-               [encoder, parsed_request](const blossom::v1::GenerateStreamResponse& m) {
-                 return encoder->OnMessage(m);
+               [encoder, parsed_request](int choice, const blossom::v1::GenerateStreamResponse& m) {
+                 return encoder->OnMessage(m, choice);
                },
                [encoder](int status, absl::string_view message) {
                  return encoder->Error(status, message);
@@ -562,9 +564,9 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
 
   auto parsed_request = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
   auto encoder = std::make_shared<tgi::StreamEncoder>(*parsed_request);
-  StreamAsSse(request, writer, ApiFlavor::kTgi, parsed_request->request,
+  StreamAsSse(request, writer, ApiFlavor::kTgi, {parsed_request->request},
               {[] { return std::string(); },
-               [encoder, parsed_request](const blossom::v1::GenerateStreamResponse& m) {
+               [encoder, parsed_request](int, const blossom::v1::GenerateStreamResponse& m) {
                  return encoder->OnMessage(m);
                },
                [encoder](int status, absl::string_view message) {
@@ -573,53 +575,104 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
 }
 
 void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
-                          ApiFlavor flavor, blossom::v1::GenerateRequest grpc_request,
+                          ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,
                           SseEncoder encoder) {
-  // Headers go out with the first message, so a request refused by the server still gets a
-  // real HTTP status instead of a 200 followed by an error event.
-  auto started = std::make_shared<bool>(false);  // touched only by the serialised callbacks
-  auto shared_encoder = std::make_shared<SseEncoder>(std::move(encoder));
-  auto start_stream = [started, writer, shared_encoder] {
-    if (*started) return true;
-    *started = true;
+  // One GenerateStream call per choice, their messages relayed as they come. The callbacks of
+  // different calls run concurrently: `mu` orders the encoder and the writes. Headers go out
+  // with the first message, so a request refused by the server still gets a real HTTP status
+  // instead of a 200 followed by an error event. The first failure ends the response (an error
+  // response, or an error event after the headers) and cancels the other calls.
+  struct Shared {
+    SseEncoder encoder;
+    std::vector<std::shared_ptr<StreamCall>> calls;  // fixed before the first call starts
+    std::mutex mu;
+    bool started = false;  // guarded by mu
+    bool ended = false;    // guarded by mu: the response is complete (or failed)
+    size_t finals_left;    // guarded by mu: calls whose final message is still to come
+    size_t calls_left;     // guarded by mu: calls not done
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->encoder = std::move(encoder);
+  shared->finals_left = shared->calls_left = grpc_requests.size();
+  // Requires shared->mu.
+  auto start_stream = [writer](Shared& sh) {
+    if (sh.started) return true;
+    sh.started = true;
     if (!writer->StartStream(200, SseHeaders())) return false;
-    const std::string preamble = shared_encoder->preamble();
+    const std::string preamble = sh.encoder.preamble();
     return preamble.empty() || writer->QueueChunk(preamble);
   };
-  // Every write here queues without waiting (these run on gRPC's callback threads and on the
-  // HTTP I/O thread); the output stays bounded because the next message is read only once
-  // the connection is writable again (StreamCall's flow control).
-  auto call = std::make_shared<StreamCall>(
-      [writer, start_stream, shared_encoder](const blossom::v1::GenerateStreamResponse& message) {
-        return start_stream() && writer->QueueChunk(shared_encoder->encode(message)) &&
-               (!message.has_final() || writer->EndStream());
-      },
-      [writer](std::function<void()> resume) { writer->OnWritable(std::move(resume)); },
-      [this, flavor, started, writer, start_stream, shared_encoder](const grpc::Status& status) {
-        if (!status.ok()) {
+  auto cancel_all = [](Shared& sh) {
+    for (auto& call : sh.calls) call->Cancel();
+  };
+  for (size_t k = 0; k < grpc_requests.size(); ++k) {
+    const int choice = static_cast<int>(k);
+    // Every write here queues without waiting (these run on gRPC's callback threads and on
+    // the HTTP I/O thread); the output stays bounded because each call reads its next message
+    // only once the connection is writable again (StreamCall's flow control).
+    // (The lambdas hold `shared`, which holds the calls: StreamCall::OnDone drops both of its
+    // lambdas, so the cycle ends with the last call.)
+    auto on_message = [writer, start_stream, shared, choice](
+                          const blossom::v1::GenerateStreamResponse& message) {
+      Shared& sh = *shared;
+      std::lock_guard<std::mutex> lock(sh.mu);
+      if (sh.ended) return false;
+      if (!start_stream(sh) || !writer->QueueChunk(sh.encoder.encode(choice, message))) {
+        return false;
+      }
+      if (message.has_final() && --sh.finals_left == 0) {
+        sh.ended = true;
+        return writer->EndStream();
+      }
+      return true;
+    };
+    auto on_done = [this, flavor, writer, start_stream, cancel_all, shared](
+                       const grpc::Status& status) {
+      bool failed_now = false, last = false;
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (!status.ok() && !shared->ended) {
+          shared->ended = failed_now = true;
           absl::Status s = FromGrpcStatus(status);
-          if (!*started) {
+          if (!shared->started) {
+            shared->started = true;
             writer->Send(ErrorResponse(flavor, s));
           } else {
-            writer->QueueChunk(shared_encoder->encode_error(HttpStatusFor(s, flavor), s.message()));
+            writer->QueueChunk(shared->encoder.encode_error(HttpStatusFor(s, flavor), s.message()));
             writer->EndStream();
           }
-        } else {
-          start_stream();
-          writer->EndStream();  // no-op if the final message already ended it
         }
+        last = --shared->calls_left == 0;
+        if (last && !shared->ended) {
+          // Every call ended well, though some sent no final message: end what was sent.
+          shared->ended = true;
+          start_stream(*shared);
+          writer->EndStream();
+        }
+      }
+      if (failed_now) cancel_all(*shared);
+      if (last) {
         metrics_.AddInFlight(-1);
         CallFinished();
-      });
-  SetupContext(request, options_.request_timeout, call->context());
-  std::weak_ptr<StreamCall> weak = call;
+      }
+    };
+    auto call = std::make_shared<StreamCall>(
+        std::move(on_message),
+        [writer](std::function<void()> resume) { writer->OnWritable(std::move(resume)); },
+        std::move(on_done));
+    SetupContext(request, options_.request_timeout, call->context());
+    shared->calls.push_back(std::move(call));
+  }
+  std::weak_ptr<Shared> weak = shared;
   writer->OnClose([this, weak] {
-    if (auto c = weak.lock()) {
+    if (auto sh = weak.lock()) {
       metrics_.RecordCancelled();
-      c->Cancel();
+      for (auto& call : sh->calls) call->Cancel();
     }
   });
-  call->Start(stub_.get(), grpc_request);
+  for (size_t k = 0; k < grpc_requests.size(); ++k) {
+    shared->calls[k]->Start(stub_.get(), grpc_requests[k]);
+  }
 }
 
 }  // namespace blossom::gateway

@@ -112,17 +112,20 @@ class Gateway {
                              std::shared_ptr<openai::CompletionRequest> req, std::string id,
                              int64_t created, ApiFlavor flavor);
   // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
-  // Runs one GenerateStream call and relays it as server-sent events. `preamble` is written
-  // right after the headers; `encode` turns each message into SSE bytes; `encode_error` formats
-  // an error that happens after the headers went out (before that, a plain error response in
-  // `flavor`'s shape is sent). The encoders are called from the call's serialised callbacks.
+  // Runs one GenerateStream call per request (one per choice) and relays them as server-sent
+  // events, interleaved as they come. `preamble` is written right after the headers; `encode`
+  // turns each message of choice k into SSE bytes; `encode_error` formats an error that
+  // happens after the headers went out (before that, a plain error response in `flavor`'s
+  // shape is sent; either way the other calls are cancelled). The encoders are called under
+  // one lock, in each call's message order. The response ends after every call's final
+  // message.
   struct SseEncoder {
     std::function<std::string()> preamble;
-    std::function<std::string(const blossom::v1::GenerateStreamResponse&)> encode;
+    std::function<std::string(int choice, const blossom::v1::GenerateStreamResponse&)> encode;
     std::function<std::string(int http_status, absl::string_view message)> encode_error;
   };
   void StreamAsSse(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
-                   ApiFlavor flavor, blossom::v1::GenerateRequest grpc_request,
+                   ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,
                    SseEncoder encoder);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool stream, bool as_list, bool compat);

@@ -2,6 +2,7 @@
 // responses, streaming, backend statuses mapped to HTTP, and validation before the backend.
 #include "clients/gateway/gateway.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -71,11 +72,64 @@ TEST_F(GatewayTest, SeveralPromptsAndNGiveOneChoiceEach) {
   for (const v1::GenerateRequest& r : seen) sent.insert({r.text(), r.sampling().seed()});
   EXPECT_EQ(sent, (std::multiset<std::pair<std::string, uint64_t>>{
                       {"a", 10}, {"a", 11}, {"b", 10}, {"b", 11}}));
-  // Streaming several choices is refused, naming the field.
-  Client::Reply stream =
-      Request("POST", "/v1/completions", R"({"prompt":"a","n":2,"stream":true})");
-  EXPECT_EQ(stream.status, 400) << stream.body;
-  EXPECT_EQ(Json::parse(stream.body)["error"]["param"], "n");
+}
+
+// Streamed, the choices' chunks interleave, each with its index; one usage chunk and one
+// [DONE] follow the last choice's end.
+TEST_F(GatewayTest, SeveralChoicesStreamWithTheirIndexes) {
+  StartGateway({});
+  for (const bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    Client::Reply reply =
+        chat ? Request("POST", "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"n":3,"stream":true,
+                           "stream_options":{"include_usage":true}})")
+             : Request("POST", "/v1/completions",
+                       R"({"prompt":["a","b","c"],"stream":true,
+                           "stream_options":{"include_usage":true}})");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    std::vector<std::string> events = Events(reply.body);
+    ASSERT_GE(events.size(), 3u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::map<int, std::string> text;
+    std::map<int, int> finishes;
+    int usage_chunks = 0;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      const Json j = Json::parse(events[i]);
+      if (!j["usage"].is_null()) {
+        ++usage_chunks;
+        EXPECT_EQ(j["usage"]["completion_tokens"], 6);                // 2 tokens x 3 choices
+        EXPECT_EQ(j["usage"]["prompt_tokens"], chat ? 3 : 9);        // each prompt once
+        EXPECT_EQ(i + 2, events.size()) << "usage is the last chunk";
+        continue;
+      }
+      for (const Json& c : j["choices"]) {
+        const int index = c["index"];
+        text[index] += chat ? c["delta"].value("content", "") : c["text"].get<std::string>();
+        if (!c["finish_reason"].is_null()) ++finishes[index];
+      }
+    }
+    EXPECT_EQ(usage_chunks, 1);
+    EXPECT_EQ(text, (std::map<int, std::string>{{0, "Hello"}, {1, "Hello"}, {2, "Hello"}}));
+    EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}}));
+  }
+}
+
+// A choice that fails mid-response ends the stream with an error event and cancels the others.
+TEST_F(GatewayTest, AFailedStreamedChoiceEndsTheStream) {
+  StartGateway({});
+  Client::Reply reply = Request("POST", "/v1/completions",
+                                R"({"prompt":["hang","fail:14:gone"],"stream":true})");
+  // "hang" sends a message first, so the headers may be out: an error event then, else a 503.
+  if (reply.status == 200) {
+    std::vector<std::string> events = Events(reply.body);
+    ASSERT_GE(events.size(), 2u) << reply.body;
+    EXPECT_EQ(events.back(), "[DONE]");
+    EXPECT_NE(events[events.size() - 2].find("gone"), std::string::npos) << reply.body;
+  } else {
+    EXPECT_EQ(reply.status, 503) << reply.body;
+  }
+  EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 1; }));
 }
 
 // One failed choice fails the request, and the choices still running are cancelled.

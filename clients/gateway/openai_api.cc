@@ -219,11 +219,6 @@ absl::Status FillBatch(const std::vector<GenerateRequest>& prompts, CompletionRe
                                         choices));
   }
   if (choices == 1) return absl::OkStatus();
-  if (out->stream) {
-    return FieldError(out->n > 1 ? "n" : "prompt",
-                      "several choices (n > 1 or several prompts) with stream=true is not "
-                      "supported");
-  }
   for (const GenerateRequest& prompt : prompts) {
     for (int i = 0; i < out->n; ++i) {
       GenerateRequest one = out->request;
@@ -501,7 +496,12 @@ Json CompletionResponse(const CompletionRequest& request,
 }
 
 StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, int64_t created)
-    : request_(request), id_(std::move(id)), created_(created) {}
+    : request_(request),
+      id_(std::move(id)),
+      created_(created),
+      choices_(request.batch.empty() ? 1 : static_cast<int>(request.batch.size())),
+      text_offset_(static_cast<size_t>(choices_), 0),
+      last_token_(static_cast<size_t>(choices_)) {}
 
 Json StreamEncoder::Chunk(Json choice) const {
   Json chunk = {{"id", id_},
@@ -514,51 +514,68 @@ Json StreamEncoder::Chunk(Json choice) const {
   return chunk;
 }
 
-Json StreamEncoder::LogprobsFor(const Token& token) {
+Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
   if (request_.chat) return {{"content", Json::array({ChatTokenLogprob(token)})}};
+  size_t& offset = text_offset_[static_cast<size_t>(choice)];
   Json out = {{"tokens", Json::array({token.text()})},
               {"token_logprobs", Json::array({token.has_logprob() ? Json(token.logprob()) : Json(nullptr)})},
               {"top_logprobs", Json::array({TopLogprobsMap(token)})},
-              {"text_offset", Json::array({text_offset_})}};
-  text_offset_ += Characters(token.text());
+              {"text_offset", Json::array({offset})}};
+  offset += Characters(token.text());
   return out;
 }
 
 std::string StreamEncoder::Start() {
   if (!request_.chat) return "";
-  return Event(Chunk({{"index", 0},
-                      {"delta", {{"role", "assistant"}, {"content", ""}}},
-                      {"logprobs", nullptr},
-                      {"finish_reason", nullptr}}));
+  std::string events;
+  for (int k = 0; k < choices_; ++k) {
+    events += Event(Chunk({{"index", k},
+                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}}));
+  }
+  return events;
 }
 
-std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message) {
+std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message,
+                                     int choice) {
+  if (choice < 0 || choice >= choices_) return "";
   const bool final = message.has_final();
   if (final) system_fingerprint_ = message.final().system_fingerprint();
+  if (message.has_token()) last_token_[static_cast<size_t>(choice)] = message.token().id();
   const bool with_logprobs = request_.logprobs && message.has_token();
   std::string events;
   if (!message.text_delta().empty() || with_logprobs || final) {
-    if (message.has_token()) last_token_ = message.token().id();
-    Json choice = {{"index", 0},
-                   {"logprobs", with_logprobs ? LogprobsFor(message.token()) : Json(nullptr)},
-                   {"finish_reason",
-                    final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
-    if (final) choice["stop_reason"] = StopReason(message.final(), last_token_);
-    if (request_.chat) {
-      choice["delta"] = message.text_delta().empty() && final ? Json::object()
-                                                               : Json{{"content", message.text_delta()}};
-    } else {
-      choice["text"] = message.text_delta();
+    Json entry = {{"index", choice},
+                  {"logprobs", with_logprobs ? LogprobsFor(message.token(), choice) : Json(nullptr)},
+                  {"finish_reason",
+                   final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
+    if (final) {
+      entry["stop_reason"] = StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
     }
-    events += Event(Chunk(choice));
+    if (request_.chat) {
+      entry["delta"] = message.text_delta().empty() && final ? Json::object()
+                                                              : Json{{"content", message.text_delta()}};
+    } else {
+      entry["text"] = message.text_delta();
+    }
+    events += Event(Chunk(entry));
   }
   if (final) {
-    if (request_.include_usage) {
-      Json usage = Chunk(nullptr);
-      usage["usage"] = UsageJson(message.final().usage());
-      events += Event(usage);
+    const blossom::v1::Usage& one = message.final().usage();
+    if (choice % request_.n == 0) {  // each prompt once
+      usage_.set_prompt_tokens(usage_.prompt_tokens() + one.prompt_tokens());
+      usage_.set_cached_prompt_tokens(usage_.cached_prompt_tokens() + one.cached_prompt_tokens());
     }
-    events += "data: [DONE]\n\n";
+    usage_.set_generated_tokens(usage_.generated_tokens() + one.generated_tokens());
+    if (++finals_ == choices_) {
+      if (request_.include_usage) {
+        Json usage = Chunk(nullptr);
+        usage["usage"] = UsageJson(usage_);
+        events += Event(usage);
+      }
+      events += "data: [DONE]\n\n";
+    }
   }
   return events;
 }

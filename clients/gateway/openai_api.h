@@ -4,7 +4,8 @@
 // Decisions (documented for clients):
 // - Unknown fields are ignored (as OpenAI and vLLM do); known fields are strictly typed.
 // - Several prompts (a list of strings or of token-id lists) and n > 1 give one choice each
-//   (not streamed; at most 128 choices; best_of must equal n).
+//   (at most 128 choices; best_of must equal n); streamed, their chunks interleave, each with
+//   its choice's index, and [DONE] follows the last choice's end.
 // - Unsupported features are a 400 naming the field: best_of != n, echo with stream,
 //   suffix, logit_bias, tools, non-text content parts, response_format other than text, beam
 //   search, truncate_prompt_tokens with echo.
@@ -77,29 +78,34 @@ Json CompletionResponse(const CompletionRequest& request,
                         const std::vector<blossom::v1::GenerateResponse>& responses,
                         const std::string& id, int64_t created);
 
-// Encodes a GenerateStream as Server-Sent Events. Not thread-safe: one per request, fed in
-// stream order.
+// Encodes the GenerateStream calls of one request (one per choice) as Server-Sent Events. Not
+// thread-safe: one per request, fed each call's messages in stream order (calls interleaved).
 class StreamEncoder {
  public:
   StreamEncoder(const CompletionRequest& request, std::string id, int64_t created);
   // The first events (chat: the assistant role chunk), possibly "".
   std::string Start();
-  // Events for one stream message, possibly "". After the final message it also emits the
-  // usage chunk (if requested) and "data: [DONE]".
-  std::string OnMessage(const blossom::v1::GenerateStreamResponse& message);
+  // Events for one stream message of choice `choice` (request.batch's index; 0 for one
+  // choice), possibly "". After the last choice's final message it also emits the usage chunk
+  // (if requested: every choice's completion tokens, each prompt's tokens once) and
+  // "data: [DONE]".
+  std::string OnMessage(const blossom::v1::GenerateStreamResponse& message, int choice = 0);
   // An error event in OpenAI's shape followed by "data: [DONE]", for failures mid-stream.
   std::string Error(int http_status, absl::string_view message);
 
  private:
   Json Chunk(Json choice) const;
-  Json LogprobsFor(const blossom::v1::Token& token);
+  Json LogprobsFor(const blossom::v1::Token& token, int choice);
 
   const CompletionRequest& request_;
   const std::string id_;
   const int64_t created_;
-  size_t text_offset_ = 0;             // characters so far (OpenAI's text_offset)
-  absl::optional<int32_t> last_token_;  // for stop_reason
-  std::string system_fingerprint_;  // known once the final message arrived
+  const int choices_;
+  std::vector<size_t> text_offset_;                   // per choice: characters so far
+  std::vector<absl::optional<int32_t>> last_token_;  // per choice: for stop_reason
+  int finals_ = 0;                                    // choices finished
+  blossom::v1::Usage usage_;                          // summed over the finished choices
+  std::string system_fingerprint_;  // known once a final message arrived
 };
 
 }  // namespace blossom::gateway::openai

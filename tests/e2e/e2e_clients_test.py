@@ -56,6 +56,13 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual([c.text for c in sampled[0].choices],
                          [c.text for c in sampled[1].choices])
         self.assertEqual(len(sampled[0].choices), 3)
+        # Streamed: chunks carry their choice's index; the texts equal the unary choices.
+        texts = {}
+        for chunk in self.client.completions.create(model=MODEL, prompt=prompts, n=2,
+                                                    max_tokens=8, temperature=0, stream=True):
+            for c in chunk.choices:
+                texts[c.index] = texts.get(c.index, "") + c.text
+        self.assertEqual(texts, {c.index: c.text for c in r.choices})
 
     def test_streaming_completion_equals_unary(self):
         unary = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
