@@ -5,7 +5,9 @@
 #  1. a greedy request is served;
 #  2. rank 1 is killed (SIGKILL); the next request fails within seconds with the collective's
 #     DeadlineExceeded ("not complete after 2000 ms");
-#  3. the request after that fails at once ("restart the job"): the ranks are out of step;
+#  3. the server then knows it cannot run again (the ranks are out of step): gRPC health is
+#     NOT_SERVING and the next request is refused at once with UNAVAILABLE ("must be
+#     restarted");
 #  4. SIGTERM to the leader still stops it.
 # Without mpirun: one SKIPPED case with the reason.
 set -uo pipefail
@@ -67,9 +69,15 @@ cat "$work/err"
 grep -q "not complete after 2000 ms" "$work/err" ||
   fail "the request after the follower's death did not fail with the collective timeout"
 [ "$elapsed" -le 20 ] || fail "the failure took $elapsed s"
+health=$(timeout 30 "$cli" health --server "127.0.0.1:$port" 2>&1)
+echo "health: $health"
+[ "$health" = "NOT_SERVING" ] || fail "health is '$health' on a broken group, not NOT_SERVING"
+start=$(date +%s)
 if request; then fail "a request succeeded on a broken group"; fi
 cat "$work/err"
-grep -q "restart the job" "$work/err" || fail "a broken group does not say to restart the job"
+grep -q "UNAVAILABLE: .*must be restarted" "$work/err" ||
+  fail "a broken group does not refuse with UNAVAILABLE saying to restart"
+[ $(($(date +%s) - start)) -le 5 ] || fail "the refusal on a broken group was not at once"
 
 kill -TERM "$leader" 2>/dev/null
 for _ in $(seq 1 300); do
