@@ -88,7 +88,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromFile(const std::string& path) {
 }
 
 absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
-                                             const ChatTemplate& chat_template) {
+                                             const ChatTemplate& chat_template,
+                                             const ChatRenderOptions& options) {
   if (!messages.is_array()) return FieldError("messages", "must be a list of messages");
   if (messages.empty()) return FieldError("messages", "must not be empty");
   std::string system, turns;
@@ -110,16 +111,25 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
       system += text;
     } else if (*role == "user") {
       absl::StrAppend(&turns, chat_template.user_prefix, text, chat_template.user_suffix);
+    } else if (options.continue_final_message && i + 1 == messages.size()) {
+      absl::StrAppend(&turns, chat_template.assistant_prefix, text);  // left open
     } else {
       absl::StrAppend(&turns, chat_template.assistant_prefix, text,
                       chat_template.assistant_suffix);
+    }
+    if (options.continue_final_message && i + 1 == messages.size() && *role != "assistant") {
+      return FieldError("continue_final_message",
+                        "needs the last message to be the assistant's (the one continued)");
     }
   }
   std::string prompt;
   if (!system.empty()) {
     absl::StrAppend(&prompt, chat_template.system_prefix, system, chat_template.system_suffix);
   }
-  absl::StrAppend(&prompt, turns, chat_template.generation_prompt);
+  absl::StrAppend(&prompt, turns);
+  if (options.add_generation_prompt && !options.continue_final_message) {
+    absl::StrAppend(&prompt, chat_template.generation_prompt);
+  }
   return prompt;
 }
 

@@ -42,10 +42,21 @@ struct ChatTemplate {
   static absl::StatusOr<ChatTemplate> FromFile(const std::string& path);
 };
 
+// vLLM's chat request options that change the rendering.
+struct ChatRenderOptions {
+  // false: no generation_prompt at the end (the caller adds its own continuation cue).
+  bool add_generation_prompt = true;
+  // true: the last message (an assistant one) is left open, without its suffix and without a
+  // generation prompt, so the model continues it (prefilling the start of an answer).
+  bool continue_final_message = false;
+};
+
 // Renders OpenAI chat `messages` (roles system, developer, user, assistant; content a string or
-// text parts) with `chat_template`. FieldErrors name messages[i].
+// text parts) with `chat_template`. FieldErrors name messages[i] (or continue_final_message when
+// the last message is not the assistant's).
 absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
-                                             const ChatTemplate& chat_template);
+                                             const ChatTemplate& chat_template,
+                                             const ChatRenderOptions& options = {});
 
 }  // namespace blossom::gateway
 

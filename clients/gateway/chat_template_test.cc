@@ -28,6 +28,28 @@ TEST(ChatTemplateTest, DefaultIsTheGatewaysFixedLayout) {
   EXPECT_EQ(*plain, "User: x\nAssistant:");
 }
 
+// vLLM's add_generation_prompt=false and continue_final_message=true.
+TEST(ChatTemplateTest, RenderOptions) {
+  ChatRenderOptions no_prompt;
+  no_prompt.add_generation_prompt = false;
+  auto bare = RenderChatPrompt(Messages(R"([{"role":"user","content":"x"}])"), ChatTemplate(),
+                               no_prompt);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(*bare, "User: x\n");
+  ChatRenderOptions prefill;
+  prefill.add_generation_prompt = false;
+  prefill.continue_final_message = true;
+  auto open = RenderChatPrompt(
+      Messages(R"([{"role":"user","content":"x"},{"role":"assistant","content":"Sure, the"}])"),
+      ChatTemplate(), prefill);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(*open, "User: x\nAssistant: Sure, the");  // no suffix, no generation prompt
+  auto not_assistant =
+      RenderChatPrompt(Messages(R"([{"role":"user","content":"x"}])"), ChatTemplate(), prefill);
+  ASSERT_FALSE(not_assistant.ok());
+  EXPECT_NE(not_assistant.status().message().find("continue_final_message"), std::string::npos);
+}
+
 TEST(ChatTemplateTest, FileReplacesEachPieceAndKeepsDefaultsForTheRest) {
   auto parsed = ChatTemplate::FromJson(R"({
       "system_prefix": "<|system|>", "system_suffix": "</s>",

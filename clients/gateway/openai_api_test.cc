@@ -99,6 +99,10 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "tools", "tools"},
       {true, "{" + kChat + R"(,"response_format":{"type":"json_object"}})", "response_format", "response_format"},
       {true, "{" + kChat + R"(,"n":0})", "at least 1", "n"},
+      {true, "{" + kChat + R"(,"add_generation_prompt":true,"continue_final_message":true})",
+       "cannot be true together", "continue_final_message"},
+      {true, "{" + kChat + R"(,"continue_final_message":true})", "the assistant's",
+       "continue_final_message"},
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<CompletionRequest> r = c.chat ? ParseChatRequest(c.body) : ParseCompletionRequest(c.body);

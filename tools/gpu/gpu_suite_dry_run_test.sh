@@ -77,4 +77,24 @@ if BLOSSOM_MAX_GLIBC=2.2 "$R/tools/gpu/make_gpu_bundle.sh" "$TEST_TMPDIR/old_gli
   fail "a bundle needing glibc > 2.2 was accepted with BLOSSOM_MAX_GLIBC=2.2"
 fi
 grep -q "needs glibc" "$TEST_TMPDIR/glibc.log" || fail "the glibc refusal did not say why"
+# 5: a "tree" bundle (run_gpu_suite.sh's: the fixtures are the working tree's, which travels
+# anyway) carries none and links <repo>/tests/fixtures on the device.
+REPO="$TEST_TMPDIR/repo"
+mkdir -p "$REPO/tests" "$REPO/.device"
+cp -rL "$R/tests/fixtures" "$REPO/tests/fixtures"
+"$R/tools/gpu/make_gpu_bundle.sh" "$REPO/.device/suite" tree "${BINS[@]}" > "$TEST_TMPDIR/tree.log" 2>&1 ||
+  { cat "$TEST_TMPDIR/tree.log"; fail "make_gpu_bundle.sh tree failed"; }
+[[ ! -e "$REPO/.device/suite/runfiles/blossom/tests/fixtures" ]] || fail "a tree bundle copied the fixtures"
+grep -q '"fixtures": "working tree"' "$REPO/.device/suite/manifest.json" || fail "manifest lacks the fixture mode"
+if ! BLOSSOM_DEADLINE_S=240 bash "$REPO/.device/suite/run_on_device.sh" --dry-run tests --out "$OUT/tree" \
+    > "$TEST_TMPDIR/tree_run.log" 2>&1; then
+  cat "$TEST_TMPDIR/tree_run.log"; fail "a tree bundle's dry run failed"
+fi
+grep -q "fixtures: the working tree's" "$TEST_TMPDIR/tree_run.log" || fail "the tree fixtures were not linked"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["summary"]["runs_failed"] == 0 and r["all_skipped"], r["summary"]' \
+  "$OUT/tree/results.json" || fail "a tree bundle's tests did not all skip cleanly"
+# ...and one that is not inside a repository says why instead of running without data.
+if "$R/tools/gpu/make_gpu_bundle.sh" "$TEST_TMPDIR/loose" tree "${BINS[0]}" > "$TEST_TMPDIR/loose.log" 2>&1; then
+  fail "a tree bundle outside a repository was accepted"
+fi
 echo "PASS"

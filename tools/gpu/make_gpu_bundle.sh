@@ -5,12 +5,17 @@
 # (//tools/gpu:gpu_suite_dry_run_test) on the binaries in its runfiles. Needs no Bazel.
 #
 # Usage: make_gpu_bundle.sh BUNDLE_DIR RUNFILES_DIR BINARY...
-#   RUNFILES_DIR  a runfiles tree holding blossom/tests/fixtures (the binaries' data), or "-" to
-#                 use each binary's own BINARY.runfiles
+#   RUNFILES_DIR  a runfiles tree holding blossom/tests/fixtures (the binaries' data), "-" to
+#                 use each binary's own BINARY.runfiles, or "tree" to copy none: the bundle then
+#                 sits in the repository (BUNDLE_DIR = <repo>/.device/<name>) and run_on_device.sh
+#                 links <repo>/tests/fixtures, which travels with the working tree anyway (the
+#                 fixtures are 13 MiB of the device tool's 64 MiB; carrying them twice crowded
+#                 out the benchmark bundle)
 #
 # Layout made:
 #   bin/<test>          the test binaries
-#   runfiles/blossom/   their data (fixtures), used as TEST_SRCDIR on the device
+#   runfiles/blossom/   their data (fixtures; linked on the device in "tree" mode), used as
+#                       TEST_SRCDIR on the device
 #   lib/                every non-system shared library they load (abseil, gtest, spdlog, fmt,
 #                       cudart, ...), resolved with ldd
 #   lib/compat/         this machine's libstdc++/libgcc_s, used only if the device's are older
@@ -50,13 +55,23 @@ copy_fixtures() {  # $1: a runfiles root
     cp -rL "$1/blossom/tests/fixtures" "$BUNDLE/runfiles/blossom/tests/"
   fi
 }
-if [[ "$RUNFILES" == - ]]; then
+FIXTURES="bundled"
+if [[ "$RUNFILES" == tree ]]; then
+  FIXTURES="working tree"
+  [[ -d "$BUNDLE/../../tests/fixtures/models" ]] || {
+    echo "\"tree\" needs the bundle at <repo>/.device/<name>: no $BUNDLE/../../tests/fixtures" >&2
+    exit 1
+  }
+elif [[ "$RUNFILES" == - ]]; then
   for bin in "$@"; do [[ -d "$bin.runfiles" ]] && copy_fixtures "$bin.runfiles"; done
 else
   copy_fixtures "$RUNFILES"
 fi
 chmod -R u+w "$BUNDLE/runfiles"
-[[ -d "$BUNDLE/runfiles/blossom/tests/fixtures" ]] || { echo "no fixtures found in the runfiles" >&2; exit 1; }
+if [[ "$FIXTURES" == bundled && ! -d "$BUNDLE/runfiles/blossom/tests/fixtures" ]]; then
+  echo "no fixtures found in the runfiles" >&2
+  exit 1
+fi
 
 bundle_shared_libs
 cp "$HERE/run_on_device.sh" "$BUNDLE/run_on_device.sh"
@@ -75,6 +90,7 @@ cat > "$BUNDLE/manifest.json" <<EOF
   "built_on": "$(hostname)",
   "nvcc": "$NVCC",
   "glibc_needed": "${GLIBC_NEEDED:-}",
+  "fixtures": "$FIXTURES",
   "tests": [$(json_list "${TESTS[@]}")],
   "libraries_expected_on_device": [$(json_list "${LEFT_TO_DEVICE[@]}")]
 }

@@ -52,7 +52,10 @@ for target in "${TARGETS[@]}"; do
 done
 
 echo "== bundling into $BUNDLE"
-"$ROOT/tools/gpu/make_gpu_bundle.sh" "$BUNDLE" - "${BINARIES[@]}"
+# The fixtures travel with the working tree: the bundle links them on the device ("tree").
+FIXTURE_MODE=tree
+[[ "$(cd "$BUNDLE/../.." 2>/dev/null && pwd)" == "$ROOT" ]] || FIXTURE_MODE=-
+"$ROOT/tools/gpu/make_gpu_bundle.sh" "$BUNDLE" "$FIXTURE_MODE" "${BINARIES[@]}"
 REL="${BUNDLE#"$ROOT"/}"
 echo "== on the GPU machine (device tool, carry=[\"$REL\"]), one call each:"
 echo "   bash $REL/run_on_device.sh preflight   # glibc, nvidia-smi, CUDA libraries, ldd of every binary"

@@ -114,6 +114,22 @@ LDD_PROBLEMS=$(for b in "$HERE"/bin/*; do ldd "$b" 2>&1 | grep -E "not found|ver
 [[ -n "$LDD_PROBLEMS" ]] && { echo "unresolved libraries:"; echo "$LDD_PROBLEMS"; }
 
 export TEST_SRCDIR="$HERE/runfiles"
+# A bundle made in "tree" mode carries no fixtures: they are the working tree's, two folders up
+# (the bundle is <repo>/.device/<name>), which travels with every device call. They are linked
+# into a runfiles tree of our own (the carried bundle is left as it came).
+if [[ ! -e "$HERE/runfiles/blossom/tests/fixtures" ]]; then
+  TREE_FIXTURES="$(cd "$HERE/../.." 2>/dev/null && pwd)/tests/fixtures"
+  if [[ -d "$TREE_FIXTURES/models" ]]; then
+    TEST_SRCDIR="$(mktemp -d "${TMPDIR:-/tmp}/blossom_runfiles.XXXXXX")"
+    mkdir -p "$TEST_SRCDIR/blossom/tests"
+    ln -s "$TREE_FIXTURES" "$TEST_SRCDIR/blossom/tests/fixtures"
+    echo "fixtures: the working tree's ($TREE_FIXTURES)"
+  else
+    echo "ERROR: the bundle has no fixtures and $TREE_FIXTURES does not exist" \
+         "(a \"tree\" bundle must sit at <repo>/.device/<name>)" >&2
+    exit 1
+  fi
+fi
 export TEST_WORKSPACE=blossom
 export TEST_TMPDIR="${TMPDIR:-/tmp}/blossom_gpu_tests"
 mkdir -p "$TEST_TMPDIR"
