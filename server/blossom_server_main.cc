@@ -88,7 +88,8 @@ ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
-ABSL_FLAG(int32_t, metrics_port, 9090, "HTTP port of /metrics and /health (-1 = off, 0 = free).");
+ABSL_FLAG(int32_t, metrics_port, 9090,
+          "HTTP port of /metrics, /health and /live (-1 = off, 0 = free).");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the metrics port binds. It serves /metrics and /health without an API key, "
           "so it is loopback-only unless a scraper elsewhere needs it (e.g. 0.0.0.0 in a pod).");
@@ -354,9 +355,15 @@ int Run() {
             const bool serving = service.state() == BlossomService::State::kServing;
             response.status = serving ? 200 : 503;
             response.body = serving ? "SERVING\n" : "NOT_SERVING\n";
+          } else if (request.path == "/live") {
+            // Liveness: false only when the engine failed for good (a restart is the cure);
+            // loading and draining are alive.
+            const bool failed = service.state() == BlossomService::State::kFailed;
+            response.status = failed ? 503 : 200;
+            response.body = failed ? "FAILED: the model can no longer run; restart\n" : "LIVE\n";
           } else {
             response.status = 404;
-            response.body = "not found; try /metrics or /health\n";
+            response.body = "not found; try /metrics, /health or /live\n";
           }
           w->Send(std::move(response));
         });

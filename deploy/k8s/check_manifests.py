@@ -13,7 +13,8 @@ Needs PyYAML and kubernetes-validate (deploy/setup_venv.sh makes a venv with bot
    kubernetes-validate --strict; the pod templates inside an MPIJob (a CRD) as v1 PodTemplates;
    PodMonitor (a CRD) by the checks below.
 3. What the issue asks of each pod: startup, readiness and liveness probes on every container,
-   probes on ports that exist, the gateway's readiness not /live, preStop on server and gateway,
+   probes on ports that exist, the gateway's readiness not /live, the server's liveness its
+   /live, preStop on server and gateway,
    a grace period above preStop + drain, non-root pod and locked-down containers, /dev/shm from
    memory for the server, volumes that reference a PVC and a Secret defined in the same render,
    nvidia.com/gpu equal to the tensor-parallel ranks, --metrics-host=0.0.0.0 where the metrics
@@ -293,6 +294,11 @@ def check(overlay, objs, metric_names, version, findings):
                             bad(f"{cw}: {probe} uses port {port}, which the container does not name")
                         if isinstance(port, int) and port not in pod_ports.values():
                             bad(f"{cw}: {probe} uses port {port}, which no container of the pod opens")
+            if runs_server:
+                live = c.get("livenessProbe", {})
+                if live.get("httpGet", {}).get("path") != "/live":
+                    bad(f"{cw}: the server's liveness probe is not its /live (only /live goes false "
+                        "when the engine failed for good, which a restart cures)")
             if runs_gateway:
                 ready = c.get("readinessProbe", {})
                 if ready.get("httpGet", {}).get("path") != "/health":

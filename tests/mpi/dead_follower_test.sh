@@ -6,8 +6,8 @@
 #  2. rank 1 is killed (SIGKILL); the next request fails within seconds with the collective's
 #     DeadlineExceeded ("not complete after 2000 ms");
 #  3. the server then knows it cannot run again (the ranks are out of step): gRPC health is
-#     NOT_SERVING and the next request is refused at once with UNAVAILABLE ("must be
-#     restarted");
+#     NOT_SERVING, /live on the metrics port 503 (Kubernetes restarts it), and the next request
+#     is refused at once with UNAVAILABLE ("must be restarted");
 #  4. SIGTERM to the leader still stops it.
 # Without mpirun: one SKIPPED case with the reason.
 set -uo pipefail
@@ -28,7 +28,7 @@ fail() {
 
 log="$work/server.log"
 mpirun -np 2 "${MPIRUN_ARGS[@]}" --enable-recovery "$server" --model "$model" --launcher mpi \
-  --tp 2 --port 0 --host 127.0.0.1 --metrics_port -1 --threads 1 --kv_cache_mb 16 \
+  --tp 2 --port 0 --host 127.0.0.1 --metrics_port 0 --threads 1 --kv_cache_mb 16 \
   --collective_timeout 2 --drain_timeout 5 >"$log" 2>&1 &
 mpirun_pid=$!
 port=""
@@ -60,6 +60,9 @@ request() {
     --quiet >"$work/out" 2>"$work/err"
 }
 request || { cat "$work/err"; fail "the first request failed"; }
+metrics_port=$(grep -o 'metrics_port=[0-9]*' "$log" | head -n 1 | cut -d= -f2)
+[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$metrics_port/live")" = 200 ] ||
+  fail "/live is not 200 on a healthy server"
 
 kill -KILL "$follower"
 start=$(date +%s)
@@ -69,6 +72,11 @@ cat "$work/err"
 grep -q "not complete after 2000 ms" "$work/err" ||
   fail "the request after the follower's death did not fail with the collective timeout"
 [ "$elapsed" -le 20 ] || fail "the failure took $elapsed s"
+live_status() {
+  curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$metrics_port/live"
+}
+live=$(live_status)
+[ "$live" = "503" ] || fail "/live answers $live on a broken group, not 503 (nothing would restart it)"
 health=$(timeout 30 "$cli" health --server "127.0.0.1:$port" 2>&1)
 echo "health: $health"
 [ "$health" = "NOT_SERVING" ] || fail "health is '$health' on a broken group, not NOT_SERVING"
