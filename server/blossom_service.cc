@@ -118,9 +118,15 @@ class GenerationCall {
         submitted_params.prompt_tokens.assign(request.token_ids().ids().begin(),
                                               request.token_ids().ids().end());
       }
-      engine_request = DescribeEngineRefusal(
-          stream.status(), submitted_params, service_->vocab_size(),
-          request.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids");
+      if (stream.status().code() == absl::StatusCode::kUnavailable &&
+          !service_->engine()->failure().ok()) {
+        // Failed for good (MarkFailed may not have run yet): no retry invitation.
+        engine_request = WithReason(stream.status(), error_reason::kModelFailed);
+      } else {
+        engine_request = DescribeEngineRefusal(
+            stream.status(), submitted_params, service_->vocab_size(),
+            request.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids");
+      }
     }
     const absl::Status& status = engine_request.status();
     // Messages may quote client input (a model name): escaped and cut, so that a "\n" cannot
@@ -413,7 +419,12 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
 }
 
 void BlossomService::StartDraining() {
-  state_.store(static_cast<int>(State::kDraining), std::memory_order_release);
+  // A failed service stays failed (its /live must keep asking for the restart).
+  int state = state_.load(std::memory_order_acquire);
+  while (state != static_cast<int>(State::kFailed) &&
+         !state_.compare_exchange_weak(state, static_cast<int>(State::kDraining),
+                                       std::memory_order_acq_rel)) {
+  }
 }
 
 void BlossomService::MarkFailed(const absl::Status& failure) {

@@ -123,6 +123,11 @@ TEST(BlossomServiceFailureTest, AFailureForGoodStopsServing) {
   EXPECT_EQ(fixture.not_serving_calls(), 1);
   EXPECT_EQ(fixture.service().state(), BlossomService::State::kFailed);
   for (int call = 0; call < 2; ++call) {
+    if (call == 1) {
+      // A SIGTERM's drain does not hide the failure (/live keeps asking for the restart).
+      fixture.service().StartDraining();
+      EXPECT_EQ(fixture.service().state(), BlossomService::State::kFailed);
+    }
     const Received refused = Stream(fixture, Greedy(4));
     EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_NE(refused.status.error_message().find("must be restarted"), std::string::npos)

@@ -95,10 +95,26 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A capped sequence's prefill tokens this step: at most its cap, and what the step's capped
+// budget (the first capped sequence's cap; the engine gives them all the same) has left.
+int32_t TakeCappedRows(int32_t cap, int32_t wanted, int32_t* left) {
+  if (*left < 0) *left = cap;
+  const int32_t take = std::min({wanted, cap, *left});
+  *left -= take;
+  return take;
+}
+
+}  // namespace
+
 StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
   StepPlan plan;
   int32_t budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
+  // Prefill tokens of capped sequences (max_chunk_tokens) left this step: the cap bounds the
+  // step, not each sequence (eight capped prefills would otherwise take eight caps' rows).
+  int32_t capped_rows_left = -1;  // unset until the first capped sequence
 
   // 1. Running sequences, highest priority / oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -116,8 +132,13 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
       }
       num_new = budget;
     }
-    if (config_.enable_chunked_prefill && s->max_chunk_tokens > 0) {
-      num_new = std::min(num_new, s->max_chunk_tokens);
+    if (config_.enable_chunked_prefill && s->max_chunk_tokens > 0 &&
+        s->num_computed < s->prefill_len) {
+      num_new = TakeCappedRows(s->max_chunk_tokens, num_new, &capped_rows_left);
+      if (num_new == 0) {  // the step's capped rows are spent: the next step goes on
+        ++i;
+        continue;
+      }
     }
     std::vector<int32_t> draft;
     if (propose_draft && num_new == 1 && s->num_computed >= s->prefill_len) {
@@ -164,9 +185,13 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
 
   // 2. Waiting sequences. Not in a step that had to preempt: the pool is full, admitting would
   // only preempt again next step (vLLM V1 does the same).
-  while (!preempted_any && !waiting_.empty() && budget > 0 &&
+  // In order; only a capped sequence whose step budget is spent is passed over (it keeps its
+  // place for the next step), so requests without prompt logprobs are not held up behind it.
+  auto next = waiting_.begin();
+  while (!preempted_any && next != waiting_.end() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence* s = seqs_.find(std::get<2>(*waiting_.begin()))->second.get();
+    Sequence* s = seqs_.find(std::get<2>(*next))->second.get();
+    ++next;  // before EraseWaiting invalidates the current one
     const int32_t known = static_cast<int32_t>(s->tokens.size());
     const int32_t cached = blocks_.CachedPrefixLength(s->tokens, !s->skip_prefix_cache);
     int32_t num_new = known - cached;
@@ -175,7 +200,8 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
       num_new = budget;
     }
     if (config_.enable_chunked_prefill && s->max_chunk_tokens > 0) {
-      num_new = std::min(num_new, s->max_chunk_tokens);
+      num_new = TakeCappedRows(s->max_chunk_tokens, num_new, &capped_rows_left);
+      if (num_new == 0) continue;
     }
     absl::StatusOr<int32_t> hit =
         blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new, !s->skip_prefix_cache);
@@ -201,6 +227,11 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
     budget -= num_new;
   }
   return plan;
+}
+
+void Scheduler::ClearChunkCap(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it != seqs_.end()) it->second->max_chunk_tokens = 0;
 }
 
 absl::Status Scheduler::Update(const StepPlan& plan, absl::Span<const SeqOutput> outputs) {

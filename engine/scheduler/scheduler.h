@@ -45,9 +45,11 @@ struct SequenceSpec {
   int32_t priority = 0;  // lower runs first; FCFS within a priority
   // Compute every prompt position (no prefix-cache hits): the caller wants all prompt logits.
   bool skip_prefix_cache = false;
-  // Most tokens of this sequence's prefill computed in one step; 0 = the token budget alone.
-  // Bounds the logit rows of a request that wants every prompt row (prompt logprobs). Ignored
-  // with chunked prefill off (a prefill then runs in one step).
+  // Most prefill tokens of capped sequences (those with max_chunk_tokens > 0) in one step,
+  // together; 0 = the token budget alone. Bounds the logit rows of steps that hold requests
+  // wanting every prompt row (prompt logprobs). Capped sequences share the first one's cap
+  // (callers give them one value). Ignored with chunked prefill off (a prefill then runs in
+  // one step).
   int32_t max_chunk_tokens = 0;
 };
 
@@ -164,6 +166,9 @@ class Scheduler {
 
   // Forgets a waiting or running sequence and frees its blocks now. False if unknown.
   bool Cancel(SeqId id);
+  // Lifts `id`'s max_chunk_tokens (its prompt rows are no longer wanted: a recompute after a
+  // preemption then runs at the token budget's pace). No-op for an unknown id.
+  void ClearChunkCap(SeqId id);
 
   // Prompt + outputs so far; empty for an unknown id. Valid until the next mutating call.
   absl::Span<const int32_t> Tokens(SeqId id) const;

@@ -152,6 +152,21 @@ TEST(SchedulerTest, PerSequenceChunkCapBoundsItsPrefillSteps) {
   d.Step({{1, 24, 6, P, S}});
   d.Step({{1, 30, 1, D, S}});
   EXPECT_FALSE(d.sched().HasWork());
+  // The cap is per step, shared by every capped sequence; uncapped ones and decodes are not
+  // counted against it.
+  Driver shared(c);
+  shared.AddTokens(1, std::vector<int32_t>(10, 7), 2, 0, /*max_chunk_tokens=*/8);
+  shared.AddTokens(2, std::vector<int32_t>(10, 8), 2, 0, /*max_chunk_tokens=*/8);
+  shared.Add(3, 5, 2);
+  shared.Step({{1, 0, 8, P, N}, {3, 0, 5, P, S}});           // 2 waits: 8 capped rows used
+  shared.Step({{1, 8, 2, P, S}, {3, 5, 1, D, S}, {2, 0, 6, P, N}});
+  shared.Step({{1, 10, 1, D, S}, {2, 6, 4, P, S}});
+  // Once its prompt rows are not wanted any more, a sequence is not capped (ClearChunkCap).
+  Driver cleared(c);
+  cleared.AddTokens(1, std::vector<int32_t>(20, 7), 2, 0, /*max_chunk_tokens=*/8);
+  cleared.Step({{1, 0, 8, P, N}});
+  cleared.sched().ClearChunkCap(1);
+  cleared.Step({{1, 8, 12, P, S}});
   // Without chunked prefill the cap cannot apply: the prefill runs in one step.
   c.enable_chunked_prefill = false;
   Driver whole(c);

@@ -328,6 +328,11 @@ void Engine::Shutdown() {
   DeliverNow(pending);
 }
 
+absl::Status Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
 SchedulerStats Engine::scheduler_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return scheduler_->stats();
@@ -338,10 +343,11 @@ int64_t Engine::num_unfinished() const {
   return static_cast<int64_t>(requests_.size()) + undelivered_finals_.load();
 }
 
-void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
+bool Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
                                 Clock::time_point step_end, std::vector<size_t> seq_of,
                                 std::vector<SampleRow> rows, std::vector<SeqOutput>& outputs,
                                 std::vector<Pending>& pending, StepStats& step) {
+  bool had_error = false;
   auto decide = [&](size_t k, size_t round, const SampleRow& row,
                     absl::StatusOr<SampleResult> sample)
       -> absl::StatusOr<absl::optional<SampleRow>> {
@@ -352,6 +358,7 @@ void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
     absl::StatusOr<TokenEvent> token =
         sample.ok() ? r.output->Accept(std::move(*sample)) : sample.status();
     if (!token.ok()) {
+      had_error = true;
       pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, token.status())});
       requests_.erase(it);
       return absl::nullopt;
@@ -397,6 +404,7 @@ void Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
   // Every error is handled per request above, so the call itself cannot fail.
   (void)SampleInRounds(*sampler_, logits, std::move(seq_of), std::move(rows), decide,
                        &step.sample_seconds);
+  return had_error;
 }
 
 void Engine::Loop() {
@@ -483,6 +491,7 @@ void Engine::Loop() {
 
     StepStats step;
     bool failed_for_good = false;
+    bool step_had_error = false;  // a request of this step ended with an error
     absl::Status failure;  // failure_, read under the lock when failed_for_good
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -519,15 +528,20 @@ void Engine::Loop() {
           absl::Status scored =
               rows.ok() ? ScorePromptRowsLocked(r, s, *rows) : rows.status();
           if (!scored.ok()) {
+            step_had_error = true;
             pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, scored)});
             requests_.erase(it);
             continue;
           }
+          // Every prompt row scored: a recompute after a preemption needs none, so it may run
+          // at the token budget's pace.
+          if (r.prompt_lp_next >= r.prompt_tokens) scheduler_->ClearChunkCap(s.id);
         }
         if (!s.sample) continue;
         absl::StatusOr<SampleRow> sample_row =
             r.output->PrepareSample(static_cast<int64_t>(my_row));
         if (!sample_row.ok()) {
+          step_had_error = true;
           pending.push_back(
               {r.delivery, EndEarlyLocked(r, FinishReason::kError, sample_row.status())});
           requests_.erase(it);
@@ -538,12 +552,15 @@ void Engine::Loop() {
       }
       // Rows exist only when the step succeeded (a failed step ended every request above).
       if (!sample_rows.empty()) {
-        SampleRoundsLocked(plan, *logits, step_end, std::move(sampled_seq), std::move(sample_rows),
-                           outputs, pending, step);
+        step_had_error |=
+            SampleRoundsLocked(plan, *logits, step_end, std::move(sampled_seq),
+                               std::move(sample_rows), outputs, pending, step);
       }
       absl::Status update = scheduler_->Update(plan, outputs);
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
-      if (!logits.ok() && FailForGoodLocked(pending)) {
+      // After any failure in the step (the forward, a copy, the sampler): a device that is
+      // unusable for good may show it only there.
+      if ((!logits.ok() || step_had_error) && FailForGoodLocked(pending)) {
         failed_for_good = true;
         failure = failure_;
       }

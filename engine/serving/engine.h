@@ -81,9 +81,10 @@ struct EngineConfig {
   // the weights there, so verifying drafts costs little; in large batches it would cost compute.
   NgramProposerConfig speculative;
   int32_t speculative_max_running = 4;
-  // A request with prompt logprobs needs a logits row per prompt token: its prefill is cut into
-  // chunks of at most this many tokens, so that a step's logits stay bounded (BLOOM's 250,880
-  // fp32 logits are 1 MB a row: a 2,048-token chunk would be 2 GB, on the GPU and the host).
+  // A request with prompt logprobs needs a logits row per prompt token: the prefill chunks of
+  // all such requests in one step hold at most this many tokens together, so that a step's
+  // logits stay bounded (BLOOM's 250,880 fp32 logits are 1 MB a row: a 2,048-token step of them
+  // would be 2 GB, on the GPU and the host). Lifted for a request once its prompt is scored.
   int32_t max_prompt_logprob_rows = 256;
 };
 
@@ -214,6 +215,8 @@ class Engine {
   void Shutdown();
 
   SchedulerStats scheduler_stats() const;
+  // OK, or why the runner failed for good (then every Submit is refused with Unavailable).
+  absl::Status failure() const;
   int64_t num_unfinished() const;
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
 
@@ -241,8 +244,9 @@ class Engine {
   // runs each through its request's stop rules, in plan order. Round 0 samples `rows` (rows[j]
   // is plan.seqs[seq_of[j]]'s); a sequence whose token is its next draft goes on to the next
   // round with that draft's row. Fills `outputs` (token, accepted drafts, finished), queues the
-  // events on `pending`, and adds to step's sample time and token counts. Requires mutex_.
-  void SampleRoundsLocked(const StepPlan& plan, const Tensor& logits, Clock::time_point step_end,
+  // events on `pending`, and adds to step's sample time and token counts. Returns whether a
+  // request ended with an error. Requires mutex_.
+  bool SampleRoundsLocked(const StepPlan& plan, const Tensor& logits, Clock::time_point step_end,
                           std::vector<size_t> seq_of, std::vector<SampleRow> rows,
                           std::vector<SeqOutput>& outputs, std::vector<Pending>& pending,
                           StepStats& step);

@@ -106,6 +106,51 @@ TEST_F(EngineFailureTest, AFailureForGoodEndsEveryRequestAndRefusesNewOnes) {
   EXPECT_EQ((*engine)->num_unfinished(), 0);
 }
 
+// A device whose sampler fails in a way that leaves it unusable (a sticky error surfacing after
+// the forward pass): the engine asks Health() after any failed request, not only a failed
+// forward, so it stops admitting at once.
+class SamplerLostRunner : public PretendDeviceRunner {
+ public:
+  explicit SamplerLostRunner(ModelRunner* inner) : PretendDeviceRunner(inner) {}
+  absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override {
+    class Lost : public BatchSampler {
+     public:
+      explicit Lost(bool* lost) : lost_(lost) {}
+      std::string name() const override { return "lost"; }
+      absl::Status SampleBatch(const Tensor&, absl::Span<const SampleRow>,
+                               std::vector<absl::StatusOr<SampleResult>>*) override {
+        *lost_ = true;
+        return absl::InternalError("illegal memory access in the sampler");
+      }
+
+     private:
+      bool* lost_;
+    };
+    return std::make_unique<Lost>(&lost_);
+  }
+  absl::Status Health() override {
+    return lost_ ? absl::InternalError("CUDA device unusable: illegal address") : absl::OkStatus();
+  }
+
+ private:
+  bool lost_ = false;  // engine thread only
+};
+
+TEST_F(EngineFailureTest, AFailureForGoodAfterTheForwardPassIsSeenToo) {
+  SamplerLostRunner lost(runner_);
+  FailureObserver observer;
+  auto engine = Engine::Create(&lost, tokenizer_, SmallConfig(4), &observer);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto first = (*engine)->Submit(Request(5, 4));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(Last(**first).finish_reason, FinishReason::kError);
+  EXPECT_EQ(observer.calls.load(), 1);
+  EXPECT_FALSE((*engine)->failure().ok());
+  auto refused = (*engine)->Submit(Request(6, 4));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+}
+
 // A failure the runner survives ends the requests of that step only: the next request runs.
 TEST_F(EngineFailureTest, AStepFailureTheRunnerSurvivesKeepsTheEngineOpen) {
   FailingStepRunner failing(runner_, /*fail_from=*/3, /*fatal=*/false);
@@ -121,6 +166,7 @@ TEST_F(EngineFailureTest, AStepFailureTheRunnerSurvivesKeepsTheEngineOpen) {
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(Last(**next).finish_reason, FinishReason::kError);
   EXPECT_EQ(observer.calls.load(), 0);
+  EXPECT_TRUE((*engine)->failure().ok());
 }
 
 }  // namespace
