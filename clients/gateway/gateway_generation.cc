@@ -1,0 +1,329 @@
+// The gateway's generation routes: OpenAI completions and chat (one choice, a batch of
+// choices, or their streams) and TGI generate (unary, stream, and the "/" compat route), each
+// relayed to the server's Generate / GenerateStream. Routing, auth and the other routes are in
+// gateway.cc.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "clients/gateway/api_errors.h"
+#include "clients/gateway/gateway.h"
+#include "clients/gateway/gateway_internal.h"
+#include "clients/gateway/json_fields.h"
+#include "clients/gateway/openai_api.h"
+#include "clients/gateway/stream_call.h"
+#include "clients/gateway/tgi_api.h"
+#include "server/grpc_status.h"
+
+namespace blossom::gateway {
+namespace {
+
+using http::Response;
+using http::ResponseWriter;
+
+const std::vector<std::pair<std::string, std::string>>& SseHeaders() {
+  static const auto* headers = new std::vector<std::pair<std::string, std::string>>{
+      {"Content-Type", "text/event-stream"},
+      {"Cache-Control", "no-cache"},
+      {"X-Accel-Buffering", "no"}};
+  return *headers;
+}
+
+}  // namespace
+
+void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                                bool chat) {
+  const ApiFlavor flavor = chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
+  absl::StatusOr<openai::CompletionRequest> parsed =
+      chat ? openai::ParseChatRequest(request.body, options_.chat_template)
+           : openai::ParseCompletionRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(flavor, parsed.status()));
+    return;
+  }
+  if (!options_.served_model_name.empty()) {
+    if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
+      writer->Send(ErrorResponse(flavor, 404,
+                                 absl::StrCat("model '", parsed->model, "' does not exist"), "model"));
+      return;
+    }
+    parsed->request.clear_model();
+  }
+  parsed->model = ModelName(parsed->model);
+  const std::string request_id = NextRequestId();
+  parsed->request.set_request_id(request_id);
+  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id);
+  const int64_t created = UnixSeconds();
+  metrics_.AddInFlight(1);
+  CallStarted();
+
+  for (size_t k = 0; k < parsed->batch.size(); ++k) {
+    blossom::v1::GenerateRequest& one = parsed->batch[k];
+    if (!options_.served_model_name.empty()) one.clear_model();
+    one.set_request_id(absl::StrCat(request_id, "-", k));
+  }
+  if (!parsed->batch.empty() && !parsed->stream) {
+    HandleCompletionBatch(request, writer,
+                          std::make_shared<openai::CompletionRequest>(std::move(*parsed)), id,
+                          created, flavor);
+    return;
+  }
+  if (!parsed->stream) {
+    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
+    call->request = parsed->request;
+    SetupContext(request, options_.request_timeout, &call->context);
+    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
+    writer->OnClose([this, weak] {
+      if (auto c = weak.lock()) {
+        metrics_.RecordCancelled();
+        c->context.TryCancel();
+      }
+    });
+    auto req = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
+    stub_->async()->Generate(&call->context, &call->request, &call->response,
+                             [this, call, req, writer, id, created, flavor](grpc::Status status) {
+                               if (!status.ok()) {
+                                 writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
+                               } else {
+                                 writer->Send(JsonResponse(
+                                     200, openai::CompletionResponse(*req, call->response, id, created)));
+                               }
+                               metrics_.AddInFlight(-1);
+                               CallFinished();
+                             });
+    return;
+  }
+
+  // The encoder refers to the parsed request, so the lambdas keep both alive together.
+  auto parsed_request = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
+  auto encoder = std::make_shared<openai::StreamEncoder>(*parsed_request, id, created);
+  std::vector<blossom::v1::GenerateRequest> calls = parsed_request->batch;
+  if (calls.empty()) calls.push_back(parsed_request->request);
+  StreamAsSse(request, writer, flavor, std::move(calls),
+              {[encoder] { return encoder->Start(); },
+               [encoder, parsed_request](int choice, const blossom::v1::GenerateStreamResponse& m) {
+                 return encoder->OnMessage(m, choice);
+               },
+               [encoder](int status, absl::string_view message) {
+                 return encoder->Error(status, message);
+               }});
+}
+
+void Gateway::HandleCompletionBatch(const http::Request& request,
+                                    std::shared_ptr<ResponseWriter> writer,
+                                    std::shared_ptr<openai::CompletionRequest> req, std::string id,
+                                    int64_t created, ApiFlavor flavor) {
+  using Call = UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>;
+  struct Batch {
+    std::vector<std::shared_ptr<Call>> calls;  // fixed before the first call starts
+    std::mutex mu;
+    size_t remaining = 0;   // guarded by mu
+    grpc::Status failure;   // guarded by mu: the first call's failure
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->remaining = req->batch.size();
+  for (const blossom::v1::GenerateRequest& one : req->batch) {
+    auto call = std::make_shared<Call>();
+    call->request = one;
+    SetupContext(request, options_.request_timeout, &call->context);
+    batch->calls.push_back(std::move(call));
+  }
+  std::weak_ptr<Batch> weak = batch;
+  writer->OnClose([this, weak] {
+    if (auto b = weak.lock()) {
+      metrics_.RecordCancelled();
+      for (auto& call : b->calls) call->context.TryCancel();
+    }
+  });
+  for (auto& call : batch->calls) {
+    stub_->async()->Generate(
+        &call->context, &call->request, &call->response,
+        [this, batch, req, writer, id, created, flavor](grpc::Status status) {
+          bool last = false, first_failure = false;
+          {
+            std::lock_guard<std::mutex> lock(batch->mu);
+            if (!status.ok() && batch->failure.ok()) {
+              batch->failure = status;
+              first_failure = true;
+            }
+            last = --batch->remaining == 0;
+          }
+          // One failed choice fails the request (as vLLM): the others stop now.
+          if (first_failure) {
+            for (auto& other : batch->calls) other->context.TryCancel();
+          }
+          if (!last) return;
+          if (!batch->failure.ok()) {
+            writer->Send(ErrorResponse(flavor, FromGrpcStatus(batch->failure)));
+          } else {
+            std::vector<blossom::v1::GenerateResponse> responses;
+            responses.reserve(batch->calls.size());
+            for (auto& done : batch->calls) responses.push_back(std::move(done->response));
+            writer->Send(JsonResponse(200, openai::CompletionResponse(*req, responses, id, created)));
+          }
+          metrics_.AddInFlight(-1);
+          CallFinished();
+        });
+  }
+}
+
+void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                                bool stream, bool as_list, bool compat) {
+  absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body, compat);
+  if (parsed.ok() && stream && parsed->decoder_input_details) {
+    // As TGI: a stream has no place for the prefill list.
+    parsed = FieldError("parameters.decoder_input_details",
+                        "is not supported when streaming tokens");
+  }
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
+    return;
+  }
+  const std::string request_id = NextRequestId();
+  parsed->request.set_request_id(request_id);
+  metrics_.AddInFlight(1);
+  CallStarted();
+
+  if (!stream) {
+    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
+    call->request = parsed->request;
+    SetupContext(request, options_.request_timeout, &call->context);
+    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
+    writer->OnClose([this, weak] {
+      if (auto c = weak.lock()) {
+        metrics_.RecordCancelled();
+        c->context.TryCancel();
+      }
+    });
+    auto req = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
+    stub_->async()->Generate(&call->context, &call->request, &call->response,
+                             [this, call, req, writer, as_list](grpc::Status status) {
+                               if (!status.ok()) {
+                                 writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
+                               } else {
+                                 Json body = tgi::GenerateResponse(*req, call->response);
+                                 writer->Send(JsonResponse(200, as_list ? Json::array({body}) : body));
+                               }
+                               metrics_.AddInFlight(-1);
+                               CallFinished();
+                             });
+    return;
+  }
+
+  auto parsed_request = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
+  auto encoder = std::make_shared<tgi::StreamEncoder>(*parsed_request);
+  StreamAsSse(request, writer, ApiFlavor::kTgi, {parsed_request->request},
+              {[] { return std::string(); },
+               [encoder, parsed_request](int, const blossom::v1::GenerateStreamResponse& m) {
+                 return encoder->OnMessage(m);
+               },
+               [encoder](int status, absl::string_view message) {
+                 return encoder->Error(status, message);
+               }});
+}
+
+void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
+                          ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,
+                          SseEncoder encoder) {
+  // One GenerateStream call per choice, their messages relayed as they come. The callbacks of
+  // different calls run concurrently: `mu` orders the encoder and the writes. Headers go out
+  // with the first message, so a request refused by the server still gets a real HTTP status
+  // instead of a 200 followed by an error event. The first failure ends the response (an error
+  // response, or an error event after the headers) and cancels the other calls.
+  struct Shared {
+    SseEncoder encoder;
+    std::vector<std::shared_ptr<StreamCall>> calls;  // fixed before the first call starts
+    std::mutex mu;
+    bool started = false;  // guarded by mu
+    bool ended = false;    // guarded by mu: the response is complete (or failed)
+    size_t finals_left;    // guarded by mu: calls whose final message is still to come
+    size_t calls_left;     // guarded by mu: calls not done
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->encoder = std::move(encoder);
+  shared->finals_left = shared->calls_left = grpc_requests.size();
+  // Requires shared->mu.
+  auto start_stream = [writer](Shared& sh) {
+    if (sh.started) return true;
+    sh.started = true;
+    if (!writer->StartStream(200, SseHeaders())) return false;
+    const std::string preamble = sh.encoder.preamble();
+    return preamble.empty() || writer->QueueChunk(preamble);
+  };
+  auto cancel_all = [](Shared& sh) {
+    for (auto& call : sh.calls) call->Cancel();
+  };
+  for (size_t k = 0; k < grpc_requests.size(); ++k) {
+    const int choice = static_cast<int>(k);
+    // Every write here queues without waiting (these run on gRPC's callback threads and on
+    // the HTTP I/O thread); the output stays bounded because each call reads its next message
+    // only once the connection is writable again (StreamCall's flow control).
+    // (The lambdas hold `shared`, which holds the calls: StreamCall::OnDone drops both of its
+    // lambdas, so the cycle ends with the last call.)
+    auto on_message = [writer, start_stream, shared, choice](
+                          const blossom::v1::GenerateStreamResponse& message) {
+      Shared& sh = *shared;
+      std::lock_guard<std::mutex> lock(sh.mu);
+      if (sh.ended) return false;
+      if (!start_stream(sh) || !writer->QueueChunk(sh.encoder.encode(choice, message))) {
+        return false;
+      }
+      if (message.has_final() && --sh.finals_left == 0) {
+        sh.ended = true;
+        return writer->EndStream();
+      }
+      return true;
+    };
+    auto on_done = [this, flavor, writer, start_stream, cancel_all, shared](
+                       const grpc::Status& status) {
+      bool failed_now = false, last = false;
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (!status.ok() && !shared->ended) {
+          shared->ended = failed_now = true;
+          absl::Status s = FromGrpcStatus(status);
+          if (!shared->started) {
+            shared->started = true;
+            writer->Send(ErrorResponse(flavor, s));
+          } else {
+            writer->QueueChunk(shared->encoder.encode_error(HttpStatusFor(s, flavor), s.message()));
+            writer->EndStream();
+          }
+        }
+        last = --shared->calls_left == 0;
+        if (last && !shared->ended) {
+          // Every call ended well, though some sent no final message: end what was sent.
+          shared->ended = true;
+          start_stream(*shared);
+          writer->EndStream();
+        }
+      }
+      if (failed_now) cancel_all(*shared);
+      if (last) {
+        metrics_.AddInFlight(-1);
+        CallFinished();
+      }
+    };
+    auto call = std::make_shared<StreamCall>(
+        std::move(on_message),
+        [writer](std::function<void()> resume) { writer->OnWritable(std::move(resume)); },
+        std::move(on_done));
+    SetupContext(request, options_.request_timeout, call->context());
+    shared->calls.push_back(std::move(call));
+  }
+  std::weak_ptr<Shared> weak = shared;
+  writer->OnClose([this, weak] {
+    if (auto sh = weak.lock()) {
+      metrics_.RecordCancelled();
+      for (auto& call : sh->calls) call->Cancel();
+    }
+  });
+  for (size_t k = 0; k < grpc_requests.size(); ++k) {
+    shared->calls[k]->Start(stub_.get(), grpc_requests[k]);
+  }
+}
+
+}  // namespace blossom::gateway
