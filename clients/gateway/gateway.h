@@ -104,6 +104,12 @@ class Gateway {
 
   void HandleCompletions(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool chat);
+  // One unary Generate of `grpc_request`: a client that goes away cancels it; `respond` makes
+  // the HTTP response from the answer (a failure: an error in `flavor`'s shape). Ends the HTTP
+  // request's in-flight accounting (AddInFlight(-1), CallFinished) when it is answered.
+  void UnaryGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                     ApiFlavor flavor, const blossom::v1::GenerateRequest& grpc_request,
+                     std::function<http::Response(const blossom::v1::GenerateResponse&)> respond);
   // Several choices (prompts x n): one Generate each, all in flight together; the response
   // (choices in order, usage summed) when the last answers. The first failure cancels the
   // others and is the answer; a client that goes away cancels them all.

@@ -34,6 +34,31 @@ const std::vector<std::pair<std::string, std::string>>& SseHeaders() {
 
 }  // namespace
 
+void Gateway::UnaryGenerate(
+    const http::Request& request, std::shared_ptr<ResponseWriter> writer, ApiFlavor flavor,
+    const blossom::v1::GenerateRequest& grpc_request,
+    std::function<Response(const blossom::v1::GenerateResponse&)> respond) {
+  using Call = UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>;
+  auto call = std::make_shared<Call>();
+  call->request = grpc_request;
+  SetupContext(request, options_.request_timeout, &call->context);
+  std::weak_ptr<Call> weak = call;
+  writer->OnClose([this, weak] {
+    if (auto c = weak.lock()) {
+      metrics_.RecordCancelled();
+      c->context.TryCancel();
+    }
+  });
+  stub_->async()->Generate(
+      &call->context, &call->request, &call->response,
+      [this, call, writer, flavor, respond = std::move(respond)](grpc::Status status) {
+        writer->Send(status.ok() ? respond(call->response)
+                                 : ErrorResponse(flavor, FromGrpcStatus(status)));
+        metrics_.AddInFlight(-1);
+        CallFinished();
+      });
+}
+
 void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
                                 bool chat) {
   const ApiFlavor flavor = chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
@@ -72,28 +97,11 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     return;
   }
   if (!parsed->stream) {
-    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
-    call->request = parsed->request;
-    SetupContext(request, options_.request_timeout, &call->context);
-    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
-    writer->OnClose([this, weak] {
-      if (auto c = weak.lock()) {
-        metrics_.RecordCancelled();
-        c->context.TryCancel();
-      }
-    });
     auto req = std::make_shared<openai::CompletionRequest>(std::move(*parsed));
-    stub_->async()->Generate(&call->context, &call->request, &call->response,
-                             [this, call, req, writer, id, created, flavor](grpc::Status status) {
-                               if (!status.ok()) {
-                                 writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
-                               } else {
-                                 writer->Send(JsonResponse(
-                                     200, openai::CompletionResponse(*req, call->response, id, created)));
-                               }
-                               metrics_.AddInFlight(-1);
-                               CallFinished();
-                             });
+    UnaryGenerate(request, writer, flavor, req->request,
+                  [req, id, created](const blossom::v1::GenerateResponse& response) {
+                    return JsonResponse(200, openai::CompletionResponse(*req, response, id, created));
+                  });
     return;
   }
 
@@ -188,28 +196,12 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
   CallStarted();
 
   if (!stream) {
-    auto call = std::make_shared<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>>();
-    call->request = parsed->request;
-    SetupContext(request, options_.request_timeout, &call->context);
-    std::weak_ptr<UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>> weak = call;
-    writer->OnClose([this, weak] {
-      if (auto c = weak.lock()) {
-        metrics_.RecordCancelled();
-        c->context.TryCancel();
-      }
-    });
     auto req = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
-    stub_->async()->Generate(&call->context, &call->request, &call->response,
-                             [this, call, req, writer, as_list](grpc::Status status) {
-                               if (!status.ok()) {
-                                 writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
-                               } else {
-                                 Json body = tgi::GenerateResponse(*req, call->response);
-                                 writer->Send(JsonResponse(200, as_list ? Json::array({body}) : body));
-                               }
-                               metrics_.AddInFlight(-1);
-                               CallFinished();
-                             });
+    UnaryGenerate(request, writer, ApiFlavor::kTgi, req->request,
+                  [req, as_list](const blossom::v1::GenerateResponse& response) {
+                    Json body = tgi::GenerateResponse(*req, response);
+                    return JsonResponse(200, as_list ? Json::array({body}) : body);
+                  });
     return;
   }
 
