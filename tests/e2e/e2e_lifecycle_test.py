@@ -107,6 +107,58 @@ class ConcurrencyTest(unittest.TestCase):
             self.assertEqual(tokens, want)
         wait_idle(SRV)
 
+    def test_60_multi_choice_streams_with_disconnects(self):
+        # /v1/completions streams of three choices each (two prompts and n=2 give 4; one
+        # prompt and n=3 give 3), one in five dropped mid-stream: every kept one gets each
+        # choice's tokens and one [DONE]; every generation of the dropped ones is cancelled
+        # (the server ends idle, no KV block held).
+        async def one(session, i):
+            want = 4 + i % 7
+            body = {"max_tokens": want, "temperature": 0.7,
+                    "seed": i, "ignore_eos": True, "stream": True}
+            if i % 2:
+                body.update(prompt=[f"Choice stream {i}", f"and {i}"], n=2)
+                choices = 4
+            else:
+                body.update(prompt=f"Choice stream {i}", n=3)
+                choices = 3
+            per_choice, done = {}, 0
+            async with session.post(GW.url + "/v1/completions", json=body,
+                                    headers=auth()) as r:
+                self.assertEqual(r.status, 200)
+                async for raw in r.content:
+                    line = raw.decode().strip()
+                    if not line.startswith("data:"):
+                        continue
+                    if line == "data: [DONE]":
+                        done += 1
+                        continue
+                    for c in json.loads(line[5:])["choices"]:
+                        if c.get("logprobs") is None and c["text"]:
+                            per_choice[c["index"]] = per_choice.get(c["index"], 0) + 1
+                    if i % 5 == 0 and sum(per_choice.values()) >= 3:
+                        r.close()  # drops the connection mid-stream
+                        return ("dropped", None, None, None)
+            return ("done", per_choice, choices, want, done)
+
+        async def run():
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            timeout = aiohttp.ClientTimeout(total=180)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                return await asyncio.gather(*(one(session, i) for i in range(60)))
+
+        results = asyncio.run(run())
+        done = [r for r in results if r[0] == "done"]
+        self.assertEqual(len(done), 48)
+        for _, per_choice, choices, want, dones in done:
+            self.assertEqual(dones, 1)
+            self.assertEqual(sorted(per_choice), list(range(choices)))
+            # A chunk per token with text (a token may hold part of a character: at most want).
+            for count in per_choice.values():
+                self.assertLessEqual(count, want)
+                self.assertGreater(count, 0)
+        wait_idle(SRV)
+
     def test_200_grpc_streams_with_10_percent_disconnects(self):
         async def one(client, i):
             want = 3 + i % 11
