@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/scheduler/block_manager.h"
 
 namespace blossom {
 
@@ -12,7 +13,7 @@ absl::StatusOr<KvFit> FitMaxTotalTokens(int64_t kv_cache_bytes, size_t bytes_per
   if (bytes_per_block == 0 || block_size <= 0) {
     return absl::InvalidArgumentError("the KV block size must be positive");
   }
-  const int64_t blocks = kv_cache_bytes / static_cast<int64_t>(bytes_per_block);
+  const int64_t blocks = BlocksInBudget(kv_cache_bytes, bytes_per_block);  // the engine's pool
   KvFit fit;
   fit.pool_tokens = blocks * block_size;
   fit.max_total_tokens = max_total_tokens;

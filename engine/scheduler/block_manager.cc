@@ -7,6 +7,11 @@
 #include "absl/strings/str_cat.h"
 
 namespace blossom {
+
+int64_t BlocksInBudget(int64_t budget_bytes, size_t bytes_per_block) {
+  if (bytes_per_block == 0 || budget_bytes <= 0) return 0;
+  return std::min<int64_t>(budget_bytes / static_cast<int64_t>(bytes_per_block), int64_t{1} << 30);
+}
 namespace {
 
 // 64x64 -> 128 multiply, folded: the mixing step of wyhash.

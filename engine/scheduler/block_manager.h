@@ -30,6 +30,11 @@ using BlockHashFn = uint64_t (*)(uint64_t parent_hash, absl::Span<const int32_t>
 // ids and the parent's identity, so a collision can never share wrong KV.
 uint64_t DefaultBlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens);
 
+// Whole KV blocks of `bytes_per_block` that a budget of `budget_bytes` holds (capped at 2^30;
+// 0 for a zero block size). The engine sizes its pool with it, and the server's start-up check
+// (server/kv_fit.h) predicts that pool with it.
+int64_t BlocksInBudget(int64_t budget_bytes, size_t bytes_per_block);
+
 // Cumulative counters; the server exports them as Prometheus counters.
 struct BlockManagerStats {
   // Prompt tokens (and eligible full blocks) looked up by successful AllocatePrompt calls.

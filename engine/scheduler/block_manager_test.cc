@@ -346,5 +346,13 @@ TEST(BlockManagerTest, DefaultHashDependsOnParentAndEveryToken) {
   EXPECT_NE(DefaultBlockHash(0, {0}), DefaultBlockHash(0, {0, 0}));
 }
 
+TEST(BlocksInBudgetTest, WholeBlocksCapped) {
+  EXPECT_EQ(BlocksInBudget(1000, 300), 3);
+  EXPECT_EQ(BlocksInBudget(299, 300), 0);
+  EXPECT_EQ(BlocksInBudget(1000, 0), 0);
+  EXPECT_EQ(BlocksInBudget(-5, 300), 0);
+  EXPECT_EQ(BlocksInBudget(int64_t{1} << 62, 1), int64_t{1} << 30);
+}
+
 }  // namespace
 }  // namespace blossom

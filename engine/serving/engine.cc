@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/block_manager.h"
 #include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
 
@@ -127,8 +128,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
   if (sc.block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
   if (sc.num_blocks <= 0) {
     const size_t per_block = runner->KvBytesPerBlock(sc.block_size);
-    sc.num_blocks = static_cast<int32_t>(
-        std::min<int64_t>(config.kv_cache_bytes / static_cast<int64_t>(per_block), 1 << 30));
+    sc.num_blocks = static_cast<int32_t>(BlocksInBudget(config.kv_cache_bytes, per_block));
     if (sc.num_blocks <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("KV cache budget of ", config.kv_cache_bytes, " bytes holds no block of ",
