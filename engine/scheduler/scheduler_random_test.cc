@@ -74,6 +74,7 @@ struct Req {
   std::vector<int32_t> prompt;
   int32_t max_new = 0;
   int32_t priority = 0;
+  int32_t max_chunk_tokens = 0;  // some requests capped (prompt logprobs)
   int arrival_step = 0;
   int cancel_step = -1;     // -1: never cancelled
   bool cancel_mid = false;  // between Schedule and Update (after the model ran)
@@ -144,6 +145,7 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     const int room = config.max_total_tokens - static_cast<int>(r.prompt.size());
     r.max_new = uniform(1, std::max(1, std::min(48, room)));
     r.priority = uniform(0, 2);
+    if (uniform(0, 4) == 0) r.max_chunk_tokens = uniform(1, 24);
     r.arrival_step = uniform(0, 400);
     if (uniform(0, 9) == 0) {
       r.cancel_step = r.arrival_step + uniform(0, 60);
@@ -192,7 +194,9 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     // Arrivals (a 429 is retried next step, as a client would).
     for (Req& r : reqs) {
       if (r.added || r.cancelled || r.arrival_step > step) continue;
-      absl::Status st = sched.AddRequest({r.id, r.prompt, r.max_new, r.priority});
+      SequenceSpec spec{r.id, r.prompt, r.max_new, r.priority};
+      spec.max_chunk_tokens = r.max_chunk_tokens;
+      absl::Status st = sched.AddRequest(spec);
       if (st.code() == absl::StatusCode::kResourceExhausted) {
         ++rejected_429;
         continue;
@@ -218,11 +222,16 @@ TEST_P(SchedulerRandomTest, EveryRequestGetsItsExactTokens) {
     max_running = std::max<int64_t>(max_running, static_cast<int64_t>(sched.num_running()));
 
     // Plan-level limits.
-    int32_t total_new = 0, total_drafts = 0;
+    int32_t total_new = 0, total_drafts = 0, capped_prefill = 0;
     for (const ScheduledSeq& e : plan.seqs) {
       total_new += e.num_new;
       total_drafts += static_cast<int32_t>(e.draft_tokens.size());
+      const int32_t cap = by_id.at(e.id)->max_chunk_tokens;
+      if (cap > 0 && e.is_prefill && config.enable_chunked_prefill) capped_prefill += e.num_new;
     }
+    // Capped prefills share one cap a step (the first capped sequence's; the engine gives them
+    // all the same; here they differ, so bound by the largest, 24).
+    ASSERT_LE(capped_prefill, 24) << "step " << step;
     ASSERT_LE(total_new + total_drafts, config.max_num_batched_tokens);
     ASSERT_EQ(total_new + total_drafts, plan.num_prefill_tokens + plan.num_decode_tokens);
     ASSERT_EQ(total_drafts, plan.num_draft_tokens);
