@@ -111,6 +111,9 @@ ABSL_FLAG(bool, device_sampling, true,
           "Sample each step's logits where the backend left them (on the GPU for cuda: only "
           "token ids, requested logprobs and prompt-logprob rows reach the host). false: copy "
           "every step's logits to the host and sample there. Identical results on cpu.");
+ABSL_FLAG(int32_t, max_prompt_logprob_rows, 256,
+          "Prompt tokens of prompt-logprob requests computed per step, together: each needs a "
+          "row of logits (1 MB in fp32 for BLOOM). Larger: faster scoring, more memory a step.");
 ABSL_FLAG(int32_t, speculative_max_running, 4,
           "Draft only while at most this many sequences run (larger decode batches are "
           "compute-bound, where drafts cost more than they save).");
@@ -308,6 +311,9 @@ int Run() {
   if (absl::GetFlag(FLAGS_speculative_max_running) < 0) {
     return Fail(absl::InvalidArgumentError("--speculative_max_running must be >= 0"));
   }
+  if (absl::GetFlag(FLAGS_max_prompt_logprob_rows) < 1) {
+    return Fail(absl::InvalidArgumentError("--max_prompt_logprob_rows must be >= 1"));
+  }
 
   metrics::Registry registry;
   ServerMetrics server_metrics(&registry, served_name, kVersion);
@@ -393,6 +399,7 @@ int Run() {
   engine_config.device_sampling = absl::GetFlag(FLAGS_device_sampling);
   engine_config.speculative = *speculative;
   engine_config.speculative_max_running = absl::GetFlag(FLAGS_speculative_max_running);
+  engine_config.max_prompt_logprob_rows = absl::GetFlag(FLAGS_max_prompt_logprob_rows);
   // GPU backends: whatever the memory fraction leaves after weights and activations.
   std::string budget_flag = "--kv_cache_mb";
   if (auto from_memory = (*runner)->KvCacheBytesFromMemory(); from_memory.ok()) {
