@@ -427,11 +427,7 @@ void BlossomService::StartDraining() {
   }
 }
 
-void BlossomService::MarkFailed(const absl::Status& failure) {
-  {
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    failure_message_ = std::string(failure.message());
-  }
+void BlossomService::MarkFailed() {
   state_.store(static_cast<int>(State::kFailed), std::memory_order_release);
 }
 
@@ -463,10 +459,9 @@ absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool ge
       break;
     case State::kFailed:
       if (generation) {
-        std::lock_guard<std::mutex> lock(failure_mutex_);
         // No retry delay: this server will not recover; another replica (or a restart) will.
         return WithReason(absl::UnavailableError(absl::StrCat(
-                              "the model can no longer run (", failure_message_,
+                              "the model can no longer run (", engine_->failure().message(),
                               "); this server must be restarted")),
                           error_reason::kModelFailed);
       }

@@ -20,7 +20,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,8 +54,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
   // engine's, which start-up may have lowered to fit the KV cache). Called once, before serving.
   void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
   void StartDraining();
-  // The engine can no longer run (`failure` says why): refuse generations from now on.
-  void MarkFailed(const absl::Status& failure);
+  // The engine can no longer run (Engine::failure says why): refuse generations from now on.
+  // Only after SetEngine.
+  void MarkFailed();
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
   // Generate / GenerateStream calls admitted and not yet finished.
   int64_t generations_in_flight() const { return in_flight_.load(); }
@@ -97,8 +97,6 @@ class BlossomService final : public v1::Blossom::CallbackService {
   v1::ModelInfo model_info_;                // idem
   std::string system_fingerprint_;          // idem (from model_info_)
   std::atomic<int64_t> in_flight_{0};
-  mutable std::mutex failure_mutex_;
-  std::string failure_message_;  // guarded by failure_mutex_; set by MarkFailed
   std::atomic<uint64_t> next_request_number_{1};
 };
 

@@ -9,7 +9,7 @@ void EngineEvents::OnEngineFailed(const absl::Status& failure) {
       "the model can no longer run ({}): every request was ended, health is NOT_SERVING; "
       "restart this server",
       failure.ToString());
-  service_->MarkFailed(failure);
+  service_->MarkFailed();
   if (not_serving_) not_serving_();
 }
 

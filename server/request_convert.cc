@@ -84,6 +84,13 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                                 limits.served_model_name, "'"),
                    absl::StatusCode::kNotFound);
   }
+  // Before tokenizing: refused whatever the prompt.
+  if (request.priority() != 0 && !limits.priority_scheduling) {
+    return Refusal(error_reason::kPriorityNotEnabled, "priority",
+                   absl::StrCat("priority ", request.priority(),
+                                " given but this server schedules first come, first served "
+                                "(start it with --scheduling_policy=priority to honour it)"));
+  }
   EngineRequest out;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
@@ -186,12 +193,6 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   st.stop_strings.assign(t.stop().begin(), t.stop().end());
   st.include_stop_string_in_output = t.include_stop_in_output();
   st.skip_special_tokens = !t.has_skip_special_tokens() || t.skip_special_tokens();
-  if (request.priority() != 0 && !limits.priority_scheduling) {
-    return Refusal(error_reason::kPriorityNotEnabled, "priority",
-                   absl::StrCat("priority ", request.priority(),
-                                " given but this server schedules first come, first served "
-                                "(start it with --scheduling_policy=priority to honour it)"));
-  }
   out.priority = request.priority();
   return out;
 }

@@ -77,10 +77,12 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<int64_t> max_tokens, min_tokens;
   // Completions with echo may ask for max_tokens 0: the prompt scored, nothing generated (vLLM;
   // scoring clients send it). The engine generates one token, which the response leaves out.
-  absl::optional<bool> echo;
-  if (!out->chat) BLOSSOM_RETURN_IF_ERROR(GetBool(body, "echo", &echo));
-  BLOSSOM_RETURN_IF_ERROR(
-      GetInt(body, "max_tokens", echo.value_or(false) ? 0 : 1, kInt32Max, &max_tokens));
+  if (!out->chat) {
+    absl::optional<bool> echo;
+    BLOSSOM_RETURN_IF_ERROR(GetBool(body, "echo", &echo));
+    out->echo = echo.value_or(false);
+  }
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_tokens", out->echo ? 0 : 1, kInt32Max, &max_tokens));
   if (max_tokens && *max_tokens == 0) {
     out->prompt_only = true;
     max_tokens = 1;
@@ -302,9 +304,6 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   BLOSSOM_RETURN_IF_ERROR(ParsePrompts(json, &prompts));
   out.request = prompts.front();
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
-  absl::optional<bool> echo;
-  BLOSSOM_RETURN_IF_ERROR(GetBool(json, "echo", &echo));
-  out.echo = echo.value_or(false);
   if (out.echo && out.stream) return Unsupported("echo", "echo with stream=true");
   if (out.echo && out.request.truncate_prompt_tokens() > 0) {
     // The echo would show the whole prompt while the model saw its end only.

@@ -490,9 +490,8 @@ void Engine::Loop() {
     const Clock::time_point step_end = Clock::now();
 
     StepStats step;
-    bool failed_for_good = false;
     bool step_had_error = false;  // a request of this step ended with an error
-    absl::Status failure;  // failure_, read under the lock when failed_for_good
+    absl::Status failure;  // failure_ when this step found the runner unusable for good
     {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<SeqOutput> outputs(plan.seqs.size());
@@ -560,10 +559,7 @@ void Engine::Loop() {
       (void)update;  // Update only fails on engine bugs; outputs for unknown ids are ignored
       // After any failure in the step (the forward, a copy, the sampler): a device that is
       // unusable for good may show it only there.
-      if ((!logits.ok() || step_had_error) && FailForGoodLocked(pending)) {
-        failed_for_good = true;
-        failure = failure_;
-      }
+      if ((!logits.ok() || step_had_error) && FailForGoodLocked(pending)) failure = failure_;
       const SchedulerStats ss = scheduler_->stats();
       step.batch_size = static_cast<int32_t>(plan.seqs.size());
       step.prefill_tokens = plan.num_prefill_tokens;
@@ -586,7 +582,7 @@ void Engine::Loop() {
     step.deliver_seconds = handoff_seconds;
     // Metrics first: a client that has its final event finds its tokens counted.
     if (observer_) observer_->OnStep(step);
-    if (failed_for_good && observer_) observer_->OnEngineFailed(failure);
+    if (!failure.ok() && observer_) observer_->OnEngineFailed(failure);
     const Clock::time_point handoff_start = Clock::now();
     deliverer_->Hand(pending);  // streamed while the next step runs
     handoff_seconds = std::chrono::duration<double>(Clock::now() - handoff_start).count();
