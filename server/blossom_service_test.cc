@@ -63,11 +63,20 @@ TEST(BlossomServiceTest, PromptLogprobsMatchTransformers) {
     EXPECT_EQ(got[0].id(), ids[0]);
     EXPECT_FALSE(got[0].has_logprob());  // nothing precedes the first token
     EXPECT_EQ(got[0].top_logprobs_size(), 0);
+    EXPECT_FALSE(got[0].has_rank());
     for (size_t p = 1; p < ids.size(); ++p) {
       EXPECT_EQ(got[p].id(), ids[p]);
       ASSERT_TRUE(got[p].has_logprob());
       EXPECT_NEAR(got[p].logprob(), want[p - 1], 2e-4) << "position " << p;
-      EXPECT_EQ(got[p].top_logprobs_size(), 2);
+      ASSERT_EQ(got[p].top_logprobs_size(), 2);
+      // The rank agrees with the alternatives: as many of them are strictly more likely as the
+      // rank says (up to the two listed).
+      ASSERT_TRUE(got[p].has_rank());
+      int more_likely = 0;
+      for (const v1::TopLogprob& alt : got[p].top_logprobs()) {
+        more_likely += alt.logprob() > got[p].logprob();
+      }
+      EXPECT_EQ(more_likely, std::min(got[p].rank() - 1, 2)) << "position " << p;
       EXPECT_EQ(got[p].text(), fixture.tokenizer().Decode({ids[p]}));
     }
   };

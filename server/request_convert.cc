@@ -245,7 +245,9 @@ void FillPromptLogprobs(int32_t first_prompt_token, const std::vector<PromptLogp
     token.token = p.token;
     token.logprob = p.logprob;
     token.top_logprobs = p.top;
-    FillToken(token, tokenizer, /*with_logprobs=*/true, out->Add());
+    v1::Token* scored_token = out->Add();
+    FillToken(token, tokenizer, /*with_logprobs=*/true, scored_token);
+    scored_token->set_rank(p.rank);
   }
 }
 

@@ -1,6 +1,8 @@
 #include "clients/gateway/openai_api.h"
 
+#include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -136,6 +138,25 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
   out->stream = stream.value_or(false);
+  // vLLM's prompt_logprobs: each prompt token's logprob, rank and top alternatives. vLLM's -1
+  // (the whole vocabulary: 250,880 entries a token for BLOOM) is refused like any value above
+  // the limit; streams cannot carry them (vLLM's rule; 0 is accepted there and sends nothing).
+  auto prompt_logprobs = body.find("prompt_logprobs");
+  if (prompt_logprobs != body.end() && !prompt_logprobs->is_null()) {
+    if (!prompt_logprobs->is_number_integer()) {
+      return FieldError("prompt_logprobs", "must be an integer");
+    }
+    const int64_t value = prompt_logprobs->get<int64_t>();
+    if (value < 0 || value > kMaxLogprobs) {
+      return FieldError("prompt_logprobs",
+                        absl::StrCat("must be in [0, ", kMaxLogprobs,
+                                     "] (-1, the whole vocabulary, is not supported)"));
+    }
+    if (out->stream && value > 0) {
+      return FieldError("prompt_logprobs", "are not available when stream=true (vLLM's rule)");
+    }
+    if (!out->stream) out->prompt_logprobs = static_cast<int>(value);
+  }
   auto options = body.find("stream_options");
   if (options != body.end() && !options->is_null()) {
     if (!out->stream) return FieldError("stream_options", "is only allowed with stream=true");
@@ -154,7 +175,7 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   // client would otherwise get unconstrained text, or a response missing what it asked for).
   for (const char* field :
        {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "allowed_token_ids",
-        "bad_words", "prompt_logprobs"}) {
+        "bad_words"}) {
     auto it = body.find(field);
     if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }
@@ -239,60 +260,14 @@ absl::Status FillBatch(const std::vector<GenerateRequest>& prompts, CompletionRe
   return absl::OkStatus();
 }
 
-Json TopLogprobsMap(const Token& token) {
-  Json top = Json::object();
-  for (const auto& t : token.top_logprobs()) top[t.token()] = t.logprob();
-  return top;
+// Asks the server for what prompt_logprobs and the echo need: the larger top count of the two.
+void RequestPromptLogprobs(CompletionRequest* out) {
+  if (out->prompt_logprobs < 0) return;
+  auto* sampling = out->request.mutable_sampling();
+  sampling->set_prompt_logprobs(sampling->has_prompt_logprobs()
+                                    ? std::max(sampling->prompt_logprobs(), out->prompt_logprobs)
+                                    : out->prompt_logprobs);
 }
-
-// OpenAI's logprob `bytes`: the token's raw bytes (a byte-level BPE token may be part of a UTF-8
-// character, which `text` renders lossily). A server predating token_bytes sends none: then
-// the text's bytes, the best left.
-Json Bytes(const std::string& raw, const std::string& text) {
-  Json bytes = Json::array();
-  for (unsigned char c : raw.empty() ? text : raw) bytes.push_back(static_cast<int>(c));
-  return bytes;
-}
-
-Json ChatTokenLogprob(const Token& token) {
-  Json top = Json::array();
-  for (const auto& t : token.top_logprobs()) {
-    top.push_back({{"token", t.token()},
-                   {"logprob", t.logprob()},
-                   {"bytes", Bytes(t.token_bytes(), t.token())}});
-  }
-  return {{"token", token.text()},
-          {"logprob", token.has_logprob() ? Json(token.logprob()) : Json(nullptr)},
-          {"bytes", Bytes(token.token_bytes(), token.text())},
-          {"top_logprobs", top}};
-}
-
-// vLLM's stop_reason: the stop string that ended the text, or the id of the stop token (from
-// stop_token_ids); null for EOS, the length limit and the rest.
-Json StopReason(const blossom::v1::FinalInfo& final, absl::optional<int32_t> last_token) {
-  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_STRING) return final.matched_stop();
-  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_TOKEN && last_token) {
-    return *last_token;
-  }
-  return nullptr;
-}
-
-// OpenAI's text_offset counts characters (vLLM: Python's len), not bytes: the code points of a
-// token's text (a partial character shows as one U+FFFD).
-size_t Characters(const std::string& text) {
-  size_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-Json UsageJson(const blossom::v1::Usage& usage) {
-  return {{"prompt_tokens", usage.prompt_tokens()},
-          {"completion_tokens", usage.generated_tokens()},
-          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens()}}}};
-}
-
-std::string Event(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
 
 }  // namespace
 
@@ -330,6 +305,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   if (out.echo && (out.logprobs || !out.request.has_text())) {
     out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
   }
+  RequestPromptLogprobs(&out);
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   return out;
 }
@@ -380,219 +356,10 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
       return FieldError("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
+  RequestPromptLogprobs(&out);
   std::vector<GenerateRequest> prompts = {out.request};
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   return out;
-}
-
-const char* FinishReasonString(FinishReason reason) {
-  switch (reason) {
-    case blossom::v1::FINISH_REASON_LENGTH: return "length";
-    case blossom::v1::FINISH_REASON_EOS_TOKEN:
-    case blossom::v1::FINISH_REASON_STOP_TOKEN:
-    case blossom::v1::FINISH_REASON_STOP_STRING: return "stop";
-    // OpenAI clients know only "stop" and "length" here (vLLM's "abort" is not OpenAI's): output
-    // cut short by a cancellation or an error is "length", i.e. not a natural end.
-    case blossom::v1::FINISH_REASON_CANCELLED:
-    case blossom::v1::FINISH_REASON_ERROR: return "length";
-    default: return "stop";
-  }
-}
-
-namespace {
-
-// Choice `index`: `response` answering `sent` (the generation of that choice).
-Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
-                const blossom::v1::GenerateResponse& response, int index) {
-  const char* finish = FinishReasonString(response.final().finish_reason());
-  absl::optional<int32_t> last_token;
-  if (response.tokens_size() > 0) last_token = response.tokens(response.tokens_size() - 1).id();
-  if (request.chat) {
-    Json logprobs = nullptr;
-    if (request.logprobs) {
-      Json content = Json::array();
-      for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
-      logprobs = {{"content", content}};
-    }
-    return {{"index", index},
-            {"message", {{"role", "assistant"}, {"content", response.text()}}},
-            {"logprobs", logprobs},
-            {"finish_reason", finish},
-            {"stop_reason", StopReason(response.final(), last_token)}};
-  }
-  Json logprobs = nullptr;
-  std::string prompt_text;
-  if (request.echo) {
-    if (sent.has_text()) {
-      prompt_text = sent.text();
-    } else {
-      for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
-    }
-  }
-  if (request.logprobs) {
-    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
-         offsets = Json::array();
-    size_t offset = 0;
-    // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
-    for (const Token& t : response.prompt_logprobs()) {
-      tokens.push_back(t.text());
-      token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
-      top.push_back(t.has_logprob() ? TopLogprobsMap(t) : Json(nullptr));
-      offsets.push_back(offset);
-      offset += Characters(t.text());
-    }
-    for (const Token& t : response.tokens()) {
-      if (request.prompt_only) break;
-      tokens.push_back(t.text());
-      token_logprobs.push_back(t.has_logprob() ? Json(t.logprob()) : Json(nullptr));
-      top.push_back(TopLogprobsMap(t));
-      offsets.push_back(offset);
-      offset += Characters(t.text());
-    }
-    logprobs = {{"tokens", tokens},
-                {"token_logprobs", token_logprobs},
-                {"top_logprobs", top},
-                {"text_offset", offsets}};
-  }
-  return {{"index", index},
-          {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
-          {"logprobs", logprobs},
-          {"finish_reason", request.prompt_only ? "length" : finish},
-          {"stop_reason", request.prompt_only ? Json(nullptr)
-                                              : StopReason(response.final(), last_token)}};
-}
-
-Json ResponseJson(const CompletionRequest& request, Json choices,
-                  const blossom::v1::Usage& usage, const std::string& fingerprint,
-                  const std::string& id, int64_t created) {
-  return {{"id", id},
-          {"object", request.chat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", request.model},
-          {"system_fingerprint", fingerprint},
-          {"choices", std::move(choices)},
-          {"usage", UsageJson(usage)}};
-}
-
-}  // namespace
-
-Json CompletionResponse(const CompletionRequest& request,
-                        const blossom::v1::GenerateResponse& response, const std::string& id,
-                        int64_t created) {
-  blossom::v1::Usage usage = response.final().usage();
-  if (request.prompt_only) usage.set_generated_tokens(0);  // the token made to score is not sent
-  return ResponseJson(request, Json::array({ChoiceJson(request, request.request, response, 0)}),
-                      usage, response.final().system_fingerprint(), id, created);
-}
-
-Json CompletionResponse(const CompletionRequest& request,
-                        const std::vector<blossom::v1::GenerateResponse>& responses,
-                        const std::string& id, int64_t created) {
-  Json choices = Json::array();
-  blossom::v1::Usage usage;
-  for (size_t k = 0; k < responses.size() && k < request.batch.size(); ++k) {
-    const blossom::v1::Usage& one = responses[k].final().usage();
-    choices.push_back(ChoiceJson(request, request.batch[k], responses[k], static_cast<int>(k)));
-    if (k % static_cast<size_t>(request.n) == 0) {  // each prompt once
-      usage.set_prompt_tokens(usage.prompt_tokens() + one.prompt_tokens());
-      usage.set_cached_prompt_tokens(usage.cached_prompt_tokens() + one.cached_prompt_tokens());
-    }
-    if (!request.prompt_only) {
-      usage.set_generated_tokens(usage.generated_tokens() + one.generated_tokens());
-    }
-  }
-  const std::string fingerprint =
-      responses.empty() ? "" : responses.front().final().system_fingerprint();
-  return ResponseJson(request, std::move(choices), usage, fingerprint, id, created);
-}
-
-StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, int64_t created)
-    : request_(request),
-      id_(std::move(id)),
-      created_(created),
-      choices_(request.batch.empty() ? 1 : static_cast<int>(request.batch.size())),
-      text_offset_(static_cast<size_t>(choices_), 0),
-      last_token_(static_cast<size_t>(choices_)) {}
-
-Json StreamEncoder::Chunk(Json choice) const {
-  Json chunk = {{"id", id_},
-                {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", created_},
-                {"model", request_.model},
-                {"choices", choice.is_null() ? Json::array() : Json::array({choice})}};
-  if (request_.include_usage) chunk["usage"] = nullptr;
-  if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
-  return chunk;
-}
-
-Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
-  if (request_.chat) return {{"content", Json::array({ChatTokenLogprob(token)})}};
-  size_t& offset = text_offset_[static_cast<size_t>(choice)];
-  Json out = {{"tokens", Json::array({token.text()})},
-              {"token_logprobs", Json::array({token.has_logprob() ? Json(token.logprob()) : Json(nullptr)})},
-              {"top_logprobs", Json::array({TopLogprobsMap(token)})},
-              {"text_offset", Json::array({offset})}};
-  offset += Characters(token.text());
-  return out;
-}
-
-std::string StreamEncoder::Start() {
-  if (!request_.chat) return "";
-  std::string events;
-  for (int k = 0; k < choices_; ++k) {
-    events += Event(Chunk({{"index", k},
-                           {"delta", {{"role", "assistant"}, {"content", ""}}},
-                           {"logprobs", nullptr},
-                           {"finish_reason", nullptr}}));
-  }
-  return events;
-}
-
-std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message,
-                                     int choice) {
-  if (choice < 0 || choice >= choices_) return "";
-  const bool final = message.has_final();
-  if (final) system_fingerprint_ = message.final().system_fingerprint();
-  if (message.has_token()) last_token_[static_cast<size_t>(choice)] = message.token().id();
-  const bool with_logprobs = request_.logprobs && message.has_token();
-  std::string events;
-  if (!message.text_delta().empty() || with_logprobs || final) {
-    Json entry = {{"index", choice},
-                  {"logprobs", with_logprobs ? LogprobsFor(message.token(), choice) : Json(nullptr)},
-                  {"finish_reason",
-                   final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
-    if (final) {
-      entry["stop_reason"] = StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
-    }
-    if (request_.chat) {
-      entry["delta"] = message.text_delta().empty() && final ? Json::object()
-                                                              : Json{{"content", message.text_delta()}};
-    } else {
-      entry["text"] = message.text_delta();
-    }
-    events += Event(Chunk(entry));
-  }
-  if (final) {
-    const blossom::v1::Usage& one = message.final().usage();
-    if (choice % request_.n == 0) {  // each prompt once
-      usage_.set_prompt_tokens(usage_.prompt_tokens() + one.prompt_tokens());
-      usage_.set_cached_prompt_tokens(usage_.cached_prompt_tokens() + one.cached_prompt_tokens());
-    }
-    usage_.set_generated_tokens(usage_.generated_tokens() + one.generated_tokens());
-    if (++finals_ == choices_) {
-      if (request_.include_usage) {
-        Json usage = Chunk(nullptr);
-        usage["usage"] = UsageJson(usage_);
-        events += Event(usage);
-      }
-      events += "data: [DONE]\n\n";
-    }
-  }
-  return events;
-}
-
-std::string StreamEncoder::Error(int http_status, absl::string_view message) {
-  return absl::StrCat("data: ", OpenAIErrorJson(http_status, message, ""), "\n\ndata: [DONE]\n\n");
 }
 
 }  // namespace blossom::gateway::openai

@@ -8,7 +8,7 @@
 //   its choice's index, and [DONE] follows the last choice's end.
 // - Unsupported features are a 400 naming the field: best_of != n, echo with stream,
 //   suffix, logit_bias, tools, non-text content parts, response_format other than text, beam
-//   search, truncate_prompt_tokens with echo.
+//   search, truncate_prompt_tokens with echo, prompt_logprobs -1 (the whole vocabulary).
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
@@ -24,7 +24,13 @@
 // - text_offset counts characters (code points), as OpenAI and vLLM;
 //   system_fingerprint is the server's ("blossom-<version>-<dtype>"), on the response and, when
 //   streaming, on the final chunks.
-// - Logprob `bytes` are the token's raw bytes (exact for partial UTF-8 characters).
+// - Logprob `bytes` are the token's raw bytes (exact for partial UTF-8 characters); a logprob
+//   is never below -9999.0 (OpenAI's and vLLM's floor for a token the model rules out).
+// - vLLM's prompt_logprobs (0 to 20; not with stream, where 0 is accepted and sends nothing):
+//   a list with null for the first prompt token, then {"<id>": {logprob, rank,
+//   decoded_token}} holding the prompt token (rank: 1 + the tokens strictly more likely) and
+//   its N most likely alternatives (ranks 1 to N); on each completions choice, on the chat
+//   response itself (vLLM's places).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_
 
@@ -52,6 +58,9 @@ struct CompletionRequest {
   // completions: echo=true puts the prompt before the completion, in text and (with logprobs)
   // in the logprobs lists, the first prompt token's logprob null (OpenAI, vLLM).
   bool echo = false;
+  // vLLM's prompt_logprobs (-1: not asked; never with stream): per prompt token its logprob,
+  // rank and this many alternatives, on each completions choice and on a chat response.
+  int prompt_logprobs = -1;
   // completions: echo with max_tokens 0 (scoring the prompt): one token is generated, as the
   // engine must, and left out of text, logprobs and usage.
   bool prompt_only = false;

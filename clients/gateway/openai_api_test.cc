@@ -52,7 +52,13 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"guided_choice":["a","b"]})", "not supported", "guided_choice"},
       {false, R"({"prompt":"a","allowed_token_ids":[1,2]})", "not supported", "allowed_token_ids"},
       {false, R"({"prompt":"a","bad_words":["x"]})", "not supported", "bad_words"},
-      {false, R"({"prompt":"a","prompt_logprobs":1})", "not supported", "prompt_logprobs"},
+      {false, R"({"prompt":"a","prompt_logprobs":-1})", "whole vocabulary", "prompt_logprobs"},
+      {false, R"({"prompt":"a","prompt_logprobs":21})", "must be in [0, 20]", "prompt_logprobs"},
+      {false, R"({"prompt":"a","prompt_logprobs":"2"})", "must be an integer", "prompt_logprobs"},
+      {false, R"({"prompt":"a","prompt_logprobs":1,"stream":true})", "not available when stream",
+       "prompt_logprobs"},
+      {true, "{" + kChat + R"(,"prompt_logprobs":2,"stream":true})", "not available when stream",
+       "prompt_logprobs"},
       {false, R"({"prompt":"a","truncate_prompt_tokens":5,"echo":true})",
        "truncate_prompt_tokens with echo is not supported", "truncate_prompt_tokens"},
       {false, R"({"prompt":"a","truncate_prompt_tokens":0})", "at least 1",
@@ -306,6 +312,84 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->request.sampling().has_prompt_logprobs());
+}
+
+// vLLM's prompt_logprobs: asked of the server (the larger of it and the echo's top count), and
+// returned per completions choice as [null, {"<id>": {logprob, rank, decoded_token}}, ...].
+TEST(OpenAIApiTest, PromptLogprobsInVllmShape) {
+  auto r = ParseCompletionRequest(R"({"prompt":"Say","prompt_logprobs":1,"max_tokens":2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_logprobs, 1);
+  EXPECT_EQ(r->request.sampling().prompt_logprobs(), 1);
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5 rank: 4
+                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 }
+                             top_logprobs { token_id: 8 token: "oo" logprob: -1.5 } }
+           prompt_logprobs { id: 9 text: "!" logprob: -1e30 rank: 900 })pb",
+      &response));
+  const Json j = CompletionResponse(*r, response, "cmpl-1", 123);
+  const Json& choice = j["choices"][0];
+  EXPECT_EQ(choice["text"], "Hi there") << "no echo: the prompt is not in the text";
+  EXPECT_TRUE(choice["logprobs"].is_null());
+  const Json& plp = choice["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 3u);
+  EXPECT_TRUE(plp[0].is_null());
+  // The prompt token with its own rank, and one alternative (the second is beyond the asked 1).
+  EXPECT_EQ(plp[1], Json::parse(R"({"6": {"logprob": -3.5, "rank": 4, "decoded_token": "ay"},
+                                     "7": {"logprob": -0.5, "rank": 1, "decoded_token": "ee"}})"));
+  EXPECT_EQ(plp[2]["9"]["logprob"], -9999.0) << "clamped as vLLM does";
+  EXPECT_EQ(plp[2]["9"]["rank"], 900);
+  EXPECT_FALSE(j.contains("prompt_logprobs")) << "completions: on the choice only";
+
+  // With echo + logprobs the server is asked for the larger top count, and each list shows its
+  // own: the echo's top_logprobs 1 entry, prompt_logprobs 2.
+  auto both = ParseCompletionRequest(
+      R"({"prompt":"Say","echo":true,"logprobs":1,"prompt_logprobs":2,"max_tokens":2})");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->request.sampling().prompt_logprobs(), 2);
+  const Json k = CompletionResponse(*both, response, "cmpl-2", 123);
+  EXPECT_EQ(k["choices"][0]["logprobs"]["top_logprobs"][1].size(), 1u);
+  EXPECT_EQ(k["choices"][0]["prompt_logprobs"][1].size(), 3u);
+  auto fewer = ParseCompletionRequest(
+      R"({"prompt":"Say","echo":true,"logprobs":3,"prompt_logprobs":0})");
+  ASSERT_TRUE(fewer.ok()) << fewer.status();
+  EXPECT_EQ(fewer->request.sampling().prompt_logprobs(), 3);
+
+  // Several choices: each carries its own prompt's.
+  auto batch = ParseCompletionRequest(R"({"prompt":["a","b"],"prompt_logprobs":0})");
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->batch.size(), 2u);
+  EXPECT_EQ(batch->batch[1].sampling().prompt_logprobs(), 0);
+  const Json b = CompletionResponse(*batch, {response, MakeResponse()}, "cmpl-3", 123);
+  EXPECT_EQ(b["choices"][0]["prompt_logprobs"][1].size(), 1u);
+  EXPECT_TRUE(b["choices"][1]["prompt_logprobs"].empty());
+
+  // Streaming with 0 is accepted (vLLM's rule) and asks for nothing.
+  auto streamed = ParseCompletionRequest(R"({"prompt":"Say","prompt_logprobs":0,"stream":true})");
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_FALSE(streamed->request.sampling().has_prompt_logprobs());
+  EXPECT_EQ(streamed->prompt_logprobs, -1);
+}
+
+TEST(OpenAIApiTest, ChatPromptLogprobsAreOnTheResponse) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":0,"n":2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->batch.size(), 2u);
+  EXPECT_EQ(r->batch[0].sampling().prompt_logprobs(), 0);
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5 rank: 2
+                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
+      &response));
+  const Json j = CompletionResponse(*r, {response, response}, "chatcmpl-1", 123);
+  EXPECT_EQ(j["prompt_logprobs"],
+            Json::parse(R"([null, {"6": {"logprob": -3.5, "rank": 2, "decoded_token": "ay"}}])"));
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
 }
 
 // echo with max_tokens 0 scores the prompt: one token is generated (the engine must) and left

@@ -37,6 +37,7 @@ const std::string& OpenApiJson() {
         "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
         "repetition_penalty": {"type": "number", "exclusiveMinimum": true, "minimum": 0}, "seed": {"type": "integer"},
         "stop": {"$ref": "#/components/schemas/Stop"}, "logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
+        "prompt_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "description": "vLLM's: each prompt token's logprob, rank and N alternatives, on each choice (above 0 not with stream)"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "stream": {"type": "boolean"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
@@ -51,6 +52,7 @@ const std::string& OpenApiJson() {
         "top_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1}, "seed": {"type": "integer"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "stop": {"$ref": "#/components/schemas/Stop"}, "stream": {"type": "boolean"},
+        "prompt_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "description": "vLLM's: each prompt token's logprob, rank and N alternatives, on the response (above 0 not with stream)"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
       "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {
         "inputs": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"},

@@ -92,6 +92,10 @@ struct SampleResult {
   // id; tokens whose raw logit is -inf (masked by the model) are left out. May include the chosen
   // token.
   std::vector<TokenLogprob> top;
+  // RawLogprobs only (0 from Sample): the token's 1-based rank in the whole row, 1 + the number
+  // of tokens whose raw logit is strictly greater, so tied tokens share the better rank (vLLM's
+  // rule for its prompt_logprobs `rank`).
+  int32_t rank = 0;
 };
 
 // Draws the next token. Errors (nothing is drawn; the rng is not advanced):
@@ -103,8 +107,8 @@ absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits, const Sampli
                                     const SamplingContext& ctx, RequestRng& rng,
                                     SamplerScratch& scratch);
 
-// The raw log-softmax of `token` in `logits` and the top_n most likely tokens, exactly as
-// Sample() reports logprobs (SampleResult::logprob and ::top; no sampling parameter applies).
+// The raw log-softmax of `token` in `logits`, its rank, and the top_n most likely tokens, exactly
+// as Sample() reports logprobs (SampleResult::logprob and ::top; no sampling parameter applies).
 // For prompt logprobs: the row at prompt position p scored against the prompt token p + 1.
 // InvalidArgument for a token outside the row, Internal for a NaN or +inf logit.
 absl::StatusOr<SampleResult> RawLogprobs(absl::Span<const float> logits, int32_t token,

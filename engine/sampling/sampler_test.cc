@@ -373,6 +373,51 @@ TEST(SamplerLogprobsTest, TiesInTopListedByLowestId) {
   EXPECT_EQ(r->top[0].logprob, r->top[2].logprob);
 }
 
+// RawLogprobs (prompt logprobs): the scored token's logprob and rank against a full sort.
+TEST(RawLogprobsTest, LogprobRankAndTopAgainstReference) {
+  for (LogitKind kind : {LogitKind::kNormal, LogitKind::kQuantized, LogitKind::kWithMasked}) {
+    const std::vector<float> logits = RandomLogits(5000, kind, 7);
+    const std::vector<double> ref = ReferenceLogSoftmax(logits);
+    for (int32_t token : {0, 17, 2500, 4999}) {
+      SCOPED_TRACE(absl::StrCat("kind=", static_cast<int>(kind), " token=", token));
+      absl::StatusOr<SampleResult> r = RawLogprobs(logits, token, 3);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->token, token);
+      int32_t greater = 0;
+      for (float v : logits) greater += v > logits[token];
+      EXPECT_EQ(r->rank, greater + 1);
+      if (std::isfinite(logits[token])) {
+        EXPECT_NEAR(r->logprob, ref[token], 1e-5);
+      } else {
+        EXPECT_EQ(r->logprob, -FLT_MAX);  // a masked token: clamped, still JSON-representable
+      }
+      ASSERT_EQ(r->top.size(), 3u);
+      // The best token has rank 1 and the top list's first entry.
+      absl::StatusOr<SampleResult> best = RawLogprobs(logits, r->top[0].token, 0);
+      ASSERT_TRUE(best.ok());
+      EXPECT_EQ(best->rank, 1);
+      EXPECT_TRUE(best->top.empty());
+    }
+  }
+}
+
+TEST(RawLogprobsTest, TiedTokensShareTheBetterRank) {
+  const std::vector<float> logits = {1, 2, 2, -kInf, 2, 1};
+  const std::vector<int32_t> want_rank = {4, 1, 1, 6, 1, 4};
+  for (int32_t token = 0; token < 6; ++token) {
+    absl::StatusOr<SampleResult> r = RawLogprobs(logits, token, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->rank, want_rank[token]) << "token " << token;
+  }
+}
+
+TEST(RawLogprobsTest, BadInputsAreStatuses) {
+  EXPECT_EQ(RawLogprobs({1, 2}, 2, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RawLogprobs({1, 2}, -1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RawLogprobs({1, std::nanf("")}, 0, 0).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(RawLogprobs({1, kInf}, 0, 0).status().code(), absl::StatusCode::kInternal);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors.
 TEST(SamplerErrorTest, BadInputsAreStatusesNotCrashes) {

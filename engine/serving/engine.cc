@@ -243,7 +243,7 @@ absl::Status Engine::ScorePromptRowsLocked(Request& request, const ScheduledSeq&
         SampleResult scored,
         RawLogprobs(rows.subspan(static_cast<size_t>(i) * vocab, vocab), request.prompt[target],
                     request.prompt_logprobs));
-    request.prompt_lp.push_back({scored.token, scored.logprob, std::move(scored.top)});
+    request.prompt_lp.push_back({scored.token, scored.logprob, scored.rank, std::move(scored.top)});
     request.prompt_lp_next = target + 1;
   }
   return absl::OkStatus();

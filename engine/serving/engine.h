@@ -112,6 +112,7 @@ struct Usage {
 struct PromptLogprob {
   int32_t token = 0;
   float logprob = 0.0f;
+  int32_t rank = 0;  // 1-based rank of `token` in the row (SampleResult::rank)
   std::vector<TokenLogprob> top;
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/loader/safetensors.h"
 #include "engine/serving/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -155,6 +156,46 @@ TEST_P(PromptLogprobsTest, CachedPrefixAndChunkedPrefillStillScoreEveryToken) {
   for (size_t p = 0; p < in_chunks.size(); ++p) {
     EXPECT_EQ(in_chunks[p].logprob, after_cache[p].logprob) << "CPU is batch invariant";
   }
+}
+
+// Ranks against Hugging Face's own logits (golden.safetensors p<i> [S, V]): a prompt token's HF
+// rank, counting as either order the competitors whose logits lie within the logit tolerance of
+// its own (a near-tie may go either way in fp32).
+TEST_P(PromptLogprobsTest, RanksMatchTransformers) {
+  constexpr double kLogitTolerance = 1e-4;  // bloom_model_test's agreement with HF
+  auto file = SafetensorsFile::Open(FixturePath("goldens/" + GetParam() + "/golden.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::unique_ptr<Engine> engine = MakeEngine(256);
+  ASSERT_NE(engine, nullptr);
+  int exact = 0, checked = 0;
+  for (const auto& item : golden_["logits"]) {
+    const auto ids = item["input_ids"].get<std::vector<int32_t>>();
+    if (ids.size() < 2) continue;
+    const TensorEntry* entry = (*file)->Find(item["name"].get<std::string>());
+    ASSERT_NE(entry, nullptr) << item["name"];
+    auto view = (*file)->View(*entry);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(entry->shape.size(), 2u);
+    const int64_t vocab = entry->shape[1];
+    const float* hf = view->as<const float>();
+    std::vector<PromptLogprob> got = Run(*engine, ids, 0);
+    ASSERT_EQ(got.size(), ids.size() - 1);
+    for (size_t p = 0; p + 1 < ids.size(); ++p) {
+      const float* row = hf + static_cast<int64_t>(p) * vocab;
+      const double x = row[ids[p + 1]];
+      int32_t clearly_above = 0, maybe_above = 0;  // maybe_above counts the token itself
+      for (int64_t v = 0; v < vocab; ++v) {
+        clearly_above += row[v] > x + kLogitTolerance;
+        maybe_above += row[v] > x - kLogitTolerance;
+      }
+      EXPECT_GE(got[p].rank, 1 + clearly_above) << item["name"] << " position " << p + 1;
+      EXPECT_LE(got[p].rank, maybe_above) << item["name"] << " position " << p + 1;
+      exact += 1 + clearly_above == maybe_above;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 90);
+  EXPECT_GE(exact, checked * 3 / 4) << "most ranks have no near-tie: the check must bite";
 }
 
 // The most prefill tokens of any step.

@@ -192,6 +192,42 @@ class PromptLogprobsTest(unittest.TestCase):
         self.assertEqual(again.choices[0].logprobs.token_logprobs[:len(ids)],
                          lp.token_logprobs[:len(ids)])
 
+    def test_vllm_prompt_logprobs_match_transformers(self):
+        """vLLM's prompt_logprobs through the openai SDK (extra_body): each prompt token's logprob
+        against HF's log_softmax, its rank against HF's top 5 there, and the alternatives."""
+        with open(runfile("tests/fixtures/goldens/bloom-tiny-h4/golden.json")) as f:
+            item = json.load(f)["logits"][1]
+        ids, want = item["input_ids"], item["prompt_logprobs"]
+        client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+        r = client.completions.create(model=MODEL, prompt=item["text"], max_tokens=1,
+                                      temperature=0, extra_body={"prompt_logprobs": 2})
+        plp = r.choices[0].model_extra["prompt_logprobs"]
+        self.assertEqual(len(plp), len(ids))
+        self.assertIsNone(plp[0])
+        for p in range(1, len(ids)):
+            entry = plp[p]
+            token = entry[str(ids[p])]
+            self.assertAlmostEqual(token["logprob"], want[p - 1], delta=2e-4)
+            top_ids = item["prompt_top5_ids"][p - 1]
+            top_lp = item["prompt_top5_logprobs"][p - 1]
+            if ids[p] in top_ids:
+                j = top_ids.index(ids[p])
+                tied = any(abs(v - top_lp[j]) < 2e-4 for k, v in enumerate(top_lp) if k != j)
+                if not tied:
+                    self.assertEqual(token["rank"], j + 1, f"position {p}")
+            elif top_lp[-1] - want[p - 1] > 2e-4:
+                self.assertGreater(token["rank"], 5, f"position {p}")
+            # The alternatives: ranks 1 and 2, HF's two most likely ids (unless near-tied).
+            alts = {int(k): v for k, v in entry.items() if v["rank"] <= 2 and int(k) != ids[p]}
+            for k, v in alts.items():
+                if abs(top_lp[0] - top_lp[1]) > 2e-4 and abs(top_lp[1] - top_lp[2]) > 2e-4:
+                    self.assertEqual(k, top_ids[v["rank"] - 1], f"position {p}")
+        # Not with stream (vLLM's 400, naming the field).
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client.completions.create(model=MODEL, prompt="x", max_tokens=1, stream=True,
+                                      extra_body={"prompt_logprobs": 1})
+        self.assertEqual(cm.exception.param, "prompt_logprobs")
+
     def test_tgi_decoder_input_details_and_top_n_tokens(self):
         text, ids, want = golden_prompt_logprobs()
         client = text_generation.Client(GW.url, headers=auth(), timeout=30)

@@ -16,7 +16,7 @@ Prompt = Union[str, Sequence[int]]
 
 # Keyword -> field of SamplingParameters (all `optional` in the proto).
 _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_penalty",
-             "frequency_penalty", "presence_penalty", "seed", "logprobs")
+             "frequency_penalty", "presence_penalty", "seed", "logprobs", "prompt_logprobs")
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
@@ -72,10 +72,18 @@ def finish_reason(value: int):
         return f"unknown_{value}"
 
 
+def _optional(message, name):
+    """The field's value, or None when absent (or unknown to an older server's proto)."""
+    if name not in message.DESCRIPTOR.fields_by_name or not message.HasField(name):
+        return None
+    return getattr(message, name)
+
+
 def token(t: pb.Token) -> results.Token:
     return results.Token(
-        id=t.id, text=t.text, logprob=t.logprob if t.HasField("logprob") else None,
-        top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob) for x in t.top_logprobs])
+        id=t.id, text=t.text, logprob=_optional(t, "logprob"),
+        top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob) for x in t.top_logprobs],
+        rank=_optional(t, "rank"))
 
 
 def fill(cls, message, **overrides):
@@ -125,13 +133,15 @@ def generate_result(r: pb.GenerateResponse) -> results.GenerateResult:
     return results.GenerateResult(
         text=r.text, tokens=[token(t) for t in r.tokens], finish_reason=f.finish_reason,
         usage=f.usage, timings=f.timings, seed=f.seed, matched_stop=f.matched_stop,
-        request_id=f.request_id, prompt_token_ids=f.prompt_token_ids, final=f)
+        request_id=f.request_id, prompt_token_ids=f.prompt_token_ids, final=f,
+        prompt_logprobs=[token(t) for t in r.prompt_logprobs])
 
 
 def stream_chunk(r: pb.GenerateStreamResponse) -> results.StreamChunk:
     return results.StreamChunk(
         text_delta=r.text_delta, token=token(r.token) if r.HasField("token") else None,
-        final=final_info(r.final) if r.HasField("final") else None)
+        final=final_info(r.final) if r.HasField("final") else None,
+        prompt_logprobs=[token(t) for t in r.prompt_logprobs])
 
 
 def tokenize_result(r: pb.TokenizeResponse) -> results.TokenizeResult:

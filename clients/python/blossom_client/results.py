@@ -39,6 +39,8 @@ class Token:
     # None unless logprobs were requested.
     logprob: Optional[float] = None
     top_logprobs: List[TopLogprob] = field(default_factory=list)
+    # Prompt logprobs only: 1 + the number of tokens strictly more likely there; else None.
+    rank: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class GenerateResult:
     request_id: str
     prompt_token_ids: List[int]
     final: FinalInfo
+    # With prompt_logprobs=N: every prompt token (the first without a logprob), each with its
+    # logprob, rank and N alternatives; else empty.
+    prompt_logprobs: List[Token] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class StreamChunk:
     token: Optional[Token]
     # Set on the last chunk only.
     final: Optional[FinalInfo] = None
+    # With prompt_logprobs=N: on the first chunk with a token (as GenerateResult's); else empty.
+    prompt_logprobs: List[Token] = field(default_factory=list)
 
     @property
     def is_final(self) -> bool:

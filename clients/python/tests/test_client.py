@@ -61,7 +61,12 @@ class FakeBlossom(pb_grpc.BlossomServicer):
         tokens[1].top_logprobs.add(token_id=7, token="x", logprob=-1.25)
         final = _final(len(tokens), pb.FINISH_REASON_EOS_TOKEN)
         final.prompt_token_ids.extend([1, 2, 3])
-        return pb.GenerateResponse(text="".join(WORDS), tokens=tokens, final=final)
+        response = pb.GenerateResponse(text="".join(WORDS), tokens=tokens, final=final)
+        if request.sampling.HasField("prompt_logprobs"):
+            response.prompt_logprobs.add(id=1, text="a")
+            scored = response.prompt_logprobs.add(id=2, text="b", logprob=-2.0, rank=3)
+            scored.top_logprobs.add(token_id=9, token="z", logprob=-0.25)
+        return response
 
     def GenerateStream(self, request, context):
         self._record(request, context)
@@ -162,6 +167,16 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(r.prompt_token_ids, [1, 2, 3])
         self.assertEqual(self.fake.requests[-1].text, "Hi")
         self.assertEqual(self.fake.metadata[-1]["authorization"], "Bearer sekret")
+
+    def test_prompt_logprobs(self):
+        r = self.client.generate("Hi", prompt_logprobs=1)
+        self.assertEqual(self.fake.requests[-1].sampling.prompt_logprobs, 1)
+        self.assertEqual(r.prompt_logprobs[0], blossom_client.Token(id=1, text="a"))
+        self.assertEqual(r.prompt_logprobs[1], blossom_client.Token(
+            id=2, text="b", logprob=-2.0, rank=3,
+            top_logprobs=[blossom_client.TopLogprob(token_id=9, token="z", logprob=-0.25)]))
+        self.assertIsNone(r.tokens[1].rank)  # generated tokens carry no rank
+        self.assertEqual(self.client.generate("Hi").prompt_logprobs, [])
 
     def test_token_id_prompt(self):
         self.client.generate([5, 6, 7])

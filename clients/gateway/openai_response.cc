@@ -1,0 +1,335 @@
+// The response side of openai_api.h: whole responses and SSE chunks in OpenAI's (and vLLM's)
+// shapes, from the server's GenerateResponse / GenerateStreamResponse messages.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "clients/gateway/api_errors.h"
+#include "clients/gateway/openai_api.h"
+
+namespace blossom::gateway::openai {
+namespace {
+
+using blossom::v1::FinishReason;
+using blossom::v1::GenerateRequest;
+using blossom::v1::Token;
+
+// A logprob as OpenAI and vLLM send it: at least -9999.0, their mark of a token the model all
+// but rules out (the server clamps -inf to the lowest float, which no client expects).
+double ApiLogprob(float logprob) { return std::max(static_cast<double>(logprob), -9999.0); }
+
+Json LogprobOrNull(const Token& token) {
+  return token.has_logprob() ? Json(ApiLogprob(token.logprob())) : Json(nullptr);
+}
+
+// The first `limit` alternatives (a prompt token may carry more, for prompt_logprobs).
+Json TopLogprobsMap(const Token& token, int limit) {
+  Json top = Json::object();
+  for (const auto& t : token.top_logprobs()) {
+    if (limit-- <= 0) break;
+    top[t.token()] = ApiLogprob(t.logprob());
+  }
+  return top;
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token (nothing precedes it), then one object
+// per token keyed by token id: the token itself and its `n` most likely alternatives, each
+// {logprob, rank, decoded_token}; the alternatives rank 1 to n, the token its own rank.
+Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens, int n) {
+  Json out = Json::array();
+  for (const Token& t : tokens) {
+    if (!t.has_logprob()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    Json entry = Json::object();
+    int rank = 0;
+    for (const auto& alt : t.top_logprobs()) {
+      if (++rank > n) break;
+      entry[std::to_string(alt.token_id())] = {{"logprob", ApiLogprob(alt.logprob())},
+                                               {"rank", rank},
+                                               {"decoded_token", alt.token()}};
+    }
+    entry[std::to_string(t.id())] = {{"logprob", ApiLogprob(t.logprob())},
+                                     {"rank", t.has_rank() ? Json(t.rank()) : Json(nullptr)},
+                                     {"decoded_token", t.text()}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// OpenAI's logprob `bytes`: the token's raw bytes (a byte-level BPE token may be part of a UTF-8
+// character, which `text` renders lossily). A server predating token_bytes sends none: then
+// the text's bytes, the best left.
+Json Bytes(const std::string& raw, const std::string& text) {
+  Json bytes = Json::array();
+  for (unsigned char c : raw.empty() ? text : raw) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+Json ChatTokenLogprob(const Token& token) {
+  Json top = Json::array();
+  for (const auto& t : token.top_logprobs()) {
+    top.push_back({{"token", t.token()},
+                   {"logprob", ApiLogprob(t.logprob())},
+                   {"bytes", Bytes(t.token_bytes(), t.token())}});
+  }
+  return {{"token", token.text()},
+          {"logprob", LogprobOrNull(token)},
+          {"bytes", Bytes(token.token_bytes(), token.text())},
+          {"top_logprobs", top}};
+}
+
+// vLLM's stop_reason: the stop string that ended the text, or the id of the stop token (from
+// stop_token_ids); null for EOS, the length limit and the rest.
+Json StopReason(const blossom::v1::FinalInfo& final, absl::optional<int32_t> last_token) {
+  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_STRING) return final.matched_stop();
+  if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_TOKEN && last_token) {
+    return *last_token;
+  }
+  return nullptr;
+}
+
+// OpenAI's text_offset counts characters (vLLM: Python's len), not bytes: the code points of a
+// token's text (a partial character shows as one U+FFFD).
+size_t Characters(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+Json UsageJson(const blossom::v1::Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens()},
+          {"completion_tokens", usage.generated_tokens()},
+          {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens()}}}};
+}
+
+std::string Event(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
+
+}  // namespace
+
+const char* FinishReasonString(FinishReason reason) {
+  switch (reason) {
+    case blossom::v1::FINISH_REASON_LENGTH: return "length";
+    case blossom::v1::FINISH_REASON_EOS_TOKEN:
+    case blossom::v1::FINISH_REASON_STOP_TOKEN:
+    case blossom::v1::FINISH_REASON_STOP_STRING: return "stop";
+    // OpenAI clients know only "stop" and "length" here (vLLM's "abort" is not OpenAI's): output
+    // cut short by a cancellation or an error is "length", i.e. not a natural end.
+    case blossom::v1::FINISH_REASON_CANCELLED:
+    case blossom::v1::FINISH_REASON_ERROR: return "length";
+    default: return "stop";
+  }
+}
+
+namespace {
+
+// Choice `index`: `response` answering `sent` (the generation of that choice).
+Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
+                const blossom::v1::GenerateResponse& response, int index) {
+  const char* finish = FinishReasonString(response.final().finish_reason());
+  absl::optional<int32_t> last_token;
+  if (response.tokens_size() > 0) last_token = response.tokens(response.tokens_size() - 1).id();
+  if (request.chat) {
+    Json logprobs = nullptr;
+    if (request.logprobs) {
+      Json content = Json::array();
+      for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
+      logprobs = {{"content", content}};
+    }
+    return {{"index", index},
+            {"message", {{"role", "assistant"}, {"content", response.text()}}},
+            {"logprobs", logprobs},
+            {"finish_reason", finish},
+            {"stop_reason", StopReason(response.final(), last_token)}};
+  }
+  Json logprobs = nullptr;
+  std::string prompt_text;
+  if (request.echo) {
+    if (sent.has_text()) {
+      prompt_text = sent.text();
+    } else {
+      for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
+    }
+  }
+  if (request.logprobs) {
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+         offsets = Json::array();
+    size_t offset = 0;
+    // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
+    for (const Token& t : response.prompt_logprobs()) {
+      if (!request.echo) break;  // scored for prompt_logprobs only
+      tokens.push_back(t.text());
+      token_logprobs.push_back(LogprobOrNull(t));
+      top.push_back(t.has_logprob() ? TopLogprobsMap(t, request.top_logprobs) : Json(nullptr));
+      offsets.push_back(offset);
+      offset += Characters(t.text());
+    }
+    for (const Token& t : response.tokens()) {
+      if (request.prompt_only) break;
+      tokens.push_back(t.text());
+      token_logprobs.push_back(LogprobOrNull(t));
+      top.push_back(TopLogprobsMap(t, request.top_logprobs));
+      offsets.push_back(offset);
+      offset += Characters(t.text());
+    }
+    logprobs = {{"tokens", tokens},
+                {"token_logprobs", token_logprobs},
+                {"top_logprobs", top},
+                {"text_offset", offsets}};
+  }
+  Json choice = {{"index", index},
+          {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
+          {"logprobs", logprobs},
+          {"finish_reason", request.prompt_only ? "length" : finish},
+          {"stop_reason", request.prompt_only ? Json(nullptr)
+                                              : StopReason(response.final(), last_token)}};
+  if (request.prompt_logprobs >= 0) {
+    choice["prompt_logprobs"] =
+        PromptLogprobsJson(response.prompt_logprobs(), request.prompt_logprobs);
+  }
+  return choice;
+}
+
+// `first`: the first choice's response (null when there is none); chat's prompt_logprobs are
+// the response's, not a choice's (vLLM), and every choice has the same prompt.
+Json ResponseJson(const CompletionRequest& request, Json choices,
+                  const blossom::v1::GenerateResponse* first, const blossom::v1::Usage& usage,
+                  const std::string& id, int64_t created) {
+  Json response = {{"id", id},
+                   {"object", request.chat ? "chat.completion" : "text_completion"},
+                   {"created", created},
+                   {"model", request.model},
+                   {"system_fingerprint", first ? first->final().system_fingerprint() : ""},
+                   {"choices", std::move(choices)},
+                   {"usage", UsageJson(usage)}};
+  if (request.chat && request.prompt_logprobs >= 0 && first != nullptr) {
+    response["prompt_logprobs"] =
+        PromptLogprobsJson(first->prompt_logprobs(), request.prompt_logprobs);
+  }
+  return response;
+}
+
+}  // namespace
+
+Json CompletionResponse(const CompletionRequest& request,
+                        const blossom::v1::GenerateResponse& response, const std::string& id,
+                        int64_t created) {
+  blossom::v1::Usage usage = response.final().usage();
+  if (request.prompt_only) usage.set_generated_tokens(0);  // the token made to score is not sent
+  return ResponseJson(request, Json::array({ChoiceJson(request, request.request, response, 0)}),
+                      &response, usage, id, created);
+}
+
+Json CompletionResponse(const CompletionRequest& request,
+                        const std::vector<blossom::v1::GenerateResponse>& responses,
+                        const std::string& id, int64_t created) {
+  Json choices = Json::array();
+  blossom::v1::Usage usage;
+  for (size_t k = 0; k < responses.size() && k < request.batch.size(); ++k) {
+    const blossom::v1::Usage& one = responses[k].final().usage();
+    choices.push_back(ChoiceJson(request, request.batch[k], responses[k], static_cast<int>(k)));
+    if (k % static_cast<size_t>(request.n) == 0) {  // each prompt once
+      usage.set_prompt_tokens(usage.prompt_tokens() + one.prompt_tokens());
+      usage.set_cached_prompt_tokens(usage.cached_prompt_tokens() + one.cached_prompt_tokens());
+    }
+    if (!request.prompt_only) {
+      usage.set_generated_tokens(usage.generated_tokens() + one.generated_tokens());
+    }
+  }
+  return ResponseJson(request, std::move(choices), responses.empty() ? nullptr : &responses.front(),
+                      usage, id, created);
+}
+
+StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, int64_t created)
+    : request_(request),
+      id_(std::move(id)),
+      created_(created),
+      choices_(request.batch.empty() ? 1 : static_cast<int>(request.batch.size())),
+      text_offset_(static_cast<size_t>(choices_), 0),
+      last_token_(static_cast<size_t>(choices_)) {}
+
+Json StreamEncoder::Chunk(Json choice) const {
+  Json chunk = {{"id", id_},
+                {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", request_.model},
+                {"choices", choice.is_null() ? Json::array() : Json::array({choice})}};
+  if (request_.include_usage) chunk["usage"] = nullptr;
+  if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
+  return chunk;
+}
+
+Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
+  if (request_.chat) return {{"content", Json::array({ChatTokenLogprob(token)})}};
+  size_t& offset = text_offset_[static_cast<size_t>(choice)];
+  Json out = {{"tokens", Json::array({token.text()})},
+              {"token_logprobs", Json::array({LogprobOrNull(token)})},
+              {"top_logprobs", Json::array({TopLogprobsMap(token, request_.top_logprobs)})},
+              {"text_offset", Json::array({offset})}};
+  offset += Characters(token.text());
+  return out;
+}
+
+std::string StreamEncoder::Start() {
+  if (!request_.chat) return "";
+  std::string events;
+  for (int k = 0; k < choices_; ++k) {
+    events += Event(Chunk({{"index", k},
+                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}}));
+  }
+  return events;
+}
+
+std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message,
+                                     int choice) {
+  if (choice < 0 || choice >= choices_) return "";
+  const bool final = message.has_final();
+  if (final) system_fingerprint_ = message.final().system_fingerprint();
+  if (message.has_token()) last_token_[static_cast<size_t>(choice)] = message.token().id();
+  const bool with_logprobs = request_.logprobs && message.has_token();
+  std::string events;
+  if (!message.text_delta().empty() || with_logprobs || final) {
+    Json entry = {{"index", choice},
+                  {"logprobs", with_logprobs ? LogprobsFor(message.token(), choice) : Json(nullptr)},
+                  {"finish_reason",
+                   final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
+    if (final) {
+      entry["stop_reason"] = StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
+    }
+    if (request_.chat) {
+      entry["delta"] = message.text_delta().empty() && final ? Json::object()
+                                                              : Json{{"content", message.text_delta()}};
+    } else {
+      entry["text"] = message.text_delta();
+    }
+    events += Event(Chunk(entry));
+  }
+  if (final) {
+    const blossom::v1::Usage& one = message.final().usage();
+    if (choice % request_.n == 0) {  // each prompt once
+      usage_.set_prompt_tokens(usage_.prompt_tokens() + one.prompt_tokens());
+      usage_.set_cached_prompt_tokens(usage_.cached_prompt_tokens() + one.cached_prompt_tokens());
+    }
+    usage_.set_generated_tokens(usage_.generated_tokens() + one.generated_tokens());
+    if (++finals_ == choices_) {
+      if (request_.include_usage) {
+        Json usage = Chunk(nullptr);
+        usage["usage"] = UsageJson(usage_);
+        events += Event(usage);
+      }
+      events += "data: [DONE]\n\n";
+    }
+  }
+  return events;
+}
+
+std::string StreamEncoder::Error(int http_status, absl::string_view message) {
+  return absl::StrCat("data: ", OpenAIErrorJson(http_status, message, ""), "\n\ndata: [DONE]\n\n");
+}
+
+}  // namespace blossom::gateway::openai
