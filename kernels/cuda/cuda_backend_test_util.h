@@ -45,6 +45,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_backend_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 
@@ -129,13 +130,7 @@ inline ::testing::AssertionResult Near(const std::string& op, const std::vector<
 
 // ---- Data helpers ----
 
-inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using cpu_test::Random;  // the CPU twin's tests draw the same values
 
 // The values a tensor of `dt` can hold: v rounded to dt and back.
 inline std::vector<float> RoundTo(const std::vector<float>& v, DType dt) {
