@@ -6,9 +6,8 @@
 
 #include "engine/model/pretend_device_runner.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/engine_test_util.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "tests/util/fixture_path.h"
 
 namespace blossom {
 namespace {
@@ -16,30 +15,15 @@ namespace {
 class EngineFailureTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    backend_ = new CpuBackend(2);
-    const std::string dir = FixturePath("models/bloom-tiny-h4");
-    auto model = BloomModel::Load(dir, backend_, nullptr);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
-    runner_ = ModelRunner::ForModel(model_).release();
-    auto tokenizer = Tokenizer::FromFile(dir + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    model_ = engine_testing::TinyModel::Load().release();
+    ASSERT_NE(model_, nullptr);
+    runner_ = model_->runner();
+    tokenizer_ = model_->tokenizer();
   }
-  static void TearDownTestSuite() {
-    delete runner_;
-    delete model_;
-    delete tokenizer_;
-    delete backend_;
-  }
+  static void TearDownTestSuite() { delete model_; }
 
   static EngineRequest Request(int32_t first_token, int32_t max_new_tokens) {
-    EngineRequest r;
-    r.prompt_tokens = {first_token, 11, 12, 13};
-    r.sampling.temperature = 0.0f;
-    r.stopping.max_new_tokens = max_new_tokens;
-    r.stopping.ignore_eos = true;
-    return r;
+    return engine_testing::GreedyRequest({first_token, 11, 12, 13}, max_new_tokens);
   }
 
   static EngineEvent Last(RequestStream& stream) {
@@ -48,13 +32,11 @@ class EngineFailureTest : public ::testing::Test {
     return last;
   }
 
-  static CpuBackend* backend_;
-  static BloomModel* model_;
+  static engine_testing::TinyModel* model_;
   static ModelRunner* runner_;
   static Tokenizer* tokenizer_;
 };
-CpuBackend* EngineFailureTest::backend_ = nullptr;
-BloomModel* EngineFailureTest::model_ = nullptr;
+engine_testing::TinyModel* EngineFailureTest::model_ = nullptr;
 ModelRunner* EngineFailureTest::runner_ = nullptr;
 Tokenizer* EngineFailureTest::tokenizer_ = nullptr;
 

@@ -1,5 +1,6 @@
 // The serving engine end to end on the CPU backend with a golden fixture model.
 #include "engine/serving/engine.h"
+#include "engine/serving/engine_test_util.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +13,6 @@
 
 #include "engine/generate/batch_generator.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "tests/util/fixture_path.h"
 
 namespace blossom {
@@ -21,29 +21,19 @@ namespace {
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    backend_ = new CpuBackend(2);
-    const std::string dir = FixturePath("models/bloom-tiny-h4");
-    auto model = BloomModel::Load(dir, backend_, nullptr);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
-    runner_ = ModelRunner::ForModel(model_).release();
+    model_ = engine_testing::TinyModel::Load().release();
     // The offline reference gets its own model and KV cache: an engine owns its runner's cache,
     // and references are computed while engines are alive.
-    auto reference = BloomModel::Load(dir, backend_, nullptr);
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    reference_model_ = reference->release();
-    reference_runner_ = ModelRunner::ForModel(reference_model_).release();
-    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = tok->release();
+    reference_model_ = engine_testing::TinyModel::Load().release();
+    ASSERT_NE(model_, nullptr);
+    ASSERT_NE(reference_model_, nullptr);
+    runner_ = model_->runner();
+    tokenizer_ = model_->tokenizer();
+    reference_runner_ = reference_model_->runner();
   }
   static void TearDownTestSuite() {
-    delete reference_runner_;
     delete reference_model_;
-    delete runner_;
     delete model_;
-    delete tokenizer_;
-    delete backend_;
   }
 
   static std::unique_ptr<Engine> MakeEngine(int32_t num_blocks, int32_t max_seqs = 64,
@@ -82,12 +72,7 @@ class EngineTest : public ::testing::Test {
   }
 
   static EngineRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
-    EngineRequest r;
-    r.prompt_tokens = std::move(prompt);
-    r.sampling.temperature = 0.0f;
-    r.stopping.max_new_tokens = n;
-    r.stopping.ignore_eos = true;
-    return r;
+    return engine_testing::GreedyRequest(std::move(prompt), n);
   }
 
   // 200 requests (greedy, seeded sampling, penalties, shared prefixes) into a KV pool small
@@ -95,18 +80,16 @@ class EngineTest : public ::testing::Test {
   // exactly its tokens alone, and every block must come back. On `runner` (null: runner_).
   static void Stress(ModelRunner* runner);
 
-  static CpuBackend* backend_;
-  static BloomModel* model_;
+  static engine_testing::TinyModel* model_;
+  static engine_testing::TinyModel* reference_model_;
   static ModelRunner* runner_;
-  static BloomModel* reference_model_;
   static ModelRunner* reference_runner_;
   static Tokenizer* tokenizer_;
 };
 
-CpuBackend* EngineTest::backend_ = nullptr;
-BloomModel* EngineTest::model_ = nullptr;
+engine_testing::TinyModel* EngineTest::model_ = nullptr;
+engine_testing::TinyModel* EngineTest::reference_model_ = nullptr;
 ModelRunner* EngineTest::runner_ = nullptr;
-BloomModel* EngineTest::reference_model_ = nullptr;
 ModelRunner* EngineTest::reference_runner_ = nullptr;
 Tokenizer* EngineTest::tokenizer_ = nullptr;
 
@@ -187,7 +170,7 @@ TEST_F(EngineTest, RejectsBadRequestsAtSubmitWithTheReason) {
   auto engine = MakeEngine(16);
   EngineRequest empty = Greedy({}, 4);
   EXPECT_EQ(engine->Submit(empty).status().code(), absl::StatusCode::kInvalidArgument);
-  EngineRequest bad_token = Greedy({1, static_cast<int32_t>(model_->vocab_size())}, 4);
+  EngineRequest bad_token = Greedy({1, static_cast<int32_t>(runner_->vocab_size())}, 4);
   auto s = engine->Submit(bad_token).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;

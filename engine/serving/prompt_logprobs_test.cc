@@ -11,8 +11,8 @@
 
 #include "engine/loader/safetensors.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/engine_test_util.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/fixture_path.h"
 
@@ -26,14 +26,8 @@ constexpr double kLogprobTolerance = 2e-4;
 class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string dir = FixturePath("models/" + GetParam());
-    auto model = BloomModel::Load(dir, &backend_, nullptr);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    runner_ = ModelRunner::ForModel(model_.get());
-    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
+    model_ = engine_testing::TinyModel::Load(GetParam());
+    ASSERT_NE(model_, nullptr);
     golden_ = nlohmann::json::parse(
         ReadFileOrEmpty(FixturePath("goldens/" + GetParam() + "/golden.json")), nullptr, false);
     ASSERT_FALSE(golden_.is_discarded());
@@ -48,7 +42,7 @@ class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
     config.scheduler.max_num_batched_tokens = max_batched_tokens;
     config.scheduler.max_total_tokens = 256;
     config.scheduler.enable_prefix_caching = true;
-    auto engine = Engine::Create(runner_.get(), tokenizer_.get(), config, observer);
+    auto engine = Engine::Create(model_->runner(), model_->tokenizer(), config, observer);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? std::move(*engine) : nullptr;
   }
@@ -108,10 +102,7 @@ class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  CpuBackend backend_{2};
-  std::unique_ptr<BloomModel> model_;
-  std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<engine_testing::TinyModel> model_;
   nlohmann::json golden_;
 };
 

@@ -7,8 +7,8 @@
 
 #include "engine/model/pretend_device_runner.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/engine_test_util.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "tests/util/fixture_path.h"
 
 namespace blossom {
@@ -42,22 +42,12 @@ class StepCounter : public EngineObserver {
 class SpeculativeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    backend_ = new CpuBackend(2);
-    const std::string dir = FixturePath("models/bloom-tiny-h4");
-    auto model = BloomModel::Load(dir, backend_, nullptr);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
-    runner_ = ModelRunner::ForModel(model_).release();
-    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = tok->release();
+    model_ = engine_testing::TinyModel::Load().release();
+    ASSERT_NE(model_, nullptr);
+    runner_ = model_->runner();
+    tokenizer_ = model_->tokenizer();
   }
-  static void TearDownTestSuite() {
-    delete runner_;
-    delete model_;
-    delete tokenizer_;
-    delete backend_;
-  }
+  static void TearDownTestSuite() { delete model_; }
 
   // Runs `requests` concurrently on a fresh engine (speculating with k draft tokens; 0: off).
   static std::vector<Stream> Run(const std::vector<EngineRequest>& requests, int32_t k,
@@ -102,14 +92,12 @@ class SpeculativeTest : public ::testing::Test {
     return out;
   }
 
-  static CpuBackend* backend_;
-  static BloomModel* model_;
+  static engine_testing::TinyModel* model_;
   static ModelRunner* runner_;
   static Tokenizer* tokenizer_;
 };
 
-CpuBackend* SpeculativeTest::backend_ = nullptr;
-BloomModel* SpeculativeTest::model_ = nullptr;
+engine_testing::TinyModel* SpeculativeTest::model_ = nullptr;
 ModelRunner* SpeculativeTest::runner_ = nullptr;
 Tokenizer* SpeculativeTest::tokenizer_ = nullptr;
 
