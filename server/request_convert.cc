@@ -1,11 +1,16 @@
 #include "server/request_convert.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
+#include "kernels/status_macros.h"
 #include "server/status_details.h"
 
 namespace blossom {
@@ -41,6 +46,11 @@ std::string RejectedSamplingField(const SamplingParams& requested, int32_t vocab
       {"logprobs", [](const SamplingParams& r, SamplingParams& p) { p.logprobs = r.logprobs; }},
       {"prompt_logprobs",
        [](const SamplingParams& r, SamplingParams& p) { p.prompt_logprobs = r.prompt_logprobs; }},
+      {"allowed_token_ids",
+       [](const SamplingParams& r, SamplingParams& p) { p.allowed_token_ids = r.allowed_token_ids; }},
+      {"bad_words", [](const SamplingParams& r,
+                       SamplingParams& p) { p.bad_words_token_ids = r.bad_words_token_ids; }},
+      {"logit_bias", [](const SamplingParams& r, SamplingParams& p) { p.logit_bias = r.logit_bias; }},
   };
   for (const auto& [field, set] : kProbes) {
     SamplingParams probe;
@@ -63,6 +73,35 @@ std::string RejectedStoppingField(const StoppingParams& requested, int32_t vocab
   probe.stop_strings = requested.stop_strings;
   if (!Validate(probe, vocab_size).ok()) return "stop";
   return "";
+}
+
+// vLLM's tokenization of bad words: each without its leading whitespace, and with one leading
+// space where that changes only the first token (BLOOM's byte-level BPE spells " word" as a
+// token of its own), so the word is banned at the start and in the middle of text.
+absl::Status AddBadWords(const google::protobuf::RepeatedPtrField<std::string>& words,
+                         const Tokenizer& tokenizer, SamplingParams& sp) {
+  if (static_cast<size_t>(words.size()) > kMaxBadWords) {
+    return Refusal(error_reason::kInvalidSamplingParams, "sampling.bad_words",
+                   absl::StrCat("sampling.bad_words: at most ", kMaxBadWords, " words, got ",
+                                words.size()));
+  }
+  for (int i = 0; i < words.size(); ++i) {
+    const absl::string_view word = absl::StripLeadingAsciiWhitespace(words[i]);
+    auto plain = word.empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
+                              : tokenizer.Encode(word);
+    if (!plain.ok() || plain->empty() || plain->size() > kMaxBadWordTokens) {
+      return Refusal(error_reason::kInvalidSamplingParams, "sampling.bad_words",
+                     absl::StrCat("sampling.bad_words[", i, "] must be text of 1 to ",
+                                  kMaxBadWordTokens, " tokens",
+                                  plain.ok() ? "" : absl::StrCat(": ", plain.status().message())));
+    }
+    auto spaced = tokenizer.Encode(absl::StrCat(" ", word));
+    sp.bad_words_token_ids.push_back(*plain);
+    if (spaced.ok() && spaced->size() == plain->size() && spaced->front() != plain->front()) {
+      sp.bad_words_token_ids.push_back(*std::move(spaced));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -171,6 +210,12 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
     sp.prompt_logprobs = s.prompt_logprobs();
   }
+  sp.allowed_token_ids.assign(s.allowed_token_ids().begin(), s.allowed_token_ids().end());
+  // The map's order is unspecified: sorted by token, so the same request samples the same way.
+  for (const auto& [token, bias] : s.logit_bias()) sp.logit_bias.push_back({token, bias});
+  std::sort(sp.logit_bias.begin(), sp.logit_bias.end(),
+            [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+  BLOSSOM_RETURN_IF_ERROR(AddBadWords(s.bad_words(), tokenizer, sp));
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;

@@ -60,6 +60,48 @@ TEST_F(RequestConvertTest, PresentZeroDiffersFromAbsent) {
   EXPECT_EQ(converted->priority, -2);
 }
 
+TEST_F(RequestConvertTest, LogitBiasAllowedTokensAndBadWords) {
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  auto* s = request.mutable_sampling();
+  (*s->mutable_logit_bias())[9] = -100.0f;
+  (*s->mutable_logit_bias())[3] = 2.5f;
+  s->add_allowed_token_ids(4);
+  s->add_allowed_token_ids(8);
+  s->add_bad_words("  The");  // leading whitespace is not part of the word (vLLM)
+  s->add_bad_words("reads it");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  const SamplingParams& sp = converted->sampling;
+  ASSERT_EQ(sp.logit_bias.size(), 2u);
+  EXPECT_EQ(sp.logit_bias[0].token, 3) << "sorted by token";
+  EXPECT_EQ(sp.logit_bias[0].bias, 2.5f);
+  EXPECT_EQ(sp.logit_bias[1].token, 9);
+  EXPECT_EQ(sp.allowed_token_ids, std::vector<int32_t>({4, 8}));
+  // Each word as written and, where a leading space changes the first token only, with one.
+  std::vector<std::vector<int32_t>> want;
+  for (const char* word : {"The", "reads it"}) {
+    const std::vector<int32_t> plain = *tokenizer_->Encode(word);
+    const std::vector<int32_t> spaced = *tokenizer_->Encode(std::string(" ") + word);
+    want.push_back(plain);
+    if (spaced.size() == plain.size() && spaced[0] != plain[0]) want.push_back(spaced);
+  }
+  EXPECT_EQ(sp.bad_words_token_ids, want);
+  EXPECT_EQ(want.size(), 3u) << "\"The\" and \" The\" are one token each; \" reads it\" is shorter";
+
+  for (const char* bad : {"", "   "}) {
+    v1::GenerateRequest empty = request;
+    empty.mutable_sampling()->add_bad_words(bad);
+    const absl::Status status = ToEngineRequest(empty, *tokenizer_, limits_).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(DetailsOf(status).field, "sampling.bad_words") << status;
+  }
+  v1::GenerateRequest many = request;
+  for (size_t i = 0; i <= kMaxBadWords; ++i) many.mutable_sampling()->add_bad_words("x");
+  EXPECT_EQ(DetailsOf(ToEngineRequest(many, *tokenizer_, limits_).status()).field,
+            "sampling.bad_words");
+}
+
 TEST_F(RequestConvertTest, TruncationKeepsTheEndOfThePromptBeforeTheLengthLimit) {
   v1::GenerateRequest request;
   for (int32_t id = 1; id <= 20; ++id) request.mutable_token_ids()->add_ids(id);  // > 8 allowed
@@ -184,6 +226,14 @@ TEST(DescribeEngineRefusalTest, AttributesTheRejectedField) {
       {[](EngineRequest* r) { r->sampling.presence_penalty = 3.0f; }, "sampling.presence_penalty",
        "INVALID_SAMPLING_PARAMS"},
       {[](EngineRequest* r) { r->sampling.logprobs = kMaxLogprobs + 1; }, "sampling.logprobs",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.allowed_token_ids = {kVocab}; },
+       "sampling.allowed_token_ids", "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.bad_words_token_ids = {{1, kVocab}}; },
+       "sampling.bad_words", "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.logit_bias = {{kVocab, 1.0f}}; }, "sampling.logit_bias",
+       "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.logit_bias = {{3, 101.0f}}; }, "sampling.logit_bias",
        "INVALID_SAMPLING_PARAMS"},
       {[](EngineRequest* r) { r->stopping.max_new_tokens = 0; }, "stopping.max_new_tokens",
        "INVALID_STOPPING_PARAMS"},

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
 #include "kernels/status_macros.h"
@@ -23,6 +24,56 @@ constexpr int kMaxChoices = 128;
 
 absl::Status Unsupported(const char* field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " is not supported"));
+}
+
+// Lists of token ids (stop_token_ids, allowed_token_ids) and logit_bias's entries: bounded by
+// the largest vocabulary served (BLOOM's is 250,880); the server checks each id against its own.
+constexpr size_t kMaxTokenIdList = 1 << 18;
+constexpr size_t kMaxLogitBiasTokens = 300;  // OpenAI's limit
+constexpr size_t kMaxBadWords = 64;          // the server's
+
+// A list of token ids, appended to `out`.
+absl::Status GetTokenIds(const Json& body, const char* field, size_t max_items,
+                         google::protobuf::RepeatedField<int32_t>* out) {
+  auto ids = body.find(field);
+  if (ids == body.end() || ids->is_null()) return absl::OkStatus();
+  if (!ids->is_array()) return FieldError(field, "must be a list of integers");
+  if (ids->size() > max_items) {
+    return FieldError(field, absl::StrCat("at most ", max_items, " token ids are allowed"));
+  }
+  for (const Json& id : *ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kInt32Max) {
+      return FieldError(field, "must be a list of non-negative integers");
+    }
+    out->Add(id.get<int32_t>());
+  }
+  return absl::OkStatus();
+}
+
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}; {} is none.
+absl::Status ParseLogitBias(const Json& body, blossom::v1::SamplingParameters* sampling) {
+  auto bias = body.find("logit_bias");
+  if (bias == body.end() || bias->is_null()) return absl::OkStatus();
+  if (!bias->is_object()) {
+    return FieldError("logit_bias", "must be an object mapping token ids to biases");
+  }
+  if (bias->size() > kMaxLogitBiasTokens) {
+    return FieldError("logit_bias", absl::StrCat("at most ", kMaxLogitBiasTokens, " tokens"));
+  }
+  for (const auto& [key, value] : bias->items()) {
+    int64_t id = -1;
+    if (!absl::SimpleAtoi(key, &id) || id < 0 || id > kInt32Max) {
+      return FieldError("logit_bias", "keys must be token ids (non-negative integers)");
+    }
+    if (!value.is_number()) return FieldError("logit_bias", "values must be numbers");
+    const double v = value.get<double>();
+    if (!(v >= -100.0 && v <= 100.0)) {
+      return FieldError("logit_bias", absl::StrCat("values must be in [-100, 100], got ", v,
+                                                   " for token ", id));
+    }
+    (*sampling->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(v);
+  }
+  return absl::OkStatus();
 }
 
 // Fields shared by both endpoints.
@@ -124,16 +175,20 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxOpenAIStopSequences, &stop));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
-  auto ids = body.find("stop_token_ids");
-  if (ids != body.end() && !ids->is_null()) {
-    if (!ids->is_array()) return FieldError("stop_token_ids", "must be a list of integers");
-    for (const Json& id : *ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kInt32Max) {
-        return FieldError("stop_token_ids", "must be a list of non-negative integers");
-      }
-      stopping->add_stop_token_ids(id.get<int32_t>());
-    }
+  BLOSSOM_RETURN_IF_ERROR(
+      GetTokenIds(body, "stop_token_ids", kMaxTokenIdList, stopping->mutable_stop_token_ids()));
+  // vLLM's allowed_token_ids and bad_words, OpenAI's logit_bias: the server checks the ids
+  // against the vocabulary and tokenizes the words.
+  BLOSSOM_RETURN_IF_ERROR(GetTokenIds(body, "allowed_token_ids", kMaxTokenIdList,
+                                      sampling->mutable_allowed_token_ids()));
+  auto allowed = body.find("allowed_token_ids");
+  if (allowed != body.end() && allowed->is_array() && allowed->empty()) {
+    return FieldError("allowed_token_ids", "must not be empty (leave it out to allow every token)");
   }
+  std::vector<std::string> bad_words;
+  BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "bad_words", kMaxBadWords, &bad_words));
+  for (std::string& word : bad_words) sampling->add_bad_words(std::move(word));
+  BLOSSOM_RETURN_IF_ERROR(ParseLogitBias(body, sampling));
 
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
@@ -167,15 +222,10 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
     out->include_usage = include_usage.value_or(false);
   }
 
-  auto bias = body.find("logit_bias");
-  if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
-    return Unsupported("logit_bias", "logit_bias");
-  }
   // vLLM extensions that would constrain, shorten or add to the output: refused, not ignored (a
   // client would otherwise get unconstrained text, or a response missing what it asked for).
   for (const char* field :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "allowed_token_ids",
-        "bad_words"}) {
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
     auto it = body.find(field);
     if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }

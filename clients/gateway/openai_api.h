@@ -7,14 +7,15 @@
 //   (at most 128 choices; best_of must equal n); streamed, their chunks interleave, each with
 //   its choice's index, and [DONE] follows the last choice's end.
 // - Unsupported features are a 400 naming the field: best_of != n, echo with stream,
-//   suffix, logit_bias, tools, non-text content parts, response_format other than text, beam
+//   suffix, tools, non-text content parts, response_format other than text, beam
 //   search, truncate_prompt_tokens with echo, prompt_logprobs -1 (the whole vocabulary).
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
 //   stop_token_ids, include_stop_str_in_output, skip_special_tokens (default true), priority
-//   (lower runs first), truncate_prompt_tokens (the last N prompt tokens kept).
+//   (lower runs first), truncate_prompt_tokens (the last N prompt tokens kept),
+//   allowed_token_ids and bad_words; OpenAI's logit_bias ({"<id>": bias in [-100, 100]}).
 // - Up to 16 stop sequences (the server's limit; OpenAI allows 4, vLLM any number).
 // - Chat messages become one prompt through the ChatTemplate (chat_template.h; --chat-template).
 // - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the

@@ -50,8 +50,12 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","guided_json":{"type":"object"}})", "guided_json is not supported",
        "guided_json"},
       {true, "{" + kChat + R"(,"guided_choice":["a","b"]})", "not supported", "guided_choice"},
-      {false, R"({"prompt":"a","allowed_token_ids":[1,2]})", "not supported", "allowed_token_ids"},
-      {false, R"({"prompt":"a","bad_words":["x"]})", "not supported", "bad_words"},
+      {false, R"({"prompt":"a","allowed_token_ids":[1,-2]})", "non-negative", "allowed_token_ids"},
+      {false, R"({"prompt":"a","allowed_token_ids":[]})", "must not be empty", "allowed_token_ids"},
+      {false, R"({"prompt":"a","allowed_token_ids":"1"})", "list of integers", "allowed_token_ids"},
+      {false, R"({"prompt":"a","bad_words":[""]})", "must not be empty", "bad_words"},
+      {false, R"({"prompt":"a","bad_words":[1]})", "list of strings", "bad_words"},
+      {true, "{" + kChat + R"(,"logit_bias":{"x":1}})", "keys must be token ids", "logit_bias"},
       {false, R"({"prompt":"a","prompt_logprobs":-1})", "whole vocabulary", "prompt_logprobs"},
       {false, R"({"prompt":"a","prompt_logprobs":21})", "must be in [0, 20]", "prompt_logprobs"},
       {false, R"({"prompt":"a","prompt_logprobs":"2"})", "must be an integer", "prompt_logprobs"},
@@ -89,7 +93,10 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       // Issue 14: an 8,000-character name reached the server and came back as a 429.
       {false, absl::StrCat(R"({"prompt":"a","model":")", std::string(8000, 'm'), R"("})"),
        "longer than 256 bytes", "model"},
-      {false, R"({"prompt":"a","logit_bias":{"1":5}})", "logit_bias", "logit_bias"},
+      {false, R"({"prompt":"a","logit_bias":{"1":100.5}})", "in [-100, 100]", "logit_bias"},
+      {false, R"({"prompt":"a","logit_bias":{"-1":5}})", "keys must be token ids", "logit_bias"},
+      {false, R"({"prompt":"a","logit_bias":{"1":"5"}})", "must be numbers", "logit_bias"},
+      {false, R"({"prompt":"a","logit_bias":[1]})", "must be an object", "logit_bias"},
       {false, R"({"prompt":"a","suffix":"x"})", "suffix", "suffix"},
       {false, R"({"prompt":"a","user":1})", "must be a string", "user"},
       {true, R"({})", "messages: is required", "messages"},
@@ -312,6 +319,31 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   auto plain = ParseCompletionRequest(R"({"prompt":"Say","logprobs":1})");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->request.sampling().has_prompt_logprobs());
+}
+
+// OpenAI's logit_bias and vLLM's allowed_token_ids and bad_words pass to the server as they are
+// (it checks ids against its vocabulary and tokenizes the words); {} is no bias.
+TEST(OpenAIApiTest, LogitBiasAllowedTokensAndBadWordsPassThrough) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt":"a","logit_bias":{"5":-100,"12":2.5},"allowed_token_ids":[5,12,40],)"
+      R"("bad_words":["foo","bar baz"]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& s = r->request.sampling();
+  ASSERT_EQ(s.logit_bias().size(), 2u);
+  EXPECT_EQ(s.logit_bias().at(5), -100.0f);
+  EXPECT_EQ(s.logit_bias().at(12), 2.5f);
+  EXPECT_EQ(std::vector<int32_t>(s.allowed_token_ids().begin(), s.allowed_token_ids().end()),
+            std::vector<int32_t>({5, 12, 40}));
+  EXPECT_EQ(std::vector<std::string>(s.bad_words().begin(), s.bad_words().end()),
+            std::vector<std::string>({"foo", "bar baz"}));
+  auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{}})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->request.sampling().logit_bias().empty());
+  auto many = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"n":2,)"
+                               R"("logit_bias":{"7":1}})");
+  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_EQ(many->batch.size(), 2u);
+  EXPECT_EQ(many->batch[1].sampling().logit_bias().at(7), 1.0f) << "every choice has them";
 }
 
 // vLLM's prompt_logprobs: asked of the server (the larger of it and the echo's top count), and

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<CudaBatchSampler>> CudaBatchSampler::Create(CudaB
 bool CudaBatchSampler::NeedsHost(const SampleRow& row) {
   const SamplingParams& p = *row.params;
   return p.typical_p < 1.0f || p.min_p > 0.0f || p.logprobs >= 0 ||
-         !row.context.suppressed_tokens.empty();
+         !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
+         !p.bad_words_token_ids.empty() || !p.logit_bias.empty();
 }
 
 absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,

@@ -149,11 +149,14 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
 }
 
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
-  std::vector<Request> requests(4);
+  std::vector<Request> requests(7);
   requests[0].params.logprobs = 5;
   requests[1].params.typical_p = 0.8f;
   requests[2].params.min_p = 0.1f;
   requests[3].suppressed = {0, 1, 2};
+  requests[4].params.allowed_token_ids = {3, 99, 4000};
+  requests[5].params.bad_words_token_ids = {{7}, {1, 2}};
+  requests[6].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
   for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
   for (const Request& r : requests) {
     SampleRow row;
@@ -162,7 +165,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
     EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
   }
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
-  SampleOnBoth(RandomLogits(4, 12), requests, {3, 2, 1, 0}, &gpu, &cpu);
+  SampleOnBoth(RandomLogits(7, 12), requests, {6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
@@ -174,7 +177,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
       EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
     }
   }
-  EXPECT_EQ(sampler_->host_rows(), 4);
+  EXPECT_EQ(sampler_->host_rows(), 7);
   EXPECT_EQ(sampler_->device_rows(), 0);
 }
 

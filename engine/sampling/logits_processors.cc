@@ -10,6 +10,12 @@
 namespace blossom {
 namespace {
 
+// Whether `tokens` ends with `suffix` (always for an empty suffix).
+bool EndsWith(absl::Span<const int32_t> tokens, absl::Span<const int32_t> suffix) {
+  return suffix.size() <= tokens.size() &&
+         std::equal(suffix.begin(), suffix.end(), tokens.end() - suffix.size());
+}
+
 using logit_math::ExpNonPositive;
 using logit_math::ExpWeights;
 using logit_math::MaxOfBelowInf;
@@ -163,7 +169,21 @@ class LogitsProcessors {
     }
     if (bad) return NonFinite(logits);
 
+    if (!params.allowed_token_ids.empty()) {
+      s.seen_.resize(vocab);  // zero between calls
+      for (int32_t t : params.allowed_token_ids) s.seen_[t] = 1;
+      for (size_t i = 0; i < vocab; ++i) {
+        if (!s.seen_[i]) l[i] = -kInf;
+      }
+      for (int32_t t : params.allowed_token_ids) s.seen_[t] = 0;
+    }
+    for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
+      if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
+        l[word.back()] = -kInf;
+      }
+    }
     for (int32_t t : ctx.suppressed_tokens) l[t] = -kInf;
+    for (const LogitBias& b : params.logit_bias) l[b.token] += b.bias;  // -inf stays -inf
 
     if (params.repetition_penalty != 1.0f) {
       // Each distinct token once, whether it occurs in the prompt, the output or both (HF).
@@ -509,7 +529,9 @@ absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams&
 }
 
 bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx) {
-  return ctx.suppressed_tokens.empty() && params.repetition_penalty == 1.0f &&
+  return ctx.suppressed_tokens.empty() && params.allowed_token_ids.empty() &&
+         params.bad_words_token_ids.empty() && params.logit_bias.empty() &&
+         params.repetition_penalty == 1.0f &&
          params.frequency_penalty == 0.0f && params.presence_penalty == 0.0f;
 }
 

@@ -1,5 +1,5 @@
 // Logits processors: steps 1-8 of the processing order in sampler.h, on one CPU row of fp32
-// logits. Suppression and the repetition/frequency/presence penalties (steps 1-3), then either
+// logits. Masks, logit_bias and the repetition/frequency/presence penalties (steps 1-3), then either
 // greedy's argmax or temperature, top_k, top_p, typical_p and min_p (steps 4-8), leaving in a
 // SamplerScratch the distribution that Sample() draws from.
 //
@@ -76,7 +76,7 @@ absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams&
 // FailedPrecondition when every token is -inf.
 absl::StatusOr<int32_t> GreedyToken(const SamplerScratch& scratch);
 
-// True when steps 2-3 leave the row as it is: no suppressed tokens, no penalties.
+// True when steps 1-3 leave the row as it is: no masks, no logit_bias, no penalties.
 bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx);
 
 // Steps 1-4 for a greedy request with RowIsUnedited: the same checks, errors and token as

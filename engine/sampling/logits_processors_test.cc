@@ -205,6 +205,100 @@ TEST(SamplerReferenceTest, SurvivorsAndProbabilitiesMatchReference) {
   EXPECT_LE(borderline, compared / 100);
 }
 
+// allowed_token_ids, bad words and logit_bias (alone and with penalties and filters) against the
+// reference, with token ids drawn for each vocabulary and bad words that do and do not match the
+// output's end.
+TEST(SamplerReferenceTest, MasksAndLogitBiasMatchReference) {
+  SamplerScratch scratch;
+  int compared = 0;
+  for (int32_t vocab : {7, 50000}) {
+    for (LogitKind kind : {LogitKind::kNormal, LogitKind::kQuantized, LogitKind::kWithMasked}) {
+      for (uint32_t seed : {1u, 2u}) {
+        const std::vector<float> logits = RandomLogits(vocab, kind, seed * 77 + vocab);
+        const std::vector<int32_t> prompt = RandomTokens(vocab, 20, seed + 3);
+        const std::vector<int32_t> output = RandomTokens(vocab, 12, seed + 5);
+        const std::vector<int32_t> picked = RandomTokens(vocab, 6, seed + 9);
+        const int32_t last = vocab - 1;
+        std::vector<SamplingParams> variants;
+        for (float temperature : {0.0f, 0.8f}) {
+          SamplingParams allowed = Make(temperature);
+          allowed.allowed_token_ids = {picked[0], picked[1], picked[2], last};
+          SamplingParams bad = Make(temperature);
+          bad.bad_words_token_ids = {{picked[3]},                              // always
+                                     {output[10], output[11], last},          // matches the end
+                                     {output[11], output[10], picked[4]}};  // does not
+          SamplingParams biased = Make(temperature);
+          biased.logit_bias = {{picked[0], 5.0f}, {last, -100.0f}};
+          if (picked[1] != picked[0] && picked[1] != last) {
+            biased.logit_bias.push_back({picked[1], 100.0f});
+          }
+          SamplingParams all = biased;
+          all.allowed_token_ids = allowed.allowed_token_ids;
+          all.bad_words_token_ids = bad.bad_words_token_ids;
+          all.repetition_penalty = 1.3f;
+          all.frequency_penalty = 0.4f;
+          all.top_k = 3;
+          all.top_p = 0.9f;
+          variants.insert(variants.end(), {allowed, bad, biased, all});
+        }
+        for (size_t v = 0; v < variants.size(); ++v) {
+          SCOPED_TRACE(absl::StrCat("variant ", v, " vocab=", vocab, " kind=",
+                                    static_cast<int>(kind), " seed=", seed));
+          const std::vector<int32_t> none;
+          SamplingContext ctx{prompt, output, none};
+          const Reference want = ReferenceDistribution(logits, variants[v], prompt, output, none);
+          absl::StatusOr<std::vector<TokenProbability>> got =
+              SamplingDistribution(logits, variants[v], ctx, scratch);
+          if (want.probs.empty()) {
+            EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+            continue;
+          }
+          ASSERT_TRUE(got.ok()) << got.status();
+          ExpectMatchesReference(*got, want);
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 80);
+}
+
+TEST(SamplerMasksTest, EachMaskAndBiasDecidesGreedy) {
+  SamplerScratch scratch;
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.0f, -1.0f};
+  const std::vector<int32_t> output = {4, 2};
+  SamplingContext ctx{{}, output, {}};
+  auto greedy = [&](const SamplingParams& p) {
+    absl::StatusOr<std::vector<TokenProbability>> d = SamplingDistribution(logits, p, ctx, scratch);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() && d->size() == 1 ? (*d)[0].token : -1;
+  };
+  SamplingParams p = Make(0.0f);
+  EXPECT_EQ(greedy(p), 1);
+  p.allowed_token_ids = {0, 2, 4};
+  EXPECT_EQ(greedy(p), 2) << "the best allowed token";
+  p = Make(0.0f);
+  p.bad_words_token_ids = {{1}};
+  EXPECT_EQ(greedy(p), 3) << "a one-token bad word is never generated";
+  p.bad_words_token_ids = {{3, 1}, {2, 4, 1}};
+  EXPECT_EQ(greedy(p), 1) << "neither prefix ends the output {4, 2}";
+  p.bad_words_token_ids = {{4, 2, 1}};
+  EXPECT_EQ(greedy(p), 3) << "the output ends with 4 2: 1 is banned";
+  p.bad_words_token_ids = {{2, 1}, {2, 3}};
+  EXPECT_EQ(greedy(p), 2) << "after 2, both 1 and 3 are banned";
+  p = Make(0.0f);
+  p.logit_bias = {{4, 100.0f}};
+  EXPECT_EQ(greedy(p), 4);
+  p.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(greedy(p), 3);
+  // Everything masked: FailedPrecondition, as for suppression.
+  p = Make(0.0f);
+  p.allowed_token_ids = {1};
+  p.bad_words_token_ids = {{1}};
+  EXPECT_EQ(SamplingDistribution(logits, p, ctx, scratch).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // Hand-made rows whose boundaries fall exactly on ties or on the cumulative threshold.
 struct BoundaryCase {
   std::string name;
@@ -347,6 +441,15 @@ TEST(UneditedGreedyTest, RowIsUneditedOnlyWithoutSuppressionOrPenalties) {
   EXPECT_FALSE(RowIsUnedited(p, ctx));
   p = Make(0.0f);
   p.presence_penalty = -0.5f;
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+  p = Make(0.0f);
+  p.allowed_token_ids = {1};
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+  p = Make(0.0f);
+  p.bad_words_token_ids = {{1}};
+  EXPECT_FALSE(RowIsUnedited(p, ctx));
+  p = Make(0.0f);
+  p.logit_bias = {{1, 0.5f}};
   EXPECT_FALSE(RowIsUnedited(p, ctx));
 }
 

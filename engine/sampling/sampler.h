@@ -1,7 +1,9 @@
 // Per-request token sampling on one CPU row of fp32 logits.
 //
 // Processing order (HF generate / vLLM; each step sees the output of the previous one):
-//   1. suppressed tokens (SamplingContext::suppressed_tokens) -> -inf;
+//   1. masks -> -inf (vLLM's order): every token outside allowed_token_ids (when given); the
+//      last token of a bad-word sequence whose other tokens end the output so far; suppressed
+//      tokens (SamplingContext::suppressed_tokens); then logit_bias is added (-inf stays -inf);
 //   2. repetition_penalty over the distinct tokens of prompt + output, each once (HF/CTRL):
 //      logit > 0 ? logit / penalty : logit * penalty;
 //   3. frequency and presence penalties over output tokens only (OpenAI):

@@ -1,6 +1,9 @@
 #include "engine/sampling/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -89,6 +92,52 @@ absl::Status Validate(const SamplingParams& p, int32_t vocab_size) {
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxLogprobs) {
     return OutOfRange("prompt_logprobs", absl::StrCat("in [-1, ", kMaxLogprobs, "] (-1 = none)"),
                       int64_t{p.prompt_logprobs});
+  }
+  const std::string vocab_range = absl::StrCat("in [0, ", vocab_size, ")");
+  for (size_t i = 0; i < p.allowed_token_ids.size(); ++i) {
+    const int32_t t = p.allowed_token_ids[i];
+    if (t < 0 || t >= vocab_size) {
+      return OutOfRange(absl::StrCat("allowed_token_ids[", i, "]"), vocab_range, int64_t{t});
+    }
+  }
+  if (p.bad_words_token_ids.size() > kMaxBadWordSequences) {
+    return OutOfRange("bad_words", absl::StrCat("at most ", kMaxBadWordSequences, " token sequences"),
+                      static_cast<int64_t>(p.bad_words_token_ids.size()));
+  }
+  for (size_t i = 0; i < p.bad_words_token_ids.size(); ++i) {
+    const std::vector<int32_t>& word = p.bad_words_token_ids[i];
+    if (word.empty() || word.size() > kMaxBadWordTokens) {
+      return OutOfRange(absl::StrCat("bad_words[", i, "]"),
+                        absl::StrCat("1 to ", kMaxBadWordTokens, " tokens long"),
+                        static_cast<int64_t>(word.size()));
+    }
+    for (int32_t t : word) {
+      if (t < 0 || t >= vocab_size) {
+        return OutOfRange(absl::StrCat("bad_words[", i, "] token"), vocab_range, int64_t{t});
+      }
+    }
+  }
+  if (p.logit_bias.size() > kMaxLogitBiasTokens) {
+    return OutOfRange("logit_bias", absl::StrCat("at most ", kMaxLogitBiasTokens, " tokens"),
+                      static_cast<int64_t>(p.logit_bias.size()));
+  }
+  std::vector<int32_t> biased;
+  biased.reserve(p.logit_bias.size());
+  for (const LogitBias& b : p.logit_bias) {
+    if (b.token < 0 || b.token >= vocab_size) {
+      return OutOfRange("logit_bias token", vocab_range, int64_t{b.token});
+    }
+    if (!(b.bias >= -kMaxLogitBias && b.bias <= kMaxLogitBias)) {
+      return OutOfRange(absl::StrCat("logit_bias[", b.token, "]"),
+                        absl::StrCat("in [", -kMaxLogitBias, ", ", kMaxLogitBias, "]"), b.bias);
+    }
+    biased.push_back(b.token);
+  }
+  std::sort(biased.begin(), biased.end());
+  auto twice = std::adjacent_find(biased.begin(), biased.end());
+  if (twice != biased.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias names token ", *twice, " more than once"));
   }
   return absl::OkStatus();
 }

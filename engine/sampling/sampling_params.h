@@ -34,6 +34,20 @@ inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
 // stop_token_ids: at most this many ids, each in [0, vocab_size).
 inline constexpr size_t kMaxStopTokenIds = 64;
+// logit_bias: at most this many tokens (OpenAI's limit), each bias in [-kMaxLogitBias,
+// kMaxLogitBias] (OpenAI's range: -100 bans a token in practice, 100 all but forces it).
+inline constexpr size_t kMaxLogitBiasTokens = 300;
+inline constexpr float kMaxLogitBias = 100.0f;
+// bad words: at most this many token sequences (vLLM's bad_words, tokenized two ways each), each
+// of 1..kMaxBadWordTokens tokens: they are matched against the output at every step.
+inline constexpr size_t kMaxBadWordSequences = 128;
+inline constexpr size_t kMaxBadWords = kMaxBadWordSequences / 2;
+inline constexpr size_t kMaxBadWordTokens = 32;
+
+struct LogitBias {
+  int32_t token;
+  float bias;
+};
 
 // How the next token is chosen from a row of logits. See sampler.h for the processing order.
 // Plain value type; not validated on construction: call Validate().
@@ -56,6 +70,14 @@ struct SamplingParams {
   // harnesses score): -1 = none. The request then computes its whole prompt (no prefix-cache
   // hits), since a cached position has no logits.
   int32_t prompt_logprobs = -1;
+  // vLLM's allowed_token_ids: when not empty, every other token is masked (step 1).
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad words as token sequences: the last token of one is masked whenever the output so
+  // far ends with the tokens before it (a one-token sequence: always; step 1).
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
+  // OpenAI's logit_bias: added to these tokens' logits after the masks, before the penalties
+  // (vLLM's order). Distinct tokens.
+  std::vector<LogitBias> logit_bias;
 };
 
 // When generation ends. Plain value type; not validated on construction: call Validate().

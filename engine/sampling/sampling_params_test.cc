@@ -45,6 +45,19 @@ std::vector<SamplingCase> SamplingCases() {
       {"logprobs_max", [](SamplingParams& p) { p.logprobs = kMaxLogprobs; }, ""},
       {"prompt_logprobs_max", [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs; }, ""},
       {"seed_max", [](SamplingParams& p) { p.seed = ~uint64_t{0}; }, ""},
+      {"allowed_ids", [](SamplingParams& p) { p.allowed_token_ids = {0, kVocab - 1, 0}; }, ""},
+      {"bad_words", [](SamplingParams& p) { p.bad_words_token_ids = {{5}, {1, 2, kVocab - 1}}; },
+       ""},
+      {"logit_bias_range",
+       [](SamplingParams& p) { p.logit_bias = {{0, -kMaxLogitBias}, {kVocab - 1, kMaxLogitBias}}; },
+       ""},
+      {"logit_bias_most",
+       [](SamplingParams& p) {
+         for (int32_t t = 0; t < static_cast<int32_t>(kMaxLogitBiasTokens); ++t) {
+           p.logit_bias.push_back({t, 1.0f});
+         }
+       },
+       ""},
       // Invalid values: each must name its field.
       {"temperature_negative", [](SamplingParams& p) { p.temperature = -0.1f; }, "temperature"},
       {"temperature_nan", [](SamplingParams& p) { p.temperature = kNan; }, "temperature"},
@@ -86,6 +99,32 @@ std::vector<SamplingCase> SamplingCases() {
       {"logprobs_above_max", [](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }, "logprobs"},
       {"prompt_logprobs_above_max",
        [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }, "prompt_logprobs"},
+      {"allowed_id_outside", [](SamplingParams& p) { p.allowed_token_ids = {3, kVocab}; },
+       "allowed_token_ids[1]"},
+      {"allowed_id_negative", [](SamplingParams& p) { p.allowed_token_ids = {-1}; },
+       "allowed_token_ids[0]"},
+      {"bad_word_empty", [](SamplingParams& p) { p.bad_words_token_ids = {{1}, {}}; },
+       "bad_words[1]"},
+      {"bad_word_too_long",
+       [](SamplingParams& p) { p.bad_words_token_ids = {std::vector<int32_t>(kMaxBadWordTokens + 1, 1)}; },
+       "bad_words[0]"},
+      {"bad_word_token_outside", [](SamplingParams& p) { p.bad_words_token_ids = {{1, kVocab}}; },
+       "bad_words[0] token"},
+      {"bad_words_too_many",
+       [](SamplingParams& p) { p.bad_words_token_ids.assign(kMaxBadWordSequences + 1, {1}); },
+       "bad_words"},
+      {"logit_bias_token_outside", [](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0f}}; },
+       "logit_bias token"},
+      {"logit_bias_above", [](SamplingParams& p) { p.logit_bias = {{4, 100.5f}}; },
+       "logit_bias[4]"},
+      {"logit_bias_nan", [](SamplingParams& p) { p.logit_bias = {{4, kNan}}; }, "logit_bias[4]"},
+      {"logit_bias_too_many",
+       [](SamplingParams& p) {
+         for (int32_t t = 0; t <= static_cast<int32_t>(kMaxLogitBiasTokens); ++t) {
+           p.logit_bias.push_back({t, 1.0f});
+         }
+       },
+       "logit_bias"},
   };
 }
 
@@ -103,6 +142,14 @@ TEST(ValidateSamplingParamsTest, Table) {
       EXPECT_THAT(status.message(), HasSubstr(", got "));
     }
   }
+}
+
+TEST(ValidateSamplingParamsTest, LogitBiasNamesATokenOnce) {
+  SamplingParams params;
+  params.logit_bias = {{7, 1.0f}, {3, -1.0f}, {7, 2.0f}};
+  const absl::Status status = Validate(params, kVocab);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "logit_bias names token 7 more than once");
 }
 
 TEST(ValidateSamplingParamsTest, MessageNamesFieldRangeAndValue) {

@@ -24,7 +24,22 @@ Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingPar
   Reference ref;
   // Steps 1-3.
   std::vector<float> l = raw;
+  if (!p.allowed_token_ids.empty()) {
+    std::set<int32_t> allowed(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (allowed.count(i) == 0) l[i] = -kInf;
+    }
+  }
+  for (const std::vector<int32_t>& word : p.bad_words_token_ids) {
+    const size_t prefix = word.size() - 1;
+    if (prefix <= output.size() &&
+        std::vector<int32_t>(output.end() - prefix, output.end()) ==
+            std::vector<int32_t>(word.begin(), word.end() - 1)) {
+      l[word.back()] = -kInf;
+    }
+  }
   for (int32_t t : suppressed) l[t] = -kInf;
+  for (const LogitBias& b : p.logit_bias) l[b.token] += b.bias;
   if (p.repetition_penalty != 1.0f) {
     std::set<int32_t> distinct(prompt.begin(), prompt.end());
     distinct.insert(output.begin(), output.end());

@@ -40,6 +40,44 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason,
                          "length" if expected.finish_reason == "length" else "stop")
 
+    def test_logit_bias_allowed_tokens_and_bad_words(self):
+        """OpenAI's logit_bias and vLLM's allowed_token_ids and bad_words through the openai SDK
+        (extra_body for vLLM's), against the gRPC client's tokens and the server's tokenizer."""
+        prompt = "The server reads"
+        base = grpc_greedy(prompt, 8, logprobs=0)
+        texts = {t.id: t.text for t in base.tokens}
+        first, second = base.tokens[0].id, base.tokens[1].id
+        # +100 makes greedy emit that token every time; the same over gRPC and HTTP.
+        r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=6,
+                                           temperature=0, logprobs=0,
+                                           logit_bias={str(second): 100})
+        self.assertEqual(r.choices[0].logprobs.tokens, [texts[second]] * 6)
+        # Only the allowed tokens come out.
+        r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                           temperature=0, logprobs=0,
+                                           extra_body={"allowed_token_ids": [first, second]})
+        self.assertTrue(set(r.choices[0].logprobs.tokens) <= {texts[first], texts[second]},
+                        r.choices[0].logprobs.tokens)
+        # A bad word never ends the output, in any of the server's tokenizations of it.
+        word = texts[first].strip() or texts[second].strip()
+        banned = grpc_greedy(prompt, 8, bad_words=[word])
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            spellings = [c.tokenize(word).ids, c.tokenize(" " + word).ids]
+        ids = [t.id for t in banned.tokens]
+        for end in range(1, len(ids) + 1):
+            self.assertNotEqual(ids[end - len(spellings[0]):end], spellings[0], ids)
+            if (len(spellings[1]) == len(spellings[0]) and spellings[1][0] != spellings[0][0]):
+                self.assertNotEqual(ids[end - len(spellings[1]):end], spellings[1], ids)
+        self.assertNotEqual(ids, [t.id for t in base.tokens])
+        r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                           temperature=0, extra_body={"bad_words": [word]})
+        self.assertEqual(r.choices[0].text, banned.text)
+        # An id outside the vocabulary is the client's error, naming the field.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=2,
+                                           logit_bias={"10000000": 5})
+        self.assertEqual(cm.exception.param, "logit_bias")
+
     def test_several_prompts_and_n(self):
         # The openai SDK's list prompt and n: choices in order, each prompt n times; greedy
         # choices equal the single-prompt answers, seeded samples are reproducible.

@@ -17,13 +17,17 @@ Prompt = Union[str, Sequence[int]]
 # Keyword -> field of SamplingParameters (all `optional` in the proto).
 _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_penalty",
              "frequency_penalty", "presence_penalty", "seed", "logprobs", "prompt_logprobs")
+# Keyword -> repeated field of SamplingParameters, and its one map field (token id -> bias).
+_SAMPLING_REPEATED = ("allowed_token_ids", "bad_words")
+_SAMPLING_MAP = ("logit_bias",)
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
 # Keyword -> field of GenerateRequest itself.
 _REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate_prompt_tokens")
 
-GENERATE_PARAMETERS = frozenset(_SAMPLING + _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
+GENERATE_PARAMETERS = frozenset(_SAMPLING + _SAMPLING_REPEATED + _SAMPLING_MAP +
+                                _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
 
 
 def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) -> pb.GenerateRequest:
@@ -49,6 +53,13 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
         try:
             if name in _SAMPLING:
                 setattr(request.sampling, name, value)
+            elif name in _SAMPLING_REPEATED:
+                if isinstance(value, str):
+                    raise TypeError("must be a list, not a str")
+                getattr(request.sampling, name).extend(value)
+            elif name in _SAMPLING_MAP:
+                for token, bias in dict(value).items():
+                    getattr(request.sampling, name)[int(token)] = bias
             elif name in _STOPPING_SCALAR:
                 setattr(request.stopping, name, value)
             elif name in _STOPPING_REPEATED:

@@ -168,6 +168,18 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(self.fake.requests[-1].text, "Hi")
         self.assertEqual(self.fake.metadata[-1]["authorization"], "Bearer sekret")
 
+    def test_logit_bias_allowed_tokens_and_bad_words(self):
+        self.client.generate("Hi", logit_bias={5: -100, "7": 2.5}, allowed_token_ids=[5, 7, 9],
+                             bad_words=["foo", "bar baz"])
+        s = self.fake.requests[-1].sampling
+        self.assertEqual(dict(s.logit_bias), {5: -100.0, 7: 2.5})
+        self.assertEqual(list(s.allowed_token_ids), [5, 7, 9])
+        self.assertEqual(list(s.bad_words), ["foo", "bar baz"])
+        with self.assertRaises(TypeError):
+            self.client.generate("Hi", bad_words="foo")  # one str would be split into letters
+        with self.assertRaises(TypeError):
+            self.client.generate("Hi", logit_bias=[1, 2])
+
     def test_prompt_logprobs(self):
         r = self.client.generate("Hi", prompt_logprobs=1)
         self.assertEqual(self.fake.requests[-1].sampling.prompt_logprobs, 1)
