@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -64,6 +66,29 @@ class MeteredWriter : public ResponseWriter {
   GatewayMetrics* const metrics_;
 };
 
+constexpr const char* kModelPrefix = "/v1/models/";
+constexpr const char* kModelRoute = "/v1/models/{model}";
+
+// %XX escapes decoded (a model id may hold "/", which clients send as %2F); a malformed escape
+// is kept as it is.
+std::string PercentDecoded(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && absl::ascii_isxdigit(s[i + 1]) &&
+        absl::ascii_isxdigit(s[i + 2])) {
+      auto digit = [](char c) {
+        return absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10;
+      };
+      out.push_back(static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Gateway::Route {
@@ -84,6 +109,7 @@ const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
       {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
       {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
       {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
+      {kModelRoute, {"model", "GET", ApiFlavor::kOpenAI}},
       {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
       {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAIChat}},
   };
@@ -186,7 +212,10 @@ http::Response Gateway::ProtocolErrorResponse(int status, const std::string& mes
 
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
   const std::map<std::string, Route>* routes = &RouteTable();
-  auto it = routes->find(request.path);
+  // OpenAI's model retrieval, /v1/models/<id>: one route whatever the id.
+  const bool model_path = absl::StartsWith(request.path, kModelPrefix) &&
+                          request.path.size() > std::strlen(kModelPrefix);
+  auto it = routes->find(model_path ? std::string(kModelRoute) : request.path);
   const ApiFlavor flavor = absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
   auto writer = std::make_shared<MeteredWriter>(
       std::move(raw_writer), it == routes->end() ? "other" : it->second.name, &metrics_);
@@ -233,7 +262,7 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     writer->Send(Response{200, {{"Content-Type", "application/json"}}, OpenApiJson()});
   } else if (name == "health") {
     HandleHealth(request, writer);
-  } else if (name == "info" || name == "models") {
+  } else if (name == "info" || name == "models" || name == "model") {
     HandleModelInfo(request, writer, name);
   } else if (name == "completions" || name == "chat_completions") {
     HandleCompletions(request, writer, name == "chat_completions");
@@ -261,13 +290,18 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
 
 void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
                               const std::string& route) {
+  // /v1/models/<id>: the id asked for.
+  const std::string asked =
+      route == "model" ? PercentDecoded(absl::string_view(request.path).substr(std::strlen(kModelPrefix)))
+                       : "";
   auto call = std::make_shared<UnaryCall<blossom::v1::GetModelInfoRequest, blossom::v1::ModelInfo>>();
   SetupContext(request, options_.health_timeout, &call->context);
   CallStarted();
   stub_->async()->GetModelInfo(
       &call->context, &call->request, &call->response,
-      [this, call, writer, route](grpc::Status status) {
-        const ApiFlavor flavor = route == "models" ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
+      [this, call, writer, route, asked](grpc::Status status) {
+        const ApiFlavor flavor =
+            route == "models" || route == "model" ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
         if (status.ok()) RememberModelId(call->response.model_id());
         const std::string model = options_.served_model_name.empty()
                                       ? call->response.model_id()
@@ -291,7 +325,16 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                         {"owned_by", "blossom"},
                         {"root", call->response.model_id()},
                         {"max_model_len", call->response.limits().max_total_tokens()}};
-          writer->Send(JsonResponse(200, {{"object", "list"}, {"data", Json::array({entry})}}));
+          if (route == "models") {
+            writer->Send(JsonResponse(200, {{"object", "list"}, {"data", Json::array({entry})}}));
+          } else if (asked == model || asked == call->response.model_id()) {
+            writer->Send(JsonResponse(200, entry));
+          } else {
+            // Not echoed: the path is the client's, and this answer goes to logs too.
+            writer->Send(ErrorResponse(flavor, 404,
+                                       absl::StrCat("the model asked for is not served here; this "
+                                                    "gateway serves '", model, "'")));
+          }
         }
         CallFinished();
       });

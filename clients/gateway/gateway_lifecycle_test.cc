@@ -50,6 +50,27 @@ TEST_F(GatewayTest, AuthOnEveryRouteButLive) {
   EXPECT_EQ(Request("GET", "/health", "", "Authorization: Bearer good-key\r\n").status, 200);
 }
 
+// OpenAI's model retrieval: the served model by name (percent-encoded or not), 404 otherwise.
+TEST_F(GatewayTest, RetrievesTheServedModelByName) {
+  StartGateway({});
+  Client::Reply one = Request("GET", "/v1/models/bloom-test", "");
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(Json::parse(one.body)["id"], "bloom-test");
+  EXPECT_EQ(Json::parse(one.body)["object"], "model");
+  EXPECT_EQ(Request("GET", "/v1/models/bloom%2Dtest", "").status, 200);
+  Client::Reply other = Request("GET", "/v1/models/bigscience%2Fbloom", "");
+  EXPECT_EQ(other.status, 404);
+  EXPECT_EQ(Json::parse(other.body)["error"]["code"], "model_not_found");
+  EXPECT_EQ(other.body.find("bigscience"), std::string::npos) << "the asked name is not echoed";
+  EXPECT_EQ(Request("POST", "/v1/models/bloom-test", "{}").status, 405);
+  EXPECT_EQ(Request("GET", "/v1/models/", "").status, 404) << "no name: no route";
+  GatewayOptions named;
+  named.served_model_name = "org/served";
+  StartGateway(named);
+  EXPECT_EQ(Request("GET", "/v1/models/org%2Fserved", "").status, 200);
+  EXPECT_EQ(Request("GET", "/v1/models/org/served", "").status, 200);
+}
+
 TEST_F(GatewayTest, ForwardsClientAuthorizationWithoutBackendKey) {
   StartGateway({});
   Client::Reply reply = Request("POST", "/generate", R"({"inputs":"hi"})", "Authorization: Bearer client-key\r\n");

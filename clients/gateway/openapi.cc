@@ -87,6 +87,7 @@ const std::string& OpenApiJson() {
     "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.0", "content": {"application/json": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
     "/info": {"get": {"summary": "TGI model information and limits", "responses": {"200": {"description": "Model info", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/v1/models": {"get": {"summary": "OpenAI model list", "responses": {"200": {"description": "One model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+    "/v1/models/{model}": {"get": {"summary": "OpenAI model retrieval: the served model by its name (percent-encoded), 404 for another", "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string"}}], "responses": {"200": {"description": "The model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
     "/v1/completions": {"post": {"summary": "OpenAI completion (SSE when stream is true)",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
       "responses": {"200": {"description": "Completion", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},

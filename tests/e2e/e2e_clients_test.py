@@ -143,6 +143,9 @@ class OpenAIClientTest(unittest.TestCase):
     def test_models(self):
         ids = [m.id for m in self.client.models.list()]
         self.assertIn(MODEL, ids)
+        self.assertEqual(self.client.models.retrieve(MODEL).id, MODEL)
+        with self.assertRaises(openai.NotFoundError):
+            self.client.models.retrieve("not-" + MODEL)
 
     def test_wrong_key_is_401(self):
         bad = openai.OpenAI(base_url=GW.url + "/v1", api_key="nope", max_retries=0)
