@@ -10,6 +10,7 @@
 #include "engine/text/utf8.h"
 #include "proto/blossom/v1/stream_request.h"
 #include "server/status_details.h"
+#include "server/tokenize_rpc.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom {
@@ -525,45 +526,23 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* BlossomService::GenerateSt
 grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* context,
                                                    const v1::TokenizeRequest* request,
                                                    v1::TokenizeResponse* response) {
-  absl::Status admitted = Admit(context, /*generation=*/false);
-  if (!admitted.ok()) return new ImmediateReactor(ToGrpcStatus(admitted));
-  if (FindInvalidUtf8(request->text()) != absl::string_view::npos) {
-    absl::Status invalid = absl::InvalidArgumentError("text is not valid UTF-8");
-    return new ImmediateReactor(ToGrpcStatus(WithReason(
-        WithFieldViolation(invalid, "text", invalid.message()), error_reason::kInvalidPrompt)));
+  absl::Status status = Admit(context, /*generation=*/false);
+  if (status.ok()) {
+    status = TokenizeText(*tokenizer_, *request, options_.limits.max_input_tokens,
+                          model_info_.limits().max_total_tokens(), response);
   }
-  auto ids = tokenizer_->Encode(request->text());
-  if (!ids.ok()) return new ImmediateReactor(ToGrpcStatus(ids.status()));
-  // The reply is ~10x the text (a 600 KB text made a 10.7 MB reply, past gRPC's 4 MB default
-  // and a 10x memory amplification in the gateway): the prompt limit applies here too, as
-  // OUT_OF_RANGE PROMPT_TOO_LONG like an oversized prompt.
-  if (static_cast<int64_t>(ids->size()) > options_.limits.max_input_tokens) {
-    absl::Status too_long = absl::OutOfRangeError(
-        absl::StrCat("text is too long: ", ids->size(), " tokens, max_input_tokens is ",
-                     options_.limits.max_input_tokens));
-    return new ImmediateReactor(ToGrpcStatus(WithReason(
-        WithFieldViolation(too_long, "text", too_long.message()), error_reason::kPromptTooLong)));
+  return new ImmediateReactor(ToGrpcStatus(status));
+}
+
+grpc::ServerUnaryReactor* BlossomService::Detokenize(grpc::CallbackServerContext* context,
+                                                     const v1::DetokenizeRequest* request,
+                                                     v1::DetokenizeResponse* response) {
+  absl::Status status = Admit(context, /*generation=*/false);
+  if (status.ok()) {
+    status = DetokenizeIds(*tokenizer_, *request, model_info_.vocab_size(),
+                           model_info_.limits().max_total_tokens(), response);
   }
-  // Byte offsets from each token's decoded bytes: exact for byte-level BPE, whose decode
-  // reproduces the input; if it does not (a normalizer changed the text) offsets are omitted.
-  std::string rebuilt;
-  std::vector<std::pair<int32_t, int32_t>> spans;
-  for (int32_t id : *ids) {
-    response->add_ids(id);
-    response->add_tokens(tokenizer_->IdToToken(id).value_or(""));
-    const int32_t begin = static_cast<int32_t>(rebuilt.size());
-    absl::string_view bytes = tokenizer_->DecodedBytes(id, /*skip_special_tokens=*/false);
-    rebuilt.append(bytes.data(), bytes.size());
-    spans.emplace_back(begin, static_cast<int32_t>(rebuilt.size()));
-  }
-  if (rebuilt == request->text()) {
-    for (const auto& [begin, end] : spans) {
-      v1::Span* span = response->add_offsets();
-      span->set_start(begin);
-      span->set_end(end);
-    }
-  }
-  return new ImmediateReactor(grpc::Status::OK);
+  return new ImmediateReactor(ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* BlossomService::GetModelInfo(grpc::CallbackServerContext* context,

@@ -237,6 +237,20 @@ TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
                                      response.offsets(i).end() - response.offsets(i).start());
   }
   EXPECT_EQ(rebuilt, request.text());
+  EXPECT_GT(response.max_total_tokens(), 0);
+
+  // Detokenize: the ids back to the text; an id outside the vocabulary names the field.
+  grpc::ClientContext detokenize_context;
+  v1::DetokenizeRequest detokenize;
+  for (int32_t id : expected) detokenize.add_ids(id);
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(fixture.stub().Detokenize(&detokenize_context, detokenize, &text).ok());
+  EXPECT_EQ(text.text(), "The server reads");
+  grpc::ClientContext bad_context;
+  detokenize.add_ids(1 << 30);
+  const grpc::Status bad = fixture.stub().Detokenize(&bad_context, detokenize, &text);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(DetailsOf(FromGrpcStatus(bad)).field, "ids");
 }
 
 // Issue 14: max_input_tokens did not apply to Tokenize, so a 600 KB text made a 10.7 MB reply.

@@ -86,6 +86,7 @@ std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
       {"stopping.max_new_tokens", "max_tokens"},
       {"stopping.min_new_tokens", "min_tokens"},
       {"sampling.prompt_logprobs", "logprobs"},
+      {"ids", "tokens"},  // Detokenize's ids are vLLM /detokenize's tokens
   };
   if (field == "text" || field == "token_ids" || field == "prompt") {
     return flavor == ApiFlavor::kOpenAIChat ? "messages" : "prompt";

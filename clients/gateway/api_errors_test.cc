@@ -106,6 +106,7 @@ TEST(ApiErrorsTest, ParamNamesFollowTheRoute) {
   EXPECT_EQ(OpenAIParamFor("stopping.max_new_tokens", ApiFlavor::kOpenAI), "max_tokens");
   EXPECT_EQ(OpenAIParamFor("stopping.min_new_tokens", ApiFlavor::kOpenAI), "min_tokens");
   EXPECT_EQ(OpenAIParamFor("stopping.stop", ApiFlavor::kOpenAI), "stop");
+  EXPECT_EQ(OpenAIParamFor("ids", ApiFlavor::kOpenAI), "tokens");  // Detokenize
   EXPECT_EQ(OpenAIParamFor("sampling.temperature", ApiFlavor::kOpenAIChat), "temperature");
   EXPECT_EQ(OpenAIParamFor("sampling.logprobs", ApiFlavor::kOpenAI), "logprobs");
   EXPECT_EQ(OpenAIParamFor("sampling.logprobs", ApiFlavor::kOpenAIChat), "top_logprobs");

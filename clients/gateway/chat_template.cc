@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/optional.h"
 #include "kernels/status_macros.h"
 
 namespace blossom::gateway {
@@ -131,6 +132,20 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
     absl::StrAppend(&prompt, chat_template.generation_prompt);
   }
   return prompt;
+}
+
+absl::StatusOr<ChatRenderOptions> ParseChatRenderOptions(const Json& body) {
+  absl::optional<bool> add_generation_prompt, continue_final_message;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "add_generation_prompt", &add_generation_prompt));
+  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "continue_final_message", &continue_final_message));
+  ChatRenderOptions render;
+  render.continue_final_message = continue_final_message.value_or(false);
+  render.add_generation_prompt = add_generation_prompt.value_or(!render.continue_final_message);
+  if (render.add_generation_prompt && render.continue_final_message) {
+    return FieldError("continue_final_message",
+                      "cannot be true together with add_generation_prompt (vLLM's rule)");
+  }
+  return render;
 }
 
 }  // namespace blossom::gateway

@@ -108,6 +108,7 @@ const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
       {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
       {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
       {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
+      {"/detokenize", {"detokenize", "POST", ApiFlavor::kOpenAI}},
       {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
       {kModelRoute, {"model", "GET", ApiFlavor::kOpenAI}},
       {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
@@ -285,6 +286,8 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
                       /*compat=*/true);
   } else if (name == "tokenize") {
     HandleTokenize(request, writer);
+  } else if (name == "detokenize") {
+    HandleDetokenize(request, writer);
   }
 }
 
@@ -381,27 +384,6 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
         }
         CallFinished();
       });
-}
-
-void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
-  absl::StatusOr<blossom::v1::TokenizeRequest> parsed = tgi::ParseTokenizeRequest(request.body);
-  if (!parsed.ok()) {
-    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
-    return;
-  }
-  auto call = std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
-  call->request = std::move(*parsed);
-  SetupContext(request, options_.health_timeout, &call->context);
-  CallStarted();
-  stub_->async()->Tokenize(&call->context, &call->request, &call->response,
-                           [this, call, writer](grpc::Status status) {
-                             if (!status.ok()) {
-                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
-                             } else {
-                               writer->Send(JsonResponse(200, tgi::TokenizeResponse(call->response)));
-                             }
-                             CallFinished();
-                           });
 }
 
 }  // namespace blossom::gateway

@@ -135,7 +135,9 @@ class Gateway {
                    SseEncoder encoder);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool stream, bool as_list, bool compat);
+  // /tokenize (TGI's or vLLM's, by the body) and vLLM's /detokenize: gateway_tokenize.cc.
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   // GET routes answered from GetModelInfo: /health, /v1/models, /info.
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                        const std::string& route);

@@ -1,5 +1,6 @@
 // Pieces shared by the gateway's translation units (gateway.cc: routing, auth, health, model
-// info, tokenize; gateway_generation.cc: the generation routes). Not part of the public API.
+// info; gateway_generation.cc: the generation routes; gateway_tokenize.cc: /tokenize and
+// /detokenize). Not part of the public API.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_INTERNAL_H_
 #define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_INTERNAL_H_
 

@@ -368,16 +368,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   auto messages = json.find("messages");
   if (messages == json.end() || messages->is_null()) return FieldError("messages", "is required");
   // vLLM's rendering options: no generation prompt, or the last (assistant) message continued.
-  absl::optional<bool> add_generation_prompt, continue_final_message;
-  BLOSSOM_RETURN_IF_ERROR(GetBool(json, "add_generation_prompt", &add_generation_prompt));
-  BLOSSOM_RETURN_IF_ERROR(GetBool(json, "continue_final_message", &continue_final_message));
-  ChatRenderOptions render;
-  render.continue_final_message = continue_final_message.value_or(false);
-  render.add_generation_prompt = add_generation_prompt.value_or(!render.continue_final_message);
-  if (render.add_generation_prompt && render.continue_final_message) {
-    return FieldError("continue_final_message",
-                      "cannot be true together with add_generation_prompt (vLLM's rule)");
-  }
+  BLOSSOM_ASSIGN_OR_RETURN(ChatRenderOptions render, ParseChatRenderOptions(json));
   BLOSSOM_ASSIGN_OR_RETURN(std::string prompt,
                            RenderChatPrompt(*messages, chat_template, render));
   out.request.set_text(std::move(prompt));

@@ -72,7 +72,11 @@ const std::string& OpenApiJson() {
           "seed": {"type": "integer", "minimum": 0}, "stop": {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
           "truncate": {"type": "integer", "minimum": 1, "description": "keep the last N input tokens"},
           "details": {"type": "boolean"}, "return_full_text": {"type": "boolean", "description": "default false; true on POST /"}}}}},
-      "TokenizeRequest": {"type": "object", "required": ["inputs"], "properties": {"inputs": {"type": "string"}}}
+      "TokenizeRequest": {"oneOf": [
+        {"type": "object", "required": ["inputs"], "properties": {"inputs": {"type": "string"}}, "description": "TGI's: answers a list of {id, text, start, stop}"},
+        {"type": "object", "required": ["prompt"], "properties": {"model": {"type": "string"}, "prompt": {"type": "string"}, "add_special_tokens": {"type": "boolean"}, "return_token_strs": {"type": "boolean"}}, "description": "vLLM's: answers {count, max_model_len, tokens, token_strs}"},
+        {"type": "object", "required": ["messages"], "properties": {"model": {"type": "string"}, "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"], "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant"]}, "content": {"type": "string"}}}}, "add_generation_prompt": {"type": "boolean"}, "return_token_strs": {"type": "boolean"}}, "description": "vLLM's, the chat template applied"}]},
+      "DetokenizeRequest": {"type": "object", "required": ["tokens"], "properties": {"model": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}
     },
     "responses": {
       "OpenAIError": {"description": "Error (400, 401, 404, 413, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
@@ -103,9 +107,12 @@ const std::string& OpenApiJson() {
     "/": {"post": {"summary": "TGI compatibility route: /generate_stream when stream is true, else /generate answered as a list of one",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
       "responses": {"200": {"description": "Generated text or token events", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
-    "/tokenize": {"post": {"summary": "TGI tokenize (at most max_input_tokens tokens)",
+    "/tokenize": {"post": {"summary": "TGI's or vLLM's tokenize, by the body (at most max_input_tokens tokens)",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
-      "responses": {"200": {"description": "Tokens with ids and byte offsets", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}}
+      "responses": {"200": {"description": "TGI: tokens with ids and byte offsets; vLLM: the ids and their count", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+    "/detokenize": {"post": {"summary": "vLLM detokenize: the text of token ids (special tokens kept)",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DetokenizeRequest"}}}},
+      "responses": {"200": {"description": "{prompt}", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}}
   }
 })json");
   return *document;

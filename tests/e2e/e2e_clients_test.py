@@ -6,6 +6,8 @@ import asyncio
 import json
 import subprocess
 import unittest
+import urllib.error
+import urllib.request
 
 import blossom_client
 import openai
@@ -325,6 +327,49 @@ class TextGenerationClientTest(unittest.TestCase):
         self.assertIn("too long", str(cm.exception))
 
 
+def post_json(path, body):
+    """(status, parsed JSON body) of a POST to the shared gateway."""
+    request = urllib.request.Request(GW.url + path, data=json.dumps(body).encode(),
+                                     headers={**auth(), "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+class VllmTokenizerRoutesTest(unittest.TestCase):
+    """vLLM's /tokenize and /detokenize bodies over HTTP, against the gRPC client's Tokenize."""
+
+    def test_tokenize_and_detokenize_round_trip(self):
+        text = "The server reads é"
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            want = c.tokenize(text)
+            info = c.model_info()
+        status, body = post_json("/tokenize", {"model": MODEL, "prompt": text,
+                                               "return_token_strs": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["tokens"], want.ids)
+        self.assertEqual(body["count"], len(want.ids))
+        self.assertEqual(body["token_strs"], want.tokens)
+        self.assertEqual(body["max_model_len"], info.limits.max_total_tokens)
+        status, back = post_json("/detokenize", {"model": MODEL, "tokens": body["tokens"]})
+        self.assertEqual((status, back), (200, {"prompt": text}))
+        # The chat form counts the rendered template: more tokens than the message alone.
+        status, chat = post_json("/tokenize", {"messages": [{"role": "user", "content": text}]})
+        self.assertEqual(status, 200, chat)
+        self.assertGreater(chat["count"], len(want.ids))
+        self.assertIsNone(chat["token_strs"])
+        # TGI's body on the same route keeps TGI's answer.
+        status, tgi = post_json("/tokenize", {"inputs": text})
+        self.assertEqual(status, 200, tgi)
+        self.assertEqual([t["id"] for t in tgi], want.ids)
+        # Ids outside the vocabulary: a 400 in OpenAI's shape naming the field.
+        status, error = post_json("/detokenize", {"tokens": [1, info.vocab_size]})
+        self.assertEqual(status, 400, error)
+        self.assertEqual(error["error"]["param"], "tokens")
+
+
 class GrpcClientTest(unittest.TestCase):
     def test_generate_stream_tokenize_info_health(self):
         with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
@@ -342,6 +387,7 @@ class GrpcClientTest(unittest.TestCase):
             self.assertEqual(chunks[-1].final.usage.generated_tokens, 8)
             tok = c.tokenize("Hello world")
             self.assertEqual(len(tok.ids), len(tok.tokens))
+            self.assertEqual(c.detokenize(tok.ids), "Hello world")
             with self.assertRaises(blossom_errors.InvalidArgumentError):
                 c.generate("x", temperature=-1.0)
 

@@ -1,7 +1,7 @@
 """The asyncio client (grpc.aio), mirroring BlossomClient."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,15 +36,17 @@ class AsyncBlossomClient:
     def _deadline(self, timeout):
         return self._timeout if timeout is _UNSET else timeout
 
+    async def _unary(self, rpc, request, timeout):
+        """One unary call with this client's deadline and metadata; errors as BlossomError."""
+        try:
+            return await rpc(request, timeout=self._deadline(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
     async def generate(self, prompt: _convert.Prompt, *, timeout=_UNSET,
                        **params) -> results.GenerateResult:
         request = _convert.build_generate_request("generate", prompt, params)
-        try:
-            response = await self._stub.Generate(request, timeout=self._deadline(timeout),
-                                                 metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.generate_result(response)
+        return _convert.generate_result(await self._unary(self._stub.Generate, request, timeout))
 
     def generate_stream(self, prompt: _convert.Prompt, *, timeout=_UNSET,
                         **params) -> "AsyncGenerateStream":
@@ -56,29 +58,20 @@ class AsyncBlossomClient:
     async def tokenize(self, text: str, add_special_tokens: bool = False, *,
                        timeout=_UNSET) -> results.TokenizeResult:
         request = pb.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)
-        try:
-            response = await self._stub.Tokenize(request, timeout=self._deadline(timeout),
-                                                 metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.tokenize_result(response)
+        return _convert.tokenize_result(await self._unary(self._stub.Tokenize, request, timeout))
+
+    async def detokenize(self, ids: Sequence[int], skip_special_tokens: bool = False, *,
+                         timeout=_UNSET) -> str:
+        request = pb.DetokenizeRequest(ids=ids, skip_special_tokens=skip_special_tokens)
+        return (await self._unary(self._stub.Detokenize, request, timeout)).text
 
     async def model_info(self, *, timeout=_UNSET) -> results.ModelInfo:
-        try:
-            response = await self._stub.GetModelInfo(pb.GetModelInfoRequest(),
-                                                     timeout=self._deadline(timeout),
-                                                     metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.model_info(response)
+        return _convert.model_info(
+            await self._unary(self._stub.GetModelInfo, pb.GetModelInfoRequest(), timeout))
 
     async def health(self, service: str = "", *, timeout=_UNSET) -> str:
-        try:
-            response = await self._health.Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=self._deadline(timeout),
-                metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        response = await self._unary(self._health.Check,
+                                     health_pb2.HealthCheckRequest(service=service), timeout)
         return _convert.health_status_name(response.status)
 
     async def close(self) -> None:

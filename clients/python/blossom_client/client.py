@@ -1,7 +1,7 @@
 """The synchronous client."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -39,17 +39,19 @@ class BlossomClient:
     def _deadline(self, timeout):
         return self._timeout if timeout is _UNSET else timeout
 
+    def _unary(self, rpc, request, timeout):
+        """One unary call with this client's deadline and metadata; errors as BlossomError."""
+        try:
+            return rpc(request, timeout=self._deadline(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
     def generate(self, prompt: _convert.Prompt, *, timeout=_UNSET,
                  **params) -> results.GenerateResult:
         """Generates a whole completion. `prompt` is text or a list of token ids; keyword
         parameters as in the README (unknown ones raise TypeError)."""
         request = _convert.build_generate_request("generate", prompt, params)
-        try:
-            response = self._stub.Generate(request, timeout=self._deadline(timeout),
-                                           metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.generate_result(response)
+        return _convert.generate_result(self._unary(self._stub.Generate, request, timeout))
 
     def generate_stream(self, prompt: _convert.Prompt, *, timeout=_UNSET,
                         **params) -> "GenerateStream":
@@ -64,31 +66,23 @@ class BlossomClient:
     def tokenize(self, text: str, add_special_tokens: bool = False, *,
                  timeout=_UNSET) -> results.TokenizeResult:
         request = pb.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)
-        try:
-            response = self._stub.Tokenize(request, timeout=self._deadline(timeout),
-                                           metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.tokenize_result(response)
+        return _convert.tokenize_result(self._unary(self._stub.Tokenize, request, timeout))
+
+    def detokenize(self, ids: Sequence[int], skip_special_tokens: bool = False, *,
+                   timeout=_UNSET) -> str:
+        """The text of token ids (special tokens kept unless skip_special_tokens)."""
+        request = pb.DetokenizeRequest(ids=ids, skip_special_tokens=skip_special_tokens)
+        return self._unary(self._stub.Detokenize, request, timeout).text
 
     def model_info(self, *, timeout=_UNSET) -> results.ModelInfo:
-        try:
-            response = self._stub.GetModelInfo(pb.GetModelInfoRequest(),
-                                               timeout=self._deadline(timeout),
-                                               metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return _convert.model_info(response)
+        return _convert.model_info(
+            self._unary(self._stub.GetModelInfo, pb.GetModelInfoRequest(), timeout))
 
     def health(self, service: str = "", *, timeout=_UNSET) -> str:
         """grpc.health.v1 Check: "SERVING", "NOT_SERVING" (loading or draining), ...
         `service` "" is the whole server, "blossom.v1.Blossom" the API."""
-        try:
-            response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                          timeout=self._deadline(timeout),
-                                          metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        response = self._unary(self._health.Check,
+                               health_pb2.HealthCheckRequest(service=service), timeout)
         return _convert.health_status_name(response.status)
 
     def close(self) -> None:

@@ -108,6 +108,14 @@ class FakeBlossom(pb_grpc.BlossomServicer):
             ids=ids, tokens=list(request.text),
             offsets=[pb.Span(start=i, end=i + 1) for i in range(len(request.text))])
 
+    def Detokenize(self, request, context):
+        self._record(request, context)
+        if any(i < 0 or i > 0x10FFFF for i in request.ids):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "ids[0] is outside the vocabulary")
+        text = "".join(chr(i) for i in request.ids)
+        return pb.DetokenizeResponse(text=text.replace("\0", "") if request.skip_special_tokens
+                                     else text)
+
     def GetModelInfo(self, request, context):
         self._record(request, context)
         return pb.ModelInfo(
@@ -179,6 +187,14 @@ class SyncClientTest(unittest.TestCase):
             self.client.generate("Hi", bad_words="foo")  # one str would be split into letters
         with self.assertRaises(TypeError):
             self.client.generate("Hi", logit_bias=[1, 2])
+
+    def test_detokenize(self):
+        self.assertEqual(self.client.detokenize([72, 105]), "Hi")
+        self.assertEqual(self.fake.requests[-1].ids, [72, 105])
+        self.assertFalse(self.fake.requests[-1].skip_special_tokens)
+        self.assertEqual(self.client.detokenize([72, 0, 105], skip_special_tokens=True), "Hi")
+        with self.assertRaises(InvalidArgumentError):
+            self.client.detokenize([-1])
 
     def test_prompt_logprobs(self):
         r = self.client.generate("Hi", prompt_logprobs=1)
@@ -384,6 +400,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(r.finish_reason, "eos_token")
         self.assertTrue(self.fake.requests[-1].sampling.HasField("temperature"))
         self.assertEqual((await self.client.tokenize("a")).ids, [97])
+        self.assertEqual(await self.client.detokenize([97]), "a")
         self.assertEqual((await self.client.model_info()).num_heads, 4)
         self.assertEqual(await self.client.health(), "SERVING")
 

@@ -1,0 +1,89 @@
+// The gateway's tokenizer routes: /tokenize, TGI's or vLLM's by the body's fields (tgi_api.h,
+// vllm_api.h), and vLLM's /detokenize, each relayed to the server's Tokenize / Detokenize.
+#include <memory>
+#include <utility>
+
+#include "clients/gateway/api_errors.h"
+#include "clients/gateway/gateway.h"
+#include "clients/gateway/gateway_internal.h"
+#include "clients/gateway/json_fields.h"
+#include "clients/gateway/tgi_api.h"
+#include "clients/gateway/vllm_api.h"
+#include "server/grpc_status.h"
+
+namespace blossom::gateway {
+
+using http::ResponseWriter;
+
+void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
+  absl::StatusOr<Json> body = ParseJsonObject(request.body);
+  if (body.ok() && vllm::IsTokenizeRequest(*body)) {
+    absl::StatusOr<vllm::TokenizeCall> parsed =
+        vllm::ParseTokenizeRequest(*body, options_.chat_template);
+    if (!parsed.ok()) {
+      writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
+      return;
+    }
+    auto call =
+        std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
+    call->request = parsed->request;
+    SetupContext(request, options_.health_timeout, &call->context);
+    CallStarted();
+    stub_->async()->Tokenize(
+        &call->context, &call->request, &call->response,
+        [this, call, writer, vllm_call = std::move(*parsed)](grpc::Status status) {
+          if (!status.ok()) {
+            writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpcStatus(status)));
+          } else {
+            writer->Send(JsonResponse(200, vllm::TokenizeResponse(vllm_call, call->response)));
+          }
+          CallFinished();
+        });
+    return;
+  }
+  absl::StatusOr<blossom::v1::TokenizeRequest> parsed = tgi::ParseTokenizeRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
+    return;
+  }
+  auto call =
+      std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
+  call->request = std::move(*parsed);
+  SetupContext(request, options_.health_timeout, &call->context);
+  CallStarted();
+  stub_->async()->Tokenize(&call->context, &call->request, &call->response,
+                           [this, call, writer](grpc::Status status) {
+                             if (!status.ok()) {
+                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
+                             } else {
+                               writer->Send(JsonResponse(200, tgi::TokenizeResponse(call->response)));
+                             }
+                             CallFinished();
+                           });
+}
+
+void Gateway::HandleDetokenize(const http::Request& request,
+                               std::shared_ptr<ResponseWriter> writer) {
+  absl::StatusOr<blossom::v1::DetokenizeRequest> parsed =
+      vllm::ParseDetokenizeRequest(request.body);
+  if (!parsed.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
+    return;
+  }
+  auto call = std::make_shared<
+      UnaryCall<blossom::v1::DetokenizeRequest, blossom::v1::DetokenizeResponse>>();
+  call->request = std::move(*parsed);
+  SetupContext(request, options_.health_timeout, &call->context);
+  CallStarted();
+  stub_->async()->Detokenize(
+      &call->context, &call->request, &call->response, [this, call, writer](grpc::Status status) {
+        if (!status.ok()) {
+          writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpcStatus(status)));
+        } else {
+          writer->Send(JsonResponse(200, vllm::DetokenizeResponse(call->response)));
+        }
+        CallFinished();
+      });
+}
+
+}  // namespace blossom::gateway
