@@ -1,5 +1,6 @@
 // libFuzzer entry point (tools/fuzz/fuzz.bzl): a request body for one gateway route (the first
-// byte picks OpenAI completions, chat completions, TGI generate or tokenize). Parsing must end in
+// byte picks OpenAI completions, chat completions, TGI generate, tokenize (TGI's or vLLM's) or
+// vLLM's detokenize). Parsing must end in
 // a request or a FieldError, never a crash or an exception; an accepted request must render a
 // response (from an empty generation) without one.
 #include <cstdint>
@@ -7,15 +8,17 @@
 #include "clients/gateway/json_fields.h"
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/tgi_api.h"
+#include "clients/gateway/vllm_api.h"
 
 namespace oa = blossom::gateway::openai;
 namespace tgi = blossom::gateway::tgi;
+namespace vllm = blossom::gateway::vllm;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const absl::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   const blossom::v1::GenerateResponse empty;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
     case 1: {
       auto request = data[0] % 4 == 0 ? oa::ParseCompletionRequest(body) : oa::ParseChatRequest(body);
@@ -27,8 +30,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (request.ok()) blossom::gateway::Dump(tgi::GenerateResponse(*request, empty));
       break;
     }
+    case 3: {
+      auto json = blossom::gateway::ParseJsonObject(body);
+      if (json.ok() && vllm::IsTokenizeRequest(*json)) {
+        auto call = vllm::ParseTokenizeRequest(*json, {});
+        if (call.ok()) blossom::gateway::Dump(vllm::TokenizeResponse(*call, {}));
+      } else {
+        tgi::ParseTokenizeRequest(body).IgnoreError();
+      }
+      break;
+    }
     default:
-      tgi::ParseTokenizeRequest(body).IgnoreError();
+      vllm::ParseDetokenizeRequest(body).IgnoreError();
   }
   return 0;
 }
