@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
@@ -75,6 +74,32 @@ std::string RejectedStoppingField(const StoppingParams& requested, int32_t vocab
   return "";
 }
 
+// `text` without the leading characters Python's str.lstrip() removes (Unicode whitespace: the
+// ASCII ones, U+001C-U+001F, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
+// U+205F, U+3000), as vLLM strips a bad word.
+absl::string_view StripLeadingWhitespace(absl::string_view text) {
+  while (!text.empty()) {
+    const unsigned char c = static_cast<unsigned char>(text[0]);
+    uint32_t cp = c;
+    size_t length = 1;
+    if (c >= 0xE0 && c < 0xF0 && text.size() >= 3) {
+      cp = ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(text[1]) & 0x3Fu) << 6) |
+           (static_cast<unsigned char>(text[2]) & 0x3Fu);
+      length = 3;
+    } else if (c >= 0xC0 && c < 0xE0 && text.size() >= 2) {
+      cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[1]) & 0x3Fu);
+      length = 2;
+    }
+    const bool space = (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
+                       cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+                       cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+                       cp == 0x3000;
+    if (!space) break;
+    text.remove_prefix(length);
+  }
+  return text;
+}
+
 // vLLM's tokenization of bad words: each without its leading whitespace, and with one leading
 // space where that changes only the first token (BLOOM's byte-level BPE spells " word" as a
 // token of its own), so the word is banned at the start and in the middle of text.
@@ -86,7 +111,7 @@ absl::Status AddBadWords(const google::protobuf::RepeatedPtrField<std::string>& 
                                 words.size()));
   }
   for (int i = 0; i < words.size(); ++i) {
-    const absl::string_view word = absl::StripLeadingAsciiWhitespace(words[i]);
+    const absl::string_view word = StripLeadingWhitespace(words[i]);
     auto plain = word.empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
                               : tokenizer.Encode(word);
     if (!plain.ok() || plain->empty() || plain->size() > kMaxBadWordTokens) {

@@ -68,7 +68,7 @@ TEST_F(RequestConvertTest, LogitBiasAllowedTokensAndBadWords) {
   (*s->mutable_logit_bias())[3] = 2.5f;
   s->add_allowed_token_ids(4);
   s->add_allowed_token_ids(8);
-  s->add_bad_words("  The");  // leading whitespace is not part of the word (vLLM)
+  s->add_bad_words("\u3000\t The");  // leading whitespace is not part of the word (vLLM)
   s->add_bad_words("reads it");
   auto converted = ToEngineRequest(request, *tokenizer_, limits_);
   ASSERT_TRUE(converted.ok()) << converted.status();
@@ -89,7 +89,7 @@ TEST_F(RequestConvertTest, LogitBiasAllowedTokensAndBadWords) {
   EXPECT_EQ(sp.bad_words_token_ids, want);
   EXPECT_EQ(want.size(), 3u) << "\"The\" and \" The\" are one token each; \" reads it\" is shorter";
 
-  for (const char* bad : {"", "   "}) {
+  for (const char* bad : {"", "   ", "\u00a0\u2003"}) {
     v1::GenerateRequest empty = request;
     empty.mutable_sampling()->add_bad_words(bad);
     const absl::Status status = ToEngineRequest(empty, *tokenizer_, limits_).status();

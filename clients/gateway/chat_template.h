@@ -51,13 +51,13 @@ struct ChatRenderOptions {
   bool continue_final_message = false;
 };
 
-// Renders OpenAI chat `messages` (roles system, developer, user, assistant; content a string or
-// text parts) with `chat_template`. FieldErrors name messages[i] (or continue_final_message when
-// the last message is not the assistant's).
 // vLLM's add_generation_prompt (default: true unless continue_final_message) and
 // continue_final_message (default false) from a request body; both true is a FieldError.
 absl::StatusOr<ChatRenderOptions> ParseChatRenderOptions(const Json& body);
 
+// Renders OpenAI chat `messages` (roles system, developer, user, assistant; content a string or
+// text parts) with `chat_template`. FieldErrors name messages[i] (or continue_final_message when
+// the last message is not the assistant's).
 absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
                                              const ChatTemplate& chat_template,
                                              const ChatRenderOptions& options = {});

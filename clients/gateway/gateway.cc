@@ -217,7 +217,11 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   const bool model_path = absl::StartsWith(request.path, kModelPrefix) &&
                           request.path.size() > std::strlen(kModelPrefix);
   auto it = routes->find(model_path ? std::string(kModelRoute) : request.path);
-  const ApiFlavor flavor = absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
+  // Errors in the route's own API shape (vLLM's /detokenize is OpenAI-shaped); an unknown path
+  // by its prefix.
+  const ApiFlavor flavor = it != routes->end()                       ? it->second.flavor
+                           : absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI
+                                                                    : ApiFlavor::kTgi;
   auto writer = std::make_shared<MeteredWriter>(
       std::move(raw_writer), it == routes->end() ? "other" : it->second.name, &metrics_);
   if (it == routes->end()) {
@@ -336,7 +340,8 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
             // Not echoed: the path is the client's, and this answer goes to logs too.
             writer->Send(ErrorResponse(flavor, 404,
                                        absl::StrCat("the model asked for is not served here; this "
-                                                    "gateway serves '", model, "'")));
+                                                    "gateway serves '", model, "'"),
+                                       "model"));
           }
         }
         CallFinished();

@@ -138,7 +138,7 @@ class Gateway {
   // /tokenize (TGI's or vLLM's, by the body) and vLLM's /detokenize: gateway_tokenize.cc.
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
-  // GET routes answered from GetModelInfo: /health, /v1/models, /info.
+  // GET routes answered from GetModelInfo: /health, /v1/models, /v1/models/{model}, /info.
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                        const std::string& route);
   // /health: the watched health status; else one Check, then HandleModelInfo.

@@ -61,6 +61,7 @@ TEST_F(GatewayTest, RetrievesTheServedModelByName) {
   Client::Reply other = Request("GET", "/v1/models/bigscience%2Fbloom", "");
   EXPECT_EQ(other.status, 404);
   EXPECT_EQ(Json::parse(other.body)["error"]["code"], "model_not_found");
+  EXPECT_EQ(Json::parse(other.body)["error"]["param"], "model");
   EXPECT_EQ(other.body.find("bigscience"), std::string::npos) << "the asked name is not echoed";
   EXPECT_EQ(Request("POST", "/v1/models/bloom-test", "{}").status, 405);
   EXPECT_EQ(Request("GET", "/v1/models/", "").status, 404) << "no name: no route";

@@ -33,7 +33,8 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
         &call->context, &call->request, &call->response,
         [this, call, writer, vllm_call = std::move(*parsed)](grpc::Status status) {
           if (!status.ok()) {
-            writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpcStatus(status)));
+            writer->Send(ErrorResponse(vllm_call.chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI,
+                                       FromGrpcStatus(status)));
           } else {
             writer->Send(JsonResponse(200, vllm::TokenizeResponse(vllm_call, call->response)));
           }

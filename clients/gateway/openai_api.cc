@@ -186,6 +186,9 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
     return FieldError("allowed_token_ids", "must not be empty (leave it out to allow every token)");
   }
   std::vector<std::string> bad_words;
+  if (auto it = body.find("bad_words"); it != body.end() && it->is_string()) {
+    return FieldError("bad_words", "must be a list of strings");  // vLLM's list[str]
+  }
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "bad_words", kMaxBadWords, &bad_words));
   for (std::string& word : bad_words) sampling->add_bad_words(std::move(word));
   BLOSSOM_RETURN_IF_ERROR(ParseLogitBias(body, sampling));
@@ -400,6 +403,9 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   RequestPromptLogprobs(&out);
   std::vector<GenerateRequest> prompts = {out.request};
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
+  // Chat returns the prompt's logprobs once, from the first choice: the others need not pay
+  // for them (a prompt-logprob prefill bypasses the prefix cache).
+  for (size_t k = 1; k < out.batch.size(); ++k) out.batch[k].mutable_sampling()->clear_prompt_logprobs();
   return out;
 }
 

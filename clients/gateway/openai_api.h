@@ -29,8 +29,8 @@
 //   is never below -9999.0 (OpenAI's and vLLM's floor for a token the model rules out).
 // - vLLM's prompt_logprobs (0 to 20; not with stream, where 0 is accepted and sends nothing):
 //   a list with null for the first prompt token, then {"<id>": {logprob, rank,
-//   decoded_token}} holding the prompt token (rank: 1 + the tokens strictly more likely) and
-//   its N most likely alternatives (ranks 1 to N); on each completions choice, on the chat
+//   decoded_token}} holding the prompt token (rank: the tokens at least as likely, itself
+//   included) and its N most likely alternatives (ranks 1 to N); on each completions choice, on the chat
 //   response itself (vLLM's places).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_OPENAI_API_H_

@@ -55,6 +55,7 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","allowed_token_ids":"1"})", "list of integers", "allowed_token_ids"},
       {false, R"({"prompt":"a","bad_words":[""]})", "must not be empty", "bad_words"},
       {false, R"({"prompt":"a","bad_words":[1]})", "list of strings", "bad_words"},
+      {false, R"({"prompt":"a","bad_words":"foo"})", "list of strings", "bad_words"},
       {true, "{" + kChat + R"(,"logit_bias":{"x":1}})", "keys must be token ids", "logit_bias"},
       {false, R"({"prompt":"a","prompt_logprobs":-1})", "whole vocabulary", "prompt_logprobs"},
       {false, R"({"prompt":"a","prompt_logprobs":21})", "must be in [0, 20]", "prompt_logprobs"},
@@ -411,6 +412,7 @@ TEST(OpenAIApiTest, ChatPromptLogprobsAreOnTheResponse) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->batch.size(), 2u);
   EXPECT_EQ(r->batch[0].sampling().prompt_logprobs(), 0);
+  EXPECT_FALSE(r->batch[1].sampling().has_prompt_logprobs()) << "computed once, for choice 0";
   blossom::v1::GenerateResponse response = MakeResponse();
   ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
       R"pb(prompt_logprobs { id: 5 text: "S" }

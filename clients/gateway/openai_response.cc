@@ -35,7 +35,8 @@ Json TopLogprobsMap(const Token& token, int limit) {
 
 // vLLM's prompt_logprobs: null for the first prompt token (nothing precedes it), then one object
 // per token keyed by token id: the token itself and its `n` most likely alternatives, each
-// {logprob, rank, decoded_token}; the alternatives rank 1 to n, the token its own rank.
+// {logprob, rank, decoded_token}; the alternatives rank 1 to n, the token its own rank unless
+// it is one of them.
 Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens, int n) {
   Json out = Json::array();
   for (const Token& t : tokens) {
@@ -43,7 +44,12 @@ Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens,
       out.push_back(nullptr);
       continue;
     }
+    // The token first, then its alternatives: a token among them shows its place in the list
+    // (vLLM builds its dict in that order).
     Json entry = Json::object();
+    entry[std::to_string(t.id())] = {{"logprob", ApiLogprob(t.logprob())},
+                                     {"rank", t.has_rank() ? Json(t.rank()) : Json(nullptr)},
+                                     {"decoded_token", t.text()}};
     int rank = 0;
     for (const auto& alt : t.top_logprobs()) {
       if (++rank > n) break;
@@ -51,9 +57,6 @@ Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens,
                                                {"rank", rank},
                                                {"decoded_token", alt.token()}};
     }
-    entry[std::to_string(t.id())] = {{"logprob", ApiLogprob(t.logprob())},
-                                     {"rank", t.has_rank() ? Json(t.rank()) : Json(nullptr)},
-                                     {"decoded_token", t.text()}};
     out.push_back(std::move(entry));
   }
   return out;

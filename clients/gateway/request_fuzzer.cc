@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (data[0] % 5) {
     case 0:
     case 1: {
-      auto request = data[0] % 4 == 0 ? oa::ParseCompletionRequest(body) : oa::ParseChatRequest(body);
+      auto request = data[0] % 5 == 0 ? oa::ParseCompletionRequest(body) : oa::ParseChatRequest(body);
       if (request.ok()) blossom::gateway::Dump(oa::CompletionResponse(*request, empty, "cmpl-fuzz", 0));
       break;
     }

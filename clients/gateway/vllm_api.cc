@@ -31,6 +31,7 @@ absl::StatusOr<TokenizeCall> ParseTokenizeRequest(const Json& body,
                              RenderChatPrompt(*messages, chat_template, render));
     call.request.set_text(std::move(text));
     call.request.set_add_special_tokens(add_special.value_or(false));  // vLLM's chat default
+    call.chat = true;
     return call;
   }
   absl::optional<std::string> prompt;

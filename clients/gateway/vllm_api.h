@@ -26,6 +26,7 @@ bool IsTokenizeRequest(const Json& body);
 struct TokenizeCall {
   blossom::v1::TokenizeRequest request;
   bool return_token_strs = false;
+  bool chat = false;  // from messages: the server's refusals of "text" name "messages"
 };
 
 absl::StatusOr<TokenizeCall> ParseTokenizeRequest(const Json& body,

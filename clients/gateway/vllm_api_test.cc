@@ -28,6 +28,8 @@ TEST(VllmApiTest, PromptAndChatTokenizeRequests) {
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->request.text(), *RenderChatPrompt(messages, {}, {}));
   EXPECT_TRUE(chat->return_token_strs);
+  EXPECT_TRUE(chat->chat);
+  EXPECT_FALSE(prompt->chat);
   auto no_cue = ParseTokenizeRequest(Json{{"messages", messages}, {"add_generation_prompt", false}},
                                      {});
   ASSERT_TRUE(no_cue.ok()) << no_cue.status();

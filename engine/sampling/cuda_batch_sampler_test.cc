@@ -179,6 +179,10 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   }
   EXPECT_EQ(sampler_->host_rows(), 7);
   EXPECT_EQ(sampler_->device_rows(), 0);
+  // The masks and the bias took effect on the rows copied from the device.
+  EXPECT_TRUE(gpu[4]->token == 3 || gpu[4]->token == 99 || gpu[4]->token == 4000) << gpu[4]->token;
+  EXPECT_NE(gpu[5]->token, 7);
+  EXPECT_EQ(gpu[6]->token, 12) << "+30 on logits of standard deviation 4";
 }
 
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {

@@ -48,8 +48,8 @@ class SamplerImpl {
     r.token = token;
     Logprobs(raw, n, r);
     const float x = raw[static_cast<size_t>(token)];
-    r.rank = 1 + static_cast<int32_t>(
-                     std::count_if(raw.begin(), raw.end(), [x](float v) { return v > x; }));
+    r.rank = static_cast<int32_t>(
+        std::count_if(raw.begin(), raw.end(), [x](float v) { return v >= x; }));
     return r;
   }
 

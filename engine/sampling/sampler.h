@@ -94,9 +94,9 @@ struct SampleResult {
   // id; tokens whose raw logit is -inf (masked by the model) are left out. May include the chosen
   // token.
   std::vector<TokenLogprob> top;
-  // RawLogprobs only (0 from Sample): the token's 1-based rank in the whole row, 1 + the number
-  // of tokens whose raw logit is strictly greater, so tied tokens share the better rank (vLLM's
-  // rule for its prompt_logprobs `rank`).
+  // RawLogprobs only (0 from Sample): the token's 1-based rank in the whole row, the number of
+  // tokens whose raw logit is at least its own (itself included), so tied tokens share the worse
+  // rank (vLLM V1's rule for its logprobs `rank`).
   int32_t rank = 0;
 };
 

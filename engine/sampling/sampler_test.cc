@@ -383,27 +383,28 @@ TEST(RawLogprobsTest, LogprobRankAndTopAgainstReference) {
       absl::StatusOr<SampleResult> r = RawLogprobs(logits, token, 3);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->token, token);
-      int32_t greater = 0;
-      for (float v : logits) greater += v > logits[token];
-      EXPECT_EQ(r->rank, greater + 1);
+      int32_t at_least = 0;
+      for (float v : logits) at_least += v >= logits[token];
+      EXPECT_EQ(r->rank, at_least);
       if (std::isfinite(logits[token])) {
         EXPECT_NEAR(r->logprob, ref[token], 1e-5);
       } else {
         EXPECT_EQ(r->logprob, -FLT_MAX);  // a masked token: clamped, still JSON-representable
       }
       ASSERT_EQ(r->top.size(), 3u);
-      // The best token has rank 1 and the top list's first entry.
+      // The top list's first entry ranks as the number of tokens tied with it at the maximum.
       absl::StatusOr<SampleResult> best = RawLogprobs(logits, r->top[0].token, 0);
       ASSERT_TRUE(best.ok());
-      EXPECT_EQ(best->rank, 1);
+      const float max = logits[r->top[0].token];
+      EXPECT_EQ(best->rank, std::count(logits.begin(), logits.end(), max));
       EXPECT_TRUE(best->top.empty());
     }
   }
 }
 
-TEST(RawLogprobsTest, TiedTokensShareTheBetterRank) {
+TEST(RawLogprobsTest, TiedTokensShareTheWorseRank) {
   const std::vector<float> logits = {1, 2, 2, -kInf, 2, 1};
-  const std::vector<int32_t> want_rank = {4, 1, 1, 6, 1, 4};
+  const std::vector<int32_t> want_rank = {5, 3, 3, 6, 3, 5};
   for (int32_t token = 0; token < 6; ++token) {
     absl::StatusOr<SampleResult> r = RawLogprobs(logits, token, 0);
     ASSERT_TRUE(r.ok()) << r.status();

@@ -94,6 +94,10 @@ absl::Status Validate(const SamplingParams& p, int32_t vocab_size) {
                       int64_t{p.prompt_logprobs});
   }
   const std::string vocab_range = absl::StrCat("in [0, ", vocab_size, ")");
+  if (p.allowed_token_ids.size() > static_cast<size_t>(vocab_size)) {
+    return OutOfRange("allowed_token_ids", absl::StrCat("at most vocab_size = ", vocab_size, " ids"),
+                      static_cast<int64_t>(p.allowed_token_ids.size()));
+  }
   for (size_t i = 0; i < p.allowed_token_ids.size(); ++i) {
     const int32_t t = p.allowed_token_ids[i];
     if (t < 0 || t >= vocab_size) {

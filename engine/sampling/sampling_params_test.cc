@@ -103,6 +103,8 @@ std::vector<SamplingCase> SamplingCases() {
        "allowed_token_ids[1]"},
       {"allowed_id_negative", [](SamplingParams& p) { p.allowed_token_ids = {-1}; },
        "allowed_token_ids[0]"},
+      {"allowed_ids_above_vocab", [](SamplingParams& p) { p.allowed_token_ids.assign(kVocab + 1, 0); },
+       "allowed_token_ids"},
       {"bad_word_empty", [](SamplingParams& p) { p.bad_words_token_ids = {{1}, {}}; },
        "bad_words[1]"},
       {"bad_word_too_long",

@@ -39,7 +39,8 @@ class Token:
     # None unless logprobs were requested.
     logprob: Optional[float] = None
     top_logprobs: List[TopLogprob] = field(default_factory=list)
-    # Prompt logprobs only: 1 + the number of tokens strictly more likely there; else None.
+    # Prompt logprobs only: the number of tokens at least as likely there (itself included);
+    # else None.
     rank: Optional[int] = None
 
 
