@@ -80,7 +80,8 @@ const std::string& OpenApiJson() {
     },
     "responses": {
       "OpenAIError": {"description": "Error (400, 401, 404, 413, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
-      "TgiError": {"description": "Error (400, 401, 413, 422, 424 a failed generation, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}}
+      "TgiError": {"description": "Error (400, 401, 413, 422, 424 a failed generation, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}},
+      "TokenizeError": {"description": "Error in the shape of the body's API: TGI's for an inputs body, OpenAI's (vLLM's) for a prompt or messages body", "content": {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/TgiError"}, {"$ref": "#/components/schemas/OpenAIError"}]}}}}
     }
   },
   "security": [{"bearer": []}],
@@ -109,7 +110,7 @@ const std::string& OpenApiJson() {
       "responses": {"200": {"description": "Generated text or token events", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/tokenize": {"post": {"summary": "TGI's or vLLM's tokenize, by the body (at most max_input_tokens tokens)",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
-      "responses": {"200": {"description": "TGI: tokens with ids and byte offsets; vLLM: the ids and their count", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+      "responses": {"200": {"description": "TGI: tokens with ids and byte offsets; vLLM: the ids and their count", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TokenizeError"}}}},
     "/detokenize": {"post": {"summary": "vLLM detokenize: the text of token ids (special tokens kept)",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DetokenizeRequest"}}}},
       "responses": {"200": {"description": "{prompt}", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}}
