@@ -50,6 +50,8 @@ std::string RejectedSamplingField(const SamplingParams& requested, int32_t vocab
       {"bad_words", [](const SamplingParams& r,
                        SamplingParams& p) { p.bad_words_token_ids = r.bad_words_token_ids; }},
       {"logit_bias", [](const SamplingParams& r, SamplingParams& p) { p.logit_bias = r.logit_bias; }},
+      {"guided_choice",
+       [](const SamplingParams& r, SamplingParams& p) { p.choice_token_ids = r.choice_token_ids; }},
   };
   for (const auto& [field, set] : kProbes) {
     SamplingParams probe;
@@ -125,6 +127,36 @@ absl::Status AddBadWords(const google::protobuf::RepeatedPtrField<std::string>& 
     if (spaced.ok() && spaced->size() == plain->size() && spaced->front() != plain->front()) {
       sp.bad_words_token_ids.push_back(*std::move(spaced));
     }
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's guided_choice: each choice as the tokenizer splits it (the model's own spelling of it).
+// The output ends on EOS after a whole choice, so EOS must be able to end it.
+absl::Status AddChoices(const v1::GenerateRequest& request, const Tokenizer& tokenizer,
+                        SamplingParams& sp) {
+  const auto& choices = request.sampling().guided_choice();
+  if (choices.empty()) return absl::OkStatus();
+  if (static_cast<size_t>(choices.size()) > kMaxGuidedChoices) {
+    return Refusal(error_reason::kInvalidSamplingParams, "sampling.guided_choice",
+                   absl::StrCat("sampling.guided_choice: at most ", kMaxGuidedChoices,
+                                " choices, got ", choices.size()));
+  }
+  if (request.stopping().ignore_eos() || request.stopping().min_new_tokens() > 0) {
+    return Refusal(error_reason::kInvalidSamplingParams, "sampling.guided_choice",
+                   "sampling.guided_choice ends the output with EOS after a whole choice: it "
+                   "cannot be combined with ignore_eos or min_new_tokens");
+  }
+  for (int i = 0; i < choices.size(); ++i) {
+    auto ids = choices[i].empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
+                                  : tokenizer.Encode(choices[i]);
+    if (!ids.ok() || ids->empty() || ids->size() > kMaxChoiceTokens) {
+      return Refusal(error_reason::kInvalidSamplingParams, "sampling.guided_choice",
+                     absl::StrCat("sampling.guided_choice[", i, "] must be text of 1 to ",
+                                  kMaxChoiceTokens, " tokens",
+                                  ids.ok() ? "" : absl::StrCat(": ", ids.status().message())));
+    }
+    sp.choice_token_ids.push_back(*std::move(ids));
   }
   return absl::OkStatus();
 }
@@ -241,6 +273,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   std::sort(sp.logit_bias.begin(), sp.logit_bias.end(),
             [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
   BLOSSOM_RETURN_IF_ERROR(AddBadWords(s.bad_words(), tokenizer, sp));
+  BLOSSOM_RETURN_IF_ERROR(AddChoices(request, tokenizer, sp));
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;

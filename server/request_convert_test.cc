@@ -102,6 +102,31 @@ TEST_F(RequestConvertTest, LogitBiasAllowedTokensAndBadWords) {
             "sampling.bad_words");
 }
 
+TEST_F(RequestConvertTest, GuidedChoicesAreTokenizedAndNeedEos) {
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->add_guided_choice("yes");
+  request.mutable_sampling()->add_guided_choice(" no thanks");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->sampling.choice_token_ids,
+            std::vector<std::vector<int32_t>>(
+                {*tokenizer_->Encode("yes"), *tokenizer_->Encode(" no thanks")}));
+  v1::GenerateRequest ignoring = request;
+  ignoring.mutable_stopping()->set_ignore_eos(true);
+  v1::GenerateRequest with_min = request;
+  with_min.mutable_stopping()->set_min_new_tokens(2);
+  v1::GenerateRequest empty = request;
+  empty.mutable_sampling()->add_guided_choice("");
+  v1::GenerateRequest many = request;
+  for (size_t i = 0; i <= kMaxGuidedChoices; ++i) many.mutable_sampling()->add_guided_choice("x");
+  for (const v1::GenerateRequest& bad : {ignoring, with_min, empty, many}) {
+    const absl::Status status = ToEngineRequest(bad, *tokenizer_, limits_).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(DetailsOf(status).field, "sampling.guided_choice") << status;
+  }
+}
+
 TEST_F(RequestConvertTest, TruncationKeepsTheEndOfThePromptBeforeTheLengthLimit) {
   v1::GenerateRequest request;
   for (int32_t id = 1; id <= 20; ++id) request.mutable_token_ids()->add_ids(id);  // > 8 allowed
@@ -235,6 +260,8 @@ TEST(DescribeEngineRefusalTest, AttributesTheRejectedField) {
        "INVALID_SAMPLING_PARAMS"},
       {[](EngineRequest* r) { r->sampling.logit_bias = {{3, 101.0f}}; }, "sampling.logit_bias",
        "INVALID_SAMPLING_PARAMS"},
+      {[](EngineRequest* r) { r->sampling.choice_token_ids = {{kVocab}}; },
+       "sampling.guided_choice", "INVALID_SAMPLING_PARAMS"},
       {[](EngineRequest* r) { r->stopping.max_new_tokens = 0; }, "stopping.max_new_tokens",
        "INVALID_STOPPING_PARAMS"},
       {[](EngineRequest* r) { r->stopping.min_new_tokens = 20; }, "stopping.min_new_tokens",

@@ -31,6 +31,7 @@ absl::Status Unsupported(const char* field, absl::string_view what) {
 constexpr size_t kMaxTokenIdList = 1 << 18;
 constexpr size_t kMaxLogitBiasTokens = 300;  // OpenAI's limit
 constexpr size_t kMaxBadWords = 64;          // the server's
+constexpr size_t kMaxGuidedChoices = 256;    // the server's
 
 // A list of token ids, appended to `out`.
 absl::Status GetTokenIds(const Json& body, const char* field, size_t max_items,
@@ -72,6 +73,44 @@ absl::Status ParseLogitBias(const Json& body, blossom::v1::SamplingParameters* s
                                                    " for token ", id));
     }
     (*sampling->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(v);
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's guided_choice: a list of strings, or the same as structured_outputs.choice (its newer
+// spelling); structured_outputs' other constraints (json, regex, grammar) are not supported.
+absl::Status ParseGuidedChoice(const Json& body, blossom::v1::SamplingParameters* sampling) {
+  const char* field = "guided_choice";
+  const Json* choices = nullptr;
+  if (auto it = body.find("guided_choice"); it != body.end() && !it->is_null()) choices = &*it;
+  if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return FieldError("structured_outputs", "must be an object");
+    for (const auto& [key, value] : it->items()) {
+      if (value.is_null()) continue;
+      if (key != "choice") {
+        return Unsupported("structured_outputs",
+                           absl::StrCat("structured_outputs.", key.substr(0, 32)));
+      }
+      if (choices != nullptr) {
+        return FieldError("structured_outputs",
+                          "give guided_choice or structured_outputs.choice, not both");
+      }
+      choices = &value;
+      field = "structured_outputs.choice";
+    }
+  }
+  if (choices == nullptr) return absl::OkStatus();
+  if (!choices->is_array() || choices->empty()) {
+    return FieldError(field, "must be a non-empty list of strings");
+  }
+  if (choices->size() > kMaxGuidedChoices) {
+    return FieldError(field, absl::StrCat("at most ", kMaxGuidedChoices, " choices"));
+  }
+  for (const Json& choice : *choices) {
+    if (!choice.is_string() || choice.get_ref<const std::string&>().empty()) {
+      return FieldError(field, "must be a non-empty list of non-empty strings");
+    }
+    sampling->add_guided_choice(choice.get<std::string>());
   }
   return absl::OkStatus();
 }
@@ -192,6 +231,7 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "bad_words", kMaxBadWords, &bad_words));
   for (std::string& word : bad_words) sampling->add_bad_words(std::move(word));
   BLOSSOM_RETURN_IF_ERROR(ParseLogitBias(body, sampling));
+  BLOSSOM_RETURN_IF_ERROR(ParseGuidedChoice(body, sampling));
 
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
@@ -227,8 +267,7 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
 
   // vLLM extensions that would constrain, shorten or add to the output: refused, not ignored (a
   // client would otherwise get unconstrained text, or a response missing what it asked for).
-  for (const char* field :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
+  for (const char* field : {"guided_json", "guided_regex", "guided_grammar"}) {
     auto it = body.find(field);
     if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }

@@ -15,7 +15,8 @@
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
 //   stop_token_ids, include_stop_str_in_output, skip_special_tokens (default true), priority
 //   (lower runs first), truncate_prompt_tokens (the last N prompt tokens kept),
-//   allowed_token_ids and bad_words; OpenAI's logit_bias ({"<id>": bias in [-100, 100]}).
+//   allowed_token_ids, bad_words and guided_choice (or structured_outputs.choice); OpenAI's
+//   logit_bias ({"<id>": bias in [-100, 100]}).
 // - Up to 16 stop sequences (the server's limit; OpenAI allows 4, vLLM any number).
 // - Chat messages become one prompt through the ChatTemplate (chat_template.h; --chat-template).
 // - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the

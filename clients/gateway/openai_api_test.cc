@@ -49,7 +49,13 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","typical_p":0})", "typical_p", "typical_p"},
       {false, R"({"prompt":"a","guided_json":{"type":"object"}})", "guided_json is not supported",
        "guided_json"},
-      {true, "{" + kChat + R"(,"guided_choice":["a","b"]})", "not supported", "guided_choice"},
+      {true, "{" + kChat + R"(,"guided_choice":[]})", "non-empty list", "guided_choice"},
+      {false, R"({"prompt":"a","guided_choice":["a",""]})", "non-empty strings", "guided_choice"},
+      {false, R"({"prompt":"a","guided_choice":"a"})", "non-empty list", "guided_choice"},
+      {false, R"({"prompt":"a","structured_outputs":{"json":{}}})",
+       "structured_outputs.json is not supported", "structured_outputs"},
+      {false, R"({"prompt":"a","structured_outputs":{"choice":["x"]},"guided_choice":["y"]})",
+       "not both", "structured_outputs"},
       {false, R"({"prompt":"a","allowed_token_ids":[1,-2]})", "non-negative", "allowed_token_ids"},
       {false, R"({"prompt":"a","allowed_token_ids":[]})", "must not be empty", "allowed_token_ids"},
       {false, R"({"prompt":"a","allowed_token_ids":"1"})", "list of integers", "allowed_token_ids"},
@@ -345,6 +351,18 @@ TEST(OpenAIApiTest, LogitBiasAllowedTokensAndBadWordsPassThrough) {
   ASSERT_TRUE(many.ok()) << many.status();
   ASSERT_EQ(many->batch.size(), 2u);
   EXPECT_EQ(many->batch[1].sampling().logit_bias().at(7), 1.0f) << "every choice has them";
+}
+
+TEST(OpenAIApiTest, GuidedChoiceInBothSpellings) {
+  auto r = ParseCompletionRequest(R"({"prompt":"a","guided_choice":["yes","no"]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::vector<std::string>(r->request.sampling().guided_choice().begin(),
+                                     r->request.sampling().guided_choice().end()),
+            std::vector<std::string>({"yes", "no"}));
+  auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],)"
+                               R"("structured_outputs":{"choice":["a b","c"],"json":null}})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->request.sampling().guided_choice_size(), 2);
 }
 
 // vLLM's prompt_logprobs: asked of the server (the larger of it and the echo's top count), and

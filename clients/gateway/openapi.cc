@@ -41,6 +41,7 @@ const std::string& OpenApiJson() {
         "logit_bias": {"type": "object", "maxProperties": 300, "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}, "description": "token id (as a string) -> bias added to its logit"},
         "allowed_token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}, "description": "vLLM's: only these tokens are generated"},
         "bad_words": {"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: never generated"},
+        "guided_choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: the output is one of these (not with ignore_eos or min_tokens)"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "stream": {"type": "boolean"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
@@ -59,6 +60,7 @@ const std::string& OpenApiJson() {
         "logit_bias": {"type": "object", "maxProperties": 300, "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}, "description": "token id (as a string) -> bias added to its logit"},
         "allowed_token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}, "description": "vLLM's: only these tokens are generated"},
         "bad_words": {"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: never generated"},
+        "guided_choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: the output is one of these (not with ignore_eos or min_tokens)"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
       "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {
         "inputs": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"},

@@ -12,6 +12,7 @@ SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> 
     : prompt_(std::move(prompt)),
       sampling_(sampling),
       stop_(stopping, eos_token_id),
+      end_token_(eos_token_id.has_value() && !stopping.ignore_eos ? *eos_token_id : -1),
       decoder_(tokenizer, stopping.skip_special_tokens),
       rng_(sampling.seed) {}
 
@@ -32,6 +33,7 @@ absl::StatusOr<SampleRow> SequenceOutput::PrepareSample(int64_t logit_row) {
   row.context.prompt_tokens = prompt_;
   row.context.output_tokens = output_;
   row.context.suppressed_tokens = suppressed_;
+  row.context.end_token = end_token_;
   row.rng = &rng_;
   return row;
 }

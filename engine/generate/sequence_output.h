@@ -68,6 +68,7 @@ class SequenceOutput {
   std::string text_;
   SamplingParams sampling_;
   StopChecker stop_;
+  const int32_t end_token_;  // EOS unless ignore_eos, else -1 (SamplingContext::end_token)
   IncrementalDecoder decoder_;
   RequestRng rng_;
   FinishReason reason_ = FinishReason::kNone;

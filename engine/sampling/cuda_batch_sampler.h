@@ -5,8 +5,8 @@
 //
 // On the device: greedy, temperature, top_k, top_p, repetition / frequency / presence penalties.
 // On the host (the GPU sampler lacks them): typical_p < 1, min_p > 0, logprobs >= 0 (the GPU
-// sampler returns no logprobs), suppressed tokens (min_new_tokens), allowed_token_ids, bad words
-// and logit_bias. Prompt logprobs are not
+// sampler returns no logprobs), suppressed tokens (min_new_tokens), allowed_token_ids, bad words,
+// logit_bias and guided choice. Prompt logprobs are not
 // a sampling row: the engine scores them from host logits.
 //
 // Differences from the host sampler, by design: a device row with temperature > 0 draws from

@@ -149,7 +149,7 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
 }
 
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
-  std::vector<Request> requests(7);
+  std::vector<Request> requests(8);
   requests[0].params.logprobs = 5;
   requests[1].params.typical_p = 0.8f;
   requests[2].params.min_p = 0.1f;
@@ -157,6 +157,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   requests[4].params.allowed_token_ids = {3, 99, 4000};
   requests[5].params.bad_words_token_ids = {{7}, {1, 2}};
   requests[6].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
+  requests[7].params.choice_token_ids = {{21, 22}, {23}};
   for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
   for (const Request& r : requests) {
     SampleRow row;
@@ -165,7 +166,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
     EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
   }
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
-  SampleOnBoth(RandomLogits(7, 12), requests, {6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
+  SampleOnBoth(RandomLogits(8, 12), requests, {7, 6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
@@ -177,12 +178,13 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
       EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
     }
   }
-  EXPECT_EQ(sampler_->host_rows(), 7);
+  EXPECT_EQ(sampler_->host_rows(), 8);
   EXPECT_EQ(sampler_->device_rows(), 0);
   // The masks and the bias took effect on the rows copied from the device.
   EXPECT_TRUE(gpu[4]->token == 3 || gpu[4]->token == 99 || gpu[4]->token == 4000) << gpu[4]->token;
   EXPECT_NE(gpu[5]->token, 7);
   EXPECT_EQ(gpu[6]->token, 12) << "+30 on logits of standard deviation 4";
+  EXPECT_TRUE(gpu[7]->token == 21 || gpu[7]->token == 23) << gpu[7]->token;
 }
 
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {

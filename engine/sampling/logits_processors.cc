@@ -151,6 +151,32 @@ class LogitsProcessors {
                                 logits.begin());
   }
 
+  // Guided choice: every token masked but the next token of each choice the output is a prefix
+  // of, and the end token where the output is a whole choice. None left (the output left every
+  // choice, e.g. the end token was suppressed) leaves the row fully masked: FailedPrecondition.
+  static void MaskToChoices(const SamplingParams& params, const SamplingContext& ctx,
+                            SamplerScratch& s) {
+    const size_t vocab = s.logits_.size();
+    s.seen_.resize(vocab);  // zero between calls
+    std::vector<int32_t>& kept = s.choice_next_;
+    kept.clear();
+    const size_t n = ctx.output_tokens.size();
+    for (const std::vector<int32_t>& choice : params.choice_token_ids) {
+      if (choice.size() < n || !std::equal(ctx.output_tokens.begin(), ctx.output_tokens.end(),
+                                           choice.begin())) {
+        continue;
+      }
+      const int32_t next = choice.size() > n ? choice[n] : ctx.end_token;
+      if (next >= 0 && static_cast<size_t>(next) < vocab) kept.push_back(next);
+    }
+    for (int32_t t : kept) s.seen_[t] = 1;
+    float* l = s.logits_.data();
+    for (size_t i = 0; i < vocab; ++i) {
+      if (!s.seen_[i]) l[i] = -kInf;
+    }
+    for (int32_t t : kept) s.seen_[t] = 0;
+  }
+
   // Steps 1-3: copies the row into s.logits_, checks it and applies suppression and penalties.
   static absl::Status Prepare(absl::Span<const float> logits, const SamplingParams& params,
                               const SamplingContext& ctx, SamplerScratch& s) {
@@ -177,6 +203,7 @@ class LogitsProcessors {
       }
       for (int32_t t : params.allowed_token_ids) s.seen_[t] = 0;
     }
+    if (!params.choice_token_ids.empty()) MaskToChoices(params, ctx, s);
     for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
       if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
         l[word.back()] = -kInf;
@@ -531,6 +558,7 @@ absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams&
 bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx) {
   return ctx.suppressed_tokens.empty() && params.allowed_token_ids.empty() &&
          params.bad_words_token_ids.empty() && params.logit_bias.empty() &&
+         params.choice_token_ids.empty() &&
          params.repetition_penalty == 1.0f &&
          params.frequency_penalty == 0.0f && params.presence_penalty == 0.0f;
 }

@@ -33,6 +33,9 @@ struct SamplingContext {
   // Forced to -inf first, e.g. EOS and stop ids while below min_new_tokens
   // (StopChecker::SuppressedTokens).
   absl::Span<const int32_t> suppressed_tokens;
+  // The token that ends the output (EOS, unless ignore_eos); -1 for none. Guided choice allows
+  // it once the output equals a choice.
+  int32_t end_token = -1;
 };
 
 // Reusable buffers for Sample(), so that the per-token path does not allocate vocabulary-sized
@@ -65,6 +68,7 @@ class SamplerScratch {
   // Vocab-sized and all zero between calls: penalties touch only history tokens and reset them.
   std::vector<int32_t> counts_;
   std::vector<uint8_t> seen_;
+  std::vector<int32_t> choice_next_;  // guided choice: the tokens a step allows
 };
 
 // Steps 1-3: copies `logits` into `scratch`, checks it and applies suppression and penalties.

@@ -232,6 +232,11 @@ TEST(SamplerReferenceTest, MasksAndLogitBiasMatchReference) {
           if (picked[1] != picked[0] && picked[1] != last) {
             biased.logit_bias.push_back({picked[1], 100.0f});
           }
+          SamplingParams choice = Make(temperature);
+          choice.choice_token_ids = {{output[0], output[1], picked[0]},  // continues the output?
+                                     {picked[1]},
+                                     {picked[2], picked[3]}};
+          variants.push_back(choice);
           SamplingParams all = biased;
           all.allowed_token_ids = allowed.allowed_token_ids;
           all.bad_words_token_ids = bad.bad_words_token_ids;
@@ -246,7 +251,9 @@ TEST(SamplerReferenceTest, MasksAndLogitBiasMatchReference) {
                                     static_cast<int>(kind), " seed=", seed));
           const std::vector<int32_t> none;
           SamplingContext ctx{prompt, output, none};
-          const Reference want = ReferenceDistribution(logits, variants[v], prompt, output, none);
+          ctx.end_token = last;
+          const Reference want =
+              ReferenceDistribution(logits, variants[v], prompt, output, none, ctx.end_token);
           absl::StatusOr<std::vector<TokenProbability>> got =
               SamplingDistribution(logits, variants[v], ctx, scratch);
           if (want.probs.empty()) {
@@ -297,6 +304,50 @@ TEST(SamplerMasksTest, EachMaskAndBiasDecidesGreedy) {
   p.bad_words_token_ids = {{1}};
   EXPECT_EQ(SamplingDistribution(logits, p, ctx, scratch).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Guided choice: the output stays a prefix of a choice and ends (the end token) only on a whole
+// one.
+TEST(SamplerMasksTest, GuidedChoiceAllowsTheNextTokensAndTheEndOfAWholeChoice) {
+  SamplerScratch scratch;
+  std::vector<float> logits(12, 0.0f);
+  SamplingParams p = Make(1.0f);
+  p.choice_token_ids = {{5, 6}, {5, 7, 8}, {9}, {5}};
+  auto support = [&](std::vector<int32_t> output, int32_t end_token) {
+    SamplingContext ctx{{}, output, {}};
+    ctx.end_token = end_token;
+    absl::StatusOr<std::vector<TokenProbability>> d = SamplingDistribution(logits, p, ctx, scratch);
+    std::vector<int32_t> tokens;
+    if (d.ok()) {
+      for (const TokenProbability& t : *d) tokens.push_back(t.token);
+    }
+    return tokens;
+  };
+  EXPECT_EQ(support({}, 11), std::vector<int32_t>({5, 9}));
+  EXPECT_EQ(support({5}, 11), std::vector<int32_t>({6, 7, 11})) << "{5} is whole: it may end";
+  EXPECT_EQ(support({5, 7}, 11), std::vector<int32_t>({8}));
+  EXPECT_EQ(support({5, 6}, 11), std::vector<int32_t>({11}));
+  EXPECT_EQ(support({9}, 11), std::vector<int32_t>({11}));
+  // Without an end token (ignore_eos) a whole choice has nothing after it: fully masked.
+  SamplingContext no_end{{}, std::vector<int32_t>{9}, {}};
+  const std::vector<int32_t> nine = {9};
+  no_end.output_tokens = nine;
+  EXPECT_EQ(SamplingDistribution(logits, p, no_end, scratch).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Greedy picks the most likely allowed token.
+  logits[9] = 3.0f;
+  logits[5] = 1.0f;
+  logits[0] = 10.0f;
+  SamplingParams greedy = p;
+  greedy.temperature = 0.0f;
+  SamplingContext start;
+  start.end_token = 11;
+  absl::StatusOr<std::vector<TokenProbability>> d =
+      SamplingDistribution(logits, greedy, start, scratch);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].token, 9);
+  EXPECT_FALSE(RowIsUnedited(greedy, start));
 }
 
 // Hand-made rows whose boundaries fall exactly on ties or on the cumulative threshold.

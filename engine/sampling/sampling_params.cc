@@ -58,6 +58,32 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
+// At most max_count sequences of 1..max_length token ids in the vocabulary; errors name
+// field[i] (bad_words, guided_choice).
+absl::Status CheckTokenSequences(const std::vector<std::vector<int32_t>>& sequences,
+                                 absl::string_view field, size_t max_count, size_t max_length,
+                                 int32_t vocab_size) {
+  if (sequences.size() > max_count) {
+    return OutOfRange(field, absl::StrCat("at most ", max_count, " token sequences"),
+                      static_cast<int64_t>(sequences.size()));
+  }
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const std::vector<int32_t>& sequence = sequences[i];
+    if (sequence.empty() || sequence.size() > max_length) {
+      return OutOfRange(absl::StrCat(field, "[", i, "]"),
+                        absl::StrCat("1 to ", max_length, " tokens long"),
+                        static_cast<int64_t>(sequence.size()));
+    }
+    for (int32_t t : sequence) {
+      if (t < 0 || t >= vocab_size) {
+        return OutOfRange(absl::StrCat(field, "[", i, "] token"),
+                          absl::StrCat("in [0, ", vocab_size, ")"), int64_t{t});
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Validate(const SamplingParams& p, int32_t vocab_size) {
@@ -104,23 +130,12 @@ absl::Status Validate(const SamplingParams& p, int32_t vocab_size) {
       return OutOfRange(absl::StrCat("allowed_token_ids[", i, "]"), vocab_range, int64_t{t});
     }
   }
-  if (p.bad_words_token_ids.size() > kMaxBadWordSequences) {
-    return OutOfRange("bad_words", absl::StrCat("at most ", kMaxBadWordSequences, " token sequences"),
-                      static_cast<int64_t>(p.bad_words_token_ids.size()));
-  }
-  for (size_t i = 0; i < p.bad_words_token_ids.size(); ++i) {
-    const std::vector<int32_t>& word = p.bad_words_token_ids[i];
-    if (word.empty() || word.size() > kMaxBadWordTokens) {
-      return OutOfRange(absl::StrCat("bad_words[", i, "]"),
-                        absl::StrCat("1 to ", kMaxBadWordTokens, " tokens long"),
-                        static_cast<int64_t>(word.size()));
-    }
-    for (int32_t t : word) {
-      if (t < 0 || t >= vocab_size) {
-        return OutOfRange(absl::StrCat("bad_words[", i, "] token"), vocab_range, int64_t{t});
-      }
-    }
-  }
+  absl::Status status = CheckTokenSequences(p.bad_words_token_ids, "bad_words",
+                                             kMaxBadWordSequences, kMaxBadWordTokens, vocab_size);
+  if (!status.ok()) return status;
+  status = CheckTokenSequences(p.choice_token_ids, "guided_choice", kMaxGuidedChoices,
+                               kMaxChoiceTokens, vocab_size);
+  if (!status.ok()) return status;
   if (p.logit_bias.size() > kMaxLogitBiasTokens) {
     return OutOfRange("logit_bias", absl::StrCat("at most ", kMaxLogitBiasTokens, " tokens"),
                       static_cast<int64_t>(p.logit_bias.size()));

@@ -42,6 +42,9 @@ inline constexpr float kMaxLogitBias = 100.0f;
 // of 1..kMaxBadWordTokens tokens: they are matched against the output at every step.
 inline constexpr size_t kMaxBadWordSequences = 128;
 inline constexpr size_t kMaxBadWords = kMaxBadWordSequences / 2;
+// Guided choice: at most this many choices, each of 1..kMaxChoiceTokens tokens.
+inline constexpr size_t kMaxGuidedChoices = 256;
+inline constexpr size_t kMaxChoiceTokens = 256;
 inline constexpr size_t kMaxBadWordTokens = 32;
 
 struct LogitBias {
@@ -78,6 +81,10 @@ struct SamplingParams {
   // OpenAI's logit_bias: added to these tokens' logits after the masks, before the penalties
   // (vLLM's order). Distinct tokens.
   std::vector<LogitBias> logit_bias;
+  // vLLM's guided_choice as token sequences: the output is one of them. While the output so far
+  // is a prefix of some choices, only their next tokens are allowed; once it equals a choice,
+  // the end token (SamplingContext::end_token) is too (step 1).
+  std::vector<std::vector<int32_t>> choice_token_ids;
 };
 
 // When generation ends. Plain value type; not validated on construction: call Validate().

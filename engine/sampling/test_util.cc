@@ -19,7 +19,7 @@ constexpr double kMassEps = 1e-6;
 Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingParams& p,
                                 const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& output,
-                                const std::vector<int32_t>& suppressed) {
+                                const std::vector<int32_t>& suppressed, int32_t end_token) {
   const int32_t vocab = static_cast<int32_t>(raw.size());
   Reference ref;
   // Steps 1-3.
@@ -28,6 +28,20 @@ Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingPar
     std::set<int32_t> allowed(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
     for (int32_t i = 0; i < vocab; ++i) {
       if (allowed.count(i) == 0) l[i] = -kInf;
+    }
+  }
+  if (!p.choice_token_ids.empty()) {
+    std::set<int32_t> next;
+    for (const std::vector<int32_t>& choice : p.choice_token_ids) {
+      if (choice.size() < output.size() ||
+          std::vector<int32_t>(choice.begin(), choice.begin() + output.size()) != output) {
+        continue;
+      }
+      if (choice.size() > output.size()) next.insert(choice[output.size()]);
+      else if (end_token >= 0) next.insert(end_token);
+    }
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (next.count(i) == 0) l[i] = -kInf;
     }
   }
   for (const std::vector<int32_t>& word : p.bad_words_token_ids) {

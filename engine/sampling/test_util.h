@@ -28,11 +28,12 @@ struct Reference {
   std::set<int32_t> borderline;
 };
 
-// The distribution of steps 1-8 for `raw` with these parameters and token history.
+// The distribution of steps 1-8 for `raw` with these parameters and token history
+// (end_token: SamplingContext::end_token).
 Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingParams& p,
                                 const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& output,
-                                const std::vector<int32_t>& suppressed);
+                                const std::vector<int32_t>& suppressed, int32_t end_token = -1);
 
 // Logit generators.
 enum class LogitKind { kNormal, kPeaked, kQuantized, kWithMasked };

@@ -80,6 +80,27 @@ class OpenAIClientTest(unittest.TestCase):
                                            logit_bias={"10000000": 5})
         self.assertEqual(cm.exception.param, "logit_bias")
 
+    def test_guided_choice(self):
+        """vLLM's guided_choice through the openai SDK: the text is one of the choices, ended by
+        EOS ("stop"), sampled or greedy, completions and chat."""
+        choices = ["yes", "no", "The server reads the cache"]
+        for temperature in (0, 1.0):
+            r = self.client.completions.create(model=MODEL, prompt="Answer:", max_tokens=20,
+                                               temperature=temperature, seed=4,
+                                               extra_body={"guided_choice": choices})
+            self.assertIn(r.choices[0].text, choices)
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Well?"}], max_tokens=20, n=3,
+            temperature=1.0, seed=1, extra_body={"structured_outputs": {"choice": choices}})
+        for choice in r.choices:
+            self.assertIn(choice.message.content, choices)
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(model=MODEL, prompt="x", max_tokens=4,
+                                           extra_body={"guided_choice": choices,
+                                                       "ignore_eos": True})
+        self.assertEqual(cm.exception.param, "guided_choice")
+
     def test_several_prompts_and_n(self):
         # The openai SDK's list prompt and n: choices in order, each prompt n times; greedy
         # choices equal the single-prompt answers, seeded samples are reproducible.

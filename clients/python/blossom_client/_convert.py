@@ -18,7 +18,7 @@ Prompt = Union[str, Sequence[int]]
 _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_penalty",
              "frequency_penalty", "presence_penalty", "seed", "logprobs", "prompt_logprobs")
 # Keyword -> repeated field of SamplingParameters, and its one map field (token id -> bias).
-_SAMPLING_REPEATED = ("allowed_token_ids", "bad_words")
+_SAMPLING_REPEATED = ("allowed_token_ids", "bad_words", "guided_choice")
 _SAMPLING_MAP = ("logit_bias",)
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")

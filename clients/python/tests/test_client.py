@@ -178,8 +178,9 @@ class SyncClientTest(unittest.TestCase):
 
     def test_logit_bias_allowed_tokens_and_bad_words(self):
         self.client.generate("Hi", logit_bias={5: -100, "7": 2.5}, allowed_token_ids=[5, 7, 9],
-                             bad_words=["foo", "bar baz"])
+                             bad_words=["foo", "bar baz"], guided_choice=["yes", "no"])
         s = self.fake.requests[-1].sampling
+        self.assertEqual(list(s.guided_choice), ["yes", "no"])
         self.assertEqual(dict(s.logit_bias), {5: -100.0, 7: 2.5})
         self.assertEqual(list(s.allowed_token_ids), [5, 7, 9])
         self.assertEqual(list(s.bad_words), ["foo", "bar baz"])
