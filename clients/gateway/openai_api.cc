@@ -371,7 +371,6 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   BLOSSOM_RETURN_IF_ERROR(ParsePrompts(json, &prompts));
   out.request = prompts.front();
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
-  if (out.echo && out.stream) return Unsupported("echo", "echo with stream=true");
   if (out.echo && out.request.truncate_prompt_tokens() > 0) {
     // The echo would show the whole prompt while the model saw its end only.
     return Unsupported("truncate_prompt_tokens", "truncate_prompt_tokens with echo");

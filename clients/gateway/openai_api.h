@@ -6,12 +6,12 @@
 // - Several prompts (a list of strings or of token-id lists) and n > 1 give one choice each
 //   (at most 128 choices; best_of must equal n); streamed, their chunks interleave, each with
 //   its choice's index, and [DONE] follows the last choice's end.
-// - Unsupported features are a 400 naming the field: best_of != n, echo with stream,
-//   suffix, tools, non-text content parts, response_format other than text, beam
+// - Unsupported features are a 400 naming the field: best_of != n, suffix, tools, non-text content parts, response_format other than text, beam
 //   search, truncate_prompt_tokens with echo, prompt_logprobs -1 (the whole vocabulary).
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).
+//   Streamed, they lead each choice's first chunk (vLLM).
 // - vLLM extensions accepted: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
 //   stop_token_ids, include_stop_str_in_output, skip_special_tokens (default true), priority
 //   (lower runs first), truncate_prompt_tokens (the last N prompt tokens kept),
@@ -113,6 +113,7 @@ class StreamEncoder {
   const int64_t created_;
   const int choices_;
   std::vector<size_t> text_offset_;                   // per choice: characters so far
+  std::vector<bool> echoed_;                          // per choice: the echo was sent
   std::vector<absl::optional<int32_t>> last_token_;  // per choice: for stop_reason
   int finals_ = 0;                                    // choices finished
   blossom::v1::Usage usage_;                          // summed over the finished choices

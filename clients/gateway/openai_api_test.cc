@@ -79,7 +79,6 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"max_tokens":0})", "at least 1", "max_tokens"},
       {false, R"({"prompt":"a","n":200})", "at most 128", "n"},
       {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
-      {false, R"({"prompt":"a","echo":true,"stream":true})", "echo with stream=true", "echo"},
       {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
       {false, R"({"prompt":"a","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n",
                                           "o","p","q"]})",
@@ -521,6 +520,71 @@ TEST(OpenAIApiTest, EncodesChatResponse) {
   Json p = CompletionResponse(*r, partial, "chatcmpl-2", 123);
   EXPECT_EQ(p["choices"][0]["logprobs"]["content"][0]["bytes"], Json({0xC3}));
   EXPECT_EQ(p["choices"][0]["logprobs"]["content"][0]["top_logprobs"][0]["bytes"], Json({0xC3}));
+}
+
+// The streamed choice's chunks, joined: the text and the four logprobs lists.
+Json JoinStreamedChoice(const std::string& events) {
+  Json joined = {{"text", ""},
+                 {"tokens", Json::array()},
+                 {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()},
+                 {"text_offset", Json::array()},
+                 {"finish_reason", nullptr}};
+  for (absl::string_view e : absl::StrSplit(events, "\n\n", absl::SkipEmpty())) {
+    if (e == "data: [DONE]") continue;
+    const Json chunk = Json::parse(e.substr(6));
+    const Json& choice = chunk["choices"][0];
+    joined["text"] = joined["text"].get<std::string>() + choice["text"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) joined["finish_reason"] = choice["finish_reason"];
+    if (choice["logprobs"].is_null()) continue;
+    for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const Json& v : choice["logprobs"][list]) joined[list].push_back(v);
+    }
+  }
+  return joined;
+}
+
+// echo on a stream (vLLM): the prompt's text and logprobs lead the first chunk, and the joined
+// chunks equal the unary response; with max_tokens 0 only the prompt is sent.
+TEST(OpenAIApiTest, StreamedEchoEqualsTheUnaryResponse) {
+  blossom::v1::GenerateResponse response = MakeResponse();
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      R"pb(prompt_logprobs { id: 5 text: "S" }
+           prompt_logprobs { id: 6 text: "ay" logprob: -3.5
+                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
+      &response));
+  for (const char* body : {R"({"prompt":"Say","echo":true,"logprobs":1,"stream":true})",
+                           R"({"prompt":[5,6],"echo":true,"logprobs":1,"stream":true})",
+                           R"({"prompt":"Say","echo":true,"stream":true})",
+                           R"({"prompt":[5,6],"echo":true,"logprobs":0,"max_tokens":0,"stream":true})"}) {
+    SCOPED_TRACE(body);
+    auto r = ParseCompletionRequest(body);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const Json unary = CompletionResponse(*r, response, "c", 1)["choices"][0];
+    // The same generation as stream messages: prompt logprobs with the first token.
+    StreamEncoder encoder(*r, "c", 1);
+    std::string events;
+    for (int i = 0; i < response.tokens_size(); ++i) {
+      blossom::v1::GenerateStreamResponse m;
+      *m.mutable_token() = response.tokens(i);
+      m.set_text_delta(response.tokens(i).text());
+      if (i == 0 && r->request.sampling().has_prompt_logprobs()) {
+        *m.mutable_prompt_logprobs() = response.prompt_logprobs();
+      }
+      if (i + 1 == response.tokens_size()) *m.mutable_final() = response.final();
+      events += encoder.OnMessage(m);
+    }
+    const Json joined = JoinStreamedChoice(events);
+    EXPECT_EQ(joined["text"], unary["text"]);
+    EXPECT_EQ(joined["finish_reason"], unary["finish_reason"]);
+    if (unary["logprobs"].is_null()) {
+      EXPECT_TRUE(joined["tokens"].empty());
+    } else {
+      for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        EXPECT_EQ(joined[list], unary["logprobs"][list]) << list;
+      }
+    }
+  }
 }
 
 TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {

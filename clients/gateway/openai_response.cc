@@ -102,6 +102,34 @@ size_t Characters(const std::string& text) {
   return n;
 }
 
+// OpenAI completion logprobs: four parallel lists.
+Json EmptyCompletionLogprobs() {
+  return {{"tokens", Json::array()},
+          {"token_logprobs", Json::array()},
+          {"top_logprobs", Json::array()},
+          {"text_offset", Json::array()}};
+}
+
+// Appends `t` at *offset characters (then advanced past it); a token without a logprob (the
+// first echoed prompt token) has null there and in top_logprobs.
+void AppendCompletionLogprob(const Token& t, int top_n, size_t* offset, Json* lists) {
+  (*lists)["tokens"].push_back(t.text());
+  (*lists)["token_logprobs"].push_back(LogprobOrNull(t));
+  (*lists)["top_logprobs"].push_back(t.has_logprob() ? TopLogprobsMap(t, top_n) : Json(nullptr));
+  (*lists)["text_offset"].push_back(*offset);
+  *offset += Characters(t.text());
+}
+
+// The echoed prompt's text: the request's, or for a token-id prompt its tokens' texts (the
+// server sends them as prompt logprobs).
+std::string EchoedPrompt(const GenerateRequest& sent,
+                         const google::protobuf::RepeatedPtrField<Token>& prompt_tokens) {
+  if (sent.has_text()) return sent.text();
+  std::string text;
+  for (const Token& t : prompt_tokens) text += t.text();
+  return text;
+}
+
 Json UsageJson(const blossom::v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.generated_tokens()},
@@ -149,39 +177,23 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
             {"stop_reason", StopReason(response.final(), last_token)}};
   }
   Json logprobs = nullptr;
-  std::string prompt_text;
-  if (request.echo) {
-    if (sent.has_text()) {
-      prompt_text = sent.text();
-    } else {
-      for (const Token& t : response.prompt_logprobs()) prompt_text += t.text();
-    }
-  }
+  const std::string prompt_text =
+      request.echo ? EchoedPrompt(sent, response.prompt_logprobs()) : std::string();
   if (request.logprobs) {
-    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
-         offsets = Json::array();
+    logprobs = EmptyCompletionLogprobs();
     size_t offset = 0;
-    // Echoed prompt tokens first; the first has no logprob and no alternatives (null).
-    for (const Token& t : response.prompt_logprobs()) {
-      if (!request.echo) break;  // scored for prompt_logprobs only
-      tokens.push_back(t.text());
-      token_logprobs.push_back(LogprobOrNull(t));
-      top.push_back(t.has_logprob() ? TopLogprobsMap(t, request.top_logprobs) : Json(nullptr));
-      offsets.push_back(offset);
-      offset += Characters(t.text());
+    // Echoed prompt tokens first; the first has no logprob and no alternatives (null). Without
+    // echo they were scored for prompt_logprobs only.
+    if (request.echo) {
+      for (const Token& t : response.prompt_logprobs()) {
+        AppendCompletionLogprob(t, request.top_logprobs, &offset, &logprobs);
+      }
     }
-    for (const Token& t : response.tokens()) {
-      if (request.prompt_only) break;
-      tokens.push_back(t.text());
-      token_logprobs.push_back(LogprobOrNull(t));
-      top.push_back(TopLogprobsMap(t, request.top_logprobs));
-      offsets.push_back(offset);
-      offset += Characters(t.text());
+    if (!request.prompt_only) {
+      for (const Token& t : response.tokens()) {
+        AppendCompletionLogprob(t, request.top_logprobs, &offset, &logprobs);
+      }
     }
-    logprobs = {{"tokens", tokens},
-                {"token_logprobs", token_logprobs},
-                {"top_logprobs", top},
-                {"text_offset", offsets}};
   }
   Json choice = {{"index", index},
           {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
@@ -252,6 +264,7 @@ StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, i
       created_(created),
       choices_(request.batch.empty() ? 1 : static_cast<int>(request.batch.size())),
       text_offset_(static_cast<size_t>(choices_), 0),
+      echoed_(static_cast<size_t>(choices_), false),
       last_token_(static_cast<size_t>(choices_)) {}
 
 Json StreamEncoder::Chunk(Json choice) const {
@@ -267,12 +280,9 @@ Json StreamEncoder::Chunk(Json choice) const {
 
 Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
   if (request_.chat) return {{"content", Json::array({ChatTokenLogprob(token)})}};
-  size_t& offset = text_offset_[static_cast<size_t>(choice)];
-  Json out = {{"tokens", Json::array({token.text()})},
-              {"token_logprobs", Json::array({LogprobOrNull(token)})},
-              {"top_logprobs", Json::array({TopLogprobsMap(token, request_.top_logprobs)})},
-              {"text_offset", Json::array({offset})}};
-  offset += Characters(token.text());
+  Json out = EmptyCompletionLogprobs();
+  AppendCompletionLogprob(token, request_.top_logprobs, &text_offset_[static_cast<size_t>(choice)],
+                          &out);
   return out;
 }
 
@@ -294,21 +304,49 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   const bool final = message.has_final();
   if (final) system_fingerprint_ = message.final().system_fingerprint();
   if (message.has_token()) last_token_[static_cast<size_t>(choice)] = message.token().id();
-  const bool with_logprobs = request_.logprobs && message.has_token();
+  // echo (completions): the prompt's text and logprobs lead the choice's first chunk; with
+  // max_tokens 0 they are all it sends (the token generated to score it is left out).
+  std::string text = request_.prompt_only ? "" : message.text_delta();
+  Json logprobs = nullptr;
+  if (request_.logprobs && (message.has_token() || request_.echo)) logprobs = EmptyCompletionLogprobs();
+  if (request_.echo && !echoed_[static_cast<size_t>(choice)]) {
+    echoed_[static_cast<size_t>(choice)] = true;
+    const GenerateRequest& sent =
+        request_.batch.empty() ? request_.request : request_.batch[static_cast<size_t>(choice)];
+    text = EchoedPrompt(sent, message.prompt_logprobs()) + text;
+    if (request_.logprobs) {
+      for (const Token& t : message.prompt_logprobs()) {
+        AppendCompletionLogprob(t, request_.top_logprobs,
+                                &text_offset_[static_cast<size_t>(choice)], &logprobs);
+      }
+    }
+  }
+  if (request_.logprobs && message.has_token() && !request_.prompt_only) {
+    if (request_.chat) {
+      logprobs = LogprobsFor(message.token(), choice);
+    } else {
+      AppendCompletionLogprob(message.token(), request_.top_logprobs,
+                              &text_offset_[static_cast<size_t>(choice)], &logprobs);
+    }
+  }
+  const bool with_logprobs = !logprobs.is_null() && !logprobs.value("tokens", Json::array()).empty();
   std::string events;
-  if (!message.text_delta().empty() || with_logprobs || final) {
+  if (!text.empty() || (request_.chat && !logprobs.is_null()) || with_logprobs || final) {
     Json entry = {{"index", choice},
-                  {"logprobs", with_logprobs ? LogprobsFor(message.token(), choice) : Json(nullptr)},
+                  {"logprobs", request_.chat || with_logprobs ? logprobs : Json(nullptr)},
                   {"finish_reason",
-                   final ? Json(FinishReasonString(message.final().finish_reason())) : Json(nullptr)}};
+                   !final                  ? Json(nullptr)
+                   : request_.prompt_only ? Json("length")
+                                           : Json(FinishReasonString(message.final().finish_reason()))}};
     if (final) {
-      entry["stop_reason"] = StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
+      entry["stop_reason"] = request_.prompt_only
+                                 ? Json(nullptr)
+                                 : StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
     }
     if (request_.chat) {
-      entry["delta"] = message.text_delta().empty() && final ? Json::object()
-                                                              : Json{{"content", message.text_delta()}};
+      entry["delta"] = text.empty() && final ? Json::object() : Json{{"content", text}};
     } else {
-      entry["text"] = message.text_delta();
+      entry["text"] = text;
     }
     events += Event(Chunk(entry));
   }
@@ -318,7 +356,9 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
       usage_.set_prompt_tokens(usage_.prompt_tokens() + one.prompt_tokens());
       usage_.set_cached_prompt_tokens(usage_.cached_prompt_tokens() + one.cached_prompt_tokens());
     }
-    usage_.set_generated_tokens(usage_.generated_tokens() + one.generated_tokens());
+    if (!request_.prompt_only) {  // the token made to score the prompt is not sent
+      usage_.set_generated_tokens(usage_.generated_tokens() + one.generated_tokens());
+    }
     if (++finals_ == choices_) {
       if (request_.include_usage) {
         Json usage = Chunk(nullptr);

@@ -153,6 +153,9 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   BLOSSOM_RETURN_IF_ERROR(InParams(GetBool(params, "return_full_text", &return_full_text)));
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetStringList(params, "stop", kMaxStopSequences, &stop)));
+  // TGI keeps a matched stop sequence in generated_text (its decode of every generated token),
+  // unlike OpenAI and vLLM.
+  stopping->set_include_stop_in_output(true);
 
   // TGI samples when asked to or when a sampling parameter would change anything ("has
   // warpers"): temperature 1 alone is greedy. (top_p and typical_p are below 1 once valid.)

@@ -88,6 +88,8 @@ TEST(TgiApiTest, GreedyUnlessSampling) {
   EXPECT_EQ(sampled->request.sampling().logprobs(), 0);
   EXPECT_TRUE(sampled->details);
   EXPECT_TRUE(sampled->return_full_text);
+  EXPECT_TRUE(sampled->request.stopping().include_stop_in_output())
+      << "TGI's generated_text keeps the matched stop sequence";
 }
 
 TEST(TgiApiTest, EncodesResponseAndStream) {

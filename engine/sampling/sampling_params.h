@@ -90,8 +90,8 @@ struct SamplingParams {
 // When generation ends. Plain value type; not validated on construction: call Validate().
 struct StoppingParams {
   int32_t max_new_tokens = 16;  // >= 1; the engine separately caps prompt + max_new_tokens.
-  // Until this many tokens were generated, EOS and stop tokens are suppressed and stop strings do
-  // not end the request (see stop_checker.h).
+  // Until this many tokens were generated, EOS and stop tokens are suppressed; stop strings end
+  // the request only after them (vLLM V1; see stop_checker.h).
   int32_t min_new_tokens = 0;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;

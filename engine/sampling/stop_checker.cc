@@ -137,8 +137,11 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
     return result;
   }
   ++num_generated_;
-  const bool check_stops = num_generated_ >= params_.min_new_tokens;
-  if (check_stops) {
+  // vLLM V1: EOS and stop tokens end the output from token min_new_tokens on, stop strings only
+  // after it (its detokenizer checks them once more than min_tokens tokens exist).
+  const bool check_stop_tokens = num_generated_ >= params_.min_new_tokens;
+  const bool check_stop_strings = num_generated_ > params_.min_new_tokens;
+  if (check_stop_tokens) {
     if (eos_token_id_.has_value() && token == *eos_token_id_ && !params_.ignore_eos) {
       return Finish(FinishReason::kEosToken, std::move(held_), "");
     }
@@ -157,7 +160,7 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
   for (size_t i = old_size; i < held_.size(); ++i) {
     state_ = Step(state_, static_cast<unsigned char>(held_[i]));
     const int32_t match = nodes_[state_].match;
-    if (check_stops && match >= 0) {
+    if (check_stop_strings && match >= 0) {
       const std::string& stop = stops_[match];
       const size_t end = i + 1;
       const size_t cut = params_.include_stop_string_in_output

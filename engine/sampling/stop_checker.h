@@ -3,7 +3,8 @@
 //
 // Rules, checked for each generated token n (1-based) in this order; the first that fires wins:
 //   0. n < min_new_tokens (fewer than min_new_tokens tokens including this one): rules 1-3 are
-//      skipped (vLLM). EOS and stop tokens cannot normally appear there, because
+//      skipped; n == min_new_tokens: rule 3 is (vLLM V1 checks stop strings only once more than
+//      min_tokens tokens exist). EOS and stop tokens cannot normally appear below it, because
 //      SuppressedTokens() masks them at sampling; if one is forced anyway it is ordinary text.
 //   1. EOS (unless ignore_eos) -> kEosToken. Its text is never emitted.
 //   2. a stop_token_ids entry -> kStopToken. Its text is emitted only with
@@ -13,7 +14,7 @@
 //      after it in the same delta is dropped. When several stop strings match, the one that ends
 //      first in the text wins, and among those ending at the same byte the longest (the one that
 //      starts first), so the result does not depend on how the text was split into tokens. A
-//      match may start in text of tokens before min_new_tokens but must end in this token's text.
+//      match may start in text of tokens up to min_new_tokens but must end in this token's text.
 //   4. n >= max_new_tokens -> kLength.
 // Hence precedence on one token: EOS > stop token > stop string > length (vLLM's order).
 //

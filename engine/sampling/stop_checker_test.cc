@@ -311,8 +311,8 @@ std::vector<TokenCase> TokenCases() {
        "abcd",
        FinishReason::kStopToken,
        5},
-      // min_new_tokens: below it, EOS/stop tokens are ordinary text and stop strings do not end
-      // the request; a stop string may start before it and end at it.
+      // min_new_tokens: below it, EOS/stop tokens are ordinary text; up to it (included) stop
+      // strings do not end the request (vLLM V1); a stop string may start there and end after.
       {"min_eos_ignored",
        min3,
        {{kEos, "</s>"}, {kText, "a"}, {kEos, "</s>"}},
@@ -331,11 +331,23 @@ std::vector<TokenCase> TokenCases() {
        "STOPxyza",
        FinishReason::kStopString,
        4},
-      {"min_stop_string_ending_at_min",
+      {"min_stop_string_ending_at_min_is_text",
        min3,
-       {{kText, "a"}, {kText, "ST"}, {kText, "OP"}},
-       "a",
+       {{kText, "a"}, {kText, "ST"}, {kText, "OP"}, {kText, "b"}},
+       "aSTOPb",
+       FinishReason::kNone,
+       4},
+      {"min_stop_string_starting_at_min_ending_after",
+       min3,
+       {{kText, "a"}, {kText, "b"}, {kText, "ST"}, {kText, "OPc"}},
+       "ab",
        FinishReason::kStopString,
+       4},
+      {"min_eos_at_min_ends",
+       min3,
+       {{kText, "a"}, {kText, "b"}, {kEos, "</s>"}},
+       "ab",
+       FinishReason::kEosToken,
        3},
   };
 }
@@ -446,7 +458,7 @@ struct Expected {
 };
 
 // Straight from the spec: the first byte position e (in text order) at which some stop string
-// ends, counting only ends inside the text of token number >= min_new_tokens; on a common end,
+// ends, counting only ends inside the text of token number > min_new_tokens; on a common end,
 // the longest stop string.
 Expected ReferenceStop(const std::string& text, const std::vector<size_t>& delta_ends,
                        const std::vector<std::string>& stops, int32_t min_new_tokens,
@@ -455,7 +467,7 @@ Expected ReferenceStop(const std::string& text, const std::vector<size_t>& delta
   for (size_t e = 1; e <= text.size(); ++e) {
     while (delta_ends[token] < e) ++token;
     if (static_cast<int32_t>(token) + 1 > max_new_tokens) break;
-    if (static_cast<int32_t>(token) + 1 < min_new_tokens) continue;
+    if (static_cast<int32_t>(token) + 1 <= min_new_tokens) continue;
     const std::string* best = nullptr;
     for (const std::string& stop : stops) {
       if (stop.size() <= e && text.compare(e - stop.size(), stop.size(), stop) == 0 &&

@@ -255,6 +255,21 @@ class PromptLogprobsTest(unittest.TestCase):
                                           echo=True, logprobs=0)
         self.assertEqual(again.choices[0].logprobs.token_logprobs[:len(ids)],
                          lp.token_logprobs[:len(ids)])
+        # Streamed (vLLM allows echo with stream): the chunks join to the unary answer.
+        for prompt in (text, ids):
+            unary = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4,
+                                              temperature=0, echo=True, logprobs=2)
+            chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=4,
+                                                    temperature=0, echo=True, logprobs=2,
+                                                    stream=True))
+            self.assertEqual("".join(c.choices[0].text for c in chunks if c.choices),
+                             unary.choices[0].text)
+            streamed = [t for c in chunks if c.choices and c.choices[0].logprobs
+                        for t in c.choices[0].logprobs.tokens]
+            self.assertEqual(streamed, unary.choices[0].logprobs.tokens)
+            offsets = [o for c in chunks if c.choices and c.choices[0].logprobs
+                       for o in c.choices[0].logprobs.text_offset]
+            self.assertEqual(offsets, unary.choices[0].logprobs.text_offset)
 
     def test_vllm_prompt_logprobs_match_transformers(self):
         """vLLM's prompt_logprobs through the openai SDK (extra_body): each prompt token's logprob
