@@ -268,6 +268,24 @@ blossom::v1::GenerateResponse MakeResponse() {
   return response;
 }
 
+// MakeResponse for the two-token prompt "Say" (ids 5, 6), scored: the first token without a
+// logprob, the second with one alternative.
+blossom::v1::GenerateResponse MakeEchoResponse() {
+  blossom::v1::GenerateResponse response = MakeResponse();
+  auto* first = response.add_prompt_logprobs();
+  first->set_id(5);
+  first->set_text("S");
+  auto* second = response.add_prompt_logprobs();
+  second->set_id(6);
+  second->set_text("ay");
+  second->set_logprob(-3.5f);
+  auto* alternative = second->add_top_logprobs();
+  alternative->set_token_id(7);
+  alternative->set_token("ee");
+  alternative->set_logprob(-0.5f);
+  return response;
+}
+
 TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {
   auto r = ParseCompletionRequest(R"({"prompt":"x","logprobs":1})");
   ASSERT_TRUE(r.ok());
@@ -291,12 +309,7 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->echo);
   EXPECT_EQ(r->request.sampling().prompt_logprobs(), 1);
-  blossom::v1::GenerateResponse response = MakeResponse();
-  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
-      R"pb(prompt_logprobs { id: 5 text: "S" }
-           prompt_logprobs { id: 6 text: "ay" logprob: -3.5
-                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
-      &response));
+  blossom::v1::GenerateResponse response = MakeEchoResponse();
   response.mutable_final()->mutable_usage()->set_cached_prompt_tokens(2);
   Json j = CompletionResponse(*r, response, "cmpl-1", 123);
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
@@ -547,12 +560,7 @@ Json JoinStreamedChoice(const std::string& events) {
 // echo on a stream (vLLM): the prompt's text and logprobs lead the first chunk, and the joined
 // chunks equal the unary response; with max_tokens 0 only the prompt is sent.
 TEST(OpenAIApiTest, StreamedEchoEqualsTheUnaryResponse) {
-  blossom::v1::GenerateResponse response = MakeResponse();
-  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
-      R"pb(prompt_logprobs { id: 5 text: "S" }
-           prompt_logprobs { id: 6 text: "ay" logprob: -3.5
-                             top_logprobs { token_id: 7 token: "ee" logprob: -0.5 } })pb",
-      &response));
+  const blossom::v1::GenerateResponse response = MakeEchoResponse();
   for (const char* body : {R"({"prompt":"Say","echo":true,"logprobs":1,"stream":true})",
                            R"({"prompt":[5,6],"echo":true,"logprobs":1,"stream":true})",
                            R"({"prompt":"Say","echo":true,"stream":true})",
