@@ -324,6 +324,7 @@ void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_lo
   const absl::string_view bytes = tokenizer.DecodedBytes(token.token, false);
   out->set_text(Utf8Lossy(bytes));
   out->set_token_bytes(bytes.data(), bytes.size());
+  out->set_special(tokenizer.IsSpecial(token.token));
   if (with_logprobs) out->set_logprob(token.logprob);
   for (const TokenLogprob& top : token.top_logprobs) {
     v1::TopLogprob* t = out->add_top_logprobs();
@@ -331,6 +332,7 @@ void FillToken(const TokenEvent& token, const Tokenizer& tokenizer, bool with_lo
     const absl::string_view top_bytes = tokenizer.DecodedBytes(top.token, false);
     t->set_token(Utf8Lossy(top_bytes));
     t->set_token_bytes(top_bytes.data(), top_bytes.size());
+    t->set_special(tokenizer.IsSpecial(top.token));
     t->set_logprob(top.logprob);
   }
 }

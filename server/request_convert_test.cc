@@ -127,6 +127,29 @@ TEST_F(RequestConvertTest, GuidedChoicesAreTokenizedAndNeedEos) {
   }
 }
 
+// Tokens carry their text, raw bytes and whether they are special tokens (TGI's `special`), and
+// so do their alternatives.
+TEST_F(RequestConvertTest, FillTokenMarksSpecialTokens) {
+  const int32_t eos = *tokenizer_->TokenToId("</s>");
+  const int32_t word = tokenizer_->Encode("The")->front();
+  TokenEvent event;
+  event.token = word;
+  event.logprob = -0.5f;
+  event.top_logprobs = {{eos, -0.25f}, {word, -0.5f}};
+  v1::Token out;
+  FillToken(event, *tokenizer_, /*with_logprobs=*/true, &out);
+  EXPECT_EQ(out.text(), "The");
+  EXPECT_FALSE(out.special());
+  ASSERT_EQ(out.top_logprobs_size(), 2);
+  EXPECT_TRUE(out.top_logprobs(0).special());
+  EXPECT_FALSE(out.top_logprobs(1).special());
+  event.token = eos;
+  v1::Token end;
+  FillToken(event, *tokenizer_, /*with_logprobs=*/false, &end);
+  EXPECT_TRUE(end.special());
+  EXPECT_FALSE(end.has_logprob());
+}
+
 TEST_F(RequestConvertTest, TruncationKeepsTheEndOfThePromptBeforeTheLengthLimit) {
   v1::GenerateRequest request;
   for (int32_t id = 1; id <= 20; ++id) request.mutable_token_ids()->add_ids(id);  // > 8 allowed

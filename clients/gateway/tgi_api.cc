@@ -33,11 +33,12 @@ absl::Status InParams(absl::Status s) {
   return FieldError(absl::StrCat("parameters.", field), message);
 }
 
-Json TokenJson(const Token& token, bool special) {
+// TGI's Token; `special` as TGI sets it: the id is one of the tokenizer's special tokens.
+Json TokenJson(const Token& token) {
   return {{"id", token.id()},
           {"text", token.text()},
           {"logprob", token.has_logprob() ? Json(token.logprob()) : Json(nullptr)},
-          {"special", special}};
+          {"special", token.special()}};
 }
 
 // The server's logprobs cap (SamplingParams: kMaxLogprobs).
@@ -59,7 +60,7 @@ Json TopTokenJson(const Token& token) {
   Json top = Json::array();
   for (const auto& t : token.top_logprobs()) {
     top.push_back({{"id", t.token_id()}, {"text", t.token()}, {"logprob", t.logprob()},
-                   {"special", false}});
+                   {"special", t.special()}});
   }
   return top;
 }
@@ -198,9 +199,7 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
     const auto& final = response.final();
     Json tokens = Json::array();
     for (int i = 0; i < response.tokens_size(); ++i) {
-      bool special = i + 1 == response.tokens_size() &&
-                     final.finish_reason() == blossom::v1::FINISH_REASON_EOS_TOKEN;
-      tokens.push_back(TokenJson(response.tokens(i), special));
+      tokens.push_back(TokenJson(response.tokens(i)));
     }
     out["details"] = {{"finish_reason", FinishReasonString(final.finish_reason())},
                       {"generated_tokens", final.usage().generated_tokens()},
@@ -218,8 +217,7 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   if (!message.has_token() && !final) return "";
   Json token;
   if (message.has_token()) {
-    token = TokenJson(message.token(), final && message.final().finish_reason() ==
-                                                   blossom::v1::FINISH_REASON_EOS_TOKEN);
+    token = TokenJson(message.token());
   } else {
     // A final message without a token still needs a token in TGI's event shape.
     token = {{"id", 0}, {"text", ""}, {"logprob", nullptr}, {"special", true}};

@@ -101,13 +101,18 @@ TEST(TgiApiTest, EncodesResponseAndStream) {
   t->set_id(9);
   t->set_text(" hi");
   t->set_logprob(-0.25f);
+  auto* eos = response.add_tokens();
+  eos->set_id(2);
+  eos->set_text("</s>");
+  eos->set_special(true);  // the server marks the tokenizer's special tokens
   response.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
-  response.mutable_final()->mutable_usage()->set_generated_tokens(1);
+  response.mutable_final()->mutable_usage()->set_generated_tokens(2);
   Json j = GenerateResponse(*r, response);
   EXPECT_EQ(j["generated_text"], "Say hi");
   EXPECT_EQ(j["details"]["finish_reason"], "eos_token");
   EXPECT_EQ(j["details"]["tokens"][0]["id"], 9);
-  EXPECT_EQ(j["details"]["tokens"][0]["special"], true);
+  EXPECT_EQ(j["details"]["tokens"][0]["special"], false);
+  EXPECT_EQ(j["details"]["tokens"][1]["special"], true);
   EXPECT_TRUE(j["details"]["seed"].is_null());  // greedy
 
   StreamEncoder encoder(*r);

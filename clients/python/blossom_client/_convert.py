@@ -93,8 +93,10 @@ def _optional(message, name):
 def token(t: pb.Token) -> results.Token:
     return results.Token(
         id=t.id, text=t.text, logprob=_optional(t, "logprob"),
-        top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob) for x in t.top_logprobs],
-        rank=_optional(t, "rank"))
+        top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob,
+                                         bool(getattr(x, "special", False)))
+                      for x in t.top_logprobs],
+        rank=_optional(t, "rank"), special=bool(getattr(t, "special", False)))
 
 
 def fill(cls, message, **overrides):

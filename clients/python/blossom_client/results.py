@@ -30,6 +30,7 @@ class TopLogprob:
     token_id: int
     token: str
     logprob: float
+    special: bool = False  # one of the tokenizer's special tokens (</s>, <pad>, ...)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Token:
     # Prompt logprobs only: the number of tokens at least as likely there (itself included);
     # else None.
     rank: Optional[int] = None
+    special: bool = False  # one of the tokenizer's special tokens (</s>, <pad>, ...)
 
 
 @dataclass(frozen=True)

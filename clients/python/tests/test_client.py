@@ -65,7 +65,7 @@ class FakeBlossom(pb_grpc.BlossomServicer):
         if request.sampling.HasField("prompt_logprobs"):
             response.prompt_logprobs.add(id=1, text="a")
             scored = response.prompt_logprobs.add(id=2, text="b", logprob=-2.0, rank=3)
-            scored.top_logprobs.add(token_id=9, token="z", logprob=-0.25)
+            scored.top_logprobs.add(token_id=9, token="z", logprob=-0.25, special=True)
         return response
 
     def GenerateStream(self, request, context):
@@ -203,7 +203,8 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(r.prompt_logprobs[0], blossom_client.Token(id=1, text="a"))
         self.assertEqual(r.prompt_logprobs[1], blossom_client.Token(
             id=2, text="b", logprob=-2.0, rank=3,
-            top_logprobs=[blossom_client.TopLogprob(token_id=9, token="z", logprob=-0.25)]))
+            top_logprobs=[blossom_client.TopLogprob(token_id=9, token="z", logprob=-0.25,
+                                                    special=True)]))
         self.assertIsNone(r.tokens[1].rank)  # generated tokens carry no rank
         self.assertEqual(self.client.generate("Hi").prompt_logprobs, [])
 
