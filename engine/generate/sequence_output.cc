@@ -45,8 +45,12 @@ absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
   event.token = sample.token;
   event.logprob = sample.logprob;
   event.top_logprobs = std::move(sample.top);
+  // A token that ends the output (EOS, a stop token) completes the text before it: a partial
+  // character held from earlier tokens is shown (as U+FFFD, as a batch decode shows it), not
+  // merged into the token's own text, which may be left out.
+  std::string before = stop_.EndsOn(sample.token) ? decoder_.Flush() : std::string();
   std::string delta = decoder_.Push(sample.token);
-  StopChecker::Result result = stop_.Process(sample.token, delta);
+  StopChecker::Result result = stop_.Process(sample.token, delta, before);
   event.text_delta = std::move(result.text_to_emit);
   if (result.finished) {
     event.finished = true;
@@ -55,8 +59,9 @@ absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
     reason_ = result.reason;
     if (result.reason == FinishReason::kLength || result.reason == FinishReason::kEosToken) {
       // The stop checker already released its hold-back; a trailing partial UTF-8 character is
-      // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it. (Not
-      // after a stop token or string: the text from there on is cut, partial bytes with it.)
+      // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it (after
+      // EOS: nothing, it was flushed before it). Not after a stop string: the text from there
+      // on is cut, partial bytes with it.
       event.text_delta += decoder_.Flush();
     }
   }

@@ -85,6 +85,27 @@ TEST_F(SequenceOutputTest, PartialCharacterAtTheEndIsShownAsDecodeShowsIt) {
     EXPECT_EQ(last.text_delta, decoded);
     EXPECT_EQ(out->text(), decoded);
   }
+  {
+    SCOPED_TRACE("eos kept as text");
+    StoppingParams stopping;
+    stopping.max_new_tokens = 10;
+    stopping.skip_special_tokens = false;
+    auto out = MakeOutput(stopping);
+    const TokenEvent last = AcceptAll(*out, {kByteE2, kByte82, kEos});
+    EXPECT_EQ(last.finish_reason, FinishReason::kEosToken);
+    EXPECT_EQ(out->text(), decoded) << "EOS's own text is left out, not the character before";
+  }
+  for (bool include : {false, true}) {
+    SCOPED_TRACE(include ? "stop token included" : "stop token");
+    StoppingParams stopping;
+    stopping.max_new_tokens = 10;
+    stopping.stop_token_ids = {kSpaceA};
+    stopping.include_stop_string_in_output = include;
+    auto out = MakeOutput(stopping);
+    const TokenEvent last = AcceptAll(*out, {kByteE2, kByte82, kSpaceA});
+    EXPECT_EQ(last.finish_reason, FinishReason::kStopToken);
+    EXPECT_EQ(out->text(), include ? decoded + " a" : decoded);
+  }
   for (FinishReason reason : {FinishReason::kCancelled, FinishReason::kError}) {
     SCOPED_TRACE(FinishReasonName(reason));
     StoppingParams stopping;

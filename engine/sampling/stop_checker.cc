@@ -129,7 +129,15 @@ StopChecker::Result StopChecker::Finish(FinishReason reason, std::string text,
   return result;
 }
 
-StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_delta) {
+bool StopChecker::EndsOn(int32_t token) const {
+  if (finished() || num_generated_ + 1 < params_.min_new_tokens) return false;
+  if (eos_token_id_.has_value() && token == *eos_token_id_ && !params_.ignore_eos) return true;
+  const std::vector<int32_t>& ids = params_.stop_token_ids;
+  return std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_delta,
+                                         absl::string_view completed_before) {
   if (finished()) {
     Result result;
     result.finished = true;
@@ -137,13 +145,18 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
     return result;
   }
   ++num_generated_;
+  held_.append(completed_before.data(), completed_before.size());
   // vLLM V1: EOS and stop tokens end the output from token min_new_tokens on, stop strings only
   // after it (its detokenizer checks them once more than min_tokens tokens exist).
   const bool check_stop_tokens = num_generated_ >= params_.min_new_tokens;
   const bool check_stop_strings = num_generated_ > params_.min_new_tokens;
   if (check_stop_tokens) {
     if (eos_token_id_.has_value() && token == *eos_token_id_ && !params_.ignore_eos) {
-      return Finish(FinishReason::kEosToken, std::move(held_), "");
+      // vLLM leaves out the ending token's text unless include_stop_str_in_output (EOS has text
+      // only with skip_special_tokens off).
+      std::string text = std::move(held_);
+      if (params_.include_stop_string_in_output) text.append(text_delta.data(), text_delta.size());
+      return Finish(FinishReason::kEosToken, std::move(text), "");
     }
     const std::vector<int32_t>& ids = params_.stop_token_ids;
     if (std::find(ids.begin(), ids.end(), token) != ids.end()) {

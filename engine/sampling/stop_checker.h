@@ -6,7 +6,8 @@
 //      skipped; n == min_new_tokens: rule 3 is (vLLM V1 checks stop strings only once more than
 //      min_tokens tokens exist). EOS and stop tokens cannot normally appear below it, because
 //      SuppressedTokens() masks them at sampling; if one is forced anyway it is ordinary text.
-//   1. EOS (unless ignore_eos) -> kEosToken. Its text is never emitted.
+//   1. EOS (unless ignore_eos) -> kEosToken. Its text is emitted only with
+//      include_stop_string_in_output (vLLM; the text is empty unless skip_special_tokens is off).
 //   2. a stop_token_ids entry -> kStopToken. Its text is emitted only with
 //      include_stop_string_in_output (vLLM).
 //   3. a stop string completed within this token's text -> kStopString. The output is cut right
@@ -26,7 +27,7 @@
 // string), so nothing is lost. Flush() is for requests that end for reasons the checker does not
 // see (cancellation, an error, the engine's context limit). Invariant: the concatenation of all
 // text_to_emit plus Flush() equals the full detokenized text truncated at the first stop match
-// (text of EOS, and of a stop token unless included, left out).
+// (text of EOS and of a stop token left out unless included).
 //
 // Matching is an Aho-Corasick automaton over the stop strings' bytes, fed each delta once: O(delta)
 // per token however long the output grows, and the automaton state is exactly the longest suffix of
@@ -72,7 +73,15 @@ class StopChecker {
   // output (empty when the detokenizer is still waiting for more bytes). Deltas must be
   // append-only: their concatenation is the detokenized output. After a finished result, further
   // calls return finished again with no text.
-  Result Process(int32_t token, absl::string_view text_delta);
+  // `completed_before`: text of the tokens before this one that only this token completed (a
+  // partial UTF-8 character flushed as U+FFFD because the token ends the output; EndsOn). It is
+  // output text whatever the token's own text becomes, and is not matched against stop strings.
+  Result Process(int32_t token, absl::string_view text_delta,
+                 absl::string_view completed_before = {});
+
+  // Whether `token`, as the next one, ends the output on itself (EOS unless ignore_eos, or a
+  // stop token, from min_new_tokens on), so that its own text may be left out.
+  bool EndsOn(int32_t token) const;
 
   // Returns and clears the text held back so far. For ends the checker did not decide.
   std::string Flush();
