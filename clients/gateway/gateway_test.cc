@@ -129,7 +129,7 @@ TEST_F(GatewayTest, AFailedStreamedChoiceEndsTheStream) {
   } else {
     EXPECT_EQ(reply.status, 503) << reply.body;
   }
-  EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 1; }));
+  ExpectTheHangingChoiceCancelled();
 }
 
 // One failed choice fails the request, and the choices still running are cancelled.
@@ -140,7 +140,7 @@ TEST_F(GatewayTest, AFailedChoiceFailsTheBatchAndCancelsTheRest) {
       R"({"prompt":["hang","fail:3:bad prompt"],"max_tokens":2})");
   EXPECT_EQ(reply.status, 400) << reply.body;
   EXPECT_NE(reply.body.find("bad prompt"), std::string::npos) << reply.body;
-  EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 1; }));
+  ExpectTheHangingChoiceCancelled();
 }
 
 TEST_F(GatewayTest, ChatStreamEndsWithDone) {

@@ -264,6 +264,20 @@ class GatewayTest : public ::testing::Test {
     SetBackendServing(true);
   }
 
+  // After a choice failed beside a "hang" one: the gateway cancelled the hanging call, so it
+  // holds no call (the call would never end otherwise), and a backend that had received it saw
+  // the cancellation. (Under load the failure can come before the "hang" call reaches the
+  // backend, which then never sees it.)
+  void ExpectTheHangingChoiceCancelled() {
+    for (int i = 0; i < 100 && gateway_->pending_calls() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(gateway_->pending_calls(), 0) << "a choice still runs";
+    if (fake_.requests() >= 2) {
+      EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 1; }));
+    }
+  }
+
   void StartGateway(GatewayOptions options, int backend_port = 0) {
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", backend_port ? backend_port : grpc_port_),
                                        grpc::InsecureChannelCredentials());
