@@ -218,9 +218,17 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   Json token;
   if (message.has_token()) {
     token = TokenJson(message.token());
+    // TGI streams each token's incremental decode: "" while a character split over byte tokens
+    // is incomplete, the whole character with the token that completes it; clients join these
+    // texts. A special token keeps its own text (TGI decodes it with specials kept).
+    if (!message.token().special()) token["text"] = message.text_delta();
   } else {
-    // A final message without a token still needs a token in TGI's event shape.
-    token = {{"id", 0}, {"text", ""}, {"logprob", nullptr}, {"special", true}};
+    // A final message without a token still needs a token in TGI's event shape; it carries the
+    // text released at the end, if any.
+    token = {{"id", 0},
+             {"text", message.text_delta()},
+             {"logprob", nullptr},
+             {"special", message.text_delta().empty()}};
   }
   Json event = {{"index", index_++}, {"token", token}, {"generated_text", nullptr},
                 {"details", nullptr}};

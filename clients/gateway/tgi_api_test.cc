@@ -133,6 +133,42 @@ TEST(TgiApiTest, EncodesResponseAndStream) {
   EXPECT_EQ(j2["details"]["finish_reason"], "length");
 }
 
+// Stream events' token texts are the incremental decode (TGI's): "" for the first byte of a
+// character split over byte tokens, the whole character with the last; joined they are the text.
+TEST(TgiApiTest, StreamTokenTextsAreTheIncrementalDecode) {
+  auto r = ParseGenerateRequest(R"({"inputs":"x","stream":true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  StreamEncoder encoder(*r);
+  std::string joined;
+  struct Piece {
+    int32_t id;
+    const char* own_text;  // the token's own (lossy) text
+    const char* delta;     // the text the server streamed with it
+    bool special;
+  };
+  const Piece pieces[] = {{162, "\xEF\xBF\xBD", "", false},
+                          {228, "\xEF\xBF\xBD", "", false},
+                          {109, "\xEF\xBF\xBD", "\xE2\x82\xAC", false},
+                          {2, "</s>", "", true}};
+  for (const Piece& p : pieces) {
+    blossom::v1::GenerateStreamResponse m;
+    m.mutable_token()->set_id(p.id);
+    m.mutable_token()->set_text(p.own_text);
+    m.mutable_token()->set_special(p.special);
+    m.set_text_delta(p.delta);
+    if (p.id == 2) m.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
+    const Json event = Json::parse(encoder.OnMessage(m).substr(5));
+    if (!event["token"]["special"].get<bool>()) joined += event["token"]["text"].get<std::string>();
+    if (p.id == 109) EXPECT_EQ(event["token"]["text"], "\xE2\x82\xAC");
+    if (p.id == 162) EXPECT_EQ(event["token"]["text"], "");
+    if (p.id == 2) {
+      EXPECT_EQ(event["token"]["text"], "</s>");
+      EXPECT_EQ(event["generated_text"], joined);
+    }
+  }
+  EXPECT_EQ(joined, "\xE2\x82\xAC");
+}
+
 TEST(TgiApiTest, DecoderInputDetailsAndTopNTokens) {
   auto r = ParseGenerateRequest(
       R"({"inputs":"Say","parameters":{"details":true,"decoder_input_details":true,"top_n_tokens":2}})");

@@ -344,6 +344,8 @@ class TextGenerationClientTest(unittest.TestCase):
         self.assertEqual([t.id for t in tokens], [t.id for t in expected.tokens])
         self.assertIsNotNone(final)
         self.assertEqual(final.generated_text, expected.text)
+        # The tokens' texts join to the text, as TGI's incremental decode does.
+        self.assertEqual("".join(t.text for t in tokens), final.generated_text)
 
     def test_sampling_with_seed_is_reproducible(self):
         a = self.client.generate("Once", max_new_tokens=8, do_sample=True, temperature=0.9,
