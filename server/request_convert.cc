@@ -78,20 +78,13 @@ std::string RejectedStoppingField(const StoppingParams& requested, int32_t vocab
 
 // `text` without the leading characters Python's str.lstrip() removes (Unicode whitespace: the
 // ASCII ones, U+001C-U+001F, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
-// U+205F, U+3000), as vLLM strips a bad word.
+// U+205F, U+3000), as vLLM strips a bad word. Text that is not UTF-8 is left as it is (the
+// tokenizer refuses it).
 absl::string_view StripLeadingWhitespace(absl::string_view text) {
+  if (FindInvalidUtf8(text) != absl::string_view::npos) return text;
   while (!text.empty()) {
-    const unsigned char c = static_cast<unsigned char>(text[0]);
-    uint32_t cp = c;
-    size_t length = 1;
-    if (c >= 0xE0 && c < 0xF0 && text.size() >= 3) {
-      cp = ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(text[1]) & 0x3Fu) << 6) |
-           (static_cast<unsigned char>(text[2]) & 0x3Fu);
-      length = 3;
-    } else if (c >= 0xC0 && c < 0xE0 && text.size() >= 2) {
-      cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[1]) & 0x3Fu);
-      length = 2;
-    }
+    size_t length = 0;
+    const uint32_t cp = DecodeUtf8At(text, 0, &length);
     const bool space = (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
                        cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
                        cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
@@ -100,6 +93,22 @@ absl::string_view StripLeadingWhitespace(absl::string_view text) {
     text.remove_prefix(length);
   }
   return text;
+}
+
+// Entry i of the sampling list `field` as 1..max_tokens tokens, or the refusal naming the field.
+absl::StatusOr<std::vector<int32_t>> EncodeListEntry(const Tokenizer& tokenizer,
+                                                     absl::string_view text,
+                                                     absl::string_view field, int i,
+                                                     size_t max_tokens) {
+  auto ids = text.empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
+                          : tokenizer.Encode(text);
+  if (!ids.ok() || ids->empty() || ids->size() > max_tokens) {
+    return Refusal(error_reason::kInvalidSamplingParams, absl::StrCat("sampling.", field),
+                   absl::StrCat("sampling.", field, "[", i, "] must be text of 1 to ", max_tokens,
+                                " tokens",
+                                ids.ok() ? "" : absl::StrCat(": ", ids.status().message())));
+  }
+  return ids;
 }
 
 // vLLM's tokenization of bad words: each without its leading whitespace, and with one leading
@@ -114,19 +123,13 @@ absl::Status AddBadWords(const google::protobuf::RepeatedPtrField<std::string>& 
   }
   for (int i = 0; i < words.size(); ++i) {
     const absl::string_view word = StripLeadingWhitespace(words[i]);
-    auto plain = word.empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
-                              : tokenizer.Encode(word);
-    if (!plain.ok() || plain->empty() || plain->size() > kMaxBadWordTokens) {
-      return Refusal(error_reason::kInvalidSamplingParams, "sampling.bad_words",
-                     absl::StrCat("sampling.bad_words[", i, "] must be text of 1 to ",
-                                  kMaxBadWordTokens, " tokens",
-                                  plain.ok() ? "" : absl::StrCat(": ", plain.status().message())));
-    }
+    BLOSSOM_ASSIGN_OR_RETURN(std::vector<int32_t> plain,
+                             EncodeListEntry(tokenizer, word, "bad_words", i, kMaxBadWordTokens));
     auto spaced = tokenizer.Encode(absl::StrCat(" ", word));
-    sp.bad_words_token_ids.push_back(*plain);
-    if (spaced.ok() && spaced->size() == plain->size() && spaced->front() != plain->front()) {
-      sp.bad_words_token_ids.push_back(*std::move(spaced));
-    }
+    const bool spaced_differs =
+        spaced.ok() && spaced->size() == plain.size() && spaced->front() != plain.front();
+    sp.bad_words_token_ids.push_back(std::move(plain));
+    if (spaced_differs) sp.bad_words_token_ids.push_back(*std::move(spaced));
   }
   return absl::OkStatus();
 }
@@ -148,15 +151,10 @@ absl::Status AddChoices(const v1::GenerateRequest& request, const Tokenizer& tok
                    "cannot be combined with ignore_eos or min_new_tokens");
   }
   for (int i = 0; i < choices.size(); ++i) {
-    auto ids = choices[i].empty() ? absl::StatusOr<std::vector<int32_t>>(std::vector<int32_t>())
-                                  : tokenizer.Encode(choices[i]);
-    if (!ids.ok() || ids->empty() || ids->size() > kMaxChoiceTokens) {
-      return Refusal(error_reason::kInvalidSamplingParams, "sampling.guided_choice",
-                     absl::StrCat("sampling.guided_choice[", i, "] must be text of 1 to ",
-                                  kMaxChoiceTokens, " tokens",
-                                  ids.ok() ? "" : absl::StrCat(": ", ids.status().message())));
-    }
-    sp.choice_token_ids.push_back(*std::move(ids));
+    BLOSSOM_ASSIGN_OR_RETURN(
+        std::vector<int32_t> ids,
+        EncodeListEntry(tokenizer, choices[i], "guided_choice", i, kMaxChoiceTokens));
+    sp.choice_token_ids.push_back(std::move(ids));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 // The gateway's tokenizer routes: /tokenize, TGI's or vLLM's by the body's fields (tgi_api.h,
 // vllm_api.h), and vLLM's /detokenize, each relayed to the server's Tokenize / Detokenize.
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -16,6 +17,10 @@ namespace blossom::gateway {
 using http::ResponseWriter;
 
 void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
+  // Which API's body it is decides the request, the error shape and the answer's encoding.
+  blossom::v1::TokenizeRequest grpc_request;
+  ApiFlavor flavor = ApiFlavor::kTgi;
+  std::function<Json(const blossom::v1::TokenizeResponse&)> encode = tgi::TokenizeResponse;
   absl::StatusOr<Json> body = ParseJsonObject(request.body);
   if (body.ok() && vllm::IsTokenizeRequest(*body)) {
     absl::StatusOr<vllm::TokenizeCall> parsed =
@@ -24,43 +29,34 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
       writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
       return;
     }
-    auto call =
-        std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
-    call->request = parsed->request;
-    SetupContext(request, options_.health_timeout, &call->context);
-    CallStarted();
-    stub_->async()->Tokenize(
-        &call->context, &call->request, &call->response,
-        [this, call, writer, vllm_call = std::move(*parsed)](grpc::Status status) {
-          if (!status.ok()) {
-            writer->Send(ErrorResponse(vllm_call.chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI,
-                                       FromGrpcStatus(status)));
-          } else {
-            writer->Send(JsonResponse(200, vllm::TokenizeResponse(vllm_call, call->response)));
-          }
-          CallFinished();
-        });
-    return;
-  }
-  absl::StatusOr<blossom::v1::TokenizeRequest> parsed = tgi::ParseTokenizeRequest(request.body);
-  if (!parsed.ok()) {
-    writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
-    return;
+    flavor = parsed->chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
+    grpc_request = parsed->request;
+    encode = [vllm_call = *std::move(parsed)](const blossom::v1::TokenizeResponse& response) {
+      return vllm::TokenizeResponse(vllm_call, response);
+    };
+  } else {
+    absl::StatusOr<blossom::v1::TokenizeRequest> parsed = tgi::ParseTokenizeRequest(request.body);
+    if (!parsed.ok()) {
+      writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
+      return;
+    }
+    grpc_request = *std::move(parsed);
   }
   auto call =
       std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();
-  call->request = std::move(*parsed);
+  call->request = std::move(grpc_request);
   SetupContext(request, options_.health_timeout, &call->context);
   CallStarted();
-  stub_->async()->Tokenize(&call->context, &call->request, &call->response,
-                           [this, call, writer](grpc::Status status) {
-                             if (!status.ok()) {
-                               writer->Send(ErrorResponse(ApiFlavor::kTgi, FromGrpcStatus(status)));
-                             } else {
-                               writer->Send(JsonResponse(200, tgi::TokenizeResponse(call->response)));
-                             }
-                             CallFinished();
-                           });
+  stub_->async()->Tokenize(
+      &call->context, &call->request, &call->response,
+      [this, call, writer, flavor, encode = std::move(encode)](grpc::Status status) {
+        if (!status.ok()) {
+          writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
+        } else {
+          writer->Send(JsonResponse(200, encode(call->response)));
+        }
+        CallFinished();
+      });
 }
 
 void Gateway::HandleDetokenize(const http::Request& request,

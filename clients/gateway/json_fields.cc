@@ -1,6 +1,7 @@
 #include "clients/gateway/json_fields.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/loader/json_util.h"
@@ -112,6 +113,25 @@ absl::Status GetStringList(const Json& obj, const char* field, size_t max_items,
   }
   for (const std::string& s : *out) {
     if (s.empty()) return FieldError(field, "entries must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetTokenIds(const Json& obj, const char* field, size_t max_items,
+                         std::vector<int32_t>* out) {
+  out->clear();
+  auto ids = obj.find(field);
+  if (ids == obj.end() || ids->is_null()) return absl::OkStatus();
+  if (!ids->is_array()) return FieldError(field, "must be a list of integers");
+  if (ids->size() > max_items) {
+    return FieldError(field, absl::StrCat("at most ", max_items, " token ids are allowed"));
+  }
+  for (const Json& id : *ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return FieldError(field, "must be a list of non-negative integers");
+    }
+    out->push_back(id.get<int32_t>());
   }
   return absl::OkStatus();
 }

@@ -49,6 +49,12 @@ absl::Status GetString(const Json& obj, const char* field, absl::optional<std::s
 // A string or an array of strings (at most max_items, none empty).
 absl::Status GetStringList(const Json& obj, const char* field, size_t max_items,
                            std::vector<std::string>* out);
+// An array of token ids (at most max_items integers in [0, 2^31 - 1]); a missing field or null
+// leaves *out empty. kMaxTokenIdList bounds a list by the largest vocabulary served (BLOOM's is
+// 250,880); the server checks each id against its own.
+inline constexpr size_t kMaxTokenIdList = 1 << 18;
+absl::Status GetTokenIds(const Json& obj, const char* field, size_t max_items,
+                         std::vector<int32_t>* out);
 // Checks an optional number against [min, max] (or (min, ...) with min_exclusive).
 absl::Status CheckRange(const char* field, const absl::optional<double>& value, double min,
                         bool min_exclusive, double max, bool max_exclusive);

@@ -26,30 +26,9 @@ absl::Status Unsupported(const char* field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " is not supported"));
 }
 
-// Lists of token ids (stop_token_ids, allowed_token_ids) and logit_bias's entries: bounded by
-// the largest vocabulary served (BLOOM's is 250,880); the server checks each id against its own.
-constexpr size_t kMaxTokenIdList = 1 << 18;
 constexpr size_t kMaxLogitBiasTokens = 300;  // OpenAI's limit
 constexpr size_t kMaxBadWords = 64;          // the server's
 constexpr size_t kMaxGuidedChoices = 256;    // the server's
-
-// A list of token ids, appended to `out`.
-absl::Status GetTokenIds(const Json& body, const char* field, size_t max_items,
-                         google::protobuf::RepeatedField<int32_t>* out) {
-  auto ids = body.find(field);
-  if (ids == body.end() || ids->is_null()) return absl::OkStatus();
-  if (!ids->is_array()) return FieldError(field, "must be a list of integers");
-  if (ids->size() > max_items) {
-    return FieldError(field, absl::StrCat("at most ", max_items, " token ids are allowed"));
-  }
-  for (const Json& id : *ids) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kInt32Max) {
-      return FieldError(field, "must be a list of non-negative integers");
-    }
-    out->Add(id.get<int32_t>());
-  }
-  return absl::OkStatus();
-}
 
 // OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}; {} is none.
 absl::Status ParseLogitBias(const Json& body, blossom::v1::SamplingParameters* sampling) {
@@ -214,12 +193,13 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   std::vector<std::string> stop;
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "stop", kMaxOpenAIStopSequences, &stop));
   for (std::string& s : stop) stopping->add_stop(std::move(s));
-  BLOSSOM_RETURN_IF_ERROR(
-      GetTokenIds(body, "stop_token_ids", kMaxTokenIdList, stopping->mutable_stop_token_ids()));
+  std::vector<int32_t> ids;
+  BLOSSOM_RETURN_IF_ERROR(GetTokenIds(body, "stop_token_ids", kMaxTokenIdList, &ids));
+  stopping->mutable_stop_token_ids()->Add(ids.begin(), ids.end());
   // vLLM's allowed_token_ids and bad_words, OpenAI's logit_bias: the server checks the ids
   // against the vocabulary and tokenizes the words.
-  BLOSSOM_RETURN_IF_ERROR(GetTokenIds(body, "allowed_token_ids", kMaxTokenIdList,
-                                      sampling->mutable_allowed_token_ids()));
+  BLOSSOM_RETURN_IF_ERROR(GetTokenIds(body, "allowed_token_ids", kMaxTokenIdList, &ids));
+  sampling->mutable_allowed_token_ids()->Add(ids.begin(), ids.end());
   auto allowed = body.find("allowed_token_ids");
   if (allowed != body.end() && allowed->is_array() && allowed->empty()) {
     return FieldError("allowed_token_ids", "must not be empty (leave it out to allow every token)");

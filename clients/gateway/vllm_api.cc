@@ -1,8 +1,8 @@
 #include "clients/gateway/vllm_api.h"
 
 #include <cstdint>
-#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/types/optional.h"
 #include "kernels/status_macros.h"
@@ -62,15 +62,10 @@ absl::StatusOr<blossom::v1::DetokenizeRequest> ParseDetokenizeRequest(absl::stri
   BLOSSOM_RETURN_IF_ERROR(GetString(json, "model", &model));  // accepted, not checked
   auto tokens = json.find("tokens");
   if (tokens == json.end() || tokens->is_null()) return FieldError("tokens", "is required");
-  if (!tokens->is_array()) return FieldError("tokens", "must be a list of token ids");
+  std::vector<int32_t> ids;
+  BLOSSOM_RETURN_IF_ERROR(GetTokenIds(json, "tokens", kMaxTokenIdList, &ids));
   blossom::v1::DetokenizeRequest request;
-  for (const Json& id : *tokens) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return FieldError("tokens", "must be a list of non-negative integers");
-    }
-    request.add_ids(id.get<int32_t>());
-  }
+  request.mutable_ids()->Add(ids.begin(), ids.end());
   return request;
 }
 

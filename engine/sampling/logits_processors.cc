@@ -157,7 +157,6 @@ class LogitsProcessors {
   static void MaskToChoices(const SamplingParams& params, const SamplingContext& ctx,
                             SamplerScratch& s) {
     const size_t vocab = s.logits_.size();
-    s.seen_.resize(vocab);  // zero between calls
     std::vector<int32_t>& kept = s.choice_next_;
     kept.clear();
     const size_t n = ctx.output_tokens.size();
@@ -169,6 +168,14 @@ class LogitsProcessors {
       const int32_t next = choice.size() > n ? choice[n] : ctx.end_token;
       if (next >= 0 && static_cast<size_t>(next) < vocab) kept.push_back(next);
     }
+    MaskAllBut(kept, s);
+  }
+
+  // Every token of s.logits_ not in `kept` -> -inf (ids in range; duplicates allowed). Leaves
+  // s.seen_ all zero, as it found it.
+  static void MaskAllBut(absl::Span<const int32_t> kept, SamplerScratch& s) {
+    const size_t vocab = s.logits_.size();
+    s.seen_.resize(vocab);  // zero between calls
     for (int32_t t : kept) s.seen_[t] = 1;
     float* l = s.logits_.data();
     for (size_t i = 0; i < vocab; ++i) {
@@ -195,14 +202,7 @@ class LogitsProcessors {
     }
     if (bad) return NonFinite(logits);
 
-    if (!params.allowed_token_ids.empty()) {
-      s.seen_.resize(vocab);  // zero between calls
-      for (int32_t t : params.allowed_token_ids) s.seen_[t] = 1;
-      for (size_t i = 0; i < vocab; ++i) {
-        if (!s.seen_[i]) l[i] = -kInf;
-      }
-      for (int32_t t : params.allowed_token_ids) s.seen_[t] = 0;
-    }
+    if (!params.allowed_token_ids.empty()) MaskAllBut(params.allowed_token_ids, s);
     if (!params.choice_token_ids.empty()) MaskToChoices(params, ctx, s);
     for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
       if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
