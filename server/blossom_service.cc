@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/guided/token_vocabulary.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
 #include "proto/blossom/v1/stream_request.h"
@@ -87,7 +88,8 @@ class GenerationCall {
   // Submits `request`; on refusal finishes the call with the status and returns false.
   void Submit(const v1::GenerateRequest& request) {
     auto engine_request =
-        ToEngineRequest(request, *service_->tokenizer(), limits_for_call());
+        ToEngineRequest(request, *service_->tokenizer(), limits_for_call(),
+                        service_->json_constraints());
     if (engine_request.ok()) {
       // Kept to attribute a refusal to its field (the request itself moves into the engine).
       EngineRequest submitted_params;
@@ -409,6 +411,9 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
                                v1::ModelInfo model_info) {
   engine_ = engine;
   tokenizer_ = tokenizer;
+  // The vocabulary trie is built on the first structured-output request, not at start-up.
+  json_constraints_ = std::make_unique<JsonConstraintCache>(
+      [tokenizer] { return TokenVocabulary::FromTokenizer(*tokenizer); });
   // The engine's cap, which start-up may have lowered to what the KV cache holds (kv_fit.h).
   // Written before the state turns serving: calls read the limits only once admitted.
   if (model_info.limits().max_total_tokens() > 0) {

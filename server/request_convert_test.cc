@@ -1,5 +1,7 @@
 #include "server/request_convert.h"
 
+#include "engine/guided/json_constraint.h"
+#include "engine/guided/token_vocabulary.h"
 #include "gtest/gtest.h"
 #include "server/status_details.h"
 #include "tests/util/fixture_path.h"
@@ -125,6 +127,52 @@ TEST_F(RequestConvertTest, GuidedChoicesAreTokenizedAndNeedEos) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_EQ(DetailsOf(status).field, "sampling.guided_choice") << status;
   }
+}
+
+TEST_F(RequestConvertTest, JsonSchemaBecomesTheSamplersConstraint) {
+  JsonConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->set_json_schema(R"({"type": "object"})");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_, &cache);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  ASSERT_NE(converted->sampling.constraint, nullptr);
+  // It allows "{" first and not "[".
+  auto first = converted->sampling.constraint->AllowedTokens({}, /*end_token=*/2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(TokenAllowed(**first, tokenizer_->Encode("{")->front()));
+  EXPECT_FALSE(TokenAllowed(**first, tokenizer_->Encode("[")->front()));
+  // The same schema again is the same compiled constraint.
+  auto again = ToEngineRequest(request, *tokenizer_, limits_, &cache);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->sampling.constraint, converted->sampling.constraint);
+
+  v1::GenerateRequest unsupported = request;
+  unsupported.mutable_sampling()->set_json_schema(R"({"type": "string", "pattern": "a+"})");
+  v1::GenerateRequest ignoring = request;
+  ignoring.mutable_stopping()->set_ignore_eos(true);
+  v1::GenerateRequest with_min = request;
+  with_min.mutable_stopping()->set_min_new_tokens(1);
+  v1::GenerateRequest with_choice = request;
+  with_choice.mutable_sampling()->add_guided_choice("yes");
+  for (const v1::GenerateRequest& bad : {unsupported, ignoring, with_min, with_choice}) {
+    const absl::Status status = ToEngineRequest(bad, *tokenizer_, limits_, &cache).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(DetailsOf(status).field, "sampling.json_schema") << status;
+  }
+  EXPECT_NE(std::string(ToEngineRequest(unsupported, *tokenizer_, limits_, &cache)
+                            .status()
+                            .message())
+                .find("'pattern' is not supported"),
+            std::string::npos);
+  // Without a cache (a caller without structured output), and json_compact alone.
+  EXPECT_EQ(DetailsOf(ToEngineRequest(request, *tokenizer_, limits_).status()).field,
+            "sampling.json_schema");
+  v1::GenerateRequest compact_alone;
+  compact_alone.set_text("x");
+  compact_alone.mutable_sampling()->set_json_compact(true);
+  EXPECT_EQ(DetailsOf(ToEngineRequest(compact_alone, *tokenizer_, limits_, &cache).status()).field,
+            "sampling.json_compact");
 }
 
 // Tokens carry their text, raw bytes and whether they are special tokens (TGI's `special`), and

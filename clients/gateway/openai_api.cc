@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/structured_outputs.h"
 #include "kernels/status_macros.h"
 
 namespace blossom::gateway::openai {
@@ -28,7 +29,6 @@ absl::Status Unsupported(const char* field, absl::string_view what) {
 
 constexpr size_t kMaxLogitBiasTokens = 300;  // OpenAI's limit
 constexpr size_t kMaxBadWords = 64;          // the server's
-constexpr size_t kMaxGuidedChoices = 256;    // the server's
 
 // OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}; {} is none.
 absl::Status ParseLogitBias(const Json& body, blossom::v1::SamplingParameters* sampling) {
@@ -56,46 +56,8 @@ absl::Status ParseLogitBias(const Json& body, blossom::v1::SamplingParameters* s
   return absl::OkStatus();
 }
 
-// vLLM's guided_choice: a list of strings, or the same as structured_outputs.choice (its newer
-// spelling); structured_outputs' other constraints (json, regex, grammar) are not supported.
-absl::Status ParseGuidedChoice(const Json& body, blossom::v1::SamplingParameters* sampling) {
-  const char* field = "guided_choice";
-  const Json* choices = nullptr;
-  if (auto it = body.find("guided_choice"); it != body.end() && !it->is_null()) choices = &*it;
-  if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return FieldError("structured_outputs", "must be an object");
-    for (const auto& [key, value] : it->items()) {
-      if (value.is_null()) continue;
-      if (key != "choice") {
-        return Unsupported("structured_outputs",
-                           absl::StrCat("structured_outputs.", key.substr(0, 32)));
-      }
-      if (choices != nullptr) {
-        return FieldError("structured_outputs",
-                          "give guided_choice or structured_outputs.choice, not both");
-      }
-      choices = &value;
-      field = "structured_outputs.choice";
-    }
-  }
-  if (choices == nullptr) return absl::OkStatus();
-  if (!choices->is_array() || choices->empty()) {
-    return FieldError(field, "must be a non-empty list of strings");
-  }
-  if (choices->size() > kMaxGuidedChoices) {
-    return FieldError(field, absl::StrCat("at most ", kMaxGuidedChoices, " choices"));
-  }
-  for (const Json& choice : *choices) {
-    if (!choice.is_string() || choice.get_ref<const std::string&>().empty()) {
-      return FieldError(field, "must be a non-empty list of non-empty strings");
-    }
-    sampling->add_guided_choice(choice.get<std::string>());
-  }
-  return absl::OkStatus();
-}
-
 // Fields shared by both endpoints.
-absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
+absl::Status ParseCommon(const Json& body, absl::string_view raw_body, CompletionRequest* out) {
   GenerateRequest& req = out->request;
   auto* sampling = req.mutable_sampling();
   auto* stopping = req.mutable_stopping();
@@ -211,7 +173,7 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "bad_words", kMaxBadWords, &bad_words));
   for (std::string& word : bad_words) sampling->add_bad_words(std::move(word));
   BLOSSOM_RETURN_IF_ERROR(ParseLogitBias(body, sampling));
-  BLOSSOM_RETURN_IF_ERROR(ParseGuidedChoice(body, sampling));
+  BLOSSOM_RETURN_IF_ERROR(ParseStructuredOutputs(body, raw_body, sampling));
 
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
@@ -245,12 +207,6 @@ absl::Status ParseCommon(const Json& body, CompletionRequest* out) {
     out->include_usage = include_usage.value_or(false);
   }
 
-  // vLLM extensions that would constrain, shorten or add to the output: refused, not ignored (a
-  // client would otherwise get unconstrained text, or a response missing what it asked for).
-  for (const char* field : {"guided_json", "guided_regex", "guided_grammar"}) {
-    auto it = body.find(field);
-    if (it != body.end() && !it->is_null()) return Unsupported(field, field);
-  }
   absl::optional<bool> beam_search;  // vLLM's; false is what its clients send by default
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "use_beam_search", &beam_search));
   if (beam_search.value_or(false)) return Unsupported("use_beam_search", "beam search");
@@ -350,7 +306,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   std::vector<GenerateRequest> prompts;
   BLOSSOM_RETURN_IF_ERROR(ParsePrompts(json, &prompts));
   out.request = prompts.front();
-  BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
+  BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, body, &out));
   if (out.echo && out.request.truncate_prompt_tokens() > 0) {
     // The echo would show the whole prompt while the model saw its end only.
     return Unsupported("truncate_prompt_tokens", "truncate_prompt_tokens with echo");
@@ -393,7 +349,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   BLOSSOM_ASSIGN_OR_RETURN(std::string prompt,
                            RenderChatPrompt(*messages, chat_template, render));
   out.request.set_text(std::move(prompt));
-  BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, &out));
+  BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, body, &out));
   absl::optional<bool> logprobs;
   absl::optional<int64_t> top_logprobs;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "logprobs", &logprobs));
@@ -410,12 +366,6 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
     auto it = json.find(field);
     if (it != json.end() && !it->is_null() && !(it->is_array() && it->empty())) {
       return Unsupported(field, field);
-    }
-  }
-  auto format = json.find("response_format");
-  if (format != json.end() && !format->is_null()) {
-    if (!format->is_object() || format->value("type", Json()) != "text") {
-      return FieldError("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
   RequestPromptLogprobs(&out);

@@ -47,15 +47,15 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {false, R"({"prompt":"a","top_p":0})", "top_p", "top_p"},
       {false, R"({"prompt":"a","top_p":1.1})", "top_p", "top_p"},
       {false, R"({"prompt":"a","typical_p":0})", "typical_p", "typical_p"},
-      {false, R"({"prompt":"a","guided_json":{"type":"object"}})", "guided_json is not supported",
-       "guided_json"},
+      {false, R"({"prompt":"a","guided_regex":"a+"})", "guided_regex is not supported",
+       "guided_regex"},
       {true, "{" + kChat + R"(,"guided_choice":[]})", "non-empty list", "guided_choice"},
       {false, R"({"prompt":"a","guided_choice":["a",""]})", "non-empty strings", "guided_choice"},
       {false, R"({"prompt":"a","guided_choice":"a"})", "non-empty list", "guided_choice"},
-      {false, R"({"prompt":"a","structured_outputs":{"json":{}}})",
-       "structured_outputs.json is not supported", "structured_outputs"},
+      {false, R"({"prompt":"a","structured_outputs":{"grammar":"x"}})",
+       "structured_outputs.grammar is not supported", "structured_outputs.grammar"},
       {false, R"({"prompt":"a","structured_outputs":{"choice":["x"]},"guided_choice":["y"]})",
-       "not both", "structured_outputs"},
+       "guided_choice is already given", "structured_outputs.choice"},
       {false, R"({"prompt":"a","allowed_token_ids":[1,-2]})", "non-negative", "allowed_token_ids"},
       {false, R"({"prompt":"a","allowed_token_ids":[]})", "must not be empty", "allowed_token_ids"},
       {false, R"({"prompt":"a","allowed_token_ids":"1"})", "list of integers", "allowed_token_ids"},
@@ -116,7 +116,8 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"logprobs":1})", "must be a boolean", "logprobs"},
       {true, "{" + kChat + R"(,"top_logprobs":2})", "requires logprobs=true", "top_logprobs"},
       {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "tools", "tools"},
-      {true, "{" + kChat + R"(,"response_format":{"type":"json_object"}})", "response_format", "response_format"},
+      {true, "{" + kChat + R"(,"response_format":{"type":"xml"}})", "must be \"text\"",
+       "response_format.type"},
       {true, "{" + kChat + R"(,"n":0})", "at least 1", "n"},
       {true, "{" + kChat + R"(,"add_generation_prompt":true,"continue_final_message":true})",
        "cannot be true together", "continue_final_message"},
@@ -375,6 +376,23 @@ TEST(OpenAIApiTest, GuidedChoiceInBothSpellings) {
                                R"("structured_outputs":{"choice":["a b","c"],"json":null}})");
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->request.sampling().guided_choice_size(), 2);
+}
+
+// Structured output reaches the server as sampling.json_schema, from either endpoint.
+TEST(OpenAIApiTest, JsonSchemasFromResponseFormatAndGuidedJson) {
+  auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"n":2,)"
+                               R"("response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_EQ(chat->batch.size(), 2u);
+  for (const auto& request : chat->batch) {
+    EXPECT_EQ(request.sampling().json_schema(), R"({"type":"object"})");
+  }
+  auto completion =
+      ParseCompletionRequest(R"({"prompt":"a","guided_json":{"type":"array"},)"
+                             R"("structured_outputs":{"disable_any_whitespace":true}})");
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_EQ(completion->request.sampling().json_schema(), R"({"type":"array"})");
+  EXPECT_TRUE(completion->request.sampling().json_compact());
 }
 
 // vLLM's prompt_logprobs: asked of the server (the larger of it and the echo's top count), and

@@ -42,6 +42,12 @@ const std::string& OpenApiJson() {
         "allowed_token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}, "description": "vLLM's: only these tokens are generated"},
         "bad_words": {"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: never generated"},
         "guided_choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: the output is one of these (not with ignore_eos or min_tokens)"},
+        "guided_json": {"oneOf": [{"type": "object"}, {"type": "string"}], "description": "vLLM's: a JSON Schema (or its text) the output follows, ended by EOS; keywords that constrain values beyond type, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf and $ref are refused"},
+        "response_format": {"oneOf": [
+          {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["text", "json_object"]}}},
+          {"type": "object", "required": ["type", "json_schema"], "properties": {"type": {"type": "string", "enum": ["json_schema"]}, "json_schema": {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": "boolean"}}}}}],
+          "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
+        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice and guided_json; one constraint per request"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "stream": {"type": "boolean"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
@@ -61,6 +67,12 @@ const std::string& OpenApiJson() {
         "allowed_token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}, "description": "vLLM's: only these tokens are generated"},
         "bad_words": {"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: never generated"},
         "guided_choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}, "description": "vLLM's: the output is one of these (not with ignore_eos or min_tokens)"},
+        "guided_json": {"oneOf": [{"type": "object"}, {"type": "string"}], "description": "vLLM's: a JSON Schema (or its text) the output follows, ended by EOS; keywords that constrain values beyond type, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf and $ref are refused"},
+        "response_format": {"oneOf": [
+          {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["text", "json_object"]}}},
+          {"type": "object", "required": ["type", "json_schema"], "properties": {"type": {"type": "string", "enum": ["json_schema"]}, "json_schema": {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": "boolean"}}}}}],
+          "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
+        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice and guided_json; one constraint per request"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
       "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {
         "inputs": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"},
@@ -73,7 +85,8 @@ const std::string& OpenApiJson() {
           "repetition_penalty": {"type": "number", "exclusiveMinimum": true, "minimum": 0}, "do_sample": {"type": "boolean"},
           "seed": {"type": "integer", "minimum": 0}, "stop": {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
           "truncate": {"type": "integer", "minimum": 1, "description": "keep the last N input tokens"},
-          "details": {"type": "boolean"}, "return_full_text": {"type": "boolean", "description": "default false; true on POST /"}}}}},
+          "details": {"type": "boolean"}, "return_full_text": {"type": "boolean", "description": "default false; true on POST /"},
+          "grammar": {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["json", "json_schema"]}, "value": {"type": "object"}}, "description": "TGI's: json = value is a JSON Schema the output follows; json_schema = value is {name, schema}"}}}}},
       "TokenizeRequest": {"oneOf": [
         {"type": "object", "required": ["inputs"], "properties": {"inputs": {"type": "string"}}, "description": "TGI's: answers a list of {id, text, start, stop}"},
         {"type": "object", "required": ["prompt"], "properties": {"model": {"type": "string"}, "prompt": {"type": "string"}, "add_special_tokens": {"type": "boolean"}, "return_token_strs": {"type": "boolean"}}, "description": "vLLM's: answers {count, max_model_len, tokens, token_strs}"},

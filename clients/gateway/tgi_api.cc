@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/structured_outputs.h"
 #include "kernels/status_macros.h"
 
 namespace blossom::gateway::tgi {
@@ -111,9 +112,10 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   auto* sampling = out.request.mutable_sampling();
   auto* stopping = out.request.mutable_stopping();
 
-  for (const char* field : {"watermark", "grammar", "adapter_id"}) {
+  for (const char* field : {"watermark", "adapter_id"}) {
     BLOSSOM_RETURN_IF_ERROR(RejectIfSet(params, field));
   }
+  BLOSSOM_RETURN_IF_ERROR(ParseTgiGrammar(params, body, sampling));
   // TGI's truncate: keep the last N input tokens (the server truncates after tokenizing).
   absl::optional<int64_t> truncate;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "truncate", 1, kInt32Max, &truncate)));

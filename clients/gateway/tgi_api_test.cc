@@ -47,6 +47,8 @@ TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
       {R"({"inputs":"a","parameters":{"decoder_input_details":1}})", "must be a boolean", "parameters.decoder_input_details"},
       {R"({"inputs":"a","parameters":{"top_n_tokens":21}})", "at most 20", "parameters.top_n_tokens"},
       {R"({"inputs":"a","parameters":{"watermark":true}})", "not supported", "parameters.watermark"},
+      {R"({"inputs":"a","parameters":{"grammar":{"type":"regex","value":"a+"}}})",
+       "a regex grammar is not supported", "parameters.grammar"},
       {R"({"inputs":"a","parameters":{"best_of":2}})", "best_of", "parameters.best_of"},
       {R"({"inputs":"a","parameters":{"truncate":0}})", "at least 1", "parameters.truncate"},
       {R"({"inputs":"a","parameters":{"temperature":1e400}})", "number overflow", ""},
@@ -61,6 +63,13 @@ TEST(TgiApiTest, RejectsMalformedRequestsWith422) {
   Json error = Json::parse(TgiErrorJson(422, "x"));
   EXPECT_EQ(error["error"], "x");
   EXPECT_EQ(error["error_type"], "validation");
+}
+
+TEST(TgiApiTest, JsonGrammarIsTheJsonSchema) {
+  auto r = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"grammar":{"type":"json","value":{"type":"object"}}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.sampling().json_schema(), R"({"type":"object"})");
 }
 
 TEST(TgiApiTest, GreedyUnlessSampling) {

@@ -42,7 +42,8 @@ bool CudaBatchSampler::NeedsHost(const SampleRow& row) {
   const SamplingParams& p = *row.params;
   return p.typical_p < 1.0f || p.min_p > 0.0f || p.logprobs >= 0 ||
          !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
-         !p.bad_words_token_ids.empty() || !p.logit_bias.empty() || !p.choice_token_ids.empty();
+         !p.bad_words_token_ids.empty() || !p.logit_bias.empty() || !p.choice_token_ids.empty() ||
+         p.constraint != nullptr;
 }
 
 absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,

@@ -171,6 +171,22 @@ class LogitsProcessors {
     MaskAllBut(kept, s);
   }
 
+  // Every token of s.logits_ whose bit in `allowed` is clear -> -inf. A word at a time: a
+  // structured output's mask is mostly all-set (inside a string) or all-clear words.
+  static void MaskToBitmask(const TokenBitmask& allowed, SamplerScratch& s) {
+    const size_t vocab = s.logits_.size();
+    float* l = s.logits_.data();
+    for (size_t base = 0; base < vocab; base += 64) {
+      const size_t word = base / 64;
+      const uint64_t bits = word < allowed.size() ? allowed[word] : 0;
+      if (bits == ~uint64_t{0}) continue;
+      const size_t end = std::min(vocab, base + 64);
+      for (size_t i = base; i < end; ++i) {
+        if (((bits >> (i - base)) & 1u) == 0) l[i] = -kInf;
+      }
+    }
+  }
+
   // Every token of s.logits_ not in `kept` -> -inf (ids in range; duplicates allowed). Leaves
   // s.seen_ all zero, as it found it.
   static void MaskAllBut(absl::Span<const int32_t> kept, SamplerScratch& s) {
@@ -202,8 +218,22 @@ class LogitsProcessors {
     }
     if (bad) return NonFinite(logits);
 
-    if (!params.allowed_token_ids.empty()) MaskAllBut(params.allowed_token_ids, s);
+    if (!params.allowed_token_ids.empty()) {
+      MaskAllBut(params.allowed_token_ids, s);
+      // A guided output ends with the end token, whatever the allowed set says: otherwise a
+      // complete choice or JSON text could never end (every token masked).
+      const bool guided = !params.choice_token_ids.empty() || params.constraint != nullptr;
+      if (guided && ctx.end_token >= 0 && static_cast<size_t>(ctx.end_token) < vocab) {
+        l[ctx.end_token] = logits[ctx.end_token];
+      }
+    }
     if (!params.choice_token_ids.empty()) MaskToChoices(params, ctx, s);
+    if (params.constraint != nullptr) {
+      absl::StatusOr<std::shared_ptr<const TokenBitmask>> allowed =
+          params.constraint->AllowedTokens(ctx.output_tokens, ctx.end_token);
+      if (!allowed.ok()) return allowed.status();
+      MaskToBitmask(**allowed, s);
+    }
     for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
       if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
         l[word.back()] = -kInf;
@@ -558,7 +588,7 @@ absl::Status PrepareLogits(absl::Span<const float> logits, const SamplingParams&
 bool RowIsUnedited(const SamplingParams& params, const SamplingContext& ctx) {
   return ctx.suppressed_tokens.empty() && params.allowed_token_ids.empty() &&
          params.bad_words_token_ids.empty() && params.logit_bias.empty() &&
-         params.choice_token_ids.empty() &&
+         params.choice_token_ids.empty() && params.constraint == nullptr &&
          params.repetition_penalty == 1.0f &&
          params.frequency_penalty == 0.0f && params.presence_penalty == 0.0f;
 }

@@ -205,6 +205,25 @@ TEST(SamplerReferenceTest, SurvivorsAndProbabilitiesMatchReference) {
   EXPECT_LE(borderline, compared / 100);
 }
 
+// A constraint for the tests: the tokens congruent to the output's length modulo 3, and the end
+// token after 12 tokens.
+class EveryThirdToken : public TokenConstraint {
+ public:
+  explicit EveryThirdToken(int32_t vocab) : vocab_(vocab) {}
+  absl::StatusOr<std::shared_ptr<const TokenBitmask>> AllowedTokens(
+      absl::Span<const int32_t> output, int32_t end_token) const override {
+    auto mask = std::make_shared<TokenBitmask>((vocab_ + 63) / 64, 0);
+    for (int32_t t = static_cast<int32_t>(output.size() % 3); t < vocab_; t += 3) {
+      (*mask)[t / 64] |= uint64_t{1} << (t % 64);
+    }
+    if (output.size() >= 12 && end_token >= 0) (*mask)[end_token / 64] |= uint64_t{1} << (end_token % 64);
+    return mask;
+  }
+
+ private:
+  int32_t vocab_;
+};
+
 // allowed_token_ids, bad words and logit_bias (alone and with penalties and filters) against the
 // reference, with token ids drawn for each vocabulary and bad words that do and do not match the
 // output's end.
@@ -237,6 +256,13 @@ TEST(SamplerReferenceTest, MasksAndLogitBiasMatchReference) {
                                      {picked[1]},
                                      {picked[2], picked[3]}};
           variants.push_back(choice);
+          SamplingParams choice_in_allowed = choice;  // the allowed set leaves the end token out
+          choice_in_allowed.allowed_token_ids = {picked[0], picked[1], picked[2]};
+          variants.push_back(choice_in_allowed);
+          SamplingParams constrained = Make(temperature);
+          constrained.constraint = std::make_shared<EveryThirdToken>(vocab);
+          constrained.allowed_token_ids = {picked[0], picked[1], picked[2]};
+          variants.push_back(constrained);
           SamplingParams all = biased;
           all.allowed_token_ids = allowed.allowed_token_ids;
           all.bad_words_token_ids = bad.bad_words_token_ids;
@@ -304,6 +330,25 @@ TEST(SamplerMasksTest, EachMaskAndBiasDecidesGreedy) {
   p.bad_words_token_ids = {{1}};
   EXPECT_EQ(SamplingDistribution(logits, p, ctx, scratch).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SamplerMasksTest, AllowedTokenIdsKeepTheEndTokenOfAGuidedOutput) {
+  SamplerScratch scratch;
+  const std::vector<float> logits(6, 0.0f);
+  SamplingParams p = Make(0.0f);
+  p.allowed_token_ids = {1};
+  p.choice_token_ids = {{1}};
+  const std::vector<int32_t> output = {1};
+  SamplingContext ctx{{}, output, {}};
+  ctx.end_token = 5;
+  absl::StatusOr<std::vector<TokenProbability>> d = SamplingDistribution(logits, p, ctx, scratch);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].token, 5) << "the whole choice ends although 5 is not in allowed_token_ids";
+  p.choice_token_ids.clear();
+  d = SamplingDistribution(logits, p, ctx, scratch);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)[0].token, 1) << "without a guided output the allowed set is the whole rule";
 }
 
 // Guided choice: the output stays a prefix of a choice and ends (the end token) only on a whole

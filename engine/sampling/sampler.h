@@ -4,8 +4,9 @@
 //   1. masks -> -inf (vLLM's order): every token outside allowed_token_ids (when given); the
 //      last token of a bad-word sequence whose other tokens end the output so far; suppressed
 //      tokens (SamplingContext::suppressed_tokens); with guided choice, every token but the next
-//      of each choice the output is a prefix of (the end token after a whole choice); then
-//      logit_bias is added (-inf stays -inf);
+//      of each choice the output is a prefix of (the end token after a whole choice); with a
+//      structured-output constraint, every token it does not allow after the output so far;
+//      then logit_bias is added (-inf stays -inf);
 //   2. repetition_penalty over the distinct tokens of prompt + output, each once (HF/CTRL):
 //      logit > 0 ? logit / penalty : logit * penalty;
 //   3. frequency and presence penalties over output tokens only (OpenAI):

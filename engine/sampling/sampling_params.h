@@ -9,11 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/optional.h"
+#include "engine/sampling/token_constraint.h"
 
 namespace blossom {
 
@@ -73,7 +75,8 @@ struct SamplingParams {
   // harnesses score): -1 = none. The request then computes its whole prompt (no prefix-cache
   // hits), since a cached position has no logits.
   int32_t prompt_logprobs = -1;
-  // vLLM's allowed_token_ids: when not empty, every other token is masked (step 1).
+  // vLLM's allowed_token_ids: when not empty, every other token is masked (step 1), except the
+  // end token of a guided output (choice or constraint), which must be able to end it.
   std::vector<int32_t> allowed_token_ids;
   // vLLM's bad words as token sequences: the last token of one is masked whenever the output so
   // far ends with the tokens before it (a one-token sequence: always; step 1).
@@ -85,6 +88,10 @@ struct SamplingParams {
   // is a prefix of some choices, only their next tokens are allowed; once it equals a choice,
   // the end token (SamplingContext::end_token) is too (step 1).
   std::vector<std::vector<int32_t>> choice_token_ids;
+  // Structured output (vLLM's guided_json, OpenAI's response_format): only the tokens the
+  // constraint allows after the output so far, and the end token where it says the output is
+  // complete (step 1). Null = none. Shared: it is immutable and may be cached across requests.
+  std::shared_ptr<const TokenConstraint> constraint;
 };
 
 // When generation ends. Plain value type; not validated on construction: call Validate().

@@ -26,8 +26,9 @@ Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingPar
   std::vector<float> l = raw;
   if (!p.allowed_token_ids.empty()) {
     std::set<int32_t> allowed(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
+    const bool guided = !p.choice_token_ids.empty() || p.constraint != nullptr;
     for (int32_t i = 0; i < vocab; ++i) {
-      if (allowed.count(i) == 0) l[i] = -kInf;
+      if (allowed.count(i) == 0 && !(guided && i == end_token)) l[i] = -kInf;
     }
   }
   if (!p.choice_token_ids.empty()) {
@@ -42,6 +43,12 @@ Reference ReferenceDistribution(const std::vector<float>& raw, const SamplingPar
     }
     for (int32_t i = 0; i < vocab; ++i) {
       if (next.count(i) == 0) l[i] = -kInf;
+    }
+  }
+  if (p.constraint != nullptr) {
+    auto allowed = p.constraint->AllowedTokens(output, end_token);
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (!allowed.ok() || !TokenAllowed(**allowed, i)) l[i] = -kInf;
     }
   }
   for (const std::vector<int32_t>& word : p.bad_words_token_ids) {

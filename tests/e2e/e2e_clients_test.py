@@ -365,6 +365,88 @@ class TextGenerationClientTest(unittest.TestCase):
         self.assertIn("too long", str(cm.exception))
 
 
+# A schema whose every value is bounded, so that even the fixture model's random weights end the
+# object within max_tokens.
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "age": {"type": "integer"},
+    "role": {"enum": ["admin", "user"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
+    "required": ["name", "age", "role"]}
+
+
+class StructuredOutputTest(unittest.TestCase):
+    """JSON Schemas through every API: the output parses and follows the schema."""
+
+    def setUp(self):
+        self.client = openai.OpenAI(base_url=GW.url + "/v1", api_key=API_KEY, max_retries=0)
+
+    def assertPerson(self, text):
+        value = json.loads(text)
+        self.assertIsInstance(value, dict, text)
+        self.assertEqual(list(value)[:3], ["name", "age", "role"], text)  # the schema's order
+        self.assertLessEqual(set(value), set(PERSON["properties"]), text)
+        self.assertIsInstance(value["name"], str)
+        self.assertLessEqual(len(value["name"]), 8, text)
+        self.assertIs(type(value["age"]), int, text)
+        self.assertIn(value["role"], ["admin", "user"], text)
+        for tag in value.get("tags", []):
+            self.assertIsInstance(tag, str)
+            self.assertLessEqual(len(tag), 4, text)
+        self.assertLessEqual(len(value.get("tags", [])), 2, text)
+
+    def test_openai_response_format_json_schema(self):
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Who?"}], max_tokens=600, n=3,
+            temperature=1.0, seed=3, response_format={
+                "type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
+        for choice in r.choices:
+            self.assertEqual(choice.finish_reason, "stop", choice.message.content)
+            self.assertPerson(choice.message.content)
+
+    def test_json_object_and_a_streamed_guided_json(self):
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Anything"}], max_tokens=200,
+            temperature=0, response_format={"type": "json_object"})
+        self.assertEqual(r.choices[0].finish_reason, "stop", r.choices[0].message.content)
+        self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+        text, finish = "", None
+        for chunk in self.client.completions.create(
+                model=MODEL, prompt="Record:", max_tokens=600, temperature=0, stream=True,
+                extra_body={"guided_json": PERSON,
+                            "structured_outputs": {"disable_any_whitespace": True}}):
+            text += chunk.choices[0].text
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual(finish, "stop", text)
+        self.assertPerson(text)
+        self.assertNotIn(" ", text.replace(json.loads(text)["name"], ""))  # compact
+
+    def test_tgi_grammar_and_grpc_json_schema(self):
+        tgi = text_generation.Client(GW.url, headers=auth(), timeout=60)
+        r = tgi.generate("Record:", max_new_tokens=600, do_sample=True, seed=9,
+                         grammar=text_generation.types.Grammar(
+                             type=text_generation.types.GrammarType.Json, value=PERSON))
+        self.assertPerson(r.generated_text)
+        with blossom_client.BlossomClient(SRV.grpc, timeout=60) as c:
+            g = c.generate("Record:", max_new_tokens=600, temperature=0.7, seed=2,
+                           json_schema=PERSON, json_compact=True)
+            self.assertEqual(g.finish_reason, "eos_token", g.text)
+            self.assertPerson(g.text)
+
+    def test_a_schema_the_server_cannot_enforce_is_400_naming_it(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=5,
+                response_format={"type": "json_schema", "json_schema": {
+                    "name": "s", "schema": {"type": "string", "pattern": "^a+$"}}})
+        self.assertEqual(cm.exception.param, "response_format")
+        self.assertIn("'pattern' is not supported", cm.exception.message)
+        with self.assertRaises(text_generation.errors.ValidationError):
+            text_generation.Client(GW.url, headers=auth(), timeout=30).generate(
+                "x", max_new_tokens=4, grammar=text_generation.types.Grammar(
+                    type=text_generation.types.GrammarType.Regex, value="a+"))
+
+
 def post_json(path, body):
     """(status, parsed JSON body) of a POST to the shared gateway."""
     request = urllib.request.Request(GW.url + path, data=json.dumps(body).encode(),

@@ -7,6 +7,7 @@ Shared by the sync and asyncio clients. A parameter left out (or passed as None)
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Dict, Iterable, Sequence, Union
 
 from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
@@ -20,13 +21,16 @@ _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_
 # Keyword -> repeated field of SamplingParameters, and its one map field (token id -> bias).
 _SAMPLING_REPEATED = ("allowed_token_ids", "bad_words", "guided_choice")
 _SAMPLING_MAP = ("logit_bias",)
+# Structured output: json_schema is a JSON Schema as a dict (or bool) or as its text;
+# json_compact leaves whitespace out of the JSON text.
+_SAMPLING_JSON = ("json_schema", "json_compact")
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
 # Keyword -> field of GenerateRequest itself.
 _REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate_prompt_tokens")
 
-GENERATE_PARAMETERS = frozenset(_SAMPLING + _SAMPLING_REPEATED + _SAMPLING_MAP +
+GENERATE_PARAMETERS = frozenset(_SAMPLING + _SAMPLING_REPEATED + _SAMPLING_MAP + _SAMPLING_JSON +
                                 _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
 
 
@@ -57,6 +61,10 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
                 if isinstance(value, str):
                     raise TypeError("must be a list, not a str")
                 getattr(request.sampling, name).extend(value)
+            elif name == "json_schema":
+                request.sampling.json_schema = value if isinstance(value, str) else json.dumps(value)
+            elif name == "json_compact":
+                request.sampling.json_compact = value
             elif name in _SAMPLING_MAP:
                 for token, bias in dict(value).items():
                     getattr(request.sampling, name)[int(token)] = bias

@@ -5,6 +5,7 @@ The fake server implements the generated Blossom servicer and grpc.health.v1; pr
 with "!" select behaviours (errors, slow streams) and it records what it received.
 """
 import asyncio
+import json
 import threading
 import time
 import unittest
@@ -188,6 +189,15 @@ class SyncClientTest(unittest.TestCase):
             self.client.generate("Hi", bad_words="foo")  # one str would be split into letters
         with self.assertRaises(TypeError):
             self.client.generate("Hi", logit_bias=[1, 2])
+
+    def test_json_schema_as_a_dict_or_its_text(self):
+        self.client.generate("Hi", json_schema={"type": "object"}, json_compact=True)
+        s = self.fake.requests[-1].sampling
+        self.assertEqual(json.loads(s.json_schema), {"type": "object"})
+        self.assertTrue(s.json_compact)
+        self.client.generate("Hi", json_schema='{"type": "array"}')
+        self.assertEqual(self.fake.requests[-1].sampling.json_schema, '{"type": "array"}')
+        self.assertFalse(self.fake.requests[-1].sampling.json_compact)
 
     def test_detokenize(self):
         self.assertEqual(self.client.detokenize([72, 105]), "Hi")

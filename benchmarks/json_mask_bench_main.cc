@@ -1,0 +1,121 @@
+// Structured output's cost per step: the time to find the tokens a JSON Schema allows next by
+// walking the vocabulary trie (a cache miss), and a cached step, on a vocabulary of BLOOM's size.
+//
+// No BLOOM tokenizer can be downloaded here, so the vocabulary is synthetic with BPE's shape:
+// the 256 bytes, then the distinct substrings (2-12 bytes, words with and without a leading
+// space, punctuation runs) of the fixture corpus, then random lowercase words, up to 250,680
+// tokens. Usage: json-mask-bench [--vocab N] [--repeats N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/guided/json_constraint.h"
+#include "engine/guided/token_vocabulary.h"
+
+ABSL_FLAG(int32_t, vocab, 250680, "tokens in the synthetic vocabulary");
+ABSL_FLAG(int32_t, repeats, 20, "uncached mask computations timed per state (median reported)");
+ABSL_FLAG(std::string, corpus, "tests/fixtures/corpus.txt", "text the tokens are cut from");
+
+namespace blossom {
+namespace {
+
+double Millis(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+std::vector<std::string> SyntheticVocabulary(int32_t size, const std::string& corpus) {
+  std::vector<std::string> tokens;
+  std::set<std::string> seen;
+  auto add = [&](std::string t) {
+    if (static_cast<int32_t>(tokens.size()) < size && seen.insert(t).second) tokens.push_back(t);
+  };
+  for (int b = 0; b < 256; ++b) add(std::string(1, static_cast<char>(b)));
+  for (size_t length = 2; length <= 12; ++length) {
+    for (size_t i = 0; i + length <= corpus.size(); ++i) add(corpus.substr(i, length));
+  }
+  std::mt19937 rng(1);
+  while (static_cast<int32_t>(tokens.size()) < size) {
+    std::string word = rng() % 2 ? " " : "";
+    for (int n = 2 + rng() % 8; n > 0; --n) word += static_cast<char>('a' + rng() % 26);
+    add(word);
+  }
+  return tokens;
+}
+
+int Run() {
+  std::ifstream in(absl::GetFlag(FLAGS_corpus));
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto vocabulary = std::make_shared<const TokenVocabulary>(
+      SyntheticVocabulary(absl::GetFlag(FLAGS_vocab), text.str()));
+  const auto t1 = std::chrono::steady_clock::now();
+  std::printf("vocabulary: %d tokens, %u trie nodes, built in %.0f ms\n", vocabulary->size(),
+              vocabulary->nodes(), Millis(t1 - t0));
+
+  const char* schema = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}},
+      "address": {"type": "object", "properties": {"city": {"type": "string"}}}},
+      "required": ["name", "age"]})";
+  // Output prefixes (as bytes; each one is tokenized into single-byte tokens, which the
+  // synthetic vocabulary starts with) at the kinds of places a step can be.
+  const std::pair<const char*, const char*> states[] = {
+      {"start", ""},
+      {"after {", "{"},
+      {"inside a key", "{\"na"},
+      {"value position", "{\"name\": "},
+      {"inside a string", "{\"name\": \"Jo"},
+      {"inside an integer", "{\"name\": \"Jo\", \"age\": 4"},
+      {"after a value", "{\"name\": \"Jo\", \"age\": 42"},
+      {"inside an array", "{\"name\": \"Jo\", \"age\": 42, \"tags\": [\"a\", "},
+  };
+  std::printf("%-20s %12s %12s %10s\n", "state", "miss ms", "hit us", "allowed");
+  for (const auto& [name, prefix] : states) {
+    std::vector<int32_t> output;
+    for (const char* p = prefix; *p != '\0'; ++p) output.push_back(static_cast<unsigned char>(*p));
+    std::vector<double> misses;
+    size_t allowed = 0;
+    for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
+      // A fresh constraint has an empty cache: every call is a miss.
+      auto constraint = JsonSchemaConstraint::Create(schema, {}, vocabulary);
+      if (!constraint.ok()) {
+        std::fprintf(stderr, "%s\n", constraint.status().ToString().c_str());
+        return 1;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      auto mask = (*constraint)->AllowedTokens(output, /*end_token=*/-1);
+      misses.push_back(Millis(std::chrono::steady_clock::now() - start));
+      if (!mask.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name, mask.status().ToString().c_str());
+        return 1;
+      }
+      allowed = 0;
+      for (uint64_t word : **mask) allowed += __builtin_popcountll(word);
+    }
+    auto constraint = *JsonSchemaConstraint::Create(schema, {}, vocabulary);
+    (void)constraint->AllowedTokens(output, -1);
+    const int hits = 200;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < hits; ++i) (void)constraint->AllowedTokens(output, -1);
+    const double hit_us = Millis(std::chrono::steady_clock::now() - start) * 1000.0 / hits;
+    std::sort(misses.begin(), misses.end());
+    std::printf("%-20s %12.2f %12.1f %10zu\n", name, misses[misses.size() / 2], hit_us, allowed);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace blossom
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return blossom::Run();
+}

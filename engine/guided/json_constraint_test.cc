@@ -1,0 +1,220 @@
+#include "engine/guided/json_constraint.h"
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/sampling/logits_processors.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/tokenizer/test_util.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace blossom {
+namespace {
+
+constexpr int32_t kEos = 2;
+
+const Tokenizer& FixtureTokenizer() {
+  static const Tokenizer* tokenizer = [] {
+    auto t = Tokenizer::FromFile(RunfilePath("tests/fixtures/tokenizer/tokenizer.json"));
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t->release();
+  }();
+  return *tokenizer;
+}
+
+std::shared_ptr<const TokenVocabulary> Vocabulary() {
+  static const auto* vocabulary =
+      new std::shared_ptr<const TokenVocabulary>(TokenVocabulary::FromTokenizer(FixtureTokenizer()));
+  return *vocabulary;
+}
+
+std::shared_ptr<const JsonSchemaConstraint> Constraint(const char* schema) {
+  auto c = JsonSchemaConstraint::Create(schema, {}, Vocabulary());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : nullptr;
+}
+
+// The allowed set by brute force: every token's bytes read from the state after `output`.
+std::vector<bool> BruteForce(const char* schema, const std::vector<int32_t>& output,
+                             int32_t vocab) {
+  auto grammar = CompileJsonSchema(schema);
+  JsonMatcher matcher(&*grammar);
+  JsonLinkArena arena;
+  JsonState state = matcher.Start();
+  std::string text;
+  for (int32_t t : output) text += std::string(Vocabulary()->bytes(t));
+  std::vector<bool> allowed(vocab, false);
+  if (!matcher.AdvanceAll(state, text, arena)) return allowed;
+  for (int32_t id = 0; id < vocab; ++id) {
+    const absl::string_view bytes = Vocabulary()->bytes(id);
+    JsonState s = state;
+    allowed[id] = !bytes.empty() && matcher.AdvanceAll(s, bytes, arena);
+  }
+  allowed[kEos] = matcher.CanEnd(state, arena);
+  return allowed;
+}
+
+// Random walks through the allowed tokens: each step's mask equals the brute-force set, and
+// every walk that ends is a JSON text the caller's check accepts.
+void RandomWalks(const char* schema, int walks,
+                 const std::function<void(const nlohmann::json&)>& check) {
+  auto constraint = Constraint(schema);
+  ASSERT_NE(constraint, nullptr);
+  const int32_t vocab = FixtureTokenizer().vocab_size();
+  std::mt19937 rng(11);
+  int ended = 0;
+  for (int walk = 0; walk < walks; ++walk) {
+    std::vector<int32_t> output;
+    for (int step = 0; step < 60; ++step) {
+      auto mask = constraint->AllowedTokens(output, kEos);
+      ASSERT_TRUE(mask.ok()) << mask.status();
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab; ++id) {
+        if (TokenAllowed(**mask, id)) allowed.push_back(id);
+      }
+      if (step % 7 == 0) {
+        const std::vector<bool> expected = BruteForce(schema, output, vocab);
+        for (int32_t id = 0; id < vocab; ++id) {
+          ASSERT_EQ(TokenAllowed(**mask, id), expected[id])
+              << "token " << id << " '" << Vocabulary()->bytes(id) << "' after '"
+              << FixtureTokenizer().Decode(output) << "'";
+        }
+      }
+      ASSERT_FALSE(allowed.empty()) << FixtureTokenizer().Decode(output);
+      for (int32_t id : allowed) {
+        ASSERT_TRUE(id == kEos || !FixtureTokenizer().IsSpecial(id)) << id;
+      }
+      // Prefer ending, then short tokens (closing brackets), so that walks finish.
+      int32_t next = allowed[rng() % allowed.size()];
+      if (TokenAllowed(**mask, kEos)) next = kEos;
+      else if (step > 30) {
+        for (int32_t id : allowed) {
+          if (Vocabulary()->bytes(id).size() == 1 && rng() % 2) next = id;
+        }
+      }
+      if (next == kEos) {
+        const std::string text = FixtureTokenizer().Decode(output);
+        const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+        ASSERT_FALSE(value.is_discarded()) << text;
+        check(value);
+        ++ended;
+        break;
+      }
+      output.push_back(next);
+    }
+  }
+  EXPECT_GT(ended, 0);
+}
+
+TEST(JsonSchemaConstraintTest, MasksAreTheBruteForceSetsAndEndedOutputsValidate) {
+  RandomWalks(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+      "age": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "bc"]},
+      "maxItems": 2}}, "required": ["name", "age"]})",
+              40, [](const nlohmann::json& v) {
+                ASSERT_TRUE(v.is_object());
+                ASSERT_TRUE(v["name"].is_string());
+                EXPECT_LE(v["name"].get<std::string>().size(), 6u * 4);
+                ASSERT_TRUE(v["age"].is_number_integer());
+                if (v.contains("tags")) EXPECT_LE(v["tags"].size(), 2u);
+              });
+}
+
+TEST(JsonSchemaConstraintTest, AnyObject) {
+  RandomWalks(R"({"type": "object"})", 20,
+              [](const nlohmann::json& v) { EXPECT_TRUE(v.is_object()); });
+}
+
+TEST(JsonSchemaConstraintTest, MasksAreCachedByMatcherState) {
+  auto constraint = Constraint(R"({"type": "object", "properties": {"s": {"type": "string"}}})");
+  ASSERT_NE(constraint, nullptr);
+  const Tokenizer& t = FixtureTokenizer();
+  auto first = t.Encode("{\"s\": \"hello");
+  auto second = t.Encode("{\"s\": \"hello world and more");
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto a = constraint->AllowedTokens(*first, kEos);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int64_t computed = constraint->masks_computed();
+  auto b = constraint->AllowedTokens(*second, kEos);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Inside the same unbounded string: the same state, the same mask.
+  EXPECT_EQ(constraint->masks_computed(), computed);
+  EXPECT_EQ(a->get(), b->get());
+  // Another end token is another mask.
+  ASSERT_TRUE(constraint->AllowedTokens(*first, 3).ok());
+  EXPECT_EQ(constraint->masks_computed(), computed + 1);
+}
+
+TEST(JsonSchemaConstraintTest, AnOutputOutsideTheSchemaIsFailedPrecondition) {
+  auto constraint = Constraint(R"({"type": "object"})");
+  ASSERT_NE(constraint, nullptr);
+  auto ids = FixtureTokenizer().Encode("[1]");
+  ASSERT_TRUE(ids.ok());
+  auto mask = constraint->AllowedTokens(*ids, kEos);
+  EXPECT_EQ(mask.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(constraint->AllowedTokens({kEos}, kEos).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(JsonSchemaConstraintTest, TheSamplerOnlyPicksAllowedTokens) {
+  auto constraint = Constraint(R"({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                   "required": ["ok"]})");
+  ASSERT_NE(constraint, nullptr);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.constraint = constraint;
+  // Logits that favour "[" and the highest ids: greedy decoding must still write the object.
+  const int32_t vocab = FixtureTokenizer().vocab_size() + 8;  // the model's row may be wider
+  std::vector<float> logits(vocab);
+  for (int32_t i = 0; i < vocab; ++i) logits[i] = static_cast<float>(i) / vocab;
+  logits[FixtureTokenizer().Encode("[")->front()] = 10.0f;
+  std::vector<int32_t> output;
+  SamplerScratch scratch;
+  // Whitespace runs are bounded (kMaxJsonWhitespace), so even logits that favour whitespace
+  // finish the object.
+  for (int step = 0; step < 400; ++step) {
+    SamplingContext ctx;
+    ctx.output_tokens = output;
+    ctx.end_token = kEos;
+    ASSERT_TRUE(PrepareLogits(logits, params, ctx, scratch).ok());
+    auto token = GreedyToken(scratch);
+    ASSERT_TRUE(token.ok()) << token.status();
+    if (*token == kEos) break;
+    output.push_back(*token);
+  }
+  const std::string text = FixtureTokenizer().Decode(output);
+  const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(value.is_discarded()) << text;
+  EXPECT_TRUE(value["ok"].is_boolean()) << text;
+}
+
+TEST(JsonConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentSchema) {
+  int built = 0;
+  JsonConstraintCache cache(
+      [&] {
+        ++built;
+        return Vocabulary();
+      },
+      /*capacity=*/2);
+  auto a = cache.Get(R"({"type": "object"})");
+  auto b = cache.Get(R"({"type": "array"})");
+  auto a_again = cache.Get(R"({"type": "object"})");
+  ASSERT_TRUE(a.ok() && b.ok() && a_again.ok());
+  EXPECT_EQ(a->get(), a_again->get());
+  EXPECT_EQ(built, 1);
+  ASSERT_TRUE(cache.Get(R"({"type": "string"})").ok());  // evicts the array's
+  auto b_again = cache.Get(R"({"type": "array"})");
+  ASSERT_TRUE(b_again.ok());
+  EXPECT_NE(b->get(), b_again->get());
+  auto compact = cache.Get(R"({"type": "object"})", JsonGrammarOptions{false});
+  ASSERT_TRUE(compact.ok());
+  EXPECT_NE(compact->get(), cache.Get(R"({"type": "object"})")->get());
+  auto bad = cache.Get(R"({"type": "string", "pattern": "x"})");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,434 @@
+#include "engine/guided/json_grammar.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace blossom {
+namespace {
+
+// ordered_json keeps the schema's property order, which is the order the output follows.
+using Json = nlohmann::ordered_json;
+
+// Nesting of schemas inside schemas (not of the output): deeper is refused, so that compiling
+// cannot exhaust the stack.
+constexpr int kMaxSchemaDepth = 64;
+
+const std::set<std::string>& Annotations() {
+  static const auto* kSet = new std::set<std::string>{
+      "title",    "description", "default",   "examples",  "$schema", "$id",
+      "$comment", "deprecated",  "readOnly",  "writeOnly", "$defs",   "definitions"};
+  return *kSet;
+}
+
+const std::set<std::string>& Supported() {
+  static const auto* kSet = new std::set<std::string>{
+      "type",     "properties", "required",  "additionalProperties", "items", "minItems",
+      "maxItems", "minLength",  "maxLength", "enum",                 "const", "anyOf",
+      "oneOf",    "allOf",      "$ref"};
+  return *kSet;
+}
+
+bool Has(const Json& s, const char* key) { return s.contains(key); }
+
+class Compiler {
+ public:
+  explicit Compiler(const Json& root) : root_(root) {}
+
+  absl::StatusOr<int32_t> Compile(const Json& s, const std::string& path, int depth) {
+    if (depth > kMaxSchemaDepth) {
+      return Error(path, absl::StrCat("schemas nest deeper than ", kMaxSchemaDepth));
+    }
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return AnyNode();
+      return Error(path, "the schema false allows no value");
+    }
+    if (!s.is_object()) return Error(path, "a schema must be an object or a boolean");
+    size_t constraints = 0;
+    for (const auto& item : s.items()) {
+      if (Annotations().count(item.key()) != 0) continue;
+      if (Supported().count(item.key()) == 0) {
+        return Error(path, absl::StrCat("'", item.key().substr(0, 64), "' is not supported"));
+      }
+      ++constraints;
+    }
+    for (const char* alone : {"$ref", "anyOf", "oneOf", "allOf"}) {
+      if (Has(s, alone) && constraints > 1) {
+        return Error(path, absl::StrCat("'", alone,
+                                        "' beside other constraints is not supported"));
+      }
+    }
+    if (Has(s, "$ref")) return CompileRef(s["$ref"], path, depth);
+    for (const char* keyword : {"anyOf", "oneOf"}) {
+      if (Has(s, keyword)) return CompileUnion(s[keyword], absl::StrCat(path, "/", keyword), depth);
+    }
+    if (Has(s, "allOf")) {
+      const Json& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1) {
+        return Error(path, "'allOf' is supported with exactly one schema");
+      }
+      return Compile(all[0], absl::StrCat(path, "/allOf/0"), depth + 1);
+    }
+    absl::StatusOr<std::set<std::string>> types = Types(s, path);
+    if (!types.ok()) return types.status();
+    if (Has(s, "enum") || Has(s, "const")) return CompileLiterals(s, *types, path);
+    if (types->empty()) return AnyNode();
+    std::vector<int32_t> alternatives;
+    for (const std::string& type : *types) {
+      absl::StatusOr<int32_t> node = CompileType(s, type, path, depth);
+      if (!node.ok()) return node.status();
+      alternatives.push_back(*node);
+    }
+    if (alternatives.size() == 1) return alternatives[0];
+    JsonNode u;
+    u.kind = JsonNode::Kind::kUnion;
+    u.alternatives = std::move(alternatives);
+    return NewNode(std::move(u), path);
+  }
+
+  absl::Status CheckNoEmptyCycles() const {
+    // A union only forwards to its alternatives; a cycle of unions would loop without reading a
+    // byte ({"$ref": "#"} as the whole schema, or two definitions naming each other).
+    std::vector<uint8_t> color(grammar_.nodes.size(), 0);
+    for (size_t i = 0; i < grammar_.nodes.size(); ++i) {
+      if (HasUnionCycle(static_cast<int32_t>(i), color)) {
+        return absl::InvalidArgumentError(
+            "json schema: a $ref leads back to itself without a value in between");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  JsonGrammar Take() && { return std::move(grammar_); }
+
+ private:
+  static absl::Status Error(const std::string& path, absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("json schema at ", path.empty() ? "/" : path.substr(0, 128), ": ", what));
+  }
+
+  bool HasUnionCycle(int32_t i, std::vector<uint8_t>& color) const {
+    if (grammar_.nodes[i].kind != JsonNode::Kind::kUnion || color[i] == 2) return false;
+    if (color[i] == 1) return true;
+    color[i] = 1;
+    for (int32_t a : grammar_.nodes[i].alternatives) {
+      if (HasUnionCycle(a, color)) return true;
+    }
+    color[i] = 2;
+    return false;
+  }
+
+  absl::StatusOr<int32_t> NewNode(JsonNode node, const std::string& path) {
+    if (grammar_.nodes.size() >= kMaxJsonGrammarNodes) {
+      return Error(path, absl::StrCat("the schema needs more than ", kMaxJsonGrammarNodes,
+                                      " grammar nodes"));
+    }
+    grammar_.nodes.push_back(std::move(node));
+    return static_cast<int32_t>(grammar_.nodes.size() - 1);
+  }
+
+  // Any JSON value: one shared set of nodes, whose objects and arrays hold any value again.
+  int32_t AnyNode() {
+    if (any_ >= 0) return any_;
+    auto add = [&](JsonNode n) {
+      grammar_.nodes.push_back(std::move(n));
+      return static_cast<int32_t>(grammar_.nodes.size() - 1);
+    };
+    JsonNode u;
+    u.kind = JsonNode::Kind::kUnion;
+    any_ = add(std::move(u));
+    JsonNode object;
+    object.kind = JsonNode::Kind::kObject;
+    object.additional = any_;
+    object.next_required = {0};
+    JsonNode array;
+    array.kind = JsonNode::Kind::kArray;
+    array.items = any_;
+    JsonNode string;
+    string.kind = JsonNode::Kind::kString;
+    JsonNode number;
+    number.kind = JsonNode::Kind::kNumber;
+    JsonNode literal;
+    literal.kind = JsonNode::Kind::kLiteral;
+    literal.literals = {"true", "false", "null"};
+    std::vector<int32_t> alternatives = {add(std::move(object)), add(std::move(array)),
+                                         add(std::move(string)), add(std::move(number)),
+                                         add(std::move(literal))};
+    grammar_.nodes[any_].alternatives = std::move(alternatives);
+    return any_;
+  }
+
+  absl::StatusOr<int32_t> CompileRef(const Json& ref, const std::string& path, int depth) {
+    if (!ref.is_string()) return Error(path, "'$ref' must be a string");
+    const std::string name = ref.get<std::string>();
+    if (auto it = refs_.find(name); it != refs_.end()) return it->second;
+    const Json* target = nullptr;
+    if (name == "#") {
+      target = &root_;
+    } else {
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p = prefix;
+        if (name.compare(0, p.size(), p) != 0) continue;
+        const std::string section = p.substr(2, p.size() - 3);
+        const std::string key = name.substr(p.size());
+        if (root_.is_object() && root_.contains(section) && root_[section].is_object() &&
+            root_[section].contains(key)) {
+          target = &root_[section][key];
+        }
+      }
+    }
+    if (target == nullptr) {
+      return Error(path, absl::StrCat("'$ref' ", name.substr(0, 64),
+                                      " is not \"#\" or a schema under #/$defs or #/definitions"));
+    }
+    // A placeholder first, so that a recursive reference finds it; it forwards to the target.
+    JsonNode forward;
+    forward.kind = JsonNode::Kind::kUnion;
+    absl::StatusOr<int32_t> index = NewNode(std::move(forward), path);
+    if (!index.ok()) return index.status();
+    refs_[name] = *index;
+    absl::StatusOr<int32_t> body = Compile(*target, name.substr(1), depth + 1);
+    if (!body.ok()) return body.status();
+    grammar_.nodes[*index].alternatives = {*body};
+    return *index;
+  }
+
+  absl::StatusOr<int32_t> CompileUnion(const Json& list, const std::string& path, int depth) {
+    if (!list.is_array() || list.empty()) return Error(path, "must be a non-empty array");
+    JsonNode u;
+    u.kind = JsonNode::Kind::kUnion;
+    for (size_t i = 0; i < list.size(); ++i) {
+      absl::StatusOr<int32_t> node = Compile(list[i], absl::StrCat(path, "/", i), depth + 1);
+      if (!node.ok()) return node.status();
+      u.alternatives.push_back(*node);
+    }
+    return NewNode(std::move(u), path);
+  }
+
+  // The schema's types: "type" (a name or a list of names), else inferred from the keywords
+  // present; none of either (empty) = any value.
+  absl::StatusOr<std::set<std::string>> Types(const Json& s, const std::string& path) {
+    static const std::set<std::string> kNames = {"object", "array",   "string", "number",
+                                                 "integer", "boolean", "null"};
+    std::set<std::string> types;
+    if (Has(s, "type")) {
+      const Json& t = s["type"];
+      std::vector<Json> names = t.is_array() ? std::vector<Json>(t.begin(), t.end())
+                                             : std::vector<Json>{t};
+      for (const Json& name : names) {
+        if (!name.is_string() || kNames.count(name.get<std::string>()) == 0) {
+          return Error(path, "'type' must be object, array, string, number, integer, boolean, "
+                             "null or a list of them");
+        }
+        types.insert(name.get<std::string>());
+      }
+      if (types.count("integer") != 0 && types.count("number") != 0) types.erase("integer");
+      if (types.empty()) return Error(path, "'type' must not be an empty list");
+      return types;
+    }
+    if (Has(s, "properties") || Has(s, "required") || Has(s, "additionalProperties")) {
+      types.insert("object");
+    }
+    if (Has(s, "items") || Has(s, "minItems") || Has(s, "maxItems")) types.insert("array");
+    if (Has(s, "minLength") || Has(s, "maxLength")) types.insert("string");
+    return types;  // empty: any value (or, with enum or const, any of those)
+  }
+
+  static absl::StatusOr<uint32_t> Count(const Json& s, const char* key, uint32_t absent,
+                                        const std::string& path) {
+    if (!Has(s, key)) return absent;
+    const Json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return Error(path, absl::StrCat("'", key, "' must be a non-negative integer"));
+    }
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(v.get<uint64_t>(), kJsonUnbounded - 1));
+  }
+
+  absl::StatusOr<int32_t> CompileType(const Json& s, const std::string& type,
+                                      const std::string& path, int depth) {
+    JsonNode n;
+    if (type == "boolean" || type == "null") {
+      n.kind = JsonNode::Kind::kLiteral;
+      n.literals = type == "null" ? std::vector<std::string>{"null"}
+                                  : std::vector<std::string>{"true", "false"};
+    } else if (type == "number" || type == "integer") {
+      n.kind = JsonNode::Kind::kNumber;
+      n.integer = type == "integer";
+    } else if (type == "string") {
+      n.kind = JsonNode::Kind::kString;
+      absl::StatusOr<uint32_t> min = Count(s, "minLength", 0, path);
+      absl::StatusOr<uint32_t> max = Count(s, "maxLength", kJsonUnbounded, path);
+      if (!min.ok()) return min.status();
+      if (!max.ok()) return max.status();
+      if (*max < *min) return Error(path, "'maxLength' is below 'minLength'");
+      n.min_length = *min;
+      n.max_length = *max;
+    } else if (type == "array") {
+      n.kind = JsonNode::Kind::kArray;
+      absl::StatusOr<uint32_t> min = Count(s, "minItems", 0, path);
+      absl::StatusOr<uint32_t> max = Count(s, "maxItems", kJsonUnbounded, path);
+      if (!min.ok()) return min.status();
+      if (!max.ok()) return max.status();
+      if (*max < *min) return Error(path, "'maxItems' is below 'minItems'");
+      n.min_items = *min;
+      n.max_items = *max;
+      if (Has(s, "items") && s["items"].is_array()) {
+        return Error(path, "'items' as a list (tuples) is not supported");
+      }
+      if (Has(s, "items") && s["items"].is_boolean() && !s["items"].get<bool>()) {
+        if (n.min_items > 0) return Error(path, "'items' false with 'minItems' above 0");
+        n.max_items = 0;
+      } else {
+        absl::StatusOr<int32_t> items =
+            Has(s, "items") ? Compile(s["items"], absl::StrCat(path, "/items"), depth + 1)
+                            : absl::StatusOr<int32_t>(AnyNode());
+        if (!items.ok()) return items.status();
+        n.items = *items;
+      }
+    } else {
+      absl::Status status = FillObject(s, path, depth, n);
+      if (!status.ok()) return status;
+    }
+    return NewNode(std::move(n), path);
+  }
+
+  absl::Status FillObject(const Json& s, const std::string& path, int depth, JsonNode& n) {
+    n.kind = JsonNode::Kind::kObject;
+    std::set<std::string> required;
+    if (Has(s, "required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) return Error(path, "'required' must be a list of property names");
+      for (const Json& name : r) {
+        if (!name.is_string()) return Error(path, "'required' must be a list of property names");
+        required.insert(name.get<std::string>());
+      }
+    }
+    const bool has_properties = Has(s, "properties");
+    if (has_properties && !s["properties"].is_object()) {
+      return Error(path, "'properties' must be an object");
+    }
+    if (has_properties && !s["properties"].empty()) {
+      for (const auto& item : s["properties"].items()) {
+        const std::string key = Json(item.key()).dump();
+        if (key.size() > kMaxJsonLiteralBytes) {
+          return Error(path, "a property name is longer than 1024 bytes");
+        }
+        absl::StatusOr<int32_t> value = Compile(
+            item.value(), absl::StrCat(path, "/properties/", item.key().substr(0, 64)),
+            depth + 1);
+        if (!value.ok()) return value.status();
+        n.keys.push_back(key);
+        n.values.push_back(*value);
+      }
+      std::vector<bool> is_required;
+      for (const auto& item : s["properties"].items()) {
+        is_required.push_back(required.erase(item.key()) != 0);
+      }
+      n.next_required.assign(n.keys.size() + 1, static_cast<uint32_t>(n.keys.size()));
+      for (size_t i = n.keys.size(); i-- > 0;) {
+        n.next_required[i] = is_required[i] ? static_cast<uint32_t>(i) : n.next_required[i + 1];
+      }
+    } else {
+      n.next_required = {0};
+      const Json* extra = Has(s, "additionalProperties") ? &s["additionalProperties"] : nullptr;
+      if (extra == nullptr || (extra->is_boolean() && extra->get<bool>())) {
+        n.additional = AnyNode();
+      } else if (!extra->is_boolean()) {
+        absl::StatusOr<int32_t> value =
+            Compile(*extra, absl::StrCat(path, "/additionalProperties"), depth + 1);
+        if (!value.ok()) return value.status();
+        n.additional = *value;
+      }
+    }
+    if (!required.empty()) {
+      return Error(path, absl::StrCat("'required' names '", required.begin()->substr(0, 64),
+                                      "', which is not in 'properties'"));
+    }
+    return absl::OkStatus();
+  }
+
+  static bool LiteralHasType(const Json& v, const std::set<std::string>& types) {
+    if (types.empty()) return true;
+    auto has = [&](const char* t) { return types.count(t) != 0; };
+    switch (v.type()) {
+      case Json::value_t::object: return has("object");
+      case Json::value_t::array: return has("array");
+      case Json::value_t::string: return has("string");
+      case Json::value_t::boolean: return has("boolean");
+      case Json::value_t::null: return has("null");
+      case Json::value_t::number_integer:
+      case Json::value_t::number_unsigned: return has("number") || has("integer");
+      case Json::value_t::number_float: {
+        const double d = v.get<double>();
+        return has("number") || (has("integer") && std::isfinite(d) && std::trunc(d) == d);
+      }
+      default: return false;
+    }
+  }
+
+  absl::StatusOr<int32_t> CompileLiterals(const Json& s, const std::set<std::string>& types,
+                                          const std::string& path) {
+    std::vector<Json> values;
+    if (Has(s, "const")) values.push_back(s["const"]);
+    if (Has(s, "enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) {
+        return Error(path, "'enum' must be a non-empty list");
+      }
+      if (s["enum"].size() > kMaxJsonEnumValues) {
+        return Error(path, absl::StrCat("'enum' has more than ", kMaxJsonEnumValues, " values"));
+      }
+      for (const Json& v : s["enum"]) {
+        if (!Has(s, "const") || v == s["const"]) values.push_back(v);
+      }
+      if (Has(s, "const")) values.erase(values.begin());
+    }
+    const bool typed = Has(s, "type");
+    JsonNode n;
+    n.kind = JsonNode::Kind::kLiteral;
+    for (const Json& v : values) {
+      if (typed && !LiteralHasType(v, types)) continue;
+      std::string text = v.dump();
+      if (text.size() > kMaxJsonLiteralBytes) {
+        return Error(path, "an enum or const value is longer than 1024 bytes as JSON");
+      }
+      n.literals.push_back(std::move(text));
+    }
+    if (n.literals.empty()) return Error(path, "no enum or const value has the schema's type");
+    return NewNode(std::move(n), path);
+  }
+
+  const Json& root_;
+  JsonGrammar grammar_;
+  absl::flat_hash_map<std::string, int32_t> refs_;
+  int32_t any_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<JsonGrammar> CompileJsonSchema(absl::string_view schema_json,
+                                              JsonGrammarOptions options) {
+  if (schema_json.size() > kMaxJsonSchemaBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("json schema: longer than ",
+                                                   kMaxJsonSchemaBytes, " bytes"));
+  }
+  Json schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr,
+                            /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return absl::InvalidArgumentError("json schema: not valid JSON");
+  Compiler compiler(schema);
+  absl::StatusOr<int32_t> root = compiler.Compile(schema, "", 0);
+  if (!root.ok()) return root.status();
+  absl::Status cycles = compiler.CheckNoEmptyCycles();
+  if (!cycles.ok()) return cycles;
+  JsonGrammar grammar = std::move(compiler).Take();
+  grammar.root = *root;
+  grammar.max_whitespace = options.allow_whitespace ? kMaxJsonWhitespace : 0;
+  return grammar;
+}
+
+}  // namespace blossom

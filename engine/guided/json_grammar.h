@@ -1,0 +1,91 @@
+// A JSON Schema compiled into the small grammar the structured-output matcher walks
+// (json_matcher.h): a graph of nodes, one per kind of value, that says which JSON texts the
+// output may be.
+//
+// Supported, as vLLM's default backend (xgrammar) supports it: type (one or a list), properties,
+// required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const,
+// anyOf and oneOf (both as anyOf), allOf of one schema, and $ref to "#", "#/$defs/..." or
+// "#/definitions/..." (recursion included). Annotations (title, description, default, examples,
+// $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Every other keyword
+// (pattern, format, minimum, multipleOf, uniqueItems, prefixItems, ...) is refused with
+// InvalidArgument naming it and where it is, rather than ignored: an output that silently breaks
+// the schema is worse than a clear 400.
+//
+// What the grammar generates is a subset of what the schema accepts, chosen so that every output
+// validates: properties come in the schema's order, each optional one may be left out, and no
+// property outside `properties` is generated (additionalProperties only shapes objects that have
+// no `properties`). Numbers are JSON numbers with at most 16 integer and 16 fraction digits and a
+// 3-digit exponent; "integer" has no fraction or exponent. Strings are JSON strings of valid UTF-8.
+#ifndef BLOSSOM_ENGINE_GUIDED_JSON_GRAMMAR_H_
+#define BLOSSOM_ENGINE_GUIDED_JSON_GRAMMAR_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace blossom {
+
+// Limits on what a request may ask for: the schema's text, the grammar it compiles to, and each
+// enum and property name (the matcher compares them byte by byte at every step).
+inline constexpr size_t kMaxJsonSchemaBytes = 64 * 1024;
+inline constexpr size_t kMaxJsonGrammarNodes = 4096;
+inline constexpr size_t kMaxJsonEnumValues = 1024;
+inline constexpr size_t kMaxJsonLiteralBytes = 1024;
+
+// Whitespace bytes in a row where JSON allows whitespace (JsonGrammarOptions::allow_whitespace).
+inline constexpr uint8_t kMaxJsonWhitespace = 32;
+
+inline constexpr uint32_t kJsonUnbounded = std::numeric_limits<uint32_t>::max();
+
+struct JsonNode {
+  enum class Kind : uint8_t { kUnion, kObject, kArray, kString, kNumber, kLiteral };
+  Kind kind = Kind::kUnion;
+  // kUnion: the value is one of these nodes.
+  std::vector<int32_t> alternatives;
+  // kObject with properties: each key as JSON text (quotes and escapes included), the node of
+  // its value, and for each position i the first required property at or after i (keys.size()
+  // when none), which bounds the keys that may come next. Without properties, `additional` is
+  // the node of every value under any key (-1: no key at all, only {}).
+  std::vector<std::string> keys;
+  std::vector<int32_t> values;
+  std::vector<uint32_t> next_required;
+  int32_t additional = -1;
+  // kArray: every item's node (-1: no item may appear) and the item count's bounds.
+  int32_t items = -1;
+  uint32_t min_items = 0;
+  uint32_t max_items = kJsonUnbounded;
+  // kString: bounds on the length in characters (an escape is one character).
+  uint32_t min_length = 0;
+  uint32_t max_length = kJsonUnbounded;
+  // kNumber: no fraction and no exponent.
+  bool integer = false;
+  // kLiteral: the value is one of these JSON texts, exactly (enum, const, true/false/null).
+  std::vector<std::string> literals;
+};
+
+// Immutable after compilation; nodes refer to each other by index (a recursive schema is a cycle).
+struct JsonGrammar {
+  std::vector<JsonNode> nodes;
+  int32_t root = -1;
+  // Whitespace bytes allowed in a row where JSON allows whitespace (0: a compact text).
+  uint8_t max_whitespace = kMaxJsonWhitespace;
+};
+
+struct JsonGrammarOptions {
+  // Whitespace where JSON allows it (at most kMaxJsonWhitespace bytes in a row, so that a model
+  // cannot loop on newlines), or none at all (vLLM's disable_any_whitespace).
+  bool allow_whitespace = true;
+};
+
+// InvalidArgument naming the problem and its place in the schema ("json schema at
+// /properties/age: 'minimum' is not supported").
+absl::StatusOr<JsonGrammar> CompileJsonSchema(absl::string_view schema_json,
+                                              JsonGrammarOptions options = {});
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_GUIDED_JSON_GRAMMAR_H_

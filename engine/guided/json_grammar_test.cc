@@ -1,0 +1,138 @@
+#include "engine/guided/json_grammar.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace blossom {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const JsonNode& Root(const JsonGrammar& g) { return g.nodes[g.root]; }
+
+TEST(JsonGrammarTest, PropertiesKeepTheSchemasOrderAndRequiredBoundsTheNextKeys) {
+  auto g = CompileJsonSchema(R"({"type": "object", "properties": {
+      "zeta": {"type": "string"}, "alpha": {"type": "integer"}, "mid": {"type": "boolean"}},
+      "required": ["alpha"]})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const JsonNode& object = Root(*g);
+  EXPECT_EQ(object.kind, JsonNode::Kind::kObject);
+  EXPECT_THAT(object.keys, ElementsAre("\"zeta\"", "\"alpha\"", "\"mid\""));
+  // From 0 or 1 the next key can be at most "alpha" (required); after it, anything.
+  EXPECT_THAT(object.next_required, ElementsAre(1, 1, 3, 3));
+  EXPECT_EQ(g->nodes[object.values[1]].kind, JsonNode::Kind::kNumber);
+  EXPECT_TRUE(g->nodes[object.values[1]].integer);
+  EXPECT_EQ(object.additional, -1);
+}
+
+TEST(JsonGrammarTest, KeysAreJsonTextWithEscapes) {
+  auto g = CompileJsonSchema(R"({"properties": {"a\"b": {}, "é": {}}})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(Root(*g).keys, ElementsAre("\"a\\\"b\"", "\"é\""));
+}
+
+TEST(JsonGrammarTest, EnumAndConstAreLiteralsFilteredByType) {
+  auto g = CompileJsonSchema(R"({"type": "string", "enum": ["red", 1, "green", null]})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Root(*g).kind, JsonNode::Kind::kLiteral);
+  EXPECT_THAT(Root(*g).literals, ElementsAre("\"red\"", "\"green\""));
+  g = CompileJsonSchema(R"({"const": {"b": 1, "a": [true]}})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(Root(*g).literals, ElementsAre(R"({"b":1,"a":[true]})"));
+  g = CompileJsonSchema(R"({"type": "integer", "enum": [1.5, 2.0, 3]})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(Root(*g).literals, ElementsAre("2.0", "3"));
+}
+
+TEST(JsonGrammarTest, TypeListsAndAnyOfAreUnions) {
+  auto g = CompileJsonSchema(R"({"type": ["string", "null"], "maxLength": 3})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(Root(*g).kind, JsonNode::Kind::kUnion);
+  ASSERT_EQ(Root(*g).alternatives.size(), 2u);
+  g = CompileJsonSchema(R"({"anyOf": [{"type": "number"}, {"type": "array"}]})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Root(*g).kind, JsonNode::Kind::kUnion);
+}
+
+TEST(JsonGrammarTest, RefsResolveAndMayRecurse) {
+  auto g = CompileJsonSchema(R"({"$defs": {"node": {"type": "object", "properties": {
+      "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+      "$ref": "#/$defs/node"})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  g = CompileJsonSchema(R"({"definitions": {"x": {"type": "integer"}},
+      "properties": {"a": {"$ref": "#/definitions/x"}, "b": {"$ref": "#/definitions/x"}}})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  // Both properties share the compiled definition.
+  EXPECT_EQ(Root(*g).values[0], Root(*g).values[1]);
+}
+
+TEST(JsonGrammarTest, EmptySchemaAndTrueAreAnyValue) {
+  for (const char* schema : {"{}", "true", R"({"title": "anything"})"}) {
+    auto g = CompileJsonSchema(schema);
+    ASSERT_TRUE(g.ok()) << schema << ": " << g.status();
+    EXPECT_EQ(Root(*g).kind, JsonNode::Kind::kUnion) << schema;
+    EXPECT_EQ(Root(*g).alternatives.size(), 5u) << schema;
+  }
+}
+
+TEST(JsonGrammarTest, RefusesWhatItCannotEnforceNamingKeywordAndPlace) {
+  struct Case {
+    const char* schema;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"type": "string", "pattern": "^a"})", "json schema at /: 'pattern' is not supported"},
+      {R"({"properties": {"age": {"type": "integer", "minimum": 0}}})",
+       "json schema at /properties/age: 'minimum' is not supported"},
+      {R"({"type": "string", "format": "date-time"})", "'format' is not supported"},
+      {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' is not supported"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "tuples"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
+       "'required' names 'b', which is not in 'properties'"},
+      {R"({"type": "strin"})", "'type' must be"},
+      {R"({"type": "string", "minLength": 4, "maxLength": 2})", "'maxLength' is below"},
+      {R"({"minItems": -1})", "'minItems' must be a non-negative integer"},
+      {R"({"enum": []})", "'enum' must be a non-empty list"},
+      {R"({"type": "string", "enum": [1, 2]})", "no enum or const value has the schema's type"},
+      {R"({"$ref": "#/$defs/missing"})", "is not \"#\" or a schema under"},
+      {R"({"$ref": "#"})", "leads back to itself"},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+       "leads back to itself"},
+      {R"({"anyOf": [{}], "type": "string"})", "'anyOf' beside other constraints"},
+      {R"({"allOf": [{}, {}]})", "exactly one schema"},
+      {"false", "allows no value"},
+      {"[1]", "must be an object or a boolean"},
+      {"{", "not valid JSON"},
+  };
+  for (const Case& c : cases) {
+    auto g = CompileJsonSchema(c.schema);
+    ASSERT_FALSE(g.ok()) << c.schema;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << c.schema;
+    EXPECT_THAT(std::string(g.status().message()), HasSubstr(c.message)) << c.schema;
+  }
+}
+
+TEST(JsonGrammarTest, RefusesOversizedAndDeepSchemas) {
+  EXPECT_FALSE(CompileJsonSchema(std::string(kMaxJsonSchemaBytes + 1, ' ')).ok());
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += R"({"type": "array", "items": )";
+  deep += "{}";
+  for (int i = 0; i < 100; ++i) deep += "}";
+  auto g = CompileJsonSchema(deep);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("nest deeper than 64"));
+  std::string wide = R"({"anyOf": [)";
+  for (size_t i = 0; i < kMaxJsonGrammarNodes + 1; ++i) {
+    wide += std::string(i ? "," : "") + R"({"enum":[1]})";
+  }
+  wide += "]}";
+  g = CompileJsonSchema(wide);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("grammar nodes"));
+}
+
+}  // namespace
+}  // namespace blossom

@@ -1,0 +1,221 @@
+#include "engine/guided/json_matcher.h"
+
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace blossom {
+namespace {
+
+class Schema {
+ public:
+  explicit Schema(const char* schema, JsonGrammarOptions options = {}) {
+    auto g = CompileJsonSchema(schema, options);
+    EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+    if (g.ok()) grammar_ = *std::move(g);
+  }
+  // The whole of `text` is an output the grammar allows.
+  bool Accepts(absl::string_view text) const {
+    JsonLinkArena arena;
+    JsonState state = matcher_.Start();
+    return matcher_.AdvanceAll(state, text, arena) && matcher_.CanEnd(state, arena);
+  }
+  // `text` can be continued into one.
+  bool AllowsPrefix(absl::string_view text) const {
+    JsonLinkArena arena;
+    JsonState state = matcher_.Start();
+    return matcher_.AdvanceAll(state, text, arena);
+  }
+
+ private:
+  JsonGrammar grammar_;
+  JsonMatcher matcher_{&grammar_};
+};
+
+TEST(JsonMatcherTest, AnyValue) {
+  Schema any("{}");
+  for (const char* text :
+       {R"({"a": [1, -2.5e+10, "x\u00e9\n", true, null, {}], "b": {"c": []}})", "0", "-0",
+        "1E3", "\"\"", "[]", "null", " \n\t{ }", "\"é€😀\"", "[1,2.25,3e-7]"}) {
+    EXPECT_TRUE(any.Accepts(text)) << text;
+  }
+  for (const char* text : {"{} ", "01", "1.", "-", "1e", "+1", ".5", "[1,]", "{\"a\"}", "{,}",
+                           "\"\x01\"", "\"\\x\"", "\"\\u12g4\"", "tru", "nulll", "{'a': 1}",
+                           "[1 2]", "\"\xC0\x80\"", "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"",
+                           "\"\xFF\"", "\"\x80\"", ""}) {
+    EXPECT_FALSE(any.Accepts(text)) << text;
+  }
+  EXPECT_TRUE(any.AllowsPrefix("{\"a\": [1, \"x"));
+  EXPECT_TRUE(any.AllowsPrefix("\"\xE2\x82"));  // inside a three-byte character
+  EXPECT_FALSE(any.AllowsPrefix("{\"a\" 1"));
+}
+
+TEST(JsonMatcherTest, ObjectFollowsPropertyOrderAndRequired) {
+  Schema s(R"({"type": "object", "properties": {
+      "zeta": {"type": "string"}, "alpha": {"type": "integer"}, "mid": {"type": "boolean"}},
+      "required": ["alpha"]})");
+  for (const char* text : {R"({"zeta": "a", "alpha": 1})", R"({"alpha": 1})",
+                           R"({"alpha":1,"mid":true})", R"({ "zeta":"","alpha":-3,"mid":false })"}) {
+    EXPECT_TRUE(s.Accepts(text)) << text;
+  }
+  for (const char* text : {R"({"alpha": 1, "zeta": "a"})", R"({"zeta": "a"})", "{}",
+                           R"({"alpha": 1, "x": 1})", R"({"alpha": "1"})", R"({"alpha": 1.5})",
+                           R"({"alpha": 1, "alpha": 2})", R"({"alpha": 1,})", "[]"}) {
+    EXPECT_FALSE(s.Accepts(text)) << text;
+  }
+}
+
+TEST(JsonMatcherTest, ObjectsWithoutPropertiesUseAdditionalProperties) {
+  Schema ints(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(ints.Accepts(R"({"a": 1, "b\"c": 2, "a": 3})"));
+  EXPECT_TRUE(ints.Accepts("{}"));
+  EXPECT_FALSE(ints.Accepts(R"({"a": "1"})"));
+  Schema closed(R"({"type": "object", "additionalProperties": false})");
+  EXPECT_TRUE(closed.Accepts("{}"));
+  EXPECT_FALSE(closed.Accepts(R"({"a": 1})"));
+}
+
+TEST(JsonMatcherTest, ArrayBounds) {
+  Schema s(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})");
+  EXPECT_FALSE(s.Accepts("[]"));
+  EXPECT_TRUE(s.Accepts("[1]"));
+  EXPECT_TRUE(s.Accepts("[1, 2]"));
+  EXPECT_FALSE(s.Accepts("[1, 2, 3]"));
+  EXPECT_FALSE(s.AllowsPrefix("[1, 2,"));
+  Schema many(R"({"type": "array", "minItems": 3})");
+  EXPECT_FALSE(many.Accepts("[1, 2]"));
+  EXPECT_TRUE(many.Accepts("[1, \"2\", [3], 4, 5]"));
+  Schema none(R"({"type": "array", "items": false})");
+  EXPECT_TRUE(none.Accepts("[]"));
+  EXPECT_FALSE(none.Accepts("[1]"));
+}
+
+TEST(JsonMatcherTest, StringLengthCountsCharactersAndEscapes) {
+  Schema s(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(s.Accepts("\"a\""));
+  EXPECT_TRUE(s.Accepts("\"ab\""));
+  EXPECT_TRUE(s.Accepts("\"é€😀\""));
+  EXPECT_TRUE(s.Accepts("\"\\n\\u00e9x\""));
+  EXPECT_FALSE(s.Accepts("\"abcd\""));
+  EXPECT_FALSE(s.AllowsPrefix("\"abc\\"));
+}
+
+TEST(JsonMatcherTest, NumbersAreBounded) {
+  Schema number(R"({"type": "number"})");
+  EXPECT_TRUE(number.Accepts("1234567890123456.1234567890123456e-123"));
+  EXPECT_FALSE(number.Accepts("12345678901234567"));
+  EXPECT_FALSE(number.Accepts("1.12345678901234567"));
+  EXPECT_FALSE(number.Accepts("1e1234"));
+  Schema integer(R"({"type": "integer"})");
+  EXPECT_TRUE(integer.Accepts("-42"));
+  EXPECT_FALSE(integer.Accepts("1.0"));
+  EXPECT_FALSE(integer.Accepts("1e3"));
+}
+
+TEST(JsonMatcherTest, EnumsMatchWholeValues) {
+  Schema s(R"({"type": "object", "properties": {"v": {"enum": [1, 12, "a", {"k": null}]}},
+               "required": ["v"]})");
+  for (const char* text : {R"({"v": 1})", R"({"v":12})", R"({"v": "a" })", R"({"v": {"k":null}})"}) {
+    EXPECT_TRUE(s.Accepts(text)) << text;
+  }
+  for (const char* text : {R"({"v": 123})", R"({"v": 2})", R"({"v": "b"})", R"({"v": {"k": null}})"}) {
+    EXPECT_FALSE(s.Accepts(text)) << text;
+  }
+  Schema top(R"({"enum": [1, 12]})");
+  EXPECT_TRUE(top.Accepts("1"));
+  EXPECT_TRUE(top.Accepts("12"));
+  EXPECT_FALSE(top.Accepts("121"));
+}
+
+TEST(JsonMatcherTest, UnionsKeepEveryAlternativeUntilTheBytesDecide) {
+  Schema s(R"({"anyOf": [
+      {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+      {"type": "null"}]})");
+  EXPECT_TRUE(s.Accepts(R"({"a": 1})"));
+  EXPECT_TRUE(s.Accepts(R"({"a": "1"})"));
+  EXPECT_TRUE(s.Accepts("null"));
+  EXPECT_FALSE(s.Accepts(R"({"a": true})"));
+  Schema nullable(R"({"type": ["string", "null"]})");
+  EXPECT_TRUE(nullable.Accepts("\"x\""));
+  EXPECT_TRUE(nullable.Accepts("null"));
+  EXPECT_FALSE(nullable.Accepts("1"));
+}
+
+TEST(JsonMatcherTest, RecursiveSchemas) {
+  Schema tree(R"({"$defs": {"node": {"type": "object", "properties": {
+      "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["name"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(tree.Accepts(
+      R"({"name": "a", "children": [{"name": "b"}, {"name": "c", "children": [{"name": "d"}]}]})"));
+  EXPECT_FALSE(tree.Accepts(R"({"name": "a", "children": [{"children": []}]})"));
+}
+
+TEST(JsonMatcherTest, WhitespaceRunsAndNestingAreLimited) {
+  Schema any("{}");
+  EXPECT_TRUE(any.Accepts("[" + std::string(kMaxJsonWhitespace, ' ') + "1]"));
+  EXPECT_FALSE(any.AllowsPrefix("[" + std::string(kMaxJsonWhitespace + 1, ' ')));
+  // The root frame is one level.
+  EXPECT_TRUE(any.Accepts(std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']')));
+  EXPECT_FALSE(any.AllowsPrefix(std::string(kMaxJsonDepth, '[')));
+}
+
+TEST(JsonMatcherTest, CompactAllowsNoWhitespaceOutsideStrings) {
+  Schema compact("{}", JsonGrammarOptions{/*allow_whitespace=*/false});
+  EXPECT_TRUE(compact.Accepts(R"({"a b":[1,"c d"]})"));
+  EXPECT_FALSE(compact.Accepts(R"({"a": 1})"));
+  EXPECT_FALSE(compact.Accepts(" 1"));
+}
+
+// Random JSON texts and single-byte mutations of them: where no limit is involved, the matcher
+// accepts exactly what nlohmann's parser accepts (leading whitespace included, trailing excluded).
+TEST(JsonMatcherTest, AgreesWithAJsonParserOnRandomTexts) {
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    const int kind = depth > 3 ? 2 + pick(4) : pick(6);
+    switch (kind) {
+      case 0: {
+        std::string s = "{";
+        for (int i = 0, n = pick(3); i < n; ++i) {
+          s += (i ? ", " : "") + std::string("\"k") + std::to_string(i) + "\": " + value(depth + 1);
+        }
+        return s + "}";
+      }
+      case 1: {
+        std::string s = "[";
+        for (int i = 0, n = pick(3); i < n; ++i) s += (i ? "," : "") + value(depth + 1);
+        return s + "]";
+      }
+      case 2: return std::vector<std::string>{"\"\"", "\"a\\n\"", "\"é\"", "\"\\u0041\""}[pick(4)];
+      case 3: return std::vector<std::string>{"0", "-12", "3.25", "1e5", "-0.5E-3"}[pick(5)];
+      default: return std::vector<std::string>{"true", "false", "null"}[pick(3)];
+    }
+  };
+  const std::string alphabet = "{}[],:\" \n0123456789.-+eEtrufalsn\\a";
+  Schema any("{}");
+  int accepted = 0, rejected = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text = value(0);
+    if (round % 3 != 0) {
+      const size_t at = rng() % (text.size() + 1);
+      switch (pick(3)) {
+        case 0: text.insert(at, 1, alphabet[pick(alphabet.size())]); break;
+        case 1: if (at < text.size()) text.erase(at, 1); break;
+        default: if (at < text.size()) text[at] = alphabet[pick(alphabet.size())]; break;
+      }
+    }
+    if (!text.empty() && (text.back() == ' ' || text.back() == '\n')) continue;
+    const bool parses = nlohmann::json::accept(text);
+    EXPECT_EQ(any.Accepts(text), parses) << text;
+    (parses ? accepted : rejected)++;
+  }
+  // Both sides of the comparison were exercised.
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(rejected, 300);
+}
+
+}  // namespace
+}  // namespace blossom
