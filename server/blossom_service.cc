@@ -533,7 +533,7 @@ grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* 
                                                    v1::TokenizeResponse* response) {
   absl::Status status = Admit(context, /*generation=*/false);
   if (status.ok()) {
-    status = TokenizeText(*tokenizer_, *request, options_.limits.max_input_tokens,
+    status = TokenizeText(*tokenizer_, *request, kMaxTokenizeTokens,
                           model_info_.limits().max_total_tokens(), response);
   }
   return new ImmediateReactor(ToGrpcStatus(status));
@@ -544,8 +544,8 @@ grpc::ServerUnaryReactor* BlossomService::Detokenize(grpc::CallbackServerContext
                                                      v1::DetokenizeResponse* response) {
   absl::Status status = Admit(context, /*generation=*/false);
   if (status.ok()) {
-    status = DetokenizeIds(*tokenizer_, *request, model_info_.vocab_size(),
-                           model_info_.limits().max_total_tokens(), response);
+    status = DetokenizeIds(*tokenizer_, *request, model_info_.vocab_size(), kMaxTokenizeTokens,
+                           response);
   }
   return new ImmediateReactor(ToGrpcStatus(status));
 }

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/blossom/v1/stream_request.h"
+#include "server/tokenize_rpc.h"
 #include "server/blossom_service_test_util.h"
 #include "server/grpc_status.h"
 #include "server/status_details.h"
@@ -254,21 +255,34 @@ TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
 }
 
 // Issue 14: max_input_tokens did not apply to Tokenize, so a 600 KB text made a 10.7 MB reply.
-TEST(BlossomServiceTest, TokenizeIsBoundedByMaxInputTokens) {
+// Tokenize counts texts longer than max_input_tokens (TGI and vLLM do: clients compare the count
+// with the context), and refuses only past kMaxTokenizeTokens, which bounds the reply.
+TEST(BlossomServiceTest, TokenizeIsBoundedByTheReplyNotByMaxInputTokens) {
   ServiceOptions options;
   options.limits.max_input_tokens = 64;
   ServiceFixture fixture(options);
   fixture.Load();
   std::string text;
   for (int i = 0; i < 500; ++i) absl::StrAppend(&text, i, " ");
+  {
+    grpc::ClientContext context;
+    v1::TokenizeRequest request;
+    request.set_text(text);
+    v1::TokenizeResponse response;
+    grpc::Status status = fixture.stub().Tokenize(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_GT(response.ids_size(), 64);
+  }
+  std::string huge;
+  for (int i = 0; i <= kMaxTokenizeTokens; ++i) huge += "a ";
   grpc::ClientContext context;
   v1::TokenizeRequest request;
-  request.set_text(text);
+  request.set_text(huge);
   v1::TokenizeResponse response;
   grpc::Status status = fixture.stub().Tokenize(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
-  EXPECT_NE(status.error_message().find("too long"), std::string::npos) << status.error_message();
-  EXPECT_NE(status.error_message().find("max_input_tokens is 64"), std::string::npos);
+  EXPECT_NE(status.error_message().find("at most 65536"), std::string::npos)
+      << status.error_message();
   const StatusDetails details = DetailsOf(FromGrpcStatus(status));
   EXPECT_EQ(details.reason, "PROMPT_TOO_LONG");
   EXPECT_EQ(details.field, "text");

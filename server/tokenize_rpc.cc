@@ -19,7 +19,7 @@ absl::Status Refused(absl::Status status, absl::string_view field, absl::string_
 }  // namespace
 
 absl::Status TokenizeText(const Tokenizer& tokenizer, const v1::TokenizeRequest& request,
-                          int32_t max_input_tokens, int32_t max_total_tokens,
+                          int32_t max_tokens, int32_t max_total_tokens,
                           v1::TokenizeResponse* response) {
   if (FindInvalidUtf8(request.text()) != absl::string_view::npos) {
     return Refused(absl::InvalidArgumentError("text is not valid UTF-8"), "text",
@@ -27,10 +27,10 @@ absl::Status TokenizeText(const Tokenizer& tokenizer, const v1::TokenizeRequest&
   }
   auto ids = tokenizer.Encode(request.text());
   if (!ids.ok()) return ids.status();
-  if (static_cast<int64_t>(ids->size()) > max_input_tokens) {
-    return Refused(absl::OutOfRangeError(absl::StrCat("text is too long: ", ids->size(),
-                                                      " tokens, max_input_tokens is ",
-                                                      max_input_tokens)),
+  if (static_cast<int64_t>(ids->size()) > max_tokens) {
+    return Refused(absl::OutOfRangeError(absl::StrCat("text is too long to tokenize: ",
+                                                      ids->size(), " tokens, at most ",
+                                                      max_tokens)),
                    "text", error_reason::kPromptTooLong);
   }
   // Byte offsets from each token's decoded bytes: exact for byte-level BPE, whose decode
@@ -57,12 +57,11 @@ absl::Status TokenizeText(const Tokenizer& tokenizer, const v1::TokenizeRequest&
 }
 
 absl::Status DetokenizeIds(const Tokenizer& tokenizer, const v1::DetokenizeRequest& request,
-                           int32_t vocab_size, int32_t max_total_tokens,
+                           int32_t vocab_size, int32_t max_tokens,
                            v1::DetokenizeResponse* response) {
-  if (request.ids_size() > max_total_tokens) {
+  if (request.ids_size() > max_tokens) {
     return Refused(absl::OutOfRangeError(absl::StrCat("ids: ", request.ids_size(),
-                                                      " tokens, more than max_total_tokens (",
-                                                      max_total_tokens, ")")),
+                                                      " tokens, at most ", max_tokens)),
                    "ids", error_reason::kPromptTooLong);
   }
   for (int i = 0; i < request.ids_size(); ++i) {

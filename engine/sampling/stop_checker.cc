@@ -183,7 +183,12 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
     }
   }
 
-  const size_t hold = std::min(held_.size(), static_cast<size_t>(nodes_[state_].hold));
+  // With the stop string included, text that may start one needs no holding: it is output
+  // whether or not the match completes (vLLM's stop buffer is 0 then too). Holding it would move
+  // it to a later token, or to the EOS that ends the output (which TGI's stream drops).
+  const size_t hold = params_.include_stop_string_in_output
+                          ? 0
+                          : std::min(held_.size(), static_cast<size_t>(nodes_[state_].hold));
   const size_t cut = Utf8SafeCut(held_, held_.size() - hold);
   Result result;
   result.text_to_emit = held_.substr(0, cut);

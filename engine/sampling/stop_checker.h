@@ -20,7 +20,9 @@
 // Hence precedence on one token: EOS > stop token > stop string > length (vLLM's order).
 //
 // Streaming: text that could still become (part of) a stop string is held back, never emitted:
-// exactly the longest suffix of the text that is a proper prefix of some stop string. An incomplete
+// exactly the longest suffix of the text that is a proper prefix of some stop string (none with
+// include_stop_string_in_output, as vLLM: that text is output whether the match completes or
+// not). An incomplete
 // trailing UTF-8 sequence is held back too and no cut falls inside a character, so each emitted
 // chunk is whole characters when the text is valid UTF-8. When Process() returns finished, its
 // text includes everything still held (unless the hold-back is the start of the matched stop

@@ -144,12 +144,19 @@ std::vector<StopCase> StopCases() {
        {"hello STOP"},
        FinishReason::kStopString,
        "STOP"},
+      // Included, a possible start of the stop string is not held: it is output either way.
       {"include_split",
        include,
        {"hel", "lo ST", "OP!"},
-       {"hel", "lo ", "STOP"},
+       {"hel", "lo ST", "OP"},
        FinishReason::kStopString,
        "STOP"},
+      {"include_prefix_not_held",
+       include,
+       {"a S", "x"},
+       {"a S", "x"},
+       FinishReason::kNone,
+       ""},
       // Overlapping stop strings: the one that ends first wins; on a common end, the longest.
       {"overlap_ab_first",
        Stops({"ab", "bc", "abcd"}),
@@ -576,9 +583,10 @@ TEST(StopCheckerPropertyTest, EmittedPlusFlushEqualsTruncatedText) {
       ASSERT_EQ(want.output.compare(0, emitted.size(), emitted), 0)
           << "emitted '" << emitted << "'";
       if (last.finished) break;
-      // Minimal hold-back: exactly the longest suffix that is a proper prefix of a stop string,
-      // moved back to a character boundary.
-      const size_t cut = fed.size() - ReferenceHold(fed, stops);
+      // Minimal hold-back: exactly the longest suffix that is a proper prefix of a stop string
+      // (none when the stop string is included), moved back to a character boundary.
+      const size_t cut =
+          fed.size() - (params.include_stop_string_in_output ? 0 : ReferenceHold(fed, stops));
       const size_t boundary = *std::prev(char_starts.upper_bound(cut));
       ASSERT_EQ(emitted.size(), boundary) << "fed '" << fed << "'";
     }

@@ -475,6 +475,13 @@ class VllmTokenizerRoutesTest(unittest.TestCase):
         self.assertEqual(body["max_model_len"], info.limits.max_total_tokens)
         status, back = post_json("/detokenize", {"model": MODEL, "tokens": body["tokens"]})
         self.assertEqual((status, back), (200, {"prompt": text}))
+        # A text longer than the model takes is counted, as vLLM does, for the client to compare
+        # with max_model_len; its ids detokenize back.
+        status, long = post_json("/tokenize", {"prompt": "word " * 2000})
+        self.assertEqual(status, 200, long)
+        self.assertGreater(long["count"], long["max_model_len"])
+        status, back = post_json("/detokenize", {"tokens": long["tokens"]})
+        self.assertEqual((status, back), (200, {"prompt": "word " * 2000}))
         # The chat form counts the rendered template: more tokens than the message alone.
         status, chat = post_json("/tokenize", {"messages": [{"role": "user", "content": text}]})
         self.assertEqual(status, 200, chat)
