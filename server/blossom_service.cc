@@ -89,7 +89,7 @@ class GenerationCall {
   void Submit(const v1::GenerateRequest& request) {
     auto engine_request =
         ToEngineRequest(request, *service_->tokenizer(), limits_for_call(),
-                        service_->json_constraints());
+                        service_->guided_constraints());
     if (engine_request.ok()) {
       // Kept to attribute a refusal to its field (the request itself moves into the engine).
       EngineRequest submitted_params;
@@ -412,7 +412,7 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   engine_ = engine;
   tokenizer_ = tokenizer;
   // The vocabulary trie is built on the first structured-output request, not at start-up.
-  json_constraints_ = std::make_unique<JsonConstraintCache>(
+  guided_constraints_ = std::make_unique<ConstraintCache>(
       [tokenizer] { return TokenVocabulary::FromTokenizer(*tokenizer); });
   // The engine's cap, which start-up may have lowered to what the KV cache holds (kv_fit.h).
   // Written before the state turns serving: calls read the limits only once admitted.

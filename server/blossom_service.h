@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/guided/json_constraint.h"
+#include "engine/guided/constraint_cache.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/grpcpp.h"
@@ -83,7 +83,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine() const { return engine_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   // Compiled JSON schemas of structured-output requests (thread-safe).
-  JsonConstraintCache* json_constraints() const { return json_constraints_.get(); }
+  ConstraintCache* guided_constraints() const { return guided_constraints_.get(); }
   ServerMetrics* metrics() const { return metrics_; }
   int32_t vocab_size() const { return model_info_.vocab_size(); }
   const std::string& system_fingerprint() const { return system_fingerprint_; }
@@ -101,7 +101,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   std::atomic<int> state_{static_cast<int>(State::kLoading)};
   Engine* engine_ = nullptr;                // set once before state_ becomes kServing
   const Tokenizer* tokenizer_ = nullptr;    // idem
-  std::unique_ptr<JsonConstraintCache> json_constraints_;  // idem
+  std::unique_ptr<ConstraintCache> guided_constraints_;  // idem
   v1::ModelInfo model_info_;                // idem
   std::string system_fingerprint_;          // idem (from model_info_)
   std::atomic<int64_t> in_flight_{0};

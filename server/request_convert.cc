@@ -159,39 +159,42 @@ absl::Status AddChoices(const v1::GenerateRequest& request, const Tokenizer& tok
   return absl::OkStatus();
 }
 
-// Structured output: the schema compiled (or found compiled) into the constraint the sampler
-// applies. Like a choice, the JSON text ends with EOS.
-absl::Status AddJsonSchema(const v1::GenerateRequest& request,
-                           JsonConstraintCache* json_constraints, SamplingParams& sp) {
+// Structured output: a JSON schema or a regex compiled (or found compiled) into the constraint
+// the sampler applies. Like a choice, the output ends with EOS.
+absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* guided_constraints,
+                        SamplingParams& sp) {
   const v1::SamplingParameters& s = request.sampling();
-  if (!s.has_json_schema()) {
-    if (s.json_compact()) {
-      return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_compact",
-                     "sampling.json_compact is set without sampling.json_schema");
-    }
-    return absl::OkStatus();
+  if (s.json_compact() && !s.has_json_schema()) {
+    return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_compact",
+                   "sampling.json_compact is set without sampling.json_schema");
   }
-  if (json_constraints == nullptr) {
-    return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_schema",
-                   "sampling.json_schema: structured output is not available on this server");
+  if (!s.has_json_schema() && !s.has_regex()) return absl::OkStatus();
+  const char* field = s.has_json_schema() ? "sampling.json_schema" : "sampling.regex";
+  auto refuse = [&](absl::string_view message) {
+    return Refusal(error_reason::kInvalidSamplingParams, field, message);
+  };
+  if (guided_constraints == nullptr) {
+    return refuse(absl::StrCat(field, ": structured output is not available on this server"));
+  }
+  if (s.has_json_schema() && s.has_regex()) {
+    return refuse("give sampling.json_schema or sampling.regex, not both");
   }
   if (!sp.choice_token_ids.empty()) {
-    return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_schema",
-                   "give sampling.json_schema or sampling.guided_choice, not both");
+    return refuse(absl::StrCat("give ", field, " or sampling.guided_choice, not both"));
   }
   if (request.stopping().ignore_eos() || request.stopping().min_new_tokens() > 0) {
-    return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_schema",
-                   "sampling.json_schema ends the output with EOS after the JSON text: it "
-                   "cannot be combined with ignore_eos or min_new_tokens");
+    return refuse(absl::StrCat(field, " ends the output with EOS once it is complete: it cannot "
+                                      "be combined with ignore_eos or min_new_tokens"));
   }
-  JsonGrammarOptions options;
-  options.allow_whitespace = !s.json_compact();
-  absl::StatusOr<std::shared_ptr<const TokenConstraint>> constraint =
-      json_constraints->Get(s.json_schema(), options);
-  if (!constraint.ok()) {
-    return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_schema",
-                   absl::StrCat("sampling.json_schema: ", constraint.status().message()));
+  absl::StatusOr<std::shared_ptr<const TokenConstraint>> constraint;
+  if (s.has_json_schema()) {
+    JsonGrammarOptions options;
+    options.allow_whitespace = !s.json_compact();
+    constraint = guided_constraints->JsonSchema(s.json_schema(), options);
+  } else {
+    constraint = guided_constraints->Regex(s.regex());
   }
+  if (!constraint.ok()) return refuse(absl::StrCat(field, ": ", constraint.status().message()));
   sp.constraint = *std::move(constraint);
   return absl::OkStatus();
 }
@@ -201,7 +204,7 @@ absl::Status AddJsonSchema(const v1::GenerateRequest& request,
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits,
-                                              JsonConstraintCache* json_constraints) {
+                                              ConstraintCache* guided_constraints) {
   // A name that can never match is refused without echoing it: error messages travel as gRPC
   // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
   if (request.model().size() > kMaxModelNameBytes) {
@@ -310,7 +313,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
             [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
   BLOSSOM_RETURN_IF_ERROR(AddBadWords(s.bad_words(), tokenizer, sp));
   BLOSSOM_RETURN_IF_ERROR(AddChoices(request, tokenizer, sp));
-  BLOSSOM_RETURN_IF_ERROR(AddJsonSchema(request, json_constraints, sp));
+  BLOSSOM_RETURN_IF_ERROR(AddGrammar(request, guided_constraints, sp));
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;

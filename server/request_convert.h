@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "engine/guided/json_constraint.h"
+#include "engine/guided/constraint_cache.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "proto/blossom/v1/blossom.pb.h"
@@ -36,12 +36,12 @@ struct RequestLimits {
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,
-// compiles a json_schema through `json_constraints` (null: structured output is refused), and
+// compiles a json_schema or regex through `guided_constraints` (null: refused), and
 // checks the API-level limits. Errors carry a field violation and a reason.
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits,
-                                              JsonConstraintCache* json_constraints = nullptr);
+                                              ConstraintCache* guided_constraints = nullptr);
 
 // Retry delays sent with overload refusals (google.rpc.RetryInfo; the gateway's Retry-After).
 inline constexpr absl::Duration kQueueFullRetryDelay = absl::Seconds(1);

@@ -1,6 +1,6 @@
 #include "server/request_convert.h"
 
-#include "engine/guided/json_constraint.h"
+#include "engine/guided/constraint_cache.h"
 #include "engine/guided/token_vocabulary.h"
 #include "gtest/gtest.h"
 #include "server/status_details.h"
@@ -130,7 +130,7 @@ TEST_F(RequestConvertTest, GuidedChoicesAreTokenizedAndNeedEos) {
 }
 
 TEST_F(RequestConvertTest, JsonSchemaBecomesTheSamplersConstraint) {
-  JsonConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
+  ConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
   v1::GenerateRequest request;
   request.set_text("The server reads");
   request.mutable_sampling()->set_json_schema(R"({"type": "object"})");
@@ -173,6 +173,36 @@ TEST_F(RequestConvertTest, JsonSchemaBecomesTheSamplersConstraint) {
   compact_alone.mutable_sampling()->set_json_compact(true);
   EXPECT_EQ(DetailsOf(ToEngineRequest(compact_alone, *tokenizer_, limits_, &cache).status()).field,
             "sampling.json_compact");
+}
+
+TEST_F(RequestConvertTest, RegexBecomesTheSamplersConstraint) {
+  ConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->set_regex("[0-9]{2}");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_, &cache);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  ASSERT_NE(converted->sampling.constraint, nullptr);
+  auto first = converted->sampling.constraint->AllowedTokens({}, /*end_token=*/2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(TokenAllowed(**first, tokenizer_->Encode("7")->front()));
+  EXPECT_FALSE(TokenAllowed(**first, tokenizer_->Encode("a")->front()));
+  EXPECT_FALSE(TokenAllowed(**first, 2)) << "nothing matched yet: no EOS";
+
+  v1::GenerateRequest bad = request;
+  bad.mutable_sampling()->set_regex("(a)\\1");
+  v1::GenerateRequest both = request;
+  both.mutable_sampling()->set_json_schema("{}");
+  v1::GenerateRequest ignoring = request;
+  ignoring.mutable_stopping()->set_ignore_eos(true);
+  for (const v1::GenerateRequest& r : {bad, ignoring}) {
+    const absl::Status status = ToEngineRequest(r, *tokenizer_, limits_, &cache).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(DetailsOf(status).field, "sampling.regex") << status;
+  }
+  const absl::Status status = ToEngineRequest(both, *tokenizer_, limits_, &cache).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("not both"), absl::string_view::npos) << status;
 }
 
 // Tokens carry their text, raw bytes and whether they are special tokens (TGI's `special`), and

@@ -97,6 +97,7 @@ std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
   if (field == "sampling.json_schema") {
     return flavor == ApiFlavor::kOpenAIChat ? "response_format" : "guided_json";
   }
+  if (field == "sampling.regex") return "guided_regex";
   auto it = kRenamed->find(field);
   if (it != kRenamed->end()) return it->second;
   for (absl::string_view prefix : {"sampling.", "stopping."}) {

@@ -47,7 +47,8 @@ const std::string& OpenApiJson() {
           {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["text", "json_object"]}}},
           {"type": "object", "required": ["type", "json_schema"], "properties": {"type": {"type": "string", "enum": ["json_schema"]}, "json_schema": {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": "boolean"}}}}}],
           "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
-        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice and guided_json; one constraint per request"},
+        "guided_regex": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "vLLM's: the whole output matches this regular expression (no backreferences, lookaround, \\b or flags), ended by EOS"},
+        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "regex": {"type": "string", "minLength": 1}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice, guided_json and guided_regex; one constraint per request"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "stream": {"type": "boolean"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
@@ -72,7 +73,8 @@ const std::string& OpenApiJson() {
           {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["text", "json_object"]}}},
           {"type": "object", "required": ["type", "json_schema"], "properties": {"type": {"type": "string", "enum": ["json_schema"]}, "json_schema": {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": "boolean"}}}}}],
           "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
-        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice and guided_json; one constraint per request"},
+        "guided_regex": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "vLLM's: the whole output matches this regular expression (no backreferences, lookaround, \\b or flags), ended by EOS"},
+        "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "regex": {"type": "string", "minLength": 1}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice, guided_json and guided_regex; one constraint per request"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
       "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {
         "inputs": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"},
@@ -86,7 +88,10 @@ const std::string& OpenApiJson() {
           "seed": {"type": "integer", "minimum": 0}, "stop": {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
           "truncate": {"type": "integer", "minimum": 1, "description": "keep the last N input tokens"},
           "details": {"type": "boolean"}, "return_full_text": {"type": "boolean", "description": "default false; true on POST /"},
-          "grammar": {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["json", "json_schema"]}, "value": {"type": "object"}}, "description": "TGI's: json = value is a JSON Schema the output follows; json_schema = value is {name, schema}"}}}}},
+          "grammar": {"oneOf": [
+            {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["json", "json_object", "json_schema"]}, "value": {"type": "object"}}},
+            {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["regex"]}, "value": {"type": "string", "minLength": 1}}}],
+            "description": "TGI's: json = value is a JSON Schema the output follows; json_schema = value is {name, schema}; regex = the whole output matches value"}}}}},
       "TokenizeRequest": {"oneOf": [
         {"type": "object", "required": ["inputs"], "properties": {"inputs": {"type": "string"}}, "description": "TGI's: answers a list of {id, text, start, stop}"},
         {"type": "object", "required": ["prompt"], "properties": {"model": {"type": "string"}, "prompt": {"type": "string"}, "add_special_tokens": {"type": "boolean"}, "return_token_strs": {"type": "boolean"}}, "description": "vLLM's: answers {count, max_model_len, tokens, token_strs}"},

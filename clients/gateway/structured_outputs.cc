@@ -22,7 +22,20 @@ struct Constraint {
   std::string field;                // the client's name for it, for errors
   std::vector<std::string> choices;  // guided choice
   std::string schema;               // JSON Schema text; empty: none
+  std::string regex;                // a pattern the whole output matches; empty: none
 };
+
+// A regex given as a non-empty string of at most kMaxRegexBytes.
+absl::Status RegexText(const Json& value, const std::string& field, std::string* out) {
+  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
+    return FieldError(field, "must be a non-empty string (a regular expression)");
+  }
+  *out = value.get<std::string>();
+  if (out->size() > kMaxRegexBytes) {
+    return FieldError(field, absl::StrCat("longer than ", kMaxRegexBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
 
 // The value at `path` in the body, as JSON text with its objects' keys in the body's order:
 // Json sorts keys, and a schema's property order is the order the output follows.
@@ -88,6 +101,7 @@ class Collector {
       sampling->set_json_schema(constraint_.schema);
       sampling->set_json_compact(compact);
     }
+    if (!constraint_.regex.empty()) sampling->set_regex(constraint_.regex);
   }
 
  private:
@@ -111,6 +125,10 @@ absl::Status ParseStructuredOutputsObject(const Json& so, absl::string_view body
         return s;
       }
       if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
+    } else if (key == "regex") {
+      Constraint c{field, {}, {}, {}};
+      if (absl::Status s = RegexText(value, field, &c.regex); !s.ok()) return s;
+      if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
     } else if (key == "json_object") {
       if (!value.is_boolean()) return FieldError(field, "must be a boolean");
       if (!value.get<bool>()) continue;
@@ -125,7 +143,7 @@ absl::Status ParseStructuredOutputsObject(const Json& so, absl::string_view body
     } else if (key == "backend") {
       if (!value.is_string()) return FieldError(field, "must be a string");
     } else {
-      // regex, grammar, structural_tag, whitespace_pattern and anything newer.
+      // grammar, structural_tag, whitespace_pattern and anything newer.
       return Unsupported(field, field);
     }
   }
@@ -138,8 +156,21 @@ absl::Status ParseResponseFormat(const Json& format, absl::string_view body,
   if (!format.is_object()) return FieldError(field, "must be an object");
   const Json type = format.value("type", Json());
   if (type == "text") return absl::OkStatus();
-  if (type == "json_object") return collector.Add({field, {}, R"({"type":"object"})"});
   Constraint c{field, {}, {}};
+  if (type == "json_object") {
+    // TGI's chat spelling carries a schema in "value" (its GrammarType aliases json_object to
+    // json); OpenAI's has none: any object.
+    auto value = format.find("value");
+    if (value == format.end() || value->is_null()) {
+      return collector.Add({field, {}, R"({"type":"object"})"});
+    }
+    if (absl::Status s = SchemaText(*value, "response_format.value", body,
+                                    {"response_format", "value"}, &c.schema);
+        !s.ok()) {
+      return s;
+    }
+    return collector.Add(std::move(c));
+  }
   if (type == "json_schema") {
     auto spec = format.find("json_schema");
     if (spec == format.end() || !spec->is_object()) {
@@ -176,7 +207,7 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
                                     blossom::v1::SamplingParameters* sampling) {
   Collector collector;
   bool compact = false;
-  for (const char* field : {"guided_regex", "guided_grammar", "guided_whitespace_pattern"}) {
+  for (const char* field : {"guided_grammar", "guided_whitespace_pattern"}) {
     auto it = body.find(field);
     if (it != body.end() && !it->is_null()) return Unsupported(field, field);
   }
@@ -186,6 +217,11 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
   if (auto it = body.find("guided_choice"); it != body.end() && !it->is_null()) {
     Constraint c{"guided_choice", {}, {}};
     if (absl::Status s = Choices(*it, c.field, &c); !s.ok()) return s;
+    if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
+  }
+  if (auto it = body.find("guided_regex"); it != body.end() && !it->is_null()) {
+    Constraint c{"guided_regex", {}, {}, {}};
+    if (absl::Status s = RegexText(*it, c.field, &c.regex); !s.ok()) return s;
     if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
   }
   if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) {
@@ -220,7 +256,7 @@ absl::Status ParseTgiGrammar(const Json& parameters, absl::string_view raw_body,
     return FieldError("parameters.grammar.value", "is required");
   }
   std::string schema;
-  if (type == "json") {
+  if (type == "json" || type == "json_object") {  // TGI's alias
     if (absl::Status s = SchemaText(*value, "parameters.grammar.value", raw_body,
                                     {"parameters", "grammar", "value"}, &schema);
         !s.ok()) {
@@ -237,9 +273,13 @@ absl::Status ParseTgiGrammar(const Json& parameters, absl::string_view raw_body,
       return s;
     }
   } else if (type == "regex") {
-    return Unsupported("parameters.grammar", "a regex grammar");
+    std::string regex;
+    if (absl::Status s = RegexText(*value, "parameters.grammar.value", &regex); !s.ok()) return s;
+    sampling->set_regex(regex);
+    return absl::OkStatus();
   } else {
-    return FieldError("parameters.grammar.type", "must be \"json\", \"json_schema\" or \"regex\"");
+    return FieldError("parameters.grammar.type",
+                      "must be \"json\", \"json_object\", \"json_schema\" or \"regex\"");
   }
   sampling->set_json_schema(schema);
   return absl::OkStatus();

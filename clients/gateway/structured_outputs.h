@@ -2,10 +2,11 @@
 // sampling fields guided_choice, json_schema and json_compact:
 //   - OpenAI: response_format {"type": "text" | "json_object" | "json_schema", "json_schema":
 //     {"name", "schema", "strict"}} (TGI's {"type": "json", "value": schema} too);
-//   - vLLM: guided_choice, guided_json, and structured_outputs {"choice", "json", "json_object",
-//     "disable_any_whitespace", ...}; guided_regex, guided_grammar and structured_outputs'
-//     regex, grammar and structural_tag are refused, as is a whitespace pattern;
-//   - TGI: parameters.grammar {"type": "json" | "json_schema", "value": ...}; "regex" refused.
+//   - vLLM: guided_choice, guided_json, guided_regex, and structured_outputs {"choice", "json",
+//     "regex", "json_object", "disable_any_whitespace", ...}; guided_grammar and
+//     structured_outputs' grammar and structural_tag are refused, as is a whitespace pattern;
+//   - TGI: parameters.grammar {"type": "json" | "json_object" | "json_schema" | "regex",
+//     "value": ...}.
 // One request asks for one constraint at most. The server compiles the schema and refuses what
 // it cannot enforce (proto/blossom/v1/blossom.proto lists the keywords).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_STRUCTURED_OUTPUTS_H_
@@ -21,6 +22,7 @@ namespace blossom::gateway {
 // The server's limits, checked here so that a refusal names the client's field.
 inline constexpr size_t kMaxGuidedChoices = 256;
 inline constexpr size_t kMaxJsonSchemaBytes = 64 * 1024;
+inline constexpr size_t kMaxRegexBytes = 16 * 1024;
 
 // The OpenAI/vLLM fields of a completions or chat body. `raw_body` is the text `body` was
 // parsed from: a schema given as an object is passed on with its keys in their order there (Json

@@ -75,6 +75,12 @@ TEST(StructuredOutputsTest, VllmFields) {
   EXPECT_TRUE(compact.json_compact());
   EXPECT_EQ(Parse(R"({"structured_outputs": {"json_object": true}})").json_schema(),
             R"({"type":"object"})");
+  EXPECT_EQ(Parse(R"({"guided_regex": "[0-9]+"})").regex(), "[0-9]+");
+  EXPECT_EQ(Parse(R"({"structured_outputs": {"regex": "a|b"}})").regex(), "a|b");
+  // TGI's chat spelling of a schema.
+  EXPECT_EQ(Parse(R"({"response_format": {"type": "json_object", "value": {"type": "array"}}})")
+                .json_schema(),
+            R"({"type":"array"})");
   // Option flags beside a choice are accepted (vLLM's clients send their defaults).
   EXPECT_EQ(Parse(R"({"structured_outputs": {"choice": ["a"], "disable_any_whitespace": false}})")
                 .guided_choice_size(),
@@ -82,10 +88,13 @@ TEST(StructuredOutputsTest, VllmFields) {
 }
 
 TEST(StructuredOutputsTest, RefusalsNameTheField) {
-  EXPECT_EQ(Refused(R"({"guided_regex": "a+"})"), "guided_regex");
+  EXPECT_EQ(Refused(R"({"guided_regex": ""})"), "guided_regex");
+  EXPECT_EQ(Refused(R"({"guided_regex": ["a"]})"), "guided_regex");
   EXPECT_EQ(Refused(R"({"guided_grammar": "root ::= x"})"), "guided_grammar");
   EXPECT_EQ(Refused(R"({"guided_whitespace_pattern": " *"})"), "guided_whitespace_pattern");
-  EXPECT_EQ(Refused(R"({"structured_outputs": {"regex": "a+"}})"), "structured_outputs.regex");
+  EXPECT_EQ(Refused(R"({"structured_outputs": {"regex": 3}})"), "structured_outputs.regex");
+  EXPECT_EQ(Refused(R"({"structured_outputs": {"grammar": "root ::= x"}})"),
+            "structured_outputs.grammar");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"whitespace_pattern": " "}})"),
             "structured_outputs.whitespace_pattern");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"disable_any_whitespace": 1}})"),
@@ -105,7 +114,7 @@ TEST(StructuredOutputsTest, RefusalsNameTheField) {
   EXPECT_EQ(Refused(huge.c_str()), "guided_json");
 }
 
-TEST(TgiGrammarTest, JsonAndJsonSchemaButNotRegex) {
+TEST(TgiGrammarTest, JsonJsonSchemaAndRegex) {
   auto parse = [](const char* parameters, absl::Status* status) {
     blossom::v1::SamplingParameters sampling;
     const std::string body = absl::StrCat(R"({"parameters": )", parameters, "}");
@@ -124,8 +133,14 @@ TEST(TgiGrammarTest, JsonAndJsonSchemaButNotRegex) {
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_FALSE(parse(R"({"grammar": null})", &status).has_json_schema());
   EXPECT_TRUE(status.ok()) << status;
-  parse(R"({"grammar": {"type": "regex", "value": "a+"}})", &status);
-  EXPECT_EQ(ParamOf(status), "parameters.grammar");
+  EXPECT_EQ(parse(R"({"grammar": {"type": "regex", "value": "a+"}})", &status).regex(), "a+");
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(parse(R"({"grammar": {"type": "json_object", "value": {"type": "object"}}})", &status)
+                .json_schema(),
+            R"({"type":"object"})");
+  EXPECT_TRUE(status.ok()) << status;
+  parse(R"({"grammar": {"type": "regex", "value": ""}})", &status);
+  EXPECT_EQ(ParamOf(status), "parameters.grammar.value");
   parse(R"({"grammar": {"type": "json"}})", &status);
   EXPECT_EQ(ParamOf(status), "parameters.grammar.value");
   parse(R"({"grammar": {"type": "ebnf", "value": "x"}})", &status);

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/guided/fixture_vocabulary.h"
 #include "engine/sampling/logits_processors.h"
 #include "engine/sampling/sampling_params.h"
-#include "engine/tokenizer/test_util.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -15,25 +15,8 @@
 namespace blossom {
 namespace {
 
-constexpr int32_t kEos = 2;
-
-const Tokenizer& FixtureTokenizer() {
-  static const Tokenizer* tokenizer = [] {
-    auto t = Tokenizer::FromFile(RunfilePath("tests/fixtures/tokenizer/tokenizer.json"));
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t->release();
-  }();
-  return *tokenizer;
-}
-
-std::shared_ptr<const TokenVocabulary> Vocabulary() {
-  static const auto* vocabulary =
-      new std::shared_ptr<const TokenVocabulary>(TokenVocabulary::FromTokenizer(FixtureTokenizer()));
-  return *vocabulary;
-}
-
 std::shared_ptr<const JsonSchemaConstraint> Constraint(const char* schema) {
-  auto c = JsonSchemaConstraint::Create(schema, {}, Vocabulary());
+  auto c = JsonSchemaConstraint::Create(schema, {}, FixtureVocabulary());
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *c : nullptr;
 }
@@ -46,15 +29,15 @@ std::vector<bool> BruteForce(const char* schema, const std::vector<int32_t>& out
   JsonLinkArena arena;
   JsonState state = matcher.Start();
   std::string text;
-  for (int32_t t : output) text += std::string(Vocabulary()->bytes(t));
+  for (int32_t t : output) text += std::string(FixtureVocabulary()->bytes(t));
   std::vector<bool> allowed(vocab, false);
   if (!matcher.AdvanceAll(state, text, arena)) return allowed;
   for (int32_t id = 0; id < vocab; ++id) {
-    const absl::string_view bytes = Vocabulary()->bytes(id);
+    const absl::string_view bytes = FixtureVocabulary()->bytes(id);
     JsonState s = state;
     allowed[id] = !bytes.empty() && matcher.AdvanceAll(s, bytes, arena);
   }
-  allowed[kEos] = matcher.CanEnd(state, arena);
+  allowed[kFixtureEos] = matcher.CanEnd(state, arena);
   return allowed;
 }
 
@@ -70,7 +53,7 @@ void RandomWalks(const char* schema, int walks,
   for (int walk = 0; walk < walks; ++walk) {
     std::vector<int32_t> output;
     for (int step = 0; step < 60; ++step) {
-      auto mask = constraint->AllowedTokens(output, kEos);
+      auto mask = constraint->AllowedTokens(output, kFixtureEos);
       ASSERT_TRUE(mask.ok()) << mask.status();
       std::vector<int32_t> allowed;
       for (int32_t id = 0; id < vocab; ++id) {
@@ -80,23 +63,23 @@ void RandomWalks(const char* schema, int walks,
         const std::vector<bool> expected = BruteForce(schema, output, vocab);
         for (int32_t id = 0; id < vocab; ++id) {
           ASSERT_EQ(TokenAllowed(**mask, id), expected[id])
-              << "token " << id << " '" << Vocabulary()->bytes(id) << "' after '"
+              << "token " << id << " '" << FixtureVocabulary()->bytes(id) << "' after '"
               << FixtureTokenizer().Decode(output) << "'";
         }
       }
       ASSERT_FALSE(allowed.empty()) << FixtureTokenizer().Decode(output);
       for (int32_t id : allowed) {
-        ASSERT_TRUE(id == kEos || !FixtureTokenizer().IsSpecial(id)) << id;
+        ASSERT_TRUE(id == kFixtureEos || !FixtureTokenizer().IsSpecial(id)) << id;
       }
       // Prefer ending, then short tokens (closing brackets), so that walks finish.
       int32_t next = allowed[rng() % allowed.size()];
-      if (TokenAllowed(**mask, kEos)) next = kEos;
+      if (TokenAllowed(**mask, kFixtureEos)) next = kFixtureEos;
       else if (step > 30) {
         for (int32_t id : allowed) {
-          if (Vocabulary()->bytes(id).size() == 1 && rng() % 2) next = id;
+          if (FixtureVocabulary()->bytes(id).size() == 1 && rng() % 2) next = id;
         }
       }
-      if (next == kEos) {
+      if (next == kFixtureEos) {
         const std::string text = FixtureTokenizer().Decode(output);
         const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
         ASSERT_FALSE(value.is_discarded()) << text;
@@ -135,10 +118,10 @@ TEST(JsonSchemaConstraintTest, MasksAreCachedByMatcherState) {
   auto first = t.Encode("{\"s\": \"hello");
   auto second = t.Encode("{\"s\": \"hello world and more");
   ASSERT_TRUE(first.ok() && second.ok());
-  auto a = constraint->AllowedTokens(*first, kEos);
+  auto a = constraint->AllowedTokens(*first, kFixtureEos);
   ASSERT_TRUE(a.ok()) << a.status();
   const int64_t computed = constraint->masks_computed();
-  auto b = constraint->AllowedTokens(*second, kEos);
+  auto b = constraint->AllowedTokens(*second, kFixtureEos);
   ASSERT_TRUE(b.ok()) << b.status();
   // Inside the same unbounded string: the same state, the same mask.
   EXPECT_EQ(constraint->masks_computed(), computed);
@@ -153,9 +136,9 @@ TEST(JsonSchemaConstraintTest, AnOutputOutsideTheSchemaIsFailedPrecondition) {
   ASSERT_NE(constraint, nullptr);
   auto ids = FixtureTokenizer().Encode("[1]");
   ASSERT_TRUE(ids.ok());
-  auto mask = constraint->AllowedTokens(*ids, kEos);
+  auto mask = constraint->AllowedTokens(*ids, kFixtureEos);
   EXPECT_EQ(mask.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(constraint->AllowedTokens({kEos}, kEos).status().code(),
+  EXPECT_EQ(constraint->AllowedTokens({kFixtureEos}, kFixtureEos).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -178,42 +161,17 @@ TEST(JsonSchemaConstraintTest, TheSamplerOnlyPicksAllowedTokens) {
   for (int step = 0; step < 400; ++step) {
     SamplingContext ctx;
     ctx.output_tokens = output;
-    ctx.end_token = kEos;
+    ctx.end_token = kFixtureEos;
     ASSERT_TRUE(PrepareLogits(logits, params, ctx, scratch).ok());
     auto token = GreedyToken(scratch);
     ASSERT_TRUE(token.ok()) << token.status();
-    if (*token == kEos) break;
+    if (*token == kFixtureEos) break;
     output.push_back(*token);
   }
   const std::string text = FixtureTokenizer().Decode(output);
   const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
   ASSERT_FALSE(value.is_discarded()) << text;
   EXPECT_TRUE(value["ok"].is_boolean()) << text;
-}
-
-TEST(JsonConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentSchema) {
-  int built = 0;
-  JsonConstraintCache cache(
-      [&] {
-        ++built;
-        return Vocabulary();
-      },
-      /*capacity=*/2);
-  auto a = cache.Get(R"({"type": "object"})");
-  auto b = cache.Get(R"({"type": "array"})");
-  auto a_again = cache.Get(R"({"type": "object"})");
-  ASSERT_TRUE(a.ok() && b.ok() && a_again.ok());
-  EXPECT_EQ(a->get(), a_again->get());
-  EXPECT_EQ(built, 1);
-  ASSERT_TRUE(cache.Get(R"({"type": "string"})").ok());  // evicts the array's
-  auto b_again = cache.Get(R"({"type": "array"})");
-  ASSERT_TRUE(b_again.ok());
-  EXPECT_NE(b->get(), b_again->get());
-  auto compact = cache.Get(R"({"type": "object"})", JsonGrammarOptions{false});
-  ASSERT_TRUE(compact.ok());
-  EXPECT_NE(compact->get(), cache.Get(R"({"type": "object"})")->get());
-  auto bad = cache.Get(R"({"type": "string", "pattern": "x"})");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -441,10 +441,25 @@ class StructuredOutputTest(unittest.TestCase):
                     "name": "s", "schema": {"type": "string", "pattern": "^a+$"}}})
         self.assertEqual(cm.exception.param, "response_format")
         self.assertIn("'pattern' is not supported", cm.exception.message)
-        with self.assertRaises(text_generation.errors.ValidationError):
+        with self.assertRaises(text_generation.errors.ValidationError) as tgi_error:
             text_generation.Client(GW.url, headers=auth(), timeout=30).generate(
                 "x", max_new_tokens=4, grammar=text_generation.types.Grammar(
-                    type=text_generation.types.GrammarType.Regex, value="a+"))
+                    type=text_generation.types.GrammarType.Regex, value="(a)\\1"))
+        self.assertIn("backreferences are not supported", str(tgi_error.exception))
+
+    def test_regex_through_vllm_and_tgi(self):
+        pattern = r"(yes|no), [0-9]{2,4} (apples|pears)\."
+        for temperature in (0, 1.0):
+            r = self.client.completions.create(model=MODEL, prompt="Answer:", max_tokens=40,
+                                               temperature=temperature, seed=8,
+                                               extra_body={"guided_regex": pattern})
+            self.assertRegex(r.choices[0].text, "^" + pattern + "$")
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+        tgi = text_generation.Client(GW.url, headers=auth(), timeout=60)
+        r = tgi.generate("Answer:", max_new_tokens=40, do_sample=True, seed=4,
+                         grammar=text_generation.types.Grammar(
+                             type=text_generation.types.GrammarType.Regex, value=pattern))
+        self.assertRegex(r.generated_text, "^" + pattern + "$")
 
 
 def post_json(path, body):

@@ -198,6 +198,8 @@ class SyncClientTest(unittest.TestCase):
         self.client.generate("Hi", json_schema='{"type": "array"}')
         self.assertEqual(self.fake.requests[-1].sampling.json_schema, '{"type": "array"}')
         self.assertFalse(self.fake.requests[-1].sampling.json_compact)
+        self.client.generate("Hi", regex="[0-9]+")
+        self.assertEqual(self.fake.requests[-1].sampling.regex, "[0-9]+")
 
     def test_detokenize(self):
         self.assertEqual(self.client.detokenize([72, 105]), "Hi")

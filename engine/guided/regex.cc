@@ -1,0 +1,641 @@
+#include "engine/guided/regex.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace blossom {
+namespace {
+
+constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+constexpr uint32_t kUnbounded = UINT32_MAX;
+// Largest count in {n,m}, and deepest group nesting.
+constexpr uint32_t kMaxRepeat = 1000;
+constexpr int kMaxGroupDepth = 100;
+// Entries over all the follow sets: a pattern whose epsilon closures are this large is refused
+// rather than compiled into gigabytes.
+constexpr size_t kMaxFollowEntries = 4 << 20;
+
+CodePointClass Normalize(CodePointClass ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  CodePointClass out;
+  for (const auto& r : ranges) {
+    if (!out.empty() && r.first <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, r.second);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// Every scalar value (no surrogates: UTF-8 text never holds them) outside `ranges`.
+CodePointClass Complement(const CodePointClass& ranges) {
+  CodePointClass all = {{0, 0xD7FF}, {0xE000, kMaxCodePoint}};
+  CodePointClass out;
+  for (auto [lo, hi] : all) {
+    uint32_t from = lo;
+    for (const auto& r : ranges) {
+      if (r.second < from || r.first > hi) continue;
+      if (r.first > from) out.push_back({from, r.first - 1});
+      from = std::max(from, r.second + 1);
+      if (r.second >= hi) {
+        from = hi + 1;
+        break;
+      }
+    }
+    if (from <= hi) out.push_back({from, hi});
+  }
+  return out;
+}
+
+// Some code point of [lo, hi] is in `ranges`.
+bool Intersects(const CodePointClass& ranges, uint32_t lo, uint32_t hi) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(lo, kMaxCodePoint + 1));
+  if (it != ranges.begin() && std::prev(it)->second >= lo) return true;
+  return it != ranges.end() && it->first <= hi;
+}
+
+bool InClass(const CodePointClass& ranges, uint32_t c) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(c, kMaxCodePoint + 1));
+  return it != ranges.begin() && std::prev(it)->second >= c;
+}
+
+const CodePointClass& Digits() {
+  static const auto* k = new CodePointClass{{'0', '9'}};
+  return *k;
+}
+const CodePointClass& WordChars() {
+  static const auto* k = new CodePointClass{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+  return *k;
+}
+const CodePointClass& Spaces() {
+  static const auto* k = new CodePointClass{{'\t', '\r'}, {' ', ' '}};
+  return *k;
+}
+
+struct Ast {
+  enum class Kind { kClass, kConcat, kAlt, kRepeat, kEmpty };
+  Kind kind = Kind::kEmpty;
+  int32_t cls = -1;
+  std::vector<int32_t> children;
+  uint32_t min = 0, max = 0;
+};
+
+class Parser {
+ public:
+  explicit Parser(absl::string_view pattern) : p_(pattern) {}
+
+  absl::StatusOr<int32_t> Parse() {
+    absl::StatusOr<int32_t> root = Alt();
+    if (!root.ok()) return root;
+    if (i_ < p_.size()) return Error("unbalanced ')'");
+    // A state that can read nothing would be a dead end for the output.
+    if (empty_class_) return Error("a character class matches no character");
+    return root;
+  }
+
+  std::vector<Ast> nodes;
+  std::vector<CodePointClass> classes;
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat("regex at byte ", i_, ": ", what));
+  }
+  bool AtEnd() const { return i_ >= p_.size(); }
+  char Peek(size_t ahead = 0) const { return i_ + ahead < p_.size() ? p_[i_ + ahead] : '\0'; }
+
+  int32_t Add(Ast node) {
+    nodes.push_back(std::move(node));
+    return static_cast<int32_t>(nodes.size() - 1);
+  }
+  // Surrogates are taken out: text never holds them, and the matcher's check that a partly read
+  // character can still match (RegexMatcher::Advance) relies on it.
+  int32_t AddClass(CodePointClass ranges) {
+    CodePointClass scalar;
+    for (const auto& [lo, hi] : Normalize(std::move(ranges))) {
+      if (lo < 0xD800) scalar.push_back({lo, std::min<uint32_t>(hi, 0xD7FF)});
+      if (hi > 0xDFFF) scalar.push_back({std::max<uint32_t>(lo, 0xE000), hi});
+    }
+    if (scalar.empty()) empty_class_ = true;
+    classes.push_back(std::move(scalar));
+    Ast node;
+    node.kind = Ast::Kind::kClass;
+    node.cls = static_cast<int32_t>(classes.size() - 1);
+    return Add(std::move(node));
+  }
+
+  absl::StatusOr<int32_t> Alt() {
+    std::vector<int32_t> alternatives;
+    while (true) {
+      absl::StatusOr<int32_t> branch = Concat();
+      if (!branch.ok()) return branch;
+      alternatives.push_back(*branch);
+      if (Peek() != '|' || AtEnd()) break;
+      ++i_;
+    }
+    if (alternatives.size() == 1) return alternatives[0];
+    Ast node;
+    node.kind = Ast::Kind::kAlt;
+    node.children = std::move(alternatives);
+    return Add(std::move(node));
+  }
+
+  absl::StatusOr<int32_t> Concat() {
+    Ast node;
+    node.kind = Ast::Kind::kConcat;
+    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
+      absl::StatusOr<int32_t> item = Repeat();
+      if (!item.ok()) return item;
+      node.children.push_back(*item);
+    }
+    if (node.children.size() == 1) return node.children[0];
+    return Add(std::move(node));
+  }
+
+  // A {n}, {n,} or {n,m} quantifier at i_, or false (then '{' is a literal, as in Python).
+  bool Braces(uint32_t* min, uint32_t* max, size_t* length) const {
+    size_t j = i_ + 1;
+    auto number = [&](uint32_t* out) {
+      const size_t from = j;
+      uint64_t v = 0;
+      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9' && v <= kMaxRepeat + 1) {
+        v = v * 10 + (p_[j++] - '0');
+      }
+      *out = static_cast<uint32_t>(std::min<uint64_t>(v, kMaxRepeat + 1));
+      return j > from;
+    };
+    if (!number(min)) return false;
+    *max = *min;
+    if (j < p_.size() && p_[j] == ',') {
+      ++j;
+      if (!number(max)) *max = kUnbounded;
+    }
+    if (j >= p_.size() || p_[j] != '}') return false;
+    *length = j + 1 - i_;
+    return true;
+  }
+
+  absl::StatusOr<int32_t> Repeat() {
+    absl::StatusOr<int32_t> atom = Atom();
+    if (!atom.ok()) return atom;
+    bool quantified = false;
+    while (!AtEnd()) {
+      uint32_t min = 0, max = 0;
+      size_t length = 1;
+      const char c = Peek();
+      if (c == '*') {
+        min = 0, max = kUnbounded;
+      } else if (c == '+') {
+        min = 1, max = kUnbounded;
+      } else if (c == '?') {
+        min = 0, max = 1;
+      } else if (c != '{' || !Braces(&min, &max, &length)) {
+        break;
+      }
+      if (quantified) return Error("multiple repeat");
+      if ((max != kUnbounded && max > kMaxRepeat) || min > kMaxRepeat) {
+        return Error(absl::StrCat("a repeat count above ", kMaxRepeat));
+      }
+      if (max < min) return Error("a repeat {n,m} with m < n");
+      i_ += length;
+      if (Peek() == '?') ++i_;  // lazy: the same language
+      if (Peek() == '+') return Error("possessive quantifiers are not supported");
+      quantified = true;
+      Ast node;
+      node.kind = Ast::Kind::kRepeat;
+      node.children = {*atom};
+      node.min = min;
+      node.max = max;
+      atom = Add(std::move(node));
+    }
+    return atom;
+  }
+
+  absl::StatusOr<uint32_t> CodePoint() {
+    const unsigned char c = static_cast<unsigned char>(p_[i_]);
+    int need = 0;
+    if (c >= 0xF0 && c <= 0xF4) need = 3;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2;
+    else if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0x80) return Error("invalid UTF-8");
+    if (i_ + need >= p_.size()) return Error("invalid UTF-8");
+    uint32_t cp = need == 0 ? c : c & (0x3F >> need);
+    for (int k = 1; k <= need; ++k) {
+      const unsigned char b = static_cast<unsigned char>(p_[i_ + k]);
+      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    i_ += need + 1;
+    return cp;
+  }
+
+  absl::StatusOr<uint32_t> Hex(int digits) {
+    uint32_t v = 0;
+    for (int k = 0; k < digits; ++k, ++i_) {
+      const char c = Peek();
+      const int d = c >= '0' && c <= '9' ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (AtEnd() || d < 0) return Error("a hex escape needs hex digits");
+      v = v * 16 + d;
+    }
+    return v;
+  }
+
+  // The escape after a backslash at i_ (which is consumed): a class (\d, ...) or one character.
+  absl::StatusOr<CodePointClass> Escape(bool in_class) {
+    ++i_;
+    if (AtEnd()) return Error("a pattern cannot end with a backslash");
+    const char c = p_[i_++];
+    switch (c) {
+      case 'd': return Digits();
+      case 'D': return Complement(Digits());
+      case 'w': return WordChars();
+      case 'W': return Complement(WordChars());
+      case 's': return Spaces();
+      case 'S': return Complement(Spaces());
+      case 'n': return CodePointClass{{'\n', '\n'}};
+      case 't': return CodePointClass{{'\t', '\t'}};
+      case 'r': return CodePointClass{{'\r', '\r'}};
+      case 'f': return CodePointClass{{'\f', '\f'}};
+      case 'v': return CodePointClass{{'\v', '\v'}};
+      case 'x':
+      case 'u': {
+        absl::StatusOr<uint32_t> v = Hex(c == 'x' ? 2 : 4);
+        if (!v.ok()) return v.status();
+        if (*v >= 0xD800 && *v <= 0xDFFF) return Error("a surrogate code point");
+        return CodePointClass{{*v, *v}};
+      }
+      case 'b':
+        if (in_class) return CodePointClass{{'\b', '\b'}};
+        return Error("\\b (word boundary) is not supported");
+      default:
+        break;
+    }
+    if (c >= '0' && c <= '9') return Error("backreferences are not supported");
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+      return Error(absl::StrCat("\\", std::string(1, c), " is not supported"));
+    }
+    --i_;
+    absl::StatusOr<uint32_t> literal = CodePoint();
+    if (!literal.ok()) return literal.status();
+    return CodePointClass{{*literal, *literal}};
+  }
+
+  absl::StatusOr<int32_t> Class() {
+    ++i_;  // '['
+    const bool negated = Peek() == '^';
+    if (negated) ++i_;
+    CodePointClass ranges;
+    bool first = true;
+    while (true) {
+      if (AtEnd()) return Error("an unterminated [");
+      if (Peek() == ']' && !first) {
+        ++i_;
+        break;
+      }
+      first = false;
+      absl::StatusOr<CodePointClass> item =
+          Peek() == '\\' ? Escape(/*in_class=*/true) : [&]() -> absl::StatusOr<CodePointClass> {
+            absl::StatusOr<uint32_t> cp = CodePoint();
+            if (!cp.ok()) return cp.status();
+            return CodePointClass{{*cp, *cp}};
+          }();
+      if (!item.ok()) return item.status();
+      const bool single = item->size() == 1 && (*item)[0].first == (*item)[0].second;
+      if (single && Peek() == '-' && Peek(1) != ']' && i_ + 1 < p_.size()) {
+        ++i_;
+        absl::StatusOr<CodePointClass> high =
+            Peek() == '\\' ? Escape(/*in_class=*/true) : [&]() -> absl::StatusOr<CodePointClass> {
+              absl::StatusOr<uint32_t> cp = CodePoint();
+              if (!cp.ok()) return cp.status();
+              return CodePointClass{{*cp, *cp}};
+            }();
+        if (!high.ok()) return high.status();
+        if (high->size() != 1 || (*high)[0].first != (*high)[0].second) {
+          return Error("a class range must end with one character");
+        }
+        if ((*high)[0].first < (*item)[0].first) return Error("a class range out of order");
+        ranges.push_back({(*item)[0].first, (*high)[0].first});
+        continue;
+      }
+      ranges.insert(ranges.end(), item->begin(), item->end());
+    }
+    ranges = Normalize(std::move(ranges));
+    return AddClass(negated ? Complement(ranges) : ranges);
+  }
+
+  absl::StatusOr<int32_t> Atom() {
+    const char c = Peek();
+    switch (c) {
+      case '(': {
+        ++i_;
+        if (Peek() == '?') {
+          if (Peek(1) == ':') {
+            i_ += 2;
+          } else if ((Peek(1) == 'P' && Peek(2) == '<') ||
+                     (Peek(1) == '<' && Peek(2) != '=' && Peek(2) != '!')) {
+            const size_t close = p_.find('>', i_);
+            if (close == absl::string_view::npos) return Error("an unterminated group name");
+            i_ = close + 1;
+          } else {
+            return Error("lookaround, flags and other (?...) groups are not supported");
+          }
+        }
+        if (++depth_ > kMaxGroupDepth) return Error("groups nest too deep");
+        absl::StatusOr<int32_t> inner = Alt();
+        --depth_;
+        if (!inner.ok()) return inner;
+        if (Peek() != ')' || AtEnd()) return Error("an unterminated (");
+        ++i_;
+        return inner;
+      }
+      case '[': return Class();
+      case '.': {
+        ++i_;
+        return AddClass(Complement({{'\n', '\n'}}));
+      }
+      case '\\': {
+        absl::StatusOr<CodePointClass> escape = Escape(/*in_class=*/false);
+        if (!escape.ok()) return escape.status();
+        return AddClass(*std::move(escape));
+      }
+      case '^':
+        if (i_ != 0) return Error("^ is only supported at the start");
+        ++i_;
+        return Add(Ast{});
+      case '$':
+        if (i_ + 1 != p_.size()) return Error("$ is only supported at the end");
+        ++i_;
+        return Add(Ast{});
+      case '*':
+      case '+':
+      case '?':
+        return Error("nothing to repeat");
+      case ')':
+        return Error("unbalanced ')'");
+      default: {
+        absl::StatusOr<uint32_t> cp = CodePoint();
+        if (!cp.ok()) return cp.status();
+        return AddClass({{*cp, *cp}});
+      }
+    }
+  }
+
+  absl::string_view p_;
+  size_t i_ = 0;
+  int depth_ = 0;
+  bool empty_class_ = false;
+};
+
+// The NFA with epsilon states, built backwards from the accepting state.
+class Builder {
+ public:
+  Builder(const std::vector<Ast>& ast) : ast_(ast) {}
+
+  struct EState {
+    int32_t cls = -1;              // reading state when >= 0
+    std::vector<int32_t> targets;  // the next state (reading), or epsilon targets
+    bool accept = false;
+  };
+  std::vector<EState> states;
+
+  absl::StatusOr<int32_t> Accept() {
+    EState s;
+    s.accept = true;
+    return New(std::move(s));
+  }
+
+  absl::StatusOr<int32_t> Build(int32_t node, int32_t next) {
+    const Ast& a = ast_[node];
+    switch (a.kind) {
+      case Ast::Kind::kEmpty: return next;
+      case Ast::Kind::kClass: {
+        EState s;
+        s.cls = a.cls;
+        s.targets = {next};
+        return New(std::move(s));
+      }
+      case Ast::Kind::kConcat:
+        for (size_t k = a.children.size(); k-- > 0;) {
+          absl::StatusOr<int32_t> s = Build(a.children[k], next);
+          if (!s.ok()) return s;
+          next = *s;
+        }
+        return next;
+      case Ast::Kind::kAlt: {
+        EState split;
+        for (int32_t child : a.children) {
+          absl::StatusOr<int32_t> s = Build(child, next);
+          if (!s.ok()) return s;
+          split.targets.push_back(*s);
+        }
+        return New(std::move(split));
+      }
+      case Ast::Kind::kRepeat: {
+        int32_t tail = next;
+        const int32_t child = a.children[0];
+        if (a.max == kUnbounded) {
+          absl::StatusOr<int32_t> loop = New(EState{});
+          if (!loop.ok()) return loop;
+          absl::StatusOr<int32_t> body = Build(child, *loop);
+          if (!body.ok()) return body;
+          states[*loop].targets = {*body, next};
+          tail = *loop;
+        } else {
+          for (uint32_t k = a.min; k < a.max; ++k) {
+            absl::StatusOr<int32_t> body = Build(child, tail);
+            if (!body.ok()) return body;
+            EState split;
+            split.targets = {*body, next};
+            absl::StatusOr<int32_t> s = New(std::move(split));
+            if (!s.ok()) return s;
+            tail = *s;
+          }
+        }
+        for (uint32_t k = 0; k < a.min; ++k) {
+          absl::StatusOr<int32_t> s = Build(child, tail);
+          if (!s.ok()) return s;
+          tail = *s;
+        }
+        return tail;
+      }
+    }
+    return next;
+  }
+
+ private:
+  absl::StatusOr<int32_t> New(EState s) {
+    if (states.size() >= kMaxRegexStates) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("regex: more than ", kMaxRegexStates, " states once repeats are unrolled"));
+    }
+    states.push_back(std::move(s));
+    return static_cast<int32_t>(states.size() - 1);
+  }
+
+  const std::vector<Ast>& ast_;
+};
+
+}  // namespace
+
+absl::StatusOr<RegexNfa> CompileRegex(absl::string_view pattern) {
+  if (pattern.size() > kMaxRegexBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("regex: longer than ", kMaxRegexBytes, " bytes"));
+  }
+  Parser parser(pattern);
+  absl::StatusOr<int32_t> root = parser.Parse();
+  if (!root.ok()) return root.status();
+  Builder builder(parser.nodes);
+  absl::StatusOr<int32_t> accept = builder.Accept();
+  if (!accept.ok()) return accept.status();
+  absl::StatusOr<int32_t> start = builder.Build(*root, *accept);
+  if (!start.ok()) return start.status();
+
+  // Keep the reading and accepting states; resolve epsilon moves into follow sets.
+  const std::vector<Builder::EState>& e = builder.states;
+  std::vector<int32_t> compact(e.size(), -1);
+  RegexNfa nfa;
+  nfa.classes = std::move(parser.classes);
+  for (size_t k = 0; k < e.size(); ++k) {
+    if (e[k].cls >= 0 || e[k].accept) {
+      compact[k] = static_cast<int32_t>(nfa.states.size());
+      nfa.states.push_back({e[k].cls, {}});
+    }
+  }
+  std::vector<uint32_t> seen(e.size(), 0);
+  uint32_t visit = 0;
+  size_t entries = 0;
+  auto closure = [&](int32_t from, std::vector<int32_t>* out) {
+    ++visit;
+    std::vector<int32_t> stack = {from};
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      if (seen[s] == visit) continue;
+      seen[s] = visit;
+      if (compact[s] >= 0) {
+        out->push_back(compact[s]);
+      } else {
+        stack.insert(stack.end(), e[s].targets.begin(), e[s].targets.end());
+      }
+    }
+    std::sort(out->begin(), out->end());
+    entries += out->size();
+  };
+  closure(*start, &nfa.start);
+  for (size_t k = 0; k < e.size(); ++k) {
+    if (e[k].cls < 0) continue;
+    closure(e[k].targets[0], &nfa.states[compact[k]].follow);
+    if (entries > kMaxFollowEntries) {
+      return absl::InvalidArgumentError(
+          "regex: too ambiguous (its state sets would take too much memory)");
+    }
+  }
+  return nfa;
+}
+
+RegexMatcher::State RegexMatcher::Start() const {
+  State s;
+  s.nfa.assign(nfa_->start.begin(), nfa_->start.end());
+  return s;
+}
+
+bool RegexMatcher::ReadCodePoint(const State& state, uint32_t code_point, State* next) const {
+  next->nfa.clear();
+  for (int32_t s : state.nfa) {
+    const RegexNfa::State& st = nfa_->states[s];
+    if (st.cls >= 0 && InClass(nfa_->classes[st.cls], code_point)) {
+      next->nfa.insert(next->nfa.end(), st.follow.begin(), st.follow.end());
+    }
+  }
+  std::sort(next->nfa.begin(), next->nfa.end());
+  next->nfa.erase(std::unique(next->nfa.begin(), next->nfa.end()), next->nfa.end());
+  next->pending = 0;
+  next->floor = 0;
+  next->code_point = 0;
+  next->next_low = 0x80;
+  next->next_high = 0xBF;
+  return !next->nfa.empty();
+}
+
+bool RegexMatcher::Advance(const State& state, uint8_t c, State* next) const {
+  if (state.pending == 0) {
+    if (c < 0x80) return ReadCodePoint(state, c, next);
+    uint8_t need = 0, low = 0x80, high = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, low = 0xA0;
+    else if (c == 0xED) need = 2, high = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) need = 2;
+    else if (c == 0xF0) need = 3, low = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, high = 0x8F;
+    else return false;
+    next->nfa = state.nfa;
+    next->pending = need;
+    next->floor = need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000;
+    next->code_point = c & (0x3F >> need);
+    next->next_low = low;
+    next->next_high = high;
+    return CanStillMatch(*next);
+  }
+  if (c < state.next_low || c > state.next_high) return false;
+  const uint32_t code_point = (state.code_point << 6) | (c & 0x3F);
+  if (state.pending == 1) return ReadCodePoint(state, code_point, next);
+  next->nfa = state.nfa;
+  next->pending = state.pending - 1;
+  next->floor = state.floor;
+  next->code_point = code_point;
+  next->next_low = 0x80;
+  next->next_high = 0xBF;
+  return CanStillMatch(*next);
+}
+
+bool RegexMatcher::CanStillMatch(const State& partial) const {
+  // The code points the bytes so far can still become: the pending continuation bytes' bits are
+  // free, and the sequence's length sets a floor (no overlong forms; the lead byte's limits on
+  // the first continuation byte are exactly this floor and the ceiling of U+10FFFF). Classes hold
+  // no surrogates, so any code point of the range in a class can be completed.
+  const int shift = 6 * partial.pending;
+  uint32_t lo = partial.code_point << shift;
+  uint32_t hi = lo | ((1u << shift) - 1);
+  lo = std::max(lo, partial.floor);
+  hi = std::min(hi, kMaxCodePoint);
+  if (lo > hi) return false;
+  for (int32_t s : partial.nfa) {
+    const RegexNfa::State& st = nfa_->states[s];
+    if (st.cls >= 0 && Intersects(nfa_->classes[st.cls], lo, hi)) return true;
+  }
+  return false;
+}
+
+bool RegexMatcher::AdvanceAll(State& state, absl::string_view bytes) const {
+  State next;
+  for (char b : bytes) {
+    if (!Advance(state, static_cast<uint8_t>(b), &next)) {
+      state.nfa.clear();
+      return false;
+    }
+    std::swap(state, next);
+  }
+  return true;
+}
+
+bool RegexMatcher::CanEnd(const State& state) const {
+  if (state.pending != 0) return false;
+  for (int32_t s : state.nfa) {
+    if (nfa_->states[s].cls < 0) return true;
+  }
+  return false;
+}
+
+void RegexMatcher::AppendKey(const State& state, std::string* key) {
+  for (int32_t s : state.nfa) key->append(reinterpret_cast<const char*>(&s), sizeof(s));
+  const uint32_t tail[] = {state.code_point, state.pending, state.next_low, state.next_high,
+                           state.floor};
+  key->append(reinterpret_cast<const char*>(tail), sizeof(tail));
+}
+
+}  // namespace blossom

@@ -1,0 +1,43 @@
+#include "engine/guided/regex_constraint.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace blossom {
+
+absl::StatusOr<std::shared_ptr<const RegexConstraint>> RegexConstraint::Create(
+    absl::string_view pattern, std::shared_ptr<const TokenVocabulary> vocabulary) {
+  absl::StatusOr<RegexNfa> nfa = CompileRegex(pattern);
+  if (!nfa.ok()) return nfa.status();
+  return std::shared_ptr<const RegexConstraint>(
+      new RegexConstraint(*std::move(nfa), std::move(vocabulary)));
+}
+
+RegexConstraint::RegexConstraint(RegexNfa nfa, std::shared_ptr<const TokenVocabulary> vocabulary)
+    : nfa_(std::move(nfa)), matcher_(&nfa_), vocabulary_(std::move(vocabulary)) {}
+
+absl::StatusOr<std::shared_ptr<const TokenBitmask>> RegexConstraint::AllowedTokens(
+    absl::Span<const int32_t> output, int32_t end_token) const {
+  RegexMatcher::State state = matcher_.Start();
+  for (size_t i = 0; i < output.size(); ++i) {
+    const absl::string_view bytes = vocabulary_->bytes(output[i]);
+    if (bytes.empty() || !matcher_.AdvanceAll(state, bytes)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output token ", i, " (id ", output[i], ") breaks the request's regex"));
+    }
+  }
+  std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
+  RegexMatcher::AppendKey(state, &key);
+  if (std::shared_ptr<const TokenBitmask> mask = masks_.Find(key)) return mask;
+  std::shared_ptr<const TokenBitmask> mask = WalkVocabulary(
+      *vocabulary_, state, matcher_.CanEnd(state), end_token,
+      [&](const RegexMatcher::State& from, uint8_t byte, RegexMatcher::State* to) {
+        return matcher_.Advance(from, byte, to);
+      });
+  masks_.Insert(std::move(key), mask);
+  return mask;
+}
+
+}  // namespace blossom
