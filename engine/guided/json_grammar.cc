@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/guided/json_grammar_analysis.h"
 #include "nlohmann/json.hpp"
 
 namespace blossom {
@@ -18,6 +21,8 @@ using Json = nlohmann::ordered_json;
 // Nesting of schemas inside schemas (not of the output): deeper is refused, so that compiling
 // cannot exhaust the stack.
 constexpr int kMaxSchemaDepth = 64;
+// Brackets open at once in the schema's text (enum and const values included).
+constexpr int kMaxSchemaNesting = 128;
 
 const std::set<std::string>& Annotations() {
   static const auto* kSet = new std::set<std::string>{
@@ -65,7 +70,12 @@ class Compiler {
     }
     if (Has(s, "$ref")) return CompileRef(s["$ref"], path, depth);
     for (const char* keyword : {"anyOf", "oneOf"}) {
-      if (Has(s, keyword)) return CompileUnion(s[keyword], absl::StrCat(path, "/", keyword), depth);
+      if (!Has(s, keyword)) continue;
+      absl::StatusOr<int32_t> u = CompileUnion(s[keyword], absl::StrCat(path, "/", keyword), depth);
+      if (u.ok() && std::string(keyword) == "oneOf") {
+        one_of_.push_back({*u, grammar_.nodes[*u].alternatives, path});
+      }
+      return u;
     }
     if (Has(s, "allOf")) {
       const Json& all = s["allOf"];
@@ -73,6 +83,17 @@ class Compiler {
         return Error(path, "'allOf' is supported with exactly one schema");
       }
       return Compile(all[0], absl::StrCat(path, "/allOf/0"), depth + 1);
+    }
+    if (Has(s, "enum") || Has(s, "const")) {
+      // The literals are the whole grammar of the value: a bound beside them (maxLength, ...)
+      // would be ignored, so it is refused; type filters them.
+      for (const auto& item : s.items()) {
+        const std::string& key = item.key();
+        if (Annotations().count(key) == 0 && key != "enum" && key != "const" && key != "type") {
+          return Error(path, absl::StrCat("'", key.substr(0, 64),
+                                          "' beside enum or const is not supported"));
+        }
+      }
     }
     absl::StatusOr<std::set<std::string>> types = Types(s, path);
     if (!types.ok()) return types.status();
@@ -91,36 +112,13 @@ class Compiler {
     return NewNode(std::move(u), path);
   }
 
-  absl::Status CheckNoEmptyCycles() const {
-    // A union only forwards to its alternatives; a cycle of unions would loop without reading a
-    // byte ({"$ref": "#"} as the whole schema, or two definitions naming each other).
-    std::vector<uint8_t> color(grammar_.nodes.size(), 0);
-    for (size_t i = 0; i < grammar_.nodes.size(); ++i) {
-      if (HasUnionCycle(static_cast<int32_t>(i), color)) {
-        return absl::InvalidArgumentError(
-            "json schema: a $ref leads back to itself without a value in between");
-      }
-    }
-    return absl::OkStatus();
-  }
-
   JsonGrammar Take() && { return std::move(grammar_); }
+  std::vector<OneOfUse> TakeOneOfs() && { return std::move(one_of_); }
 
  private:
   static absl::Status Error(const std::string& path, absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat("json schema at ", path.empty() ? "/" : path.substr(0, 128), ": ", what));
-  }
-
-  bool HasUnionCycle(int32_t i, std::vector<uint8_t>& color) const {
-    if (grammar_.nodes[i].kind != JsonNode::Kind::kUnion || color[i] == 2) return false;
-    if (color[i] == 1) return true;
-    color[i] = 1;
-    for (int32_t a : grammar_.nodes[i].alternatives) {
-      if (HasUnionCycle(a, color)) return true;
-    }
-    color[i] = 2;
-    return false;
   }
 
   absl::StatusOr<int32_t> NewNode(JsonNode node, const std::string& path) {
@@ -405,6 +403,7 @@ class Compiler {
 
   const Json& root_;
   JsonGrammar grammar_;
+  std::vector<OneOfUse> one_of_;
   absl::flat_hash_map<std::string, int32_t> refs_;
   int32_t any_ = -1;
 };
@@ -417,15 +416,39 @@ absl::StatusOr<JsonGrammar> CompileJsonSchema(absl::string_view schema_json,
     return absl::InvalidArgumentError(absl::StrCat("json schema: longer than ",
                                                    kMaxJsonSchemaBytes, " bytes"));
   }
+  // nlohmann's parser is iterative, but copies, comparisons and dump() of a value recurse:
+  // nesting is bounded first (the gateway bounds request bodies the same way).
+  int nesting = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < schema_json.size(); ++i) {
+    const char c = schema_json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++nesting > kMaxSchemaNesting) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "json schema: nested deeper than ", kMaxSchemaNesting, " levels"));
+      }
+    } else if (c == '}' || c == ']') {
+      --nesting;
+    }
+  }
   Json schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr,
                             /*allow_exceptions=*/false);
   if (schema.is_discarded()) return absl::InvalidArgumentError("json schema: not valid JSON");
   Compiler compiler(schema);
   absl::StatusOr<int32_t> root = compiler.Compile(schema, "", 0);
   if (!root.ok()) return root.status();
-  absl::Status cycles = compiler.CheckNoEmptyCycles();
-  if (!cycles.ok()) return cycles;
+  std::vector<OneOfUse> one_of = std::move(compiler).TakeOneOfs();
   JsonGrammar grammar = std::move(compiler).Take();
+  JsonGrammarAnalysis analysis(grammar, std::move(one_of));
+  if (absl::Status status = analysis.CheckNoEmptyCycles(); !status.ok()) return status;
+  if (absl::Status status = analysis.FlattenUnions(); !status.ok()) return status;
+  if (absl::Status status = analysis.ComputeMinDepths(*root); !status.ok()) return status;
+  if (absl::Status status = analysis.CheckOneOfsAreDisjoint(); !status.ok()) return status;
   grammar.root = *root;
   grammar.max_whitespace = options.allow_whitespace ? kMaxJsonWhitespace : 0;
   return grammar;

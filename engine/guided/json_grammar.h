@@ -3,9 +3,11 @@
 // output may be.
 //
 // Supported, as vLLM's default backend (xgrammar) supports it: type (one or a list), properties,
-// required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const,
-// anyOf and oneOf (both as anyOf), allOf of one schema, and $ref to "#", "#/$defs/..." or
-// "#/definitions/..." (recursion included). Annotations (title, description, default, examples,
+// required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum and const
+// (with type beside them at most), anyOf, oneOf (when its alternatives cannot match the same
+// value: different kinds of value, or objects told apart by a required property's const or
+// enum values), allOf of one schema, and $ref to "#", "#/$defs/..." or "#/definitions/..."
+// (recursion included). Annotations (title, description, default, examples,
 // $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Every other keyword
 // (pattern, format, minimum, multipleOf, uniqueItems, prefixItems, ...) is refused with
 // InvalidArgument naming it and where it is, rather than ignored: an output that silently breaks
@@ -14,8 +16,10 @@
 // What the grammar generates is a subset of what the schema accepts, chosen so that every output
 // validates: properties come in the schema's order, each optional one may be left out, and no
 // property outside `properties` is generated (additionalProperties only shapes objects that have
-// no `properties`). Numbers are JSON numbers with at most 16 integer and 16 fraction digits and a
-// 3-digit exponent; "integer" has no fraction or exponent. Strings are JSON strings of valid UTF-8.
+// no `properties`). Numbers are JSON numbers with at most 16 integer and 16 fraction digits and an
+// exponent of at most 2 digits (3 when negative: no number overflows a double); "integer" has no
+// fraction or exponent. Strings are JSON strings of valid UTF-8; a \u escape of a surrogate must be
+// a high one followed by a low one (the pair is one character).
 #ifndef BLOSSOM_ENGINE_GUIDED_JSON_GRAMMAR_H_
 #define BLOSSOM_ENGINE_GUIDED_JSON_GRAMMAR_H_
 
@@ -41,11 +45,20 @@ inline constexpr uint8_t kMaxJsonWhitespace = 32;
 
 inline constexpr uint32_t kJsonUnbounded = std::numeric_limits<uint32_t>::max();
 
+// Frames the matcher may stack (json_matcher.h), the one before the value included. A schema
+// whose values cannot fit (a required chain nested deeper, or one that never ends) is refused.
+inline constexpr uint32_t kMaxJsonDepth = 48;
+
 struct JsonNode {
   enum class Kind : uint8_t { kUnion, kObject, kArray, kString, kNumber, kLiteral };
   Kind kind = Kind::kUnion;
-  // kUnion: the value is one of these nodes.
+  // kUnion: the value is one of these nodes, none of them a union (nested unions and $ref
+  // forwards are flattened at compilation, so a step never walks a union inside a union).
   std::vector<int32_t> alternatives;
+  // The fewest matcher frames a value of this node needs, itself included: 1 for a scalar, more
+  // for an object whose required properties nest (the matcher never enters a value it could
+  // not finish within kMaxJsonDepth).
+  uint32_t min_depth = 1;
   // kObject with properties: each key as JSON text (quotes and escapes included), the node of
   // its value, and for each position i the first required property at or after i (keys.size()
   // when none), which bounds the keys that may come next. Without properties, `additional` is

@@ -104,6 +104,16 @@ TEST(JsonGrammarTest, RefusesWhatItCannotEnforceNamingKeywordAndPlace) {
       {R"({"anyOf": [{}], "type": "string"})", "'anyOf' beside other constraints"},
       {R"({"allOf": [{}, {}]})", "exactly one schema"},
       {"false", "allows no value"},
+      {R"({"type": "string", "enum": ["a", "abcdef"], "maxLength": 3})",
+       "'maxLength' beside enum or const is not supported"},
+      {R"({"const": "ab", "minLength": 5})", "beside enum or const"},
+      {R"({"properties": {"s": {"$ref": "#"}}, "required": ["s"]})", "nest forever"},
+      {R"({"type": "array", "items": {"$ref": "#"}, "minItems": 1})", "nest forever"},
+      {R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})",
+       "alternatives 0 and 1 can match the same value"},
+      {R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                     {"type": "object", "properties": {"k": {"enum": ["b", "a"]}}, "required": ["k"]}]})",
+       "can match the same value"},
       {"[1]", "must be an object or a boolean"},
       {"{", "not valid JSON"},
   };
@@ -115,7 +125,34 @@ TEST(JsonGrammarTest, RefusesWhatItCannotEnforceNamingKeywordAndPlace) {
   }
 }
 
+TEST(JsonGrammarTest, OneOfWithDistinctKindsOrADiscriminatorIsAccepted) {
+  for (const char* schema : {
+           R"({"oneOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]})",
+           R"({"oneOf": [{"type": "object", "properties": {"kind": {"const": "cat"},
+                "lives": {"type": "integer"}}, "required": ["kind"]},
+               {"type": "object", "properties": {"kind": {"const": "dog"}},
+                "required": ["kind"]}]})",
+           R"({"oneOf": [{"enum": [1, 2]}, {"enum": ["1", true]}]})"}) {
+    auto g = CompileJsonSchema(schema);
+    EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  }
+}
+
+TEST(JsonGrammarTest, RefusesRequiredNestingPastTheDepthLimit) {
+  std::string deep = "{}";
+  for (uint32_t i = 0; i < kMaxJsonDepth; ++i) {
+    deep = R"({"type": "object", "properties": {"a": )" + deep + R"(}, "required": ["a"]})";
+  }
+  auto g = CompileJsonSchema(deep);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("nest deeper than 47 levels"));
+}
+
 TEST(JsonGrammarTest, RefusesOversizedAndDeepSchemas) {
+  std::string nested_const = R"({"const": )" + std::string(200, '[') + std::string(200, ']') + "}";
+  auto nested = CompileJsonSchema(nested_const);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(std::string(nested.status().message()), HasSubstr("nested deeper than 128"));
   EXPECT_FALSE(CompileJsonSchema(std::string(kMaxJsonSchemaBytes + 1, ' ')).ok());
   std::string deep;
   for (int i = 0; i < 100; ++i) deep += R"({"type": "array", "items": )";

@@ -15,7 +15,10 @@ constexpr int32_t kKeyFrame = -2;
 enum RootPhase : uint8_t { kRootValue, kRootDone };
 enum ObjectPhase : uint8_t { kObjOpen, kObjFirst, kObjKey, kObjColon, kObjValue, kObjAfter, kObjNext };
 enum ArrayPhase : uint8_t { kArrOpen, kArrFirst, kArrAfter, kArrNext };
-enum StringPhase : uint8_t { kStrOpen, kStrBody, kStrEscape, kStrHex, kStrUtf8 };
+// After a \u escape of a high surrogate: the \, the u and the four digits of the low one.
+enum StringPhase : uint8_t {
+  kStrOpen, kStrBody, kStrEscape, kStrHex, kStrUtf8, kStrLowSlash, kStrLowU, kStrLowHex
+};
 enum NumberPhase : uint8_t {
   kNumStart, kNumSign, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumExpSign, kNumExp
 };
@@ -30,6 +33,9 @@ bool IsWhitespace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 bool IsDigit(int c) { return c >= '0' && c <= '9'; }
 bool IsHex(int c) {
   return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+uint32_t HexValue(int c) {
+  return IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
 }
 
 // A UTF-8 continuation byte's allowed range after each lead byte (RFC 3629: no overlong forms,
@@ -72,7 +78,10 @@ class JsonMatcher::Stepper {
     const JsonNode& n = g_.nodes[node];
     switch (n.kind) {
       case JsonNode::Kind::kUnion:
+        // Alternatives are never unions (flattened at compilation); one that cannot finish
+        // within the depth left is not entered.
         for (int32_t alternative : n.alternatives) {
+          if (!FitsAbove(s.depth - 1, alternative)) continue;
           JsonStack t = s;
           t.top = JsonFrame{};
           t.top.node = alternative;
@@ -96,8 +105,29 @@ class JsonMatcher::Stepper {
   }
 
   // `s` is the parent, already moved past the value; the value's frame reads `c`.
+  // True when a value of `node` in a frame above `depth` frames can be finished within
+  // kMaxJsonDepth (min_depth is huge for a value that never ends).
+  bool FitsAbove(uint32_t depth, int32_t node) const {
+    const uint32_t need = node == kKeyFrame ? 1 : g_.nodes[node].min_depth;
+    return need <= kMaxJsonDepth && depth + need <= kMaxJsonDepth;
+  }
+  bool Fits(const JsonStack& s, int32_t node) const { return FitsAbove(s.depth, node); }
+
+  // Some property may come next in object frame `s` (keys from f.a up to the first required
+  // one), and its value fits.
+  bool AnyKeyFits(const JsonStack& s, const JsonNode& n) const {
+    if (n.keys.empty()) return n.additional >= 0 && Fits(s, n.additional);
+    if (s.top.a >= n.keys.size()) return false;
+    const uint32_t last = std::min<uint32_t>(n.next_required[s.top.a],
+                                             static_cast<uint32_t>(n.keys.size()) - 1);
+    for (uint32_t j = s.top.a; j <= last; ++j) {
+      if (Fits(s, n.values[j])) return true;
+    }
+    return false;
+  }
+
   void Push(const JsonStack& s, int32_t node, int c) {
-    if (s.depth >= kMaxJsonDepth || c == kEnd) return;
+    if (!Fits(s, node) || c == kEnd) return;
     JsonStack child;
     child.top.node = node;
     child.parent = arena_.New(s.top, s.parent);
@@ -155,9 +185,8 @@ class JsonMatcher::Stepper {
       case kObjNext:
         if (Whitespace(s, c)) return;
         if (c == '}' && f.phase == kObjFirst && CanClose(n, f)) return PopConsumed(s);
-        if (c != '"') return;
+        if (c != '"' || !AnyKeyFits(s, n)) return;
         if (!n.keys.empty()) {
-          if (f.a >= n.keys.size()) return;
           f.phase = kObjKey;
           f.b = f.a;
           f.sub = 1;  // every key starts with its quote
@@ -175,7 +204,7 @@ class JsonMatcher::Stepper {
         for (uint32_t j = f.a; j <= last; ++j) {
           const std::string& key = n.keys[j];
           if (key.size() <= pos || static_cast<unsigned char>(key[pos]) != c ||
-              std::memcmp(key.data(), read.data(), pos) != 0) {
+              std::memcmp(key.data(), read.data(), pos) != 0 || !Fits(s, n.values[j])) {
             continue;
           }
           f.b = j;
@@ -202,7 +231,7 @@ class JsonMatcher::Stepper {
         return Push(s, n.keys.empty() ? n.additional : n.values[f.b], c);
       case kObjAfter:
         if (Whitespace(s, c)) return;
-        if (c == ',' && (n.keys.empty() || f.a < n.keys.size())) {
+        if (c == ',' && AnyKeyFits(s, n)) {
           f.phase = kObjNext;
           return Emit(s);
         }
@@ -232,7 +261,7 @@ class JsonMatcher::Stepper {
         return Push(s, n.items, c);
       case kArrAfter:
         if (Whitespace(s, c)) return;
-        if (c == ',' && f.a < n.max_items) {
+        if (c == ',' && f.a < n.max_items && Fits(s, n.items)) {
           f.phase = kArrNext;
           return Emit(s);
         }
@@ -275,6 +304,7 @@ class JsonMatcher::Stepper {
         if (c == 'u') {
           f.phase = kStrHex;
           f.sub = 4;
+          f.b = 0;
           return Emit(s);
         }
         if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
@@ -284,9 +314,39 @@ class JsonMatcher::Stepper {
         }
         return;
       case kStrHex:
+      case kStrLowHex: {
+        // f.b: the digits so far. The values still reachable must hold a character: not a lone
+        // low surrogate first, and only a low one after a high one.
         if (!IsHex(c)) return;
-        if (--f.sub == 0) f.phase = kStrBody;
+        f.b = (f.b << 4) | HexValue(c);
+        --f.sub;
+        const uint32_t low = f.b << (4 * f.sub);
+        const uint32_t high = low | ((1u << (4 * f.sub)) - 1);
+        if (f.phase == kStrHex ? (low >= 0xDC00 && high <= 0xDFFF)
+                               : (high < 0xDC00 || low > 0xDFFF)) {
+          return;
+        }
+        if (f.sub == 0) {
+          const bool high_surrogate = f.phase == kStrHex && f.b >= 0xD800 && f.b <= 0xDBFF;
+          f.phase = high_surrogate ? kStrLowSlash : kStrBody;
+          f.b = 0;
+        }
         return Emit(s);
+      }
+      case kStrLowSlash:
+        if (c == '\\') {
+          f.phase = kStrLowU;
+          Emit(s);
+        }
+        return;
+      case kStrLowU:
+        if (c == 'u') {
+          f.phase = kStrLowHex;
+          f.sub = 4;
+          f.b = 0;
+          Emit(s);
+        }
+        return;
       case kStrUtf8: {
         const int range = f.sub >> 4;
         if (c < kContinuationLow[range] || c > kContinuationHigh[range]) return;
@@ -332,6 +392,8 @@ class JsonMatcher::Stepper {
         if (c == 'e' || c == 'E') return to(kNumE, 0);
         return PopReprocess(s, c);
       case kNumE:
+        // f.b: the exponent's digit limit, one more when negative (underflow is no error).
+        f.b = c == '-' ? kMaxExponentDigits : kMaxExponentDigits - 1;
         if (c == '+' || c == '-') return to(kNumExpSign, 0);
         if (IsDigit(c)) to(kNumExp, 1);
         return;
@@ -340,7 +402,7 @@ class JsonMatcher::Stepper {
         return;
       case kNumExp:
         if (IsDigit(c)) {
-          if (f.a < kMaxExponentDigits) to(kNumExp, f.a + 1);
+          if (f.a < f.b) to(kNumExp, f.a + 1);
           return;
         }
         return PopReprocess(s, c);

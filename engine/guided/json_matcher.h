@@ -25,7 +25,6 @@
 
 namespace blossom {
 
-inline constexpr uint32_t kMaxJsonDepth = 48;
 // A state keeps at most this many stacks; alternatives past it are dropped, which can only make
 // the grammar narrower (never lets a wrong byte through).
 inline constexpr size_t kMaxJsonStacks = 64;

@@ -169,6 +169,67 @@ TEST(JsonMatcherTest, CompactAllowsNoWhitespaceOutsideStrings) {
   EXPECT_FALSE(compact.Accepts(" 1"));
 }
 
+TEST(JsonMatcherTest, UnionChainsThatShareBranchesStepOncePerLeaf) {
+  // 31 links of anyOf[a(i+1), a(i+1)]: stepped naively, 2^30 paths per byte.
+  std::string defs;
+  for (int i = 0; i < 30; ++i) {
+    defs += "\"a" + std::to_string(i) + "\": {\"anyOf\": [{\"$ref\": \"#/$defs/a" +
+            std::to_string(i + 1) + "\"}, {\"$ref\": \"#/$defs/a" + std::to_string(i + 1) +
+            "\"}]}, ";
+  }
+  const std::string schema = "{\"$defs\": {" + defs +
+                             "\"a30\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a0\"}";
+  auto g = CompileJsonSchema(schema);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->nodes[g->root].alternatives.size(), 1u);
+  Schema chain(schema.c_str());
+  EXPECT_TRUE(chain.Accepts("\"fast\""));
+}
+
+TEST(JsonMatcherTest, NeverEntersAValueItCannotFinishWithinTheDepthLimit) {
+  // A linked list: near the limit only "next": null fits, so the output always can end.
+  Schema list(R"({"$defs": {"N": {"type": "object", "properties": {"v": {"type": "integer"},
+      "next": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]}}, "required": ["v", "next"]}},
+      "$ref": "#/$defs/N"})");
+  std::string prefix;
+  int levels = 0;
+  while (list.AllowsPrefix(prefix + "{\"v\":1,\"next\":{")) {
+    prefix += "{\"v\":1,\"next\":";
+    ++levels;
+  }
+  // The root frame, then objects at depths 2..47, each needing a frame above for its "next".
+  EXPECT_EQ(levels, static_cast<int>(kMaxJsonDepth) - 3);
+  std::string text = prefix + "{\"v\":1,\"next\":null}";
+  for (int i = 0; i < levels; ++i) text += "}";
+  EXPECT_TRUE(list.Accepts(text));
+  // Optional nesting is left out where it cannot fit; the array's next item likewise.
+  Schema arrays(R"({"$defs": {"A": {"type": "array", "items": {"$ref": "#/$defs/A"}}},
+                    "$ref": "#/$defs/A"})");
+  const std::string deepest(kMaxJsonDepth - 1, '[');
+  EXPECT_TRUE(arrays.AllowsPrefix(deepest));
+  EXPECT_FALSE(arrays.AllowsPrefix(deepest + "["));
+  EXPECT_TRUE(arrays.Accepts(deepest + std::string(kMaxJsonDepth - 1, ']')));
+}
+
+TEST(JsonMatcherTest, SurrogateEscapesArePairsCountedAsOneCharacter) {
+  Schema s(R"({"type": "string", "minLength": 2})");
+  EXPECT_TRUE(s.Accepts(R"("\ud83d\ude00x")"));
+  EXPECT_FALSE(s.Accepts(R"("\ud83d\ude00")")) << "one character";
+  EXPECT_FALSE(s.AllowsPrefix(R"("\udc)")) << "a lone low surrogate";
+  EXPECT_FALSE(s.AllowsPrefix(R"("\ud83dx)")) << "a high surrogate alone";
+  EXPECT_FALSE(s.AllowsPrefix(R"("\ud83d\u0041)")) << "followed by no low surrogate";
+  EXPECT_TRUE(s.Accepts(R"("\uffff\u0000")"));
+}
+
+TEST(JsonMatcherTest, NoNumberOverflowsADouble) {
+  Schema number(R"({"type": "number"})");
+  EXPECT_TRUE(number.Accepts("1e99"));
+  EXPECT_TRUE(number.Accepts("1E+99"));
+  EXPECT_FALSE(number.Accepts("1e999"));
+  EXPECT_FALSE(number.Accepts("1e+100"));
+  EXPECT_TRUE(number.Accepts("1e-999")) << "underflow is 0, not an error";
+}
+
 // Random JSON texts and single-byte mutations of them: where no limit is involved, the matcher
 // accepts exactly what nlohmann's parser accepts (leading whitespace included, trailing excluded).
 TEST(JsonMatcherTest, AgreesWithAJsonParserOnRandomTexts) {
