@@ -15,8 +15,10 @@
 // one line naming the problem, with exit code 1 (2 for usage errors).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/generate/batch_generator.h"
+#include "engine/guided/constraint_cache.h"
+#include "engine/guided/token_vocabulary.h"
 #include "engine/speculative/speculative_flags.h"
 #include "engine/model/model_runner.h"
 #include "clients/remote_commands.h"
@@ -50,6 +54,12 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "HF repetition penalty (1 = off).");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = random; the seed used is printed).");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma separated.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating after the end-of-sequence token.");
+ABSL_FLAG(double, frequency_penalty, 0.0, "OpenAI frequency penalty in [-2, 2] (0 = off).");
+ABSL_FLAG(double, presence_penalty, 0.0, "OpenAI presence penalty in [-2, 2] (0 = off).");
+ABSL_FLAG(std::string, json_schema, "",
+          "Structured output: a JSON Schema the completion follows (its text, or @FILE).");
+ABSL_FLAG(bool, json_compact, false, "With --json_schema: no whitespace outside strings.");
+ABSL_FLAG(std::string, regex, "", "Structured output: a regular expression the completion matches.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
 ABSL_FLAG(std::string, launcher, "threads",
@@ -79,6 +89,36 @@ namespace {
 int Fail(const absl::Status& status) {
   std::cerr << "blossom: error: " << status.message() << std::endl;
   return 1;
+}
+
+// --json_schema's text: the flag itself, or the file named after an '@'.
+absl::StatusOr<std::string> JsonSchemaFlag() {
+  const std::string value = absl::GetFlag(FLAGS_json_schema);
+  if (value.empty() || value[0] != '@') return value;
+  std::ifstream in(value.substr(1));
+  if (!in) return absl::NotFoundError(absl::StrCat("--json_schema: cannot read ", value.substr(1)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The structured-output constraint the flags ask for (null for none), as the server builds it.
+absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintFlags(const Tokenizer& tokenizer) {
+  absl::StatusOr<std::string> schema = JsonSchemaFlag();
+  if (!schema.ok()) return schema.status();
+  const std::string regex = absl::GetFlag(FLAGS_regex);
+  if (schema->empty() && regex.empty()) return std::shared_ptr<const TokenConstraint>();
+  if (!schema->empty() && !regex.empty()) {
+    return absl::InvalidArgumentError("give --json_schema or --regex, not both");
+  }
+  if (absl::GetFlag(FLAGS_ignore_eos) || absl::GetFlag(FLAGS_min_new_tokens) > 0) {
+    return absl::InvalidArgumentError(
+        "structured output ends with EOS: not with --ignore_eos or --min_new_tokens");
+  }
+  ConstraintCache cache([&tokenizer] { return TokenVocabulary::FromTokenizer(tokenizer); });
+  JsonGrammarOptions options;
+  options.allow_whitespace = !absl::GetFlag(FLAGS_json_compact);
+  return schema->empty() ? cache.Regex(regex) : cache.JsonSchema(*schema, options);
 }
 
 int RunGenerate() {
@@ -130,7 +170,12 @@ int RunGenerate() {
   request.sampling.typical_p = static_cast<float>(absl::GetFlag(FLAGS_typical_p));
   request.sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
   request.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  request.sampling.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  request.sampling.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
   if (absl::GetFlag(FLAGS_seed) >= 0) request.sampling.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::shared_ptr<const TokenConstraint>> constraint = ConstraintFlags(**tokenizer);
+  if (!constraint.ok()) return Fail(constraint.status());
+  request.sampling.constraint = *std::move(constraint);
   request.stopping.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   request.stopping.min_new_tokens = absl::GetFlag(FLAGS_min_new_tokens);
   request.stopping.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
@@ -189,7 +234,14 @@ int RunRemote(const std::string& command) {
   s->set_typical_p(static_cast<float>(absl::GetFlag(FLAGS_typical_p)));
   s->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
   s->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
+  s->set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
+  s->set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
   if (absl::GetFlag(FLAGS_seed) >= 0) s->set_seed(absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<std::string> schema = JsonSchemaFlag();
+  if (!schema.ok()) return Fail(schema.status());
+  if (!schema->empty()) s->set_json_schema(*schema);
+  if (absl::GetFlag(FLAGS_json_compact)) s->set_json_compact(true);
+  if (!absl::GetFlag(FLAGS_regex).empty()) s->set_regex(absl::GetFlag(FLAGS_regex));
   v1::StoppingParameters* t = request.mutable_stopping();
   t->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   t->set_min_new_tokens(absl::GetFlag(FLAGS_min_new_tokens));
@@ -204,7 +256,7 @@ int RunRemote(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
-      "[--top_k K] [--top_p P] [--seed S] [--stop A,B]\n"
+      "[--top_k K] [--top_p P] [--seed S] [--stop A,B] [--json_schema JSON|@FILE] [--regex RE]\n"
       "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
   blossom::NormalizeDashedFlags(argc, argv);  // --max-new-tokens and --max_new_tokens alike
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);

@@ -578,6 +578,14 @@ class CurlAndCliTest(unittest.TestCase):
         self.assertEqual(streamed.stdout.rstrip("\n"),
                          grpc_greedy("The server reads", 6, ignore_eos=True).text)
         self.assertIn("generated_tokens=6", streamed.stderr)
+        year = run("generate", "--prompt", "Year:", "--regex", "[0-9]{4}", "--max_new_tokens", "10")
+        self.assertEqual(year.returncode, 0, year.stderr)
+        self.assertRegex(year.stdout.strip(), r"^[0-9]{4}$")
+        record = run("generate", "--prompt", "Record:", "--max_new_tokens", "200", "--json_compact",
+                     "--json_schema", json.dumps({"type": "object", "properties": {
+                         "ok": {"type": "boolean"}}, "required": ["ok"]}))
+        self.assertEqual(record.returncode, 0, record.stderr)
+        self.assertIsInstance(json.loads(record.stdout.strip())["ok"], bool)
         bad = run("generate", "--prompt", "x", "--top_p", "2")
         self.assertEqual(bad.returncode, 1)
         self.assertIn("INVALID_ARGUMENT", bad.stderr)
