@@ -148,7 +148,7 @@ TEST_F(RequestConvertTest, JsonSchemaBecomesTheSamplersConstraint) {
   EXPECT_EQ(again->sampling.constraint, converted->sampling.constraint);
 
   v1::GenerateRequest unsupported = request;
-  unsupported.mutable_sampling()->set_json_schema(R"({"type": "string", "pattern": "a+"})");
+  unsupported.mutable_sampling()->set_json_schema(R"({"type": "integer", "minimum": 0})");
   v1::GenerateRequest ignoring = request;
   ignoring.mutable_stopping()->set_ignore_eos(true);
   v1::GenerateRequest with_min = request;
@@ -163,7 +163,7 @@ TEST_F(RequestConvertTest, JsonSchemaBecomesTheSamplersConstraint) {
   EXPECT_NE(std::string(ToEngineRequest(unsupported, *tokenizer_, limits_, &cache)
                             .status()
                             .message())
-                .find("'pattern' is not supported"),
+                .find("'minimum' is not supported"),
             std::string::npos);
   // Without a cache (a caller without structured output), and json_compact alone.
   EXPECT_EQ(DetailsOf(ToEngineRequest(request, *tokenizer_, limits_).status()).field,

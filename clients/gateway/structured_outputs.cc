@@ -13,10 +13,6 @@ absl::Status Unsupported(absl::string_view field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " is not supported"));
 }
 
-bool IsSet(const Json& value) {
-  return !value.is_null() && !(value.is_boolean() && !value.get<bool>());
-}
-
 // One constraint, from whichever field gave it.
 struct Constraint {
   std::string field;                // the client's name for it, for errors

@@ -31,7 +31,7 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
   auto b_again = cache.JsonSchema(R"({"type": "array"})");
   ASSERT_TRUE(b_again.ok());
   EXPECT_NE(b->get(), b_again->get());
-  EXPECT_EQ(cache.JsonSchema(R"({"type": "string", "pattern": "x"})").status().code(),
+  EXPECT_EQ(cache.JsonSchema(R"({"type": "integer", "minimum": 0})").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Regex("a(?=b)").status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -44,7 +44,7 @@ std::vector<bool> BruteForce(const char* schema, const std::vector<int32_t>& out
 // Random walks through the allowed tokens: each step's mask equals the brute-force set, and
 // every walk that ends is a JSON text the caller's check accepts.
 void RandomWalks(const char* schema, int walks,
-                 const std::function<void(const nlohmann::json&)>& check) {
+                 const std::function<void(const nlohmann::json&)>& check, int max_steps = 60) {
   auto constraint = Constraint(schema);
   ASSERT_NE(constraint, nullptr);
   const int32_t vocab = FixtureTokenizer().vocab_size();
@@ -52,7 +52,7 @@ void RandomWalks(const char* schema, int walks,
   int ended = 0;
   for (int walk = 0; walk < walks; ++walk) {
     std::vector<int32_t> output;
-    for (int step = 0; step < 60; ++step) {
+    for (int step = 0; step < max_steps; ++step) {
       auto mask = constraint->AllowedTokens(output, kFixtureEos);
       ASSERT_TRUE(mask.ok()) << mask.status();
       std::vector<int32_t> allowed;
@@ -104,6 +104,23 @@ TEST(JsonSchemaConstraintTest, MasksAreTheBruteForceSetsAndEndedOutputsValidate)
                 ASSERT_TRUE(v["age"].is_number_integer());
                 if (v.contains("tags")) EXPECT_LE(v["tags"].size(), 2u);
               });
+}
+
+TEST(JsonSchemaConstraintTest, PatternsAndFormatsByBruteForce) {
+  RandomWalks(R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{1,3}$"},
+      "day": {"type": "string", "format": "date"}, "note": {"type": "string", "pattern": "^(é|e)$"}},
+      "required": ["code", "day"]})",
+              40, [](const nlohmann::json& v) {
+                ASSERT_TRUE(v.is_object());
+                const std::string code = v["code"].get<std::string>();
+                EXPECT_TRUE(code.size() >= 4 && code[2] == '-') << code;
+                EXPECT_EQ(v["day"].get<std::string>().size(), 10u);
+                if (v.contains("note")) {
+                  const std::string note = v["note"].get<std::string>();
+                  EXPECT_TRUE(note == "é" || note == "e") << note;
+                }
+              },
+              /*max_steps=*/400);
 }
 
 TEST(JsonSchemaConstraintTest, AnyObject) {

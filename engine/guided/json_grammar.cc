@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -23,6 +24,8 @@ using Json = nlohmann::ordered_json;
 constexpr int kMaxSchemaDepth = 64;
 // Brackets open at once in the schema's text (enum and const values included).
 constexpr int kMaxSchemaNesting = 128;
+// DFA transitions over all of a schema's patterns and formats.
+constexpr size_t kMaxPatternEntries = 1 << 20;
 
 const std::set<std::string>& Annotations() {
   static const auto* kSet = new std::set<std::string>{
@@ -35,7 +38,7 @@ const std::set<std::string>& Supported() {
   static const auto* kSet = new std::set<std::string>{
       "type",     "properties", "required",  "additionalProperties", "items", "minItems",
       "maxItems", "minLength",  "maxLength", "enum",                 "const", "anyOf",
-      "oneOf",    "allOf",      "$ref"};
+      "oneOf",    "allOf",      "$ref",      "pattern",              "format"};
   return *kSet;
 }
 
@@ -233,7 +236,9 @@ class Compiler {
       types.insert("object");
     }
     if (Has(s, "items") || Has(s, "minItems") || Has(s, "maxItems")) types.insert("array");
-    if (Has(s, "minLength") || Has(s, "maxLength")) types.insert("string");
+    if (Has(s, "minLength") || Has(s, "maxLength") || Has(s, "pattern") || Has(s, "format")) {
+      types.insert("string");
+    }
     return types;  // empty: any value (or, with enum or const, any of those)
   }
 
@@ -267,6 +272,9 @@ class Compiler {
       if (*max < *min) return Error(path, "'maxLength' is below 'minLength'");
       n.min_length = *min;
       n.max_length = *max;
+      absl::StatusOr<int32_t> pattern = StringPattern(s, path);
+      if (!pattern.ok()) return pattern.status();
+      n.pattern = *pattern;
     } else if (type == "array") {
       n.kind = JsonNode::Kind::kArray;
       absl::StatusOr<uint32_t> min = Count(s, "minItems", 0, path);
@@ -294,6 +302,58 @@ class Compiler {
       if (!status.ok()) return status;
     }
     return NewNode(std::move(n), path);
+  }
+
+  // The DFA of a string's pattern (searched, as ECMA-262's) or format (whole), or -1.
+  absl::StatusOr<int32_t> StringPattern(const Json& s, const std::string& path) {
+    if (!Has(s, "pattern") && !Has(s, "format")) return -1;
+    if (Has(s, "pattern") && Has(s, "format")) {
+      return Error(path, "'pattern' beside 'format' is not supported");
+    }
+    if (Has(s, "minLength") || Has(s, "maxLength")) {
+      return Error(path, absl::StrCat("'", Has(s, "pattern") ? "pattern" : "format",
+                                      "' beside minLength or maxLength is not supported"));
+    }
+    const char* keyword = Has(s, "pattern") ? "pattern" : "format";
+    if (!s[keyword].is_string()) return Error(path, absl::StrCat("'", keyword, "' must be a string"));
+    const std::string value = s[keyword].get<std::string>();
+    std::string regex = value;
+    if (Has(s, "format")) {
+      const char* format = FormatRegex(value);
+      if (format == nullptr) {
+        return Error(path, absl::StrCat("format '", value.substr(0, 32),
+                                        "' is not supported (date, time, date-time, uuid, "
+                                        "ipv4, email, hostname are)"));
+      }
+      regex = format;
+    }
+    absl::StatusOr<RegexDfa> dfa = CompileRegexDfa(regex, /*search=*/Has(s, "pattern"));
+    if (!dfa.ok()) return Error(path, absl::StrCat("'", keyword, "': ", dfa.status().message()));
+    dfa_entries_ += dfa->next.size();
+    if (dfa_entries_ > kMaxPatternEntries) {
+      return Error(path, "the schema's patterns are too large together");
+    }
+    grammar_.patterns.push_back(*std::move(dfa));
+    return static_cast<int32_t>(grammar_.patterns.size() - 1);
+  }
+
+  // Formats as regular expressions of the RFCs' forms (RFC 3339 dates and times, RFC 4122
+  // UUIDs, dotted-quad IPv4, a common subset of RFC 5321 addresses, RFC 1123 host names): every
+  // text they match is valid, though not every valid text is matched. Null for others.
+  static const char* FormatRegex(const std::string& format) {
+    static const auto* kFormats = new std::map<std::string, std::string>{
+        {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+        {"time", R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+        {"date-time",
+         R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+        {"uuid",
+         R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+        {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
+        {"email", R"([A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,24})"},
+        {"hostname", R"([A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)"},
+    };
+    auto it = kFormats->find(format);
+    return it == kFormats->end() ? nullptr : it->second.c_str();
   }
 
   absl::Status FillObject(const Json& s, const std::string& path, int depth, JsonNode& n) {
@@ -404,6 +464,7 @@ class Compiler {
   const Json& root_;
   JsonGrammar grammar_;
   std::vector<OneOfUse> one_of_;
+  size_t dfa_entries_ = 0;
   absl::flat_hash_map<std::string, int32_t> refs_;
   int32_t any_ = -1;
 };

@@ -3,13 +3,16 @@
 // output may be.
 //
 // Supported, as vLLM's default backend (xgrammar) supports it: type (one or a list), properties,
-// required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum and const
+// required, additionalProperties, items, minItems, maxItems, minLength, maxLength, pattern
+// (ECMA-262's search semantics; regex.h's syntax), format (date, time, date-time, uuid, ipv4,
+// email, hostname: each as a regular expression of the RFC's form), enum and const
 // (with type beside them at most), anyOf, oneOf (when its alternatives cannot match the same
 // value: different kinds of value, or objects told apart by a required property's const or
 // enum values), allOf of one schema, and $ref to "#", "#/$defs/..." or "#/definitions/..."
 // (recursion included). Annotations (title, description, default, examples,
 // $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Every other keyword
-// (pattern, format, minimum, multipleOf, uniqueItems, prefixItems, ...) is refused with
+// (minimum, multipleOf, uniqueItems, prefixItems, another format, pattern with a length bound,
+// ...) is refused with
 // InvalidArgument naming it and where it is, rather than ignored: an output that silently breaks
 // the schema is worse than a clear 400.
 //
@@ -30,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/guided/regex_dfa.h"
 
 namespace blossom {
 
@@ -71,9 +75,12 @@ struct JsonNode {
   int32_t items = -1;
   uint32_t min_items = 0;
   uint32_t max_items = kJsonUnbounded;
-  // kString: bounds on the length in characters (an escape is one character).
+  // kString: bounds on the length in characters (an escape is one character), and the
+  // pattern or format the string's characters match (an index into JsonGrammar::patterns; -1:
+  // none). A pattern comes without length bounds.
   uint32_t min_length = 0;
   uint32_t max_length = kJsonUnbounded;
+  int32_t pattern = -1;
   // kNumber: no fraction and no exponent.
   bool integer = false;
   // kLiteral: the value is one of these JSON texts, exactly (enum, const, true/false/null).
@@ -83,6 +90,7 @@ struct JsonNode {
 // Immutable after compilation; nodes refer to each other by index (a recursive schema is a cycle).
 struct JsonGrammar {
   std::vector<JsonNode> nodes;
+  std::vector<RegexDfa> patterns;
   int32_t root = -1;
   // Whitespace bytes allowed in a row where JSON allows whitespace (0: a compact text).
   uint8_t max_whitespace = kMaxJsonWhitespace;

@@ -84,10 +84,13 @@ TEST(JsonGrammarTest, RefusesWhatItCannotEnforceNamingKeywordAndPlace) {
     const char* message;
   };
   const Case cases[] = {
-      {R"({"type": "string", "pattern": "^a"})", "json schema at /: 'pattern' is not supported"},
+      {R"({"type": "string", "pattern": "^a", "maxLength": 3})",
+       "json schema at /: 'pattern' beside minLength or maxLength is not supported"},
+      {R"({"type": "string", "pattern": "(a"})", "'pattern': regex at byte 2: an unterminated ("},
+      {R"({"type": "string", "pattern": "^a|b"})", "beside a top-level |"},
       {R"({"properties": {"age": {"type": "integer", "minimum": 0}}})",
        "json schema at /properties/age: 'minimum' is not supported"},
-      {R"({"type": "string", "format": "date-time"})", "'format' is not supported"},
+      {R"({"type": "string", "format": "ipv6"})", "format 'ipv6' is not supported"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' is not supported"},
       {R"({"type": "array", "items": [{"type": "string"}]})", "tuples"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",

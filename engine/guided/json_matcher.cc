@@ -74,7 +74,7 @@ class JsonMatcher::Stepper {
   void Step(JsonStack s, int c) {
     const int32_t node = s.top.node;
     if (node == kRootFrame) return Root(s, c);
-    if (node == kKeyFrame) return String(s, 0, kJsonUnbounded, c);
+    if (node == kKeyFrame) return String(s, 0, kJsonUnbounded, nullptr, c);
     const JsonNode& n = g_.nodes[node];
     switch (n.kind) {
       case JsonNode::Kind::kUnion:
@@ -90,7 +90,9 @@ class JsonMatcher::Stepper {
         return;
       case JsonNode::Kind::kObject: return Object(s, n, c);
       case JsonNode::Kind::kArray: return Array(s, n, c);
-      case JsonNode::Kind::kString: return String(s, n.min_length, n.max_length, c);
+      case JsonNode::Kind::kString:
+        return String(s, n.min_length, n.max_length,
+                      n.pattern >= 0 ? &g_.patterns[n.pattern] : nullptr, c);
       case JsonNode::Kind::kNumber: return Number(s, n, c);
       case JsonNode::Kind::kLiteral: return Literal(s, n, c);
     }
@@ -275,62 +277,121 @@ class JsonMatcher::Stepper {
     }
   }
 
-  void String(JsonStack s, uint32_t min_length, uint32_t max_length, int c) {
+  // The code points a partly read UTF-8 character can still become: its pending continuation
+  // bytes' bits are free; its length sets the floor (no overlong forms).
+  static std::pair<uint32_t, uint32_t> Utf8Range(const JsonFrame& f) {
+    const int pending = f.sub & 15;
+    const int length = (f.sub >> 8) & 15;
+    const uint32_t floor = length == 1 ? 0x80 : length == 2 ? 0x800 : 0x10000;
+    const uint32_t bits = f.b << (6 * pending);
+    return {std::max(bits, floor), std::min<uint32_t>(bits | ((1u << (6 * pending)) - 1), 0x10FFFF)};
+  }
+
+  // Strings. With a pattern or format (`dfa`), each whole character steps the DFA (f.dfa), a
+  // partly read one (UTF-8 bytes, \u digits) must still be able to become a character the DFA
+  // takes, and the closing quote needs an accepting state: the output never reaches a string it
+  // cannot finish.
+  void String(JsonStack s, uint32_t min_length, uint32_t max_length, const RegexDfa* dfa, int c) {
     JsonFrame& f = s.top;
     const uint32_t cap = max_length != kJsonUnbounded ? max_length : min_length;
+    auto take = [&](uint32_t code_point) {
+      if (dfa == nullptr) return true;
+      f.dfa = dfa->Step(f.dfa, code_point);
+      return f.dfa >= 0;
+    };
+    auto can_become = [&](uint32_t first, uint32_t last) {
+      return first <= last && (dfa == nullptr || dfa->AnyLive(f.dfa, first, last));
+    };
     switch (f.phase) {
       case kStrOpen:
         if (c == '"') {
           f.phase = kStrBody;
+          if (dfa != nullptr) f.dfa = dfa->start;
           Emit(s);
         }
         return;
       case kStrBody:
         if (c == '"') {
-          if (f.a >= min_length) PopConsumed(s);
+          if (f.a >= min_length && (dfa == nullptr || dfa->accepting[f.dfa])) PopConsumed(s);
           return;
         }
         if (c == kEnd || c < 0x20 || f.a >= max_length) return;
         if (c == '\\') {
+          if (dfa != nullptr && dfa->live[f.dfa].empty()) return;
           f.phase = kStrEscape;
         } else if (c >= 0x80) {
-          f.sub = LeadByte(c);
-          if (f.sub == 0) return;
+          const uint16_t lead = LeadByte(c);
+          if (lead == 0) return;
+          const int pending = lead & 15;
+          f.sub = static_cast<uint16_t>(lead | (pending << 8));
+          f.b = c & (0x3F >> pending);
+          const auto [first, last] = Utf8Range(f);
+          if (!can_become(first, last)) return;
           f.phase = kStrUtf8;
+        } else if (!take(c)) {
+          return;
         }
         f.a = std::min(f.a + 1, cap);
         return Emit(s);
-      case kStrEscape:
+      case kStrEscape: {
         if (c == 'u') {
           f.phase = kStrHex;
           f.sub = 4;
           f.b = 0;
           return Emit(s);
         }
-        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
-            c == 't') {
-          f.phase = kStrBody;
-          Emit(s);
-        }
-        return;
+        const int simple = c == '"' ? '"' : c == '\\' ? '\\' : c == '/' ? '/' : c == 'b' ? '\b'
+                           : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r'
+                           : c == 't' ? '\t' : -1;
+        if (simple < 0 || !take(simple)) return;
+        f.phase = kStrBody;
+        return Emit(s);
+      }
       case kStrHex:
       case kStrLowHex: {
-        // f.b: the digits so far. The values still reachable must hold a character: not a lone
-        // low surrogate first, and only a low one after a high one.
+        // f.b: the digits so far (low 16 bits) and, after a high surrogate, that surrogate (high
+        // 16 bits). The values still reachable must hold a character: not a lone low surrogate
+        // first, and only a low one after a high one.
         if (!IsHex(c)) return;
-        f.b = (f.b << 4) | HexValue(c);
+        const uint32_t high_surrogate = f.b >> 16;
+        const uint32_t digits = ((f.b & 0xFFFF) << 4) | HexValue(c);
         --f.sub;
-        const uint32_t low = f.b << (4 * f.sub);
+        const uint32_t low = digits << (4 * f.sub);
         const uint32_t high = low | ((1u << (4 * f.sub)) - 1);
-        if (f.phase == kStrHex ? (low >= 0xDC00 && high <= 0xDFFF)
-                               : (high < 0xDC00 || low > 0xDFFF)) {
-          return;
+        bool viable;
+        if (f.phase == kStrHex) {
+          // A character of the BMP outside the surrogates, or a high surrogate to pair.
+          viable = can_become(low, std::min<uint32_t>(high, 0xD7FF)) ||
+                   can_become(std::max<uint32_t>(low, 0xE000), high);
+          const uint32_t first_high = std::max<uint32_t>(low, 0xD800);
+          const uint32_t last_high = std::min<uint32_t>(high, 0xDBFF);
+          if (first_high <= last_high) {
+            viable |= can_become(0x10000 + ((first_high - 0xD800) << 10),
+                                 0x10000 + ((last_high - 0xD800) << 10) + 0x3FF);
+          }
+        } else {
+          const uint32_t first_low = std::max<uint32_t>(low, 0xDC00);
+          const uint32_t last_low = std::min<uint32_t>(high, 0xDFFF);
+          const uint32_t base = 0x10000 + ((high_surrogate - 0xD800) << 10);
+          viable = first_low <= last_low &&
+                   can_become(base + first_low - 0xDC00, base + last_low - 0xDC00);
         }
-        if (f.sub == 0) {
-          const bool high_surrogate = f.phase == kStrHex && f.b >= 0xD800 && f.b <= 0xDBFF;
-          f.phase = high_surrogate ? kStrLowSlash : kStrBody;
-          f.b = 0;
+        if (!viable) return;
+        if (f.sub > 0) {
+          f.b = (high_surrogate << 16) | digits;
+          return Emit(s);
         }
+        if (f.phase == kStrHex && digits >= 0xD800 && digits <= 0xDBFF) {
+          f.phase = kStrLowSlash;
+          f.b = digits << 16;
+          return Emit(s);
+        }
+        const uint32_t code_point =
+            f.phase == kStrHex ? digits
+                               : 0x10000 + ((high_surrogate - 0xD800) << 10) + (digits - 0xDC00);
+        if (!take(code_point)) return;
+        f.phase = kStrBody;
+        f.b = 0;
         return Emit(s);
       }
       case kStrLowSlash:
@@ -343,15 +404,24 @@ class JsonMatcher::Stepper {
         if (c == 'u') {
           f.phase = kStrLowHex;
           f.sub = 4;
-          f.b = 0;
           Emit(s);
         }
         return;
       case kStrUtf8: {
-        const int range = f.sub >> 4;
+        const int range = (f.sub >> 4) & 15;
         if (c < kContinuationLow[range] || c > kContinuationHigh[range]) return;
-        f.sub = static_cast<uint16_t>((f.sub & 15) - 1);
-        if (f.sub == 0) f.phase = kStrBody;
+        f.b = (f.b << 6) | (c & 0x3F);
+        const int pending = (f.sub & 15) - 1;
+        f.sub = static_cast<uint16_t>((f.sub & 0xF00) | pending);
+        if (pending == 0) {
+          if (!take(f.b)) return;
+          f.phase = kStrBody;
+          f.b = 0;
+          f.sub = 0;
+        } else {
+          const auto [first, last] = Utf8Range(f);
+          if (!can_become(first, last)) return;
+        }
         return Emit(s);
       }
     }

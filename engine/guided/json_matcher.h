@@ -38,9 +38,11 @@ struct JsonFrame {
   uint16_t sub = 0;    // number sub-state, pending UTF-8 bytes, \u digits, or literal position
   uint32_t a = 0;      // object: next property; array: items (capped); string: length (capped);
                        // literal: candidate
-  uint32_t b = 0;      // object: the property being read; literal and key: bytes matched
+  uint32_t b = 0;      // object: the property being read; literal and key: bytes matched;
+                       // string: the character being read (UTF-8 bits, \u digits)
+  int32_t dfa = 0;     // string with a pattern or format: its DFA state
 };
-static_assert(sizeof(JsonFrame) == 16, "JsonFrame must have no padding");
+static_assert(sizeof(JsonFrame) == 20, "JsonFrame must have no padding");
 
 struct JsonLink {
   JsonFrame frame;

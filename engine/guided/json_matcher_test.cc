@@ -230,6 +230,41 @@ TEST(JsonMatcherTest, NoNumberOverflowsADouble) {
   EXPECT_TRUE(number.Accepts("1e-999")) << "underflow is 0, not an error";
 }
 
+TEST(JsonMatcherTest, PatternsAreSearchedAndFormatsMatchedWhole) {
+  Schema digits(R"({"type": "string", "pattern": "[0-9]{3}"})");
+  EXPECT_TRUE(digits.Accepts(R"("a123b")"));
+  EXPECT_FALSE(digits.Accepts(R"("a12b")"));
+  EXPECT_TRUE(digits.AllowsPrefix(R"("a12b)")) << "a match can still come";
+  Schema word(R"({"type": "string", "pattern": "^[a-z]+$"})");
+  EXPECT_TRUE(word.Accepts(R"("abc")"));
+  EXPECT_FALSE(word.AllowsPrefix(R"("ab1)"));
+  EXPECT_FALSE(word.Accepts(R"("")"));
+  EXPECT_FALSE(word.AllowsPrefix("\"a\xC3")) << "no lead byte that leads nowhere";
+  // Escapes are the characters they stand for.
+  Schema accent(R"({"type": "string", "pattern": "^(é|\n|😀)$"})");
+  EXPECT_TRUE(accent.Accepts(R"("\u00e9")"));
+  EXPECT_TRUE(accent.Accepts(R"("é")"));
+  EXPECT_TRUE(accent.Accepts(R"("\n")"));
+  EXPECT_TRUE(accent.Accepts(R"("\ud83d\ude00")"));
+  EXPECT_FALSE(accent.AllowsPrefix(R"("\u00e8)"));
+  EXPECT_FALSE(accent.AllowsPrefix(R"("\ud83d\ude01)"));
+  Schema date(R"({"type": "string", "format": "date"})");
+  EXPECT_TRUE(date.Accepts(R"("2026-11-27")"));
+  EXPECT_FALSE(date.AllowsPrefix(R"("2026-13)"));
+  EXPECT_FALSE(date.Accepts(R"("x2026-11-27")")) << "a format is the whole string";
+  Schema when(R"({"format": "date-time"})");
+  EXPECT_TRUE(when.Accepts(R"("2026-11-27T23:59:60.5+01:00")"));
+  EXPECT_FALSE(when.Accepts(R"("2026-11-27 23:59:60")"));
+  Schema id(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(id.Accepts(R"("123e4567-e89b-12d3-a456-426614174000")"));
+  Schema ip(R"({"type": "string", "format": "ipv4"})");
+  EXPECT_TRUE(ip.Accepts(R"("192.168.0.255")"));
+  EXPECT_FALSE(ip.Accepts(R"("256.1.1.1")"));
+  Schema mail(R"({"type": "string", "format": "email"})");
+  EXPECT_TRUE(mail.Accepts(R"("a.b+c@example.co.uk")"));
+  EXPECT_FALSE(mail.Accepts(R"("a@b")"));
+}
+
 // Random JSON texts and single-byte mutations of them: where no limit is involved, the matcher
 // accepts exactly what nlohmann's parser accepts (leading whitespace included, trailing excluded).
 TEST(JsonMatcherTest, AgreesWithAJsonParserOnRandomTexts) {

@@ -369,10 +369,11 @@ class TextGenerationClientTest(unittest.TestCase):
 # object within max_tokens.
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 8},
+    "born": {"type": "string", "format": "date"},
     "age": {"type": "integer"},
     "role": {"enum": ["admin", "user"]},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
-    "required": ["name", "age", "role"]}
+    "required": ["name", "born", "age", "role"]}
 
 
 class StructuredOutputTest(unittest.TestCase):
@@ -384,7 +385,8 @@ class StructuredOutputTest(unittest.TestCase):
     def assertPerson(self, text):
         value = json.loads(text)
         self.assertIsInstance(value, dict, text)
-        self.assertEqual(list(value)[:3], ["name", "age", "role"], text)  # the schema's order
+        self.assertEqual(list(value)[:4], ["name", "born", "age", "role"], text)  # in order
+        self.assertRegex(value["born"], r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$")
         self.assertLessEqual(set(value), set(PERSON["properties"]), text)
         self.assertIsInstance(value["name"], str)
         self.assertLessEqual(len(value["name"]), 8, text)
@@ -438,9 +440,9 @@ class StructuredOutputTest(unittest.TestCase):
             self.client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=5,
                 response_format={"type": "json_schema", "json_schema": {
-                    "name": "s", "schema": {"type": "string", "pattern": "^a+$"}}})
+                    "name": "s", "schema": {"type": "integer", "minimum": 0}}})
         self.assertEqual(cm.exception.param, "response_format")
-        self.assertIn("'pattern' is not supported", cm.exception.message)
+        self.assertIn("'minimum' is not supported", cm.exception.message)
         with self.assertRaises(text_generation.errors.ValidationError) as tgi_error:
             text_generation.Client(GW.url, headers=auth(), timeout=30).generate(
                 "x", max_new_tokens=4, grammar=text_generation.types.Grammar(

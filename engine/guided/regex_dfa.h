@@ -1,0 +1,44 @@
+// A regular expression (regex.h) as a DFA over code points, for the `pattern` and `format` of
+// JSON Schema strings: a JSON matcher frame has room for one DFA state, not for an NFA's state
+// set. Built by subset construction over the code point classes the pattern distinguishes;
+// every state can still reach a match (each NFA state can), so a missing transition is the only
+// way to fail.
+#ifndef BLOSSOM_ENGINE_GUIDED_REGEX_DFA_H_
+#define BLOSSOM_ENGINE_GUIDED_REGEX_DFA_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/guided/regex.h"
+
+namespace blossom {
+
+inline constexpr size_t kMaxRegexDfaStates = 4096;
+
+// Immutable once built.
+struct RegexDfa {
+  // Code point k's class: the last i with boundaries[i] <= k.
+  std::vector<uint32_t> boundaries;
+  // next[state * boundaries.size() + class]: the next state, or -1.
+  std::vector<int32_t> next;
+  std::vector<bool> accepting;
+  // Per state, the code points it has a transition for (to test a partly read character).
+  std::vector<CodePointClass> live;
+  int32_t start = 0;
+
+  // The state after `code_point`, or -1.
+  int32_t Step(int32_t state, uint32_t code_point) const;
+  // Some code point of [first, last] has a transition from `state`.
+  bool AnyLive(int32_t state, uint32_t first, uint32_t last) const;
+};
+
+// Whole-match semantics, as regex.h. With `search` (JSON Schema's `pattern`, an ECMA-262 search),
+// the pattern may match anywhere: a leading ^ or trailing $ anchors that end, otherwise any text
+// may come before or after. InvalidArgument as CompileRegex, and past kMaxRegexDfaStates.
+absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_GUIDED_REGEX_DFA_H_
