@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/types/optional.h"
+#include "engine/loader/json_util.h"
 #include "kernels/status_macros.h"
 
 namespace blossom::gateway {
@@ -42,6 +44,37 @@ absl::StatusOr<std::string> MessageText(const Json& m, const std::string& where,
   return text;
 }
 
+// An assistant message's tool_calls as the JSON list the model generates them in
+// ([{"name", "parameters"}], arguments parsed where they are JSON), or "" without any.
+absl::StatusOr<std::string> ToolCallsText(const Json& m, const std::string& where) {
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return std::string();
+  if (!calls->is_array()) return FieldError(where + ".tool_calls", "must be a list");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t j = 0; j < calls->size(); ++j) {
+    const Json& call = (*calls)[j];
+    const std::string cwhere = absl::StrCat(where, ".tool_calls[", j, "]");
+    const Json* function = call.is_object() && call.contains("function") ? &call["function"]
+                                                                          : nullptr;
+    if (function == nullptr || !function->is_object() || !function->contains("name") ||
+        !(*function)["name"].is_string()) {
+      return FieldError(cwhere + ".function.name", "must be a string");
+    }
+    const Json arguments = function->value("arguments", Json(""));
+    if (!arguments.is_string()) {
+      return FieldError(cwhere + ".function.arguments", "must be a string (JSON text)");
+    }
+    const std::string& text = arguments.get_ref<const std::string&>();
+    nlohmann::ordered_json parsed =
+        JsonNestingWithin(text)  // deeper arguments are rendered as text
+            ? nlohmann::ordered_json::parse(text, nullptr, false)
+            : nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+    out.push_back({{"name", (*function)["name"].get<std::string>()},
+                   {"parameters", parsed.is_discarded() ? nlohmann::ordered_json(text) : parsed}});
+  }
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromJson(absl::string_view json) {
@@ -56,6 +89,9 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJson(absl::string_view json) {
       {"assistant_prefix", &out.assistant_prefix},
       {"assistant_suffix", &out.assistant_suffix},
       {"generation_prompt", &out.generation_prompt},
+      {"tools_prefix", &out.tools_prefix},
+      {"tool_prefix", &out.tool_prefix},
+      {"tool_suffix", &out.tool_suffix},
   };
   for (const auto& [key, value] : object.items()) {
     bool known = false;
@@ -102,16 +138,22 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
     absl::Status s = GetString(m, "role", &role);
     if (!s.ok() || !role) return FieldError(where + ".role", "must be a string");
     const bool known_role = *role == "system" || *role == "developer" || *role == "user" ||
-                            *role == "assistant";
+                            *role == "assistant" || *role == "tool";
     if (!known_role) {
-      return FieldError(where + ".role", "must be one of system, developer, user, assistant");
+      return FieldError(where + ".role", "must be one of system, developer, user, assistant, tool");
     }
     BLOSSOM_ASSIGN_OR_RETURN(std::string text, MessageText(m, where, *role));
+    if (*role == "assistant") {
+      BLOSSOM_ASSIGN_OR_RETURN(std::string calls, ToolCallsText(m, where));
+      if (!calls.empty()) text += text.empty() ? calls : " " + calls;
+    }
     if (*role == "system" || *role == "developer") {
       if (!system.empty() && !text.empty()) system += chat_template.system_separator;
       system += text;
     } else if (*role == "user") {
       absl::StrAppend(&turns, chat_template.user_prefix, text, chat_template.user_suffix);
+    } else if (*role == "tool") {
+      absl::StrAppend(&turns, chat_template.tool_prefix, text, chat_template.tool_suffix);
     } else if (options.continue_final_message && i + 1 == messages.size()) {
       absl::StrAppend(&turns, chat_template.assistant_prefix, text);  // left open
     } else {
@@ -122,6 +164,10 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
       return FieldError("continue_final_message",
                         "needs the last message to be the assistant's (the one continued)");
     }
+  }
+  if (!options.tools.empty()) {
+    if (!system.empty()) system += chat_template.system_separator;
+    absl::StrAppend(&system, chat_template.tools_prefix, absl::StrJoin(options.tools, "\n"));
   }
   std::string prompt;
   if (!system.empty()) {

@@ -28,6 +28,31 @@ TEST(ChatTemplateTest, DefaultIsTheGatewaysFixedLayout) {
   EXPECT_EQ(*plain, "User: x\nAssistant:");
 }
 
+// Function calling: the tools' specs end the system block; an assistant's tool_calls follow
+// its content in the generated form; tool results have their own role.
+TEST(ChatTemplateTest, ToolsCallsAndResults) {
+  ChatRenderOptions options;
+  options.tools = {R"({"name":"get_weather"})", R"({"name":"now"})"};
+  auto prompt = RenderChatPrompt(Messages(R"([
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"}])"),
+                                 ChatTemplate(), options);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(*prompt,
+            "Be brief.\nFunctions (JSON):\n{\"name\":\"get_weather\"}\n{\"name\":\"now\"}\n\n"
+            "User: Weather?\n"
+            "Assistant: [{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}]\n"
+            "Tool: -3 C\nAssistant:");
+  auto bad = RenderChatPrompt(Messages(R"([{"role": "assistant", "tool_calls": [{"function": {}}]}])"),
+                              ChatTemplate());
+  EXPECT_EQ(ParamOf(bad.status()), "messages[0].tool_calls[0].function.name");
+  auto no_content = RenderChatPrompt(Messages(R"([{"role": "tool"}])"), ChatTemplate());
+  EXPECT_EQ(ParamOf(no_content.status()), "messages[0].content");
+}
+
 // vLLM's add_generation_prompt=false and continue_final_message=true.
 TEST(ChatTemplateTest, RenderOptions) {
   ChatRenderOptions no_prompt;

@@ -346,10 +346,23 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   if (messages == json.end() || messages->is_null()) return FieldError("messages", "is required");
   // vLLM's rendering options: no generation prompt, or the last (assistant) message continued.
   BLOSSOM_ASSIGN_OR_RETURN(ChatRenderOptions render, ParseChatRenderOptions(json));
+  BLOSSOM_ASSIGN_OR_RETURN(ParsedTools tools, ParseTools(json, body));
+  render.tools = std::move(tools.rendered);
   BLOSSOM_ASSIGN_OR_RETURN(std::string prompt,
                            RenderChatPrompt(*messages, chat_template, render));
   out.request.set_text(std::move(prompt));
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, body, &out));
+  if (!tools.schema.empty()) {
+    // The call is generated as JSON under the tools' schema: one constraint per request.
+    auto* sampling = out.request.mutable_sampling();
+    if (sampling->has_json_schema() || sampling->has_regex() || sampling->guided_choice_size() > 0) {
+      return FieldError("tool_choice",
+                        "a function call cannot be combined with response_format, guided_json, "
+                        "guided_regex, guided_choice or structured_outputs");
+    }
+    sampling->set_json_schema(tools.schema);
+    out.tool_choice = tools.choice;
+  }
   absl::optional<bool> logprobs;
   absl::optional<int64_t> top_logprobs;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "logprobs", &logprobs));
@@ -361,12 +374,6 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
     out.logprobs = true;
     out.top_logprobs = static_cast<int>(top_logprobs.value_or(0));
     out.request.mutable_sampling()->set_logprobs(out.top_logprobs);
-  }
-  for (const char* field : {"tools", "functions"}) {
-    auto it = json.find(field);
-    if (it != json.end() && !it->is_null() && !(it->is_array() && it->empty())) {
-      return Unsupported(field, field);
-    }
   }
   RequestPromptLogprobs(&out);
   std::vector<GenerateRequest> prompts = {out.request};

@@ -45,6 +45,7 @@
 #include "absl/types/optional.h"
 #include "clients/gateway/chat_template.h"
 #include "clients/gateway/json_fields.h"
+#include "clients/gateway/tool_calls.h"
 #include "proto/blossom/v1/blossom.pb.h"
 
 namespace blossom::gateway::openai {
@@ -71,6 +72,8 @@ struct CompletionRequest {
   // choice order (each prompt n times; a seed is seed + i for the i-th of a prompt). Empty for
   // one choice: then `request` is the generation.
   std::vector<blossom::v1::GenerateRequest> batch;
+  // chat: a named or required tool_choice (tool_calls.h): the output is answered as tool_calls.
+  ToolChoice tool_choice;
 };
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
@@ -107,6 +110,8 @@ class StreamEncoder {
  private:
   Json Chunk(Json choice) const;
   Json LogprobsFor(const blossom::v1::Token& token, int choice);
+  // The chat delta of a function-calling choice for `text` (final: the choice ended).
+  Json ToolCallDelta(int choice, const std::string& text, bool final, std::string* finish);
 
   const CompletionRequest& request_;
   const std::string id_;
@@ -115,6 +120,10 @@ class StreamEncoder {
   std::vector<size_t> text_offset_;                   // per choice: characters so far
   std::vector<bool> echoed_;                          // per choice: the echo was sent
   std::vector<absl::optional<int32_t>> last_token_;  // per choice: for stop_reason
+  // Function calls (request.tool_choice): per choice, whether the named call's header went out,
+  // and a required call list's text, sent as tool_calls once whole.
+  std::vector<bool> call_started_;
+  std::vector<std::string> call_text_;
   int finals_ = 0;                                    // choices finished
   blossom::v1::Usage usage_;                          // summed over the finished choices
   std::string system_fingerprint_;  // known once a final message arrived

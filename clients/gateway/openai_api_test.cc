@@ -115,7 +115,13 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, R"({"messages":[{"role":"user","content":3}]})", "content", "messages[0].content"},
       {true, "{" + kChat + R"(,"logprobs":1})", "must be a boolean", "logprobs"},
       {true, "{" + kChat + R"(,"top_logprobs":2})", "requires logprobs=true", "top_logprobs"},
-      {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "tools", "tools"},
+      {true, "{" + kChat + R"(,"tools":[{"type":"function"}]})", "must be an object",
+       "tools[0].function"},
+      {true, "{" + kChat + R"(,"tools":[{"type":"function","function":{"name":"f"}}]})",
+       "needs a parser", "tool_choice"},
+      {true, "{" + kChat + R"(,"tools":[{"type":"function","function":{"name":"f"}}],)"
+                           R"("tool_choice":"required","guided_json":{}})",
+       "cannot be combined", "tool_choice"},
       {true, "{" + kChat + R"(,"response_format":{"type":"xml"}})", "must be \"text\"",
        "response_format.type"},
       {true, "{" + kChat + R"(,"n":0})", "at least 1", "n"},
@@ -378,6 +384,37 @@ TEST(OpenAIApiTest, GuidedChoiceInBothSpellings) {
   EXPECT_EQ(chat->request.sampling().guided_choice_size(), 2);
 }
 
+// A named tool_choice: the tools are rendered into the prompt and the call is generated under
+// the function's parameters; the response answers it as tool_calls.
+TEST(OpenAIApiTest, NamedToolChoiceIsAnsweredAsToolCalls) {
+  auto chat = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"n":2,)"
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":)"
+      R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],)"
+      R"("tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->tool_choice.mode, ToolChoice::Mode::kNamed);
+  ASSERT_EQ(chat->batch.size(), 2u);
+  EXPECT_EQ(chat->batch[1].sampling().json_schema(),
+            R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})");
+  EXPECT_NE(chat->request.text().find(R"(Functions (JSON):)"), std::string::npos);
+  EXPECT_NE(chat->request.text().find(R"("name":"get_weather")"), std::string::npos);
+  std::vector<blossom::v1::GenerateResponse> responses(2);
+  responses[0].set_text(R"({"city": "Paris"})");
+  responses[0].mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
+  responses[1].set_text(R"({"city": "Pa)");  // cut short
+  responses[1].mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_LENGTH);
+  const Json body = CompletionResponse(*chat, responses, "chatcmpl-1", 0);
+  const Json& first = body["choices"][0];
+  EXPECT_TRUE(first["message"]["content"].is_null());
+  EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(first["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], R"({"city": "Pa)");
+  EXPECT_FALSE(body["choices"][1]["message"].contains("tool_calls"));
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+}
+
 // Structured output reaches the server as sampling.json_schema, from either endpoint.
 TEST(OpenAIApiTest, JsonSchemasFromResponseFormatAndGuidedJson) {
   auto chat = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"n":2,)"
@@ -610,6 +647,58 @@ TEST(OpenAIApiTest, StreamedEchoEqualsTheUnaryResponse) {
         EXPECT_EQ(joined[list], unary["logprobs"][list]) << list;
       }
     }
+  }
+}
+
+// Streamed calls: a named call's header (id, type, name) first, then its argument pieces; a
+// required call list once whole, at the end.
+TEST(OpenAIApiTest, StreamedToolCalls) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+  for (const char* choice : {R"({"type":"function","function":{"name":"f"}})", R"("required")"}) {
+    auto r = ParseChatRequest(absl::StrCat(R"({"messages":[{"role":"user","content":"x"}],)",
+                                           R"("stream":true,)", tools, R"(,"tool_choice":)", choice,
+                                           "}"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const bool named = r->tool_choice.mode == ToolChoice::Mode::kNamed;
+    StreamEncoder encoder(*r, "chatcmpl-1", 1);
+    std::string out = encoder.Start();
+    const std::vector<std::string> pieces =
+        named ? std::vector<std::string>{R"({"a")", R"(: 1})"}
+              : std::vector<std::string>{R"([{"name": "f", )", R"("parameters": {"a": 1}}])"};
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      blossom::v1::GenerateStreamResponse m;
+      m.set_text_delta(pieces[i]);
+      if (i + 1 == pieces.size()) {
+        m.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
+      }
+      out += encoder.OnMessage(m);
+    }
+    std::vector<Json> deltas;
+    std::string finish;
+    for (absl::string_view e : absl::StrSplit(out, "\n\n", absl::SkipEmpty())) {
+      if (e == "data: [DONE]") continue;
+      const Json chunk = Json::parse(e.substr(6));
+      deltas.push_back(chunk["choices"][0]["delta"]);
+      if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+    }
+    std::string arguments;
+    int headers = 0;
+    for (const Json& d : deltas) {
+      if (!d.contains("tool_calls")) continue;
+      for (const Json& call : d["tool_calls"]) {
+        EXPECT_EQ(call["index"], 0);
+        if (call.contains("id")) {
+          ++headers;
+          EXPECT_EQ(call["type"], "function");
+          EXPECT_EQ(call["function"]["name"], "f");
+        }
+        arguments += call["function"]["arguments"].get<std::string>();
+      }
+    }
+    EXPECT_EQ(headers, 1) << out;
+    EXPECT_EQ(Json::parse(arguments), Json::parse(R"({"a": 1})")) << out;
+    EXPECT_EQ(finish, named ? "stop" : "tool_calls") << out;
   }
 }
 

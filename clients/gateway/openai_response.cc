@@ -170,10 +170,24 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
       for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
       logprobs = {{"content", content}};
     }
+    Json message = {{"role", "assistant"}, {"content", response.text()}};
+    std::string finish_reason = finish;
+    if (request.tool_choice.mode != ToolChoice::Mode::kNone) {
+      // A whole call is answered as tool_calls (content null, as OpenAI); a call cut short
+      // stays text, with finish_reason "length".
+      if (absl::optional<Json> calls =
+              ToolCallsJson(request.tool_choice, response.text(), sent.request_id())) {
+        message["content"] = nullptr;
+        message["tool_calls"] = *std::move(calls);
+        if (request.tool_choice.mode == ToolChoice::Mode::kRequired && finish_reason == "stop") {
+          finish_reason = "tool_calls";
+        }
+      }
+    }
     return {{"index", index},
-            {"message", {{"role", "assistant"}, {"content", response.text()}}},
+            {"message", std::move(message)},
             {"logprobs", logprobs},
-            {"finish_reason", finish},
+            {"finish_reason", finish_reason},
             {"stop_reason", StopReason(response.final(), last_token)}};
   }
   Json logprobs = nullptr;
@@ -265,7 +279,9 @@ StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, i
       choices_(request.batch.empty() ? 1 : static_cast<int>(request.batch.size())),
       text_offset_(static_cast<size_t>(choices_), 0),
       echoed_(static_cast<size_t>(choices_), false),
-      last_token_(static_cast<size_t>(choices_)) {}
+      last_token_(static_cast<size_t>(choices_)),
+      call_started_(static_cast<size_t>(choices_), false),
+      call_text_(static_cast<size_t>(choices_)) {}
 
 Json StreamEncoder::Chunk(Json choice) const {
   Json chunk = {{"id", id_},
@@ -284,6 +300,32 @@ Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
   AppendCompletionLogprob(token, request_.top_logprobs, &text_offset_[static_cast<size_t>(choice)],
                           &out);
   return out;
+}
+
+Json StreamEncoder::ToolCallDelta(int choice, const std::string& text, bool final,
+                                  std::string* finish) {
+  const size_t k = static_cast<size_t>(choice);
+  const GenerateRequest& sent = request_.batch.empty() ? request_.request : request_.batch[k];
+  if (request_.tool_choice.mode == ToolChoice::Mode::kNamed) {
+    // vLLM's and OpenAI's stream: the call's id, type and name first, then argument pieces.
+    if (text.empty()) return Json::object();
+    Json call = {{"index", 0}, {"function", {{"arguments", text}}}};
+    if (!call_started_[k]) {
+      call_started_[k] = true;
+      call["id"] = absl::StrCat("call_", sent.request_id(), "_0");
+      call["type"] = "function";
+      call["function"]["name"] = request_.tool_choice.function;
+    }
+    return {{"tool_calls", Json::array({call})}};
+  }
+  // "required": the list is sent once whole, when the choice ends.
+  call_text_[k] += text;
+  if (!final) return Json::object();
+  absl::optional<Json> calls = ToolCallsJson(request_.tool_choice, call_text_[k], sent.request_id());
+  if (!calls) return {{"content", call_text_[k]}};
+  for (size_t i = 0; i < calls->size(); ++i) (*calls)[i]["index"] = static_cast<int>(i);
+  if (*finish == "stop") *finish = "tool_calls";
+  return {{"tool_calls", *calls}};
 }
 
 std::string StreamEncoder::Start() {
@@ -331,19 +373,29 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   }
   const bool with_logprobs = !logprobs.is_null() && !logprobs.value("tokens", Json::array()).empty();
   std::string events;
+  const bool calls = request_.chat && request_.tool_choice.mode != ToolChoice::Mode::kNone;
+  if (calls && request_.tool_choice.mode == ToolChoice::Mode::kRequired && !final &&
+      logprobs.is_null()) {
+    call_text_[static_cast<size_t>(choice)] += text;  // held until the list is whole
+    return events;
+  }
   if (!text.empty() || (request_.chat && !logprobs.is_null()) || with_logprobs || final) {
+    std::string finish = !final                 ? ""
+                         : request_.prompt_only ? "length"
+                                                : FinishReasonString(message.final().finish_reason());
+    Json delta;
+    if (calls) delta = ToolCallDelta(choice, text, final, &finish);
     Json entry = {{"index", choice},
                   {"logprobs", request_.chat || with_logprobs ? logprobs : Json(nullptr)},
-                  {"finish_reason",
-                   !final                  ? Json(nullptr)
-                   : request_.prompt_only ? Json("length")
-                                           : Json(FinishReasonString(message.final().finish_reason()))}};
+                  {"finish_reason", final ? Json(finish) : Json(nullptr)}};
     if (final) {
       entry["stop_reason"] = request_.prompt_only
                                  ? Json(nullptr)
                                  : StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
     }
-    if (request_.chat) {
+    if (calls) {
+      entry["delta"] = std::move(delta);
+    } else if (request_.chat) {
       entry["delta"] = text.empty() && final ? Json::object() : Json{{"content", text}};
     } else {
       entry["text"] = text;

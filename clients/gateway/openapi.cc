@@ -55,7 +55,9 @@ const std::string& OpenApiJson() {
       "ChatRequest": {"type": "object", "required": ["messages"], "properties": {
         "model": {"type": "string", "maxLength": 256},
         "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
-          "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant"]}, "content": {"type": "string"}}}},
+          "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]}, "content": {"type": "string"}, "tool_call_id": {"type": "string"}}}},
+        "tools": {"type": "array", "maxItems": 128, "items": {"type": "object", "required": ["type", "function"], "properties": {"type": {"type": "string", "enum": ["function"]}, "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "description": {"type": "string"}, "parameters": {"type": "object"}}}}}, "description": "OpenAI's function calling, with tool_choice naming a function or \"required\""},
+        "tool_choice": {"oneOf": [{"type": "string", "enum": ["none", "required", "auto"]}, {"type": "object", "required": ["type", "function"], "properties": {"type": {"type": "string", "enum": ["function"]}, "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}}], "description": "a named function: its arguments under its parameters schema; required: a list of calls; auto (the default with tools) is refused: BLOOM models have no tool-call format"},
         "max_tokens": {"type": "integer", "minimum": 1, "description": "absent: up to the context limit"},
         "n": {"type": "integer", "minimum": 1, "maximum": 128},
         "truncate_prompt_tokens": {"type": "integer", "minimum": 1, "description": "vLLM's: keep the last N prompt tokens"},

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/guided/json_grammar_analysis.h"
+#include "engine/loader/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace blossom {
@@ -479,23 +480,9 @@ absl::StatusOr<JsonGrammar> CompileJsonSchema(absl::string_view schema_json,
   }
   // nlohmann's parser is iterative, but copies, comparisons and dump() of a value recurse:
   // nesting is bounded first (the gateway bounds request bodies the same way).
-  int nesting = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < schema_json.size(); ++i) {
-    const char c = schema_json[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++nesting > kMaxSchemaNesting) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "json schema: nested deeper than ", kMaxSchemaNesting, " levels"));
-      }
-    } else if (c == '}' || c == ']') {
-      --nesting;
-    }
+  if (!JsonNestingWithin(schema_json, kMaxSchemaNesting)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("json schema: nested deeper than ", kMaxSchemaNesting, " levels"));
   }
   Json schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr,
                             /*allow_exceptions=*/false);

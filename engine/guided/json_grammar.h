@@ -51,7 +51,7 @@ inline constexpr uint32_t kJsonUnbounded = std::numeric_limits<uint32_t>::max();
 
 // Frames the matcher may stack (json_matcher.h), the one before the value included. A schema
 // whose values cannot fit (a required chain nested deeper, or one that never ends) is refused.
-inline constexpr uint32_t kMaxJsonDepth = 48;
+inline constexpr uint32_t kMaxJsonOutputDepth = 48;
 
 struct JsonNode {
   enum class Kind : uint8_t { kUnion, kObject, kArray, kString, kNumber, kLiteral };
@@ -61,7 +61,7 @@ struct JsonNode {
   std::vector<int32_t> alternatives;
   // The fewest matcher frames a value of this node needs, itself included: 1 for a scalar, more
   // for an object whose required properties nest (the matcher never enters a value it could
-  // not finish within kMaxJsonDepth).
+  // not finish within kMaxJsonOutputDepth).
   uint32_t min_depth = 1;
   // kObject with properties: each key as JSON text (quotes and escapes included), the node of
   // its value, and for each position i the first required property at or after i (keys.size()

@@ -100,9 +100,9 @@ absl::Status JsonGrammarAnalysis::ComputeMinDepths(int32_t root) {
     return absl::InvalidArgumentError(
         "json schema: no value satisfies it (its required values nest forever)");
   }
-  if (nodes[root].min_depth + 1 > kMaxJsonDepth) {
+  if (nodes[root].min_depth + 1 > kMaxJsonOutputDepth) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "json schema: its required values nest deeper than ", kMaxJsonDepth - 1, " levels"));
+        "json schema: its required values nest deeper than ", kMaxJsonOutputDepth - 1, " levels"));
   }
   return absl::OkStatus();
 }

@@ -143,7 +143,7 @@ TEST(JsonGrammarTest, OneOfWithDistinctKindsOrADiscriminatorIsAccepted) {
 
 TEST(JsonGrammarTest, RefusesRequiredNestingPastTheDepthLimit) {
   std::string deep = "{}";
-  for (uint32_t i = 0; i < kMaxJsonDepth; ++i) {
+  for (uint32_t i = 0; i < kMaxJsonOutputDepth; ++i) {
     deep = R"({"type": "object", "properties": {"a": )" + deep + R"(}, "required": ["a"]})";
   }
   auto g = CompileJsonSchema(deep);

@@ -108,10 +108,10 @@ class JsonMatcher::Stepper {
 
   // `s` is the parent, already moved past the value; the value's frame reads `c`.
   // True when a value of `node` in a frame above `depth` frames can be finished within
-  // kMaxJsonDepth (min_depth is huge for a value that never ends).
+  // kMaxJsonOutputDepth (min_depth is huge for a value that never ends).
   bool FitsAbove(uint32_t depth, int32_t node) const {
     const uint32_t need = node == kKeyFrame ? 1 : g_.nodes[node].min_depth;
-    return need <= kMaxJsonDepth && depth + need <= kMaxJsonDepth;
+    return need <= kMaxJsonOutputDepth && depth + need <= kMaxJsonOutputDepth;
   }
   bool Fits(const JsonStack& s, int32_t node) const { return FitsAbove(s.depth, node); }
 

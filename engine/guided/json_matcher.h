@@ -9,7 +9,7 @@
 // Whitespace is allowed where JSON allows it, at most JsonGrammar::max_whitespace bytes in a row
 // (kMaxJsonWhitespace by default), so that a model cannot loop on newlines forever; none after
 // the value (the end token follows it).
-// Nesting is limited to kMaxJsonDepth frames.
+// Nesting is limited to kMaxJsonOutputDepth frames.
 //
 // Thread-compatible: a JsonMatcher is immutable; an arena belongs to one thread.
 #ifndef BLOSSOM_ENGINE_GUIDED_JSON_MATCHER_H_

@@ -158,8 +158,8 @@ TEST(JsonMatcherTest, WhitespaceRunsAndNestingAreLimited) {
   EXPECT_TRUE(any.Accepts("[" + std::string(kMaxJsonWhitespace, ' ') + "1]"));
   EXPECT_FALSE(any.AllowsPrefix("[" + std::string(kMaxJsonWhitespace + 1, ' ')));
   // The root frame is one level.
-  EXPECT_TRUE(any.Accepts(std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']')));
-  EXPECT_FALSE(any.AllowsPrefix(std::string(kMaxJsonDepth, '[')));
+  EXPECT_TRUE(any.Accepts(std::string(kMaxJsonOutputDepth - 1, '[') + std::string(kMaxJsonOutputDepth - 1, ']')));
+  EXPECT_FALSE(any.AllowsPrefix(std::string(kMaxJsonOutputDepth, '[')));
 }
 
 TEST(JsonMatcherTest, CompactAllowsNoWhitespaceOutsideStrings) {
@@ -198,17 +198,17 @@ TEST(JsonMatcherTest, NeverEntersAValueItCannotFinishWithinTheDepthLimit) {
     ++levels;
   }
   // The root frame, then objects at depths 2..47, each needing a frame above for its "next".
-  EXPECT_EQ(levels, static_cast<int>(kMaxJsonDepth) - 3);
+  EXPECT_EQ(levels, static_cast<int>(kMaxJsonOutputDepth) - 3);
   std::string text = prefix + "{\"v\":1,\"next\":null}";
   for (int i = 0; i < levels; ++i) text += "}";
   EXPECT_TRUE(list.Accepts(text));
   // Optional nesting is left out where it cannot fit; the array's next item likewise.
   Schema arrays(R"({"$defs": {"A": {"type": "array", "items": {"$ref": "#/$defs/A"}}},
                     "$ref": "#/$defs/A"})");
-  const std::string deepest(kMaxJsonDepth - 1, '[');
+  const std::string deepest(kMaxJsonOutputDepth - 1, '[');
   EXPECT_TRUE(arrays.AllowsPrefix(deepest));
   EXPECT_FALSE(arrays.AllowsPrefix(deepest + "["));
-  EXPECT_TRUE(arrays.Accepts(deepest + std::string(kMaxJsonDepth - 1, ']')));
+  EXPECT_TRUE(arrays.Accepts(deepest + std::string(kMaxJsonOutputDepth - 1, ']')));
 }
 
 TEST(JsonMatcherTest, SurrogateEscapesArePairsCountedAsOneCharacter) {

@@ -27,6 +27,11 @@ constexpr int kMaxJsonDepth = 128;
 absl::StatusOr<nlohmann::json> ParseJsonStrict(absl::string_view text,
                                                absl::string_view source_name);
 
+// True when `text`'s brackets outside strings nest at most `max_depth` deep. For JSON text that
+// is parsed without ParseJsonStrict's limit (an ordered parse, text found inside a string):
+// copying, comparing and dumping a parsed value recurse, so its nesting is checked first.
+bool JsonNestingWithin(absl::string_view text, int max_depth = kMaxJsonDepth);
+
 // JSON integers as fixed-width values. False for non-integers (1.0, "1", true) and out-of-range
 // values; nlohmann stores big integers as either signed or unsigned, both are handled.
 bool JsonToInt64(const nlohmann::json& value, int64_t* out);

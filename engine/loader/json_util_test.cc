@@ -92,5 +92,13 @@ TEST(JsonUtilTest, DescribeAndSanitize) {
   EXPECT_EQ(SanitizeForMessage("abcdef", 3), "abc...");
 }
 
+TEST(JsonNestingWithinTest, CountsBracketsOutsideStrings) {
+  EXPECT_TRUE(JsonNestingWithin(R"({"a": [[1]]})", 3));
+  EXPECT_FALSE(JsonNestingWithin(R"({"a": [[1]]})", 2));
+  EXPECT_TRUE(JsonNestingWithin(R"({"a": "[[[[\"[["})", 1)) << "brackets in strings do not count";
+  EXPECT_TRUE(JsonNestingWithin(std::string(128, '[') + std::string(128, ']')));
+  EXPECT_FALSE(JsonNestingWithin(std::string(129, '[')));
+}
+
 }  // namespace
 }  // namespace blossom

@@ -449,6 +449,64 @@ class StructuredOutputTest(unittest.TestCase):
                     type=text_generation.types.GrammarType.Regex, value="(a)\\1"))
         self.assertIn("backreferences are not supported", str(tgi_error.exception))
 
+    def test_tool_calls_with_the_openai_sdk(self):
+        """Function calling by a named tool_choice and by "required", unary and streamed, and a
+        follow-up turn carrying the call and its result."""
+        weather = {"type": "function", "function": {
+            "name": "get_weather", "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 10},
+                "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}}
+        clock = {"type": "function", "function": {"name": "now"}}
+        messages = [{"role": "user", "content": "Weather in Oslo?"}]
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=300, temperature=0.8, seed=2,
+            tools=[weather, clock],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        message = r.choices[0].message
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertIsNone(message.content)
+        call = message.tool_calls[0]
+        self.assertEqual(call.type, "function")
+        self.assertEqual(call.function.name, "get_weather")
+        arguments = json.loads(call.function.arguments)
+        self.assertEqual(list(arguments), ["city", "unit"])
+        self.assertIn(arguments["unit"], ["c", "f"])
+        # The next turn: the call and its result in the history.
+        follow = self.client.chat.completions.create(
+            model=MODEL, max_tokens=4, temperature=0, messages=messages + [
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "-3 C"}])
+        self.assertIsInstance(follow.choices[0].message.content, str)
+        # "required": a list of calls of any of the tools.
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=400, temperature=0.8, seed=5,
+            tools=[weather, clock], tool_choice="required")
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls",
+                         r.choices[0].message.content)
+        for call in r.choices[0].message.tool_calls:
+            self.assertIn(call.function.name, ["get_weather", "now"])
+            self.assertIsInstance(json.loads(call.function.arguments), dict)
+        # Streamed: the SDK's chunks carry the call's header, then its argument pieces.
+        name, pieces, finish = None, "", None
+        for chunk in self.client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=300, temperature=0.8, seed=2,
+                tools=[weather, clock], stream=True,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}}):
+            choice = chunk.choices[0]
+            for call in choice.delta.tool_calls or []:
+                name = call.function.name or name
+                pieces += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+        self.assertEqual(name, "get_weather")
+        self.assertEqual(json.loads(pieces), arguments)  # the same seed, the same call
+        self.assertEqual(finish, "stop")
+        # tool_choice "auto" (the default with tools) is a 400 naming it.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
+                                                tools=[weather])
+        self.assertEqual(cm.exception.param, "tool_choice")
+
     def test_regex_through_vllm_and_tgi(self):
         pattern = r"(yes|no), [0-9]{2,4} (apples|pears)\."
         for temperature in (0, 1.0):
