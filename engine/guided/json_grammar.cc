@@ -101,6 +101,10 @@ class Compiler {
     }
     absl::StatusOr<std::set<std::string>> types = Types(s, path);
     if (!types.ok()) return types.status();
+    // A format names a string's form here; on numbers ("int32", ...) it would be ignored.
+    if (Has(s, "format") && types->count("string") == 0) {
+      return Error(path, "'format' is supported on strings only");
+    }
     if (Has(s, "enum") || Has(s, "const")) return CompileLiterals(s, *types, path);
     if (types->empty()) return AnyNode();
     std::vector<int32_t> alternatives;
@@ -343,15 +347,18 @@ class Compiler {
   // text they match is valid, though not every valid text is matched. Null for others.
   static const char* FormatRegex(const std::string& format) {
     static const auto* kFormats = new std::map<std::string, std::string>{
-        {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+        // Days that exist in every year (February 29 is left out).
+        {"date", R"(\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8])))"},
         {"time", R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
         {"date-time",
-         R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+         R"(\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
         {"uuid",
          R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
         {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
-        {"email", R"([A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,24})"},
-        {"hostname", R"([A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)"},
+        // A dot-atom local part and at most four labels: within RFC 5321's lengths.
+        {"email", R"([A-Za-z0-9_%+\-]{1,16}(\.[A-Za-z0-9_%+\-]{1,16}){0,3}@[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?){0,2}\.[A-Za-z]{2,24})"},
+        // At most three labels: within RFC 1123's 253 characters.
+        {"hostname", R"([A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?){0,2})"},
     };
     auto it = kFormats->find(format);
     return it == kFormats->end() ? nullptr : it->second.c_str();

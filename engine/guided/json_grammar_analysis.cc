@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace blossom {
 
@@ -179,8 +180,15 @@ bool JsonGrammarAnalysis::Disjoint(int32_t x, int32_t y) const {
       if (b.keys[j] != a.keys[i] || b.next_required[j] != j) continue;
       std::set<std::string> la, lb;
       if (!LiteralsOf(a.values[i], &la) || !LiteralsOf(b.values[j], &lb)) continue;
+      // Compared as JSON values, not text: 1 and 1.0 are the same value to a validator, and
+      // so are objects with their keys in another order (nlohmann::json sorts them).
       bool overlap = false;
-      for (const std::string& l : la) overlap |= lb.count(l) != 0;
+      for (const std::string& l : la) {
+        const nlohmann::json value = nlohmann::json::parse(l, nullptr, false);
+        for (const std::string& m : lb) {
+          overlap |= value == nlohmann::json::parse(m, nullptr, false);
+        }
+      }
       if (!overlap) return true;
     }
   }

@@ -252,6 +252,9 @@ TEST(JsonMatcherTest, PatternsAreSearchedAndFormatsMatchedWhole) {
   EXPECT_TRUE(date.Accepts(R"("2026-11-27")"));
   EXPECT_FALSE(date.AllowsPrefix(R"("2026-13)"));
   EXPECT_FALSE(date.Accepts(R"("x2026-11-27")")) << "a format is the whole string";
+  EXPECT_FALSE(date.AllowsPrefix(R"("2023-02-3)")) << "no February 30th or 31st";
+  EXPECT_FALSE(date.Accepts(R"("2023-04-31")"));
+  EXPECT_TRUE(date.Accepts(R"("2023-12-31")"));
   Schema when(R"({"format": "date-time"})");
   EXPECT_TRUE(when.Accepts(R"("2026-11-27T23:59:60.5+01:00")"));
   EXPECT_FALSE(when.Accepts(R"("2026-11-27 23:59:60")"));
@@ -263,6 +266,8 @@ TEST(JsonMatcherTest, PatternsAreSearchedAndFormatsMatchedWhole) {
   Schema mail(R"({"type": "string", "format": "email"})");
   EXPECT_TRUE(mail.Accepts(R"("a.b+c@example.co.uk")"));
   EXPECT_FALSE(mail.Accepts(R"("a@b")"));
+  EXPECT_FALSE(mail.Accepts(R"(".a@x.co")"));
+  EXPECT_FALSE(mail.Accepts(R"("a..b@x.co")"));
 }
 
 // Random JSON texts and single-byte mutations of them: where no limit is involved, the matcher

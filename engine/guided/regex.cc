@@ -15,6 +15,8 @@ constexpr int kMaxGroupDepth = 100;
 // Entries over all the follow sets: a pattern whose epsilon closures are this large is refused
 // rather than compiled into gigabytes.
 constexpr size_t kMaxFollowEntries = 4 << 20;
+// AST node visits while unrolling repeats.
+constexpr size_t kMaxBuildCalls = 2 << 20;
 
 CodePointClass Normalize(CodePointClass ranges) {
   std::sort(ranges.begin(), ranges.end());
@@ -54,6 +56,15 @@ bool Intersects(const CodePointClass& ranges, uint32_t lo, uint32_t hi) {
   auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(lo, kMaxCodePoint + 1));
   if (it != ranges.begin() && std::prev(it)->second >= lo) return true;
   return it != ranges.end() && it->first <= hi;
+}
+
+// The ASCII characters outside `ranges`.
+CodePointClass AsciiComplement(const CodePointClass& ranges) {
+  CodePointClass out;
+  for (const auto& r : Complement(ranges)) {
+    if (r.first <= 0x7F) out.push_back({r.first, std::min<uint32_t>(r.second, 0x7F)});
+  }
+  return out;
 }
 
 bool InClass(const CodePointClass& ranges, uint32_t c) {
@@ -104,6 +115,22 @@ class Parser {
   }
   bool AtEnd() const { return i_ >= p_.size(); }
   char Peek(size_t ahead = 0) const { return i_ + ahead < p_.size() ? p_[i_ + ahead] : '\0'; }
+
+  bool OnlyEmpty(int32_t node) const {
+    const Ast& a = nodes[node];
+    switch (a.kind) {
+      case Ast::Kind::kEmpty: return true;
+      case Ast::Kind::kClass: return false;
+      case Ast::Kind::kRepeat: return a.max == 0 || OnlyEmpty(a.children[0]);
+      case Ast::Kind::kConcat:
+      case Ast::Kind::kAlt:
+        for (int32_t child : a.children) {
+          if (!OnlyEmpty(child)) return false;
+        }
+        return true;
+    }
+    return true;
+  }
 
   int32_t Add(Ast node) {
     nodes.push_back(std::move(node));
@@ -159,18 +186,23 @@ class Parser {
     auto number = [&](uint32_t* out) {
       const size_t from = j;
       uint64_t v = 0;
-      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9' && v <= kMaxRepeat + 1) {
-        v = v * 10 + (p_[j++] - '0');
+      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9') {
+        v = std::min<uint64_t>(v * 10 + (p_[j++] - '0'), kMaxRepeat + 1);  // saturates
       }
-      *out = static_cast<uint32_t>(std::min<uint64_t>(v, kMaxRepeat + 1));
+      *out = static_cast<uint32_t>(v);
       return j > from;
     };
-    if (!number(min)) return false;
+    // {n}, {n,}, {n,m}, and Python's {,m} (= {0,m}).
+    const bool has_min = number(min);
+    if (!has_min) *min = 0;
     *max = *min;
     if (j < p_.size() && p_[j] == ',') {
       ++j;
       if (!number(max)) *max = kUnbounded;
+    } else if (!has_min) {
+      return false;
     }
+    if (!has_min && *max == kUnbounded) return false;  // "{,}" is literal text in Python
     if (j >= p_.size() || p_[j] != '}') return false;
     *length = j + 1 - i_;
     return true;
@@ -202,6 +234,12 @@ class Parser {
       if (Peek() == '?') ++i_;  // lazy: the same language
       if (Peek() == '+') return Error("possessive quantifiers are not supported");
       quantified = true;
+      // A repeat of what can only match "" (an empty group, x{0}) is "" itself: unrolled, it
+      // would build nothing yet cost a pass per copy, and nested {1000}s multiply.
+      if (max == 0 || OnlyEmpty(*atom)) {
+        atom = Add(Ast{});
+        continue;
+      }
       Ast node;
       node.kind = Ast::Kind::kRepeat;
       node.children = {*atom};
@@ -212,18 +250,21 @@ class Parser {
     return atom;
   }
 
+  // One UTF-8 character of the pattern, strictly (no overlong forms, surrogates or values past
+  // U+10FFFF: a class of such a value would match nothing a text can hold).
   absl::StatusOr<uint32_t> CodePoint() {
     const unsigned char c = static_cast<unsigned char>(p_[i_]);
     int need = 0;
-    if (c >= 0xF0 && c <= 0xF4) need = 3;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2;
+    unsigned char low = 0x80, high = 0xBF;  // the first continuation byte's range
+    if (c >= 0xF0 && c <= 0xF4) need = 3, low = c == 0xF0 ? 0x90 : 0x80, high = c == 0xF4 ? 0x8F : 0xBF;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, low = c == 0xE0 ? 0xA0 : 0x80, high = c == 0xED ? 0x9F : 0xBF;
     else if (c >= 0xC2 && c <= 0xDF) need = 1;
     else if (c >= 0x80) return Error("invalid UTF-8");
-    if (i_ + need >= p_.size()) return Error("invalid UTF-8");
+    if (i_ + need >= p_.size() && need > 0) return Error("invalid UTF-8");
     uint32_t cp = need == 0 ? c : c & (0x3F >> need);
     for (int k = 1; k <= need; ++k) {
       const unsigned char b = static_cast<unsigned char>(p_[i_ + k]);
-      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
+      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xBF)) return Error("invalid UTF-8");
       cp = (cp << 6) | (b & 0x3F);
     }
     i_ += need + 1;
@@ -250,11 +291,14 @@ class Parser {
     const char c = p_[i_++];
     switch (c) {
       case 'd': return Digits();
-      case 'D': return Complement(Digits());
+      // The negated shorthands are ASCII too: Python's and ECMA-262's \D, \W and \S leave out
+      // Unicode digits, letters and spaces this class set does not name, so the complement of
+      // the ASCII set would accept some of those. Narrower is safe: every match is theirs.
+      case 'D': return AsciiComplement(Digits());
       case 'w': return WordChars();
-      case 'W': return Complement(WordChars());
+      case 'W': return AsciiComplement(WordChars());
       case 's': return Spaces();
-      case 'S': return Complement(Spaces());
+      case 'S': return AsciiComplement(Spaces());
       case 'n': return CodePointClass{{'\n', '\n'}};
       case 't': return CodePointClass{{'\t', '\t'}};
       case 'r': return CodePointClass{{'\r', '\r'}};
@@ -353,8 +397,10 @@ class Parser {
       }
       case '[': return Class();
       case '.': {
+        // Any character but the line terminators of ECMA-262 (\n, \r, U+2028, U+2029), which
+        // is also within Python's (any but \n).
         ++i_;
-        return AddClass(Complement({{'\n', '\n'}}));
+        return AddClass(Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
       }
       case '\\': {
         absl::StatusOr<CodePointClass> escape = Escape(/*in_class=*/false);
@@ -408,6 +454,10 @@ class Builder {
   }
 
   absl::StatusOr<int32_t> Build(int32_t node, int32_t next) {
+    // Each call visits one AST node of one copy; unrolled repeats make many copies.
+    if (++calls_ > kMaxBuildCalls) {
+      return absl::InvalidArgumentError("regex: too large once repeats are unrolled");
+    }
     const Ast& a = ast_[node];
     switch (a.kind) {
       case Ast::Kind::kEmpty: return next;
@@ -476,6 +526,7 @@ class Builder {
   }
 
   const std::vector<Ast>& ast_;
+  size_t calls_ = 0;
 };
 
 }  // namespace

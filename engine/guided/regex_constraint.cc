@@ -9,18 +9,18 @@ namespace blossom {
 
 absl::StatusOr<std::shared_ptr<const RegexConstraint>> RegexConstraint::Create(
     absl::string_view pattern, std::shared_ptr<const TokenVocabulary> vocabulary) {
-  absl::StatusOr<RegexNfa> nfa = CompileRegex(pattern);
-  if (!nfa.ok()) return nfa.status();
+  absl::StatusOr<RegexDfa> dfa = CompileRegexDfa(pattern, /*search=*/false);
+  if (!dfa.ok()) return dfa.status();
   return std::shared_ptr<const RegexConstraint>(
-      new RegexConstraint(*std::move(nfa), std::move(vocabulary)));
+      new RegexConstraint(*std::move(dfa), std::move(vocabulary)));
 }
 
-RegexConstraint::RegexConstraint(RegexNfa nfa, std::shared_ptr<const TokenVocabulary> vocabulary)
-    : nfa_(std::move(nfa)), matcher_(&nfa_), vocabulary_(std::move(vocabulary)) {}
+RegexConstraint::RegexConstraint(RegexDfa dfa, std::shared_ptr<const TokenVocabulary> vocabulary)
+    : dfa_(std::move(dfa)), matcher_(&dfa_), vocabulary_(std::move(vocabulary)) {}
 
 absl::StatusOr<std::shared_ptr<const TokenBitmask>> RegexConstraint::AllowedTokens(
     absl::Span<const int32_t> output, int32_t end_token) const {
-  RegexMatcher::State state = matcher_.Start();
+  RegexDfaMatcher::State state = matcher_.Start();
   for (size_t i = 0; i < output.size(); ++i) {
     const absl::string_view bytes = vocabulary_->bytes(output[i]);
     if (bytes.empty() || !matcher_.AdvanceAll(state, bytes)) {
@@ -29,11 +29,11 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> RegexConstraint::AllowedToke
     }
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
-  RegexMatcher::AppendKey(state, &key);
+  RegexDfaMatcher::AppendKey(state, &key);
   if (std::shared_ptr<const TokenBitmask> mask = masks_.Find(key)) return mask;
   std::shared_ptr<const TokenBitmask> mask = WalkVocabulary(
       *vocabulary_, state, matcher_.CanEnd(state), end_token,
-      [&](const RegexMatcher::State& from, uint8_t byte, RegexMatcher::State* to) {
+      [&](const RegexDfaMatcher::State& from, uint8_t byte, RegexDfaMatcher::State* to) {
         return matcher_.Advance(from, byte, to);
       });
   masks_.Insert(std::move(key), mask);

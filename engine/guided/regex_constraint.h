@@ -1,7 +1,8 @@
 // Structured output by regular expression (vLLM's guided_regex, TGI's regex grammar): a
 // TokenConstraint whose output is a whole match of the pattern, ended by the end token. Works as
-// json_constraint.h does: the output is replayed through the RegexMatcher and the vocabulary trie
-// walked from that state, masks cached by state.
+// json_constraint.h does: the output is replayed through the pattern's DFA (regex_dfa.h: one
+// state, so a step costs the same however ambiguous the pattern) and the vocabulary trie walked
+// from that state, masks cached by state.
 #ifndef BLOSSOM_ENGINE_GUIDED_REGEX_CONSTRAINT_H_
 #define BLOSSOM_ENGINE_GUIDED_REGEX_CONSTRAINT_H_
 
@@ -10,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/guided/regex.h"
+#include "engine/guided/regex_dfa.h"
 #include "engine/guided/token_mask.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/sampling/token_constraint.h"
@@ -30,10 +31,10 @@ class RegexConstraint : public TokenConstraint {
   int64_t masks_computed() const { return masks_.misses(); }
 
  private:
-  RegexConstraint(RegexNfa nfa, std::shared_ptr<const TokenVocabulary> vocabulary);
+  RegexConstraint(RegexDfa dfa, std::shared_ptr<const TokenVocabulary> vocabulary);
 
-  const RegexNfa nfa_;
-  const RegexMatcher matcher_;
+  const RegexDfa dfa_;
+  const RegexDfaMatcher matcher_;
   const std::shared_ptr<const TokenVocabulary> vocabulary_;
   mutable MaskCache masks_;  // a cache: filling it does not change what the constraint allows
 };

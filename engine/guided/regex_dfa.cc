@@ -23,6 +23,16 @@ bool InRanges(const CodePointClass& ranges, uint32_t c) {
 // ends. An anchor inside a top-level alternation (^a|b) anchors one branch only, which this
 // rewriting cannot express: refused.
 absl::StatusOr<std::string> SearchPattern(absl::string_view pattern) {
+  // "[]" and "[^]" open a class holding ']' in Python's reading, but are an empty class and
+  // "any character" in ECMA-262's, which JSON Schema's pattern follows: refused, not guessed.
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') {
+      ++i;
+    } else if (pattern.substr(i, 2) == "[]" || pattern.substr(i, 3) == "[^]") {
+      return absl::InvalidArgumentError(
+          "regex: [] and [^] read differently in ECMA-262 and Python: write \\] in the class");
+    }
+  }
   bool anchored_start = !pattern.empty() && pattern.front() == '^';
   bool anchored_end = false;
   if (!pattern.empty() && pattern.back() == '$') {
@@ -119,7 +129,11 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
   absl::StatusOr<int32_t> start = id_of(nfa->start);
   if (!start.ok()) return start.status();
   dfa.start = *start;
+  size_t work = 0;
+  const absl::Status too_complex = absl::InvalidArgumentError(
+      "regex: too complex to compile (its DFA would be too large)");
   for (size_t s = 0; s < sets.size(); ++s) {
+    if ((s + 1) * classes > kMaxRegexDfaEntries) return too_complex;
     dfa.next.resize((s + 1) * classes, -1);
     bool accepting = false;
     for (int32_t n : sets[s]) accepting |= nfa->states[n].cls < 0;
@@ -127,12 +141,15 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
     CodePointClass live;
     for (size_t k = 0; k < classes; ++k) {
       std::vector<int32_t> target;
+      work += sets[s].size();
       for (int32_t n : sets[s]) {
         const RegexNfa::State& st = nfa->states[n];
         if (st.cls >= 0 && InRanges(nfa->classes[st.cls], b[k])) {
           target.insert(target.end(), st.follow.begin(), st.follow.end());
         }
       }
+      work += target.size();
+      if (work > kMaxRegexDfaWork) return too_complex;
       if (target.empty()) continue;
       std::sort(target.begin(), target.end());
       target.erase(std::unique(target.begin(), target.end()), target.end());
@@ -149,6 +166,72 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
     dfa.live.push_back(std::move(live));
   }
   return dfa;
+}
+
+RegexDfaMatcher::State RegexDfaMatcher::Start() const {
+  State s;
+  s.dfa = dfa_->start;
+  return s;
+}
+
+bool RegexDfaMatcher::Advance(const State& state, uint8_t c, State* next) const {
+  *next = state;
+  if (state.pending == 0) {
+    if (c < 0x80) {
+      next->dfa = dfa_->Step(state.dfa, c);
+      return next->dfa >= 0;
+    }
+    uint8_t need = 0, low = 0x80, high = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, low = 0xA0;
+    else if (c == 0xED) need = 2, high = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) need = 2;
+    else if (c == 0xF0) need = 3, low = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, high = 0x8F;
+    else return false;
+    next->pending = next->length = need;
+    next->bits = c & (0x3F >> need);
+    next->next_low = low;
+    next->next_high = high;
+  } else {
+    if (c < state.next_low || c > state.next_high) return false;
+    next->bits = (state.bits << 6) | (c & 0x3F);
+    next->pending = state.pending - 1;
+    next->next_low = 0x80;
+    next->next_high = 0xBF;
+    if (next->pending == 0) {
+      next->dfa = dfa_->Step(state.dfa, next->bits);
+      next->bits = 0;
+      next->length = 0;
+      return next->dfa >= 0;
+    }
+  }
+  // Partly read: some character it can become must have a transition.
+  const int shift = 6 * next->pending;
+  const uint32_t floor = next->length == 1 ? 0x80 : next->length == 2 ? 0x800 : 0x10000;
+  const uint32_t first = std::max(next->bits << shift, floor);
+  const uint32_t last = std::min<uint32_t>((next->bits << shift) | ((1u << shift) - 1), 0x10FFFF);
+  return first <= last && dfa_->AnyLive(state.dfa, first, last);
+}
+
+bool RegexDfaMatcher::AdvanceAll(State& state, absl::string_view bytes) const {
+  State next;
+  for (char b : bytes) {
+    if (!Advance(state, static_cast<uint8_t>(b), &next)) return false;
+    state = next;
+  }
+  return true;
+}
+
+bool RegexDfaMatcher::CanEnd(const State& state) const {
+  return state.pending == 0 && dfa_->accepting[state.dfa];
+}
+
+void RegexDfaMatcher::AppendKey(const State& state, std::string* key) {
+  const uint32_t fields[] = {static_cast<uint32_t>(state.dfa), state.bits, state.pending,
+                             state.length, state.next_low, state.next_high};
+  key->append(reinterpret_cast<const char*>(fields), sizeof(fields));
 }
 
 }  // namespace blossom

@@ -7,6 +7,7 @@
 #define BLOSSOM_ENGINE_GUIDED_REGEX_DFA_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,10 @@
 namespace blossom {
 
 inline constexpr size_t kMaxRegexDfaStates = 4096;
+// Transitions (states x code point classes), and the NFA states visited to build them: a pattern
+// past either is refused rather than compiled for minutes into hundreds of megabytes.
+inline constexpr size_t kMaxRegexDfaEntries = 4 << 20;
+inline constexpr size_t kMaxRegexDfaWork = 64 << 20;
 
 // Immutable once built.
 struct RegexDfa {
@@ -34,9 +39,36 @@ struct RegexDfa {
   bool AnyLive(int32_t state, uint32_t first, uint32_t last) const;
 };
 
+// Reads UTF-8 bytes through a RegexDfa (regex_constraint.h): a partly read character is refused
+// as soon as nothing it can become has a transition, so the output never reaches a dead end.
+// Thread-compatible; the DFA must outlive it.
+class RegexDfaMatcher {
+ public:
+  struct State {
+    int32_t dfa = 0;
+    uint32_t bits = 0;     // the character being read
+    uint8_t pending = 0;   // its continuation bytes still to come
+    uint8_t length = 0;    // its continuation bytes in all
+    uint8_t next_low = 0x80;
+    uint8_t next_high = 0xBF;
+  };
+
+  explicit RegexDfaMatcher(const RegexDfa* dfa) : dfa_(dfa) {}
+
+  State Start() const;
+  bool Advance(const State& state, uint8_t c, State* next) const;
+  bool AdvanceAll(State& state, absl::string_view bytes) const;
+  bool CanEnd(const State& state) const;
+  static void AppendKey(const State& state, std::string* key);
+
+ private:
+  const RegexDfa* dfa_;
+};
+
 // Whole-match semantics, as regex.h. With `search` (JSON Schema's `pattern`, an ECMA-262 search),
 // the pattern may match anywhere: a leading ^ or trailing $ anchors that end, otherwise any text
-// may come before or after. InvalidArgument as CompileRegex, and past kMaxRegexDfaStates.
+// may come before or after. InvalidArgument as CompileRegex, and past kMaxRegexDfaStates,
+// kMaxRegexDfaEntries or kMaxRegexDfaWork.
 absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search);
 
 }  // namespace blossom

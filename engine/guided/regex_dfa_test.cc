@@ -55,8 +55,38 @@ TEST(RegexDfaTest, LiveRangesAndRefusals) {
   EXPECT_TRUE(dfa->AnyLive(after, 0x80, 0x7FF));  // a two-byte character can still be é
   EXPECT_FALSE(dfa->AnyLive(after, 0x800, 0xFFFF));
   EXPECT_FALSE(CompileRegexDfa("^a|b", /*search=*/true).ok());
+  EXPECT_FALSE(CompileRegexDfa("[]a]", /*search=*/true).ok());
+  EXPECT_FALSE(CompileRegexDfa("[^]]", /*search=*/true).ok());
+  EXPECT_TRUE(CompileRegexDfa("[\\]a]", /*search=*/true).ok());
   EXPECT_TRUE(CompileRegexDfa("^(a|b)", /*search=*/true).ok());
   EXPECT_TRUE(CompileRegexDfa("a|b", /*search=*/true).ok());
+}
+
+// A pattern whose DFA would take minutes and gigabytes is refused within the work budget.
+TEST(RegexDfaTest, RefusesPatternsTooComplexToCompile) {
+  auto dfa = CompileRegexDfa(R"(^(?:[\s\S]?){1000}$)", /*search=*/true);
+  ASSERT_FALSE(dfa.ok());
+  EXPECT_NE(std::string(dfa.status().message()).find("too complex"), std::string::npos)
+      << dfa.status();
+}
+
+// The byte matcher never accepts a lead byte whose characters all lack a transition.
+TEST(RegexDfaTest, MatcherReadsUtf8WithoutDeadEnds) {
+  auto dfa = CompileRegexDfa("[a-z]+é?", /*search=*/false);
+  ASSERT_TRUE(dfa.ok());
+  RegexDfaMatcher matcher(&*dfa);
+  RegexDfaMatcher::State s = matcher.Start();
+  ASSERT_TRUE(matcher.AdvanceAll(s, "ab"));
+  EXPECT_TRUE(matcher.CanEnd(s));
+  RegexDfaMatcher::State t = s;
+  EXPECT_TRUE(matcher.AdvanceAll(t, "\xC3"));  // é's lead byte
+  EXPECT_FALSE(matcher.CanEnd(t));
+  EXPECT_TRUE(matcher.AdvanceAll(t, "\xA9"));
+  EXPECT_TRUE(matcher.CanEnd(t));
+  RegexDfaMatcher::State u = s;
+  EXPECT_FALSE(matcher.AdvanceAll(u, "\xC4")) << "no character from U+0100 on matches";
+  RegexDfaMatcher::State v = s;
+  EXPECT_FALSE(matcher.AdvanceAll(v, "\xE2"));
 }
 
 }  // namespace

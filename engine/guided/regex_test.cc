@@ -51,8 +51,9 @@ TEST(RegexTest, Basics) {
   Pattern dot("a.c");
   EXPECT_TRUE(dot.Matches("a€c"));
   EXPECT_FALSE(dot.Matches("a\nc"));
-  Pattern braces("a{2,}b{,3}");  // "{,3}" is not a quantifier in Python: literal text
-  EXPECT_TRUE(braces.Matches("aaab{,3}"));
+  Pattern braces("a{2,}b{,3}");  // Python's {,3}: at most 3
+  EXPECT_TRUE(braces.Matches("aaabbb"));
+  EXPECT_FALSE(braces.Matches("aab{,3}"));
   Pattern empty("");
   EXPECT_TRUE(empty.Matches(""));
   EXPECT_FALSE(empty.AllowsPrefix("a"));
@@ -109,7 +110,7 @@ TEST(RegexTest, RefusesWhatItCannotMatchExactly) {
            {"(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
             "((((((((((((((((((((((((((((a", "nest too deep"},
            {"(a{1000}){1000}", "states"},
-           {"a[^\\s\\S]", "matches no character"},
+           {"a[^\\x00-\\uffff\U00010000-\U0010FFFF]", "matches no character"},
            {"[\\uD800-\\uDFFF]", "surrogate"},
        }) {
     auto nfa = CompileRegex(pattern);
@@ -117,6 +118,37 @@ TEST(RegexTest, RefusesWhatItCannotMatchExactly) {
     EXPECT_EQ(nfa.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(nfa.status().message()), HasSubstr(message)) << pattern;
   }
+}
+
+TEST(RegexTest, AuditedEdges) {
+  // Repeats of what matches only "" collapse instead of unrolling 10^15 empty copies.
+  Pattern empties("(?:(?:(?:(?:(?:){1000}){1000}){1000}){1000}){1000}x{0}");
+  EXPECT_TRUE(empties.Matches(""));
+  EXPECT_FALSE(empties.AllowsPrefix("x"));
+  // Counts past the limit are refused, not read as literal text; {,n} is Python's {0,n}.
+  auto big = CompileRegex("x{20000}");
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("above 1000"));
+  Pattern upto(R"(\d{,3})");
+  EXPECT_TRUE(upto.Matches("123"));
+  EXPECT_TRUE(upto.Matches(""));
+  EXPECT_FALSE(upto.Matches("5{,3}"));
+  Pattern literal("a{,}");
+  EXPECT_TRUE(literal.Matches("a{,}"));
+  // Negated shorthands and . stay within what Python and ECMA-262 both accept.
+  Pattern not_digit(R"(\D)");
+  EXPECT_TRUE(not_digit.Matches("x"));
+  EXPECT_FALSE(not_digit.Matches("\u0663"));  // ARABIC-INDIC DIGIT THREE
+  EXPECT_FALSE(not_digit.Matches("é"));
+  Pattern not_space(R"(\S)");
+  EXPECT_FALSE(not_space.Matches("\u00a0"));
+  Pattern dot(".");
+  EXPECT_FALSE(dot.Matches("\r"));
+  EXPECT_FALSE(dot.Matches("\u2028"));
+  // The pattern's own UTF-8 is checked: a value past U+10FFFF is refused, not a dead end.
+  auto bad = CompileRegex("a\xF4\x90\x80\x80");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("invalid UTF-8"));
 }
 
 // Random patterns and texts over a small alphabet: full matches agree with std::regex
