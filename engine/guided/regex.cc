@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 namespace {
@@ -253,21 +254,20 @@ class Parser {
   // One UTF-8 character of the pattern, strictly (no overlong forms, surrogates or values past
   // U+10FFFF: a class of such a value would match nothing a text can hold).
   absl::StatusOr<uint32_t> CodePoint() {
-    const unsigned char c = static_cast<unsigned char>(p_[i_]);
-    int need = 0;
-    unsigned char low = 0x80, high = 0xBF;  // the first continuation byte's range
-    if (c >= 0xF0 && c <= 0xF4) need = 3, low = c == 0xF0 ? 0x90 : 0x80, high = c == 0xF4 ? 0x8F : 0xBF;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, low = c == 0xE0 ? 0xA0 : 0x80, high = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0x80) return Error("invalid UTF-8");
-    if (i_ + need >= p_.size() && need > 0) return Error("invalid UTF-8");
-    uint32_t cp = need == 0 ? c : c & (0x3F >> need);
-    for (int k = 1; k <= need; ++k) {
+    Utf8Lead lead;
+    if (!ReadUtf8Lead(static_cast<uint8_t>(p_[i_]), &lead) ||
+        i_ + lead.continuations >= p_.size() + (lead.continuations == 0 ? 1 : 0)) {
+      return Error("invalid UTF-8");
+    }
+    uint32_t cp = lead.bits;
+    for (int k = 1; k <= lead.continuations; ++k) {
       const unsigned char b = static_cast<unsigned char>(p_[i_ + k]);
-      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xBF)) return Error("invalid UTF-8");
+      if (b < (k == 1 ? lead.first_low : 0x80) || b > (k == 1 ? lead.first_high : 0xBF)) {
+        return Error("invalid UTF-8");
+      }
       cp = (cp << 6) | (b & 0x3F);
     }
-    i_ += need + 1;
+    i_ += lead.continuations + 1;
     return cp;
   }
 
@@ -615,21 +615,14 @@ bool RegexMatcher::ReadCodePoint(const State& state, uint32_t code_point, State*
 bool RegexMatcher::Advance(const State& state, uint8_t c, State* next) const {
   if (state.pending == 0) {
     if (c < 0x80) return ReadCodePoint(state, c, next);
-    uint8_t need = 0, low = 0x80, high = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, low = 0xA0;
-    else if (c == 0xED) need = 2, high = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, low = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) need = 3, high = 0x8F;
-    else return false;
+    Utf8Lead lead;
+    if (!ReadUtf8Lead(c, &lead)) return false;
     next->nfa = state.nfa;
-    next->pending = need;
-    next->floor = need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000;
-    next->code_point = c & (0x3F >> need);
-    next->next_low = low;
-    next->next_high = high;
+    next->pending = static_cast<uint8_t>(lead.continuations);
+    next->floor = lead.floor;
+    next->code_point = lead.bits;
+    next->next_low = lead.first_low;
+    next->next_high = lead.first_high;
     return CanStillMatch(*next);
   }
   if (c < state.next_low || c > state.next_high) return false;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 namespace {
@@ -181,19 +182,12 @@ bool RegexDfaMatcher::Advance(const State& state, uint8_t c, State* next) const 
       next->dfa = dfa_->Step(state.dfa, c);
       return next->dfa >= 0;
     }
-    uint8_t need = 0, low = 0x80, high = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, low = 0xA0;
-    else if (c == 0xED) need = 2, high = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, low = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) need = 3, high = 0x8F;
-    else return false;
-    next->pending = next->length = need;
-    next->bits = c & (0x3F >> need);
-    next->next_low = low;
-    next->next_high = high;
+    Utf8Lead lead;
+    if (!ReadUtf8Lead(c, &lead)) return false;
+    next->pending = next->length = static_cast<uint8_t>(lead.continuations);
+    next->bits = lead.bits;
+    next->next_low = lead.first_low;
+    next->next_high = lead.first_high;
   } else {
     if (c < state.next_low || c > state.next_high) return false;
     next->bits = (state.bits << 6) | (c & 0x3F);

@@ -128,4 +128,30 @@ std::string Utf8Lossy(absl::string_view bytes) {
   return out;
 }
 
+bool ReadUtf8Lead(uint8_t byte, Utf8Lead* lead) {
+  *lead = Utf8Lead();
+  if (byte < 0x80) {
+    lead->bits = byte;
+    return true;
+  }
+  if (byte >= 0xC2 && byte <= 0xDF) {
+    lead->continuations = 1;
+    lead->floor = 0x80;
+  } else if (byte >= 0xE0 && byte <= 0xEF) {
+    lead->continuations = 2;
+    lead->floor = 0x800;
+    if (byte == 0xE0) lead->first_low = 0xA0;
+    if (byte == 0xED) lead->first_high = 0x9F;  // no surrogates
+  } else if (byte >= 0xF0 && byte <= 0xF4) {
+    lead->continuations = 3;
+    lead->floor = 0x10000;
+    if (byte == 0xF0) lead->first_low = 0x90;
+    if (byte == 0xF4) lead->first_high = 0x8F;  // nothing above U+10FFFF
+  } else {
+    return false;
+  }
+  lead->bits = byte & (0x3F >> lead->continuations);
+  return true;
+}
+
 }  // namespace blossom

@@ -24,6 +24,20 @@ inline constexpr absl::string_view kUtf8Replacement = "\xEF\xBF\xBD";
 // when `bytes` is entirely well-formed.
 size_t FindInvalidUtf8(absl::string_view bytes);
 
+// What a UTF-8 lead byte starts, for byte-at-a-time readers (the grammar matchers of
+// engine/guided): how many continuation bytes follow (0 for ASCII), the range the first of them
+// must be in (the others are 0x80-0xBF; the range rules out overlong forms, surrogates and code
+// points above U+10FFFF), the lead byte's payload bits, and the least code point of that length.
+struct Utf8Lead {
+  int continuations = 0;
+  uint8_t first_low = 0x80;
+  uint8_t first_high = 0xBF;
+  uint32_t bits = 0;
+  uint32_t floor = 0;
+};
+// False for a byte that starts no character (0x80-0xC1, 0xF5-0xFF).
+bool ReadUtf8Lead(uint8_t byte, Utf8Lead* lead);
+
 // Decodes the code point starting at `bytes[pos]`, which the caller has validated. Sets *length
 // to its byte length (1..4).
 uint32_t DecodeUtf8At(absl::string_view bytes, size_t pos, size_t* length);

@@ -152,5 +152,26 @@ TEST(Utf8Test, FindInvalidUtf8RejectsOverlongSurrogatesAndOutOfRange) {
   EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0u);  // > U+10FFFF
 }
 
+// ReadUtf8Lead agrees with FindInvalidUtf8 on every two-byte prefix: a lead byte and a first
+// continuation byte are accepted together exactly when some valid character starts with them.
+TEST(Utf8LeadTest, AgreesWithTheValidator) {
+  for (int b0 = 0; b0 < 256; ++b0) {
+    Utf8Lead lead;
+    const bool starts = ReadUtf8Lead(static_cast<uint8_t>(b0), &lead);
+    if (b0 < 0x80) {
+      EXPECT_TRUE(starts);
+      EXPECT_EQ(lead.continuations, 0);
+      continue;
+    }
+    for (int b1 = 0x80; b1 < 0xC0; ++b1) {
+      std::string text = {static_cast<char>(b0), static_cast<char>(b1)};
+      text.append(starts ? lead.continuations - 1 : 0, '\x80');
+      const bool valid = FindInvalidUtf8(text) == absl::string_view::npos;
+      const bool ours = starts && b1 >= lead.first_low && b1 <= lead.first_high;
+      EXPECT_EQ(ours, valid) << std::hex << b0 << " " << b1;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace blossom
