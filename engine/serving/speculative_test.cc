@@ -2,9 +2,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "engine/guided/constraint_cache.h"
+#include "engine/guided/token_vocabulary.h"
 #include "engine/model/pretend_device_runner.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/engine_test_util.h"
@@ -183,6 +186,40 @@ TEST_F(SpeculativeTest, SameStreamsInABatch) {
   EXPECT_EQ(spec.generated, plain.generated);
   RecordProperty("drafts", std::to_string(spec.drafts));
   RecordProperty("accepted", std::to_string(spec.accepted));
+}
+
+// Structured output under speculation: drafts the constraint refuses are rejected at the
+// position they would enter, so the streams equal those without drafts and stay in the grammar.
+TEST_F(SpeculativeTest, ConstrainedRequestsGiveTheSameStreams) {
+  ConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
+  auto regex = cache.Regex("[a-z ]{1,30}\\.");
+  auto schema = cache.JsonSchema(
+      R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})");
+  ASSERT_TRUE(regex.ok() && schema.ok());
+  std::vector<EngineRequest> requests;
+  for (int32_t i = 0; i < 6; ++i) {
+    EngineRequest r;
+    r.prompt_tokens = Looping(i, 3 + i % 3, 12 + i);
+    r.stopping.max_new_tokens = 48;
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    r.sampling.seed = 50 + i;
+    r.sampling.constraint = i < 3 ? *regex : *schema;
+    requests.push_back(std::move(r));
+  }
+  StepCounter off_steps, on_steps;
+  const std::vector<Stream> off = Run(requests, 0, &off_steps);
+  const std::vector<Stream> on = Run(requests, 4, &on_steps);
+  ExpectSameStreams(off, on, requests);
+  for (size_t i = 0; i < on.size(); ++i) {
+    if (on[i].finish_reason != FinishReason::kEosToken) continue;
+    if (i < 3) {
+      EXPECT_TRUE(std::regex_match(on[i].text, std::regex("[a-z ]{1,30}\\."))) << on[i].text;
+    } else {
+      // Leading whitespace is JSON's; none may follow the value.
+      EXPECT_TRUE(std::regex_match(on[i].text, std::regex("\\s*\\{\\s*\"n\"\\s*:\\s*-?\\d+\\s*\\}")))
+          << on[i].text;
+    }
+  }
 }
 
 TEST_F(SpeculativeTest, OneAtATimeAndUnderPreemption) {
