@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "engine/guided/json_constraint.h"
+#include "engine/guided/regex_constraint.h"
 #include "engine/guided/token_vocabulary.h"
 
 ABSL_FLAG(int32_t, vocab, 250680, "tokens in the synthetic vocabulary");
@@ -67,25 +68,46 @@ int Run() {
       "required": ["name", "age"]})";
   // Output prefixes (as bytes; each one is tokenized into single-byte tokens, which the
   // synthetic vocabulary starts with) at the kinds of places a step can be.
-  const std::pair<const char*, const char*> states[] = {
-      {"start", ""},
-      {"after {", "{"},
-      {"inside a key", "{\"na"},
-      {"value position", "{\"name\": "},
-      {"inside a string", "{\"name\": \"Jo"},
-      {"inside an integer", "{\"name\": \"Jo\", \"age\": 4"},
-      {"after a value", "{\"name\": \"Jo\", \"age\": 42"},
-      {"inside an array", "{\"name\": \"Jo\", \"age\": 42, \"tags\": [\"a\", "},
+  struct Case {
+    const char* name;
+    const char* prefix;
+    const char* schema;  // null: `schema` above; "regex:" + pattern: a RegexConstraint
+  };
+  const Case states[] = {
+      {"start", "", nullptr},
+      {"after {", "{", nullptr},
+      {"inside a key", "{\"na", nullptr},
+      {"value position", "{\"name\": ", nullptr},
+      {"inside a string", "{\"name\": \"Jo", nullptr},
+      {"inside an integer", "{\"name\": \"Jo\", \"age\": 4", nullptr},
+      {"after a value", "{\"name\": \"Jo\", \"age\": 42", nullptr},
+      {"inside an array", "{\"name\": \"Jo\", \"age\": 42, \"tags\": [\"a\", ", nullptr},
+      {"in a date format", "{\"d\": \"2026-1", R"({"properties": {"d": {"format": "date"}}})"},
+      {"in a pattern", "{\"p\": \"ab", R"({"properties": {"p": {"pattern": "^[a-z]+-\\d+$"}}})"},
+      {"regex, in a class", "The cache", "regex:[A-Za-z ]{1,200}\\."},
   };
   std::printf("%-20s %12s %12s %10s\n", "state", "miss ms", "hit us", "allowed");
-  for (const auto& [name, prefix] : states) {
+  auto make = [&](const Case& c) -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
+    const std::string text = c.schema == nullptr ? schema : c.schema;
+    if (text.rfind("regex:", 0) == 0) {
+      auto r = RegexConstraint::Create(text.substr(6), vocabulary);
+      if (!r.ok()) return r.status();
+      return std::shared_ptr<const TokenConstraint>(*r);
+    }
+    auto j = JsonSchemaConstraint::Create(text, {}, vocabulary);
+    if (!j.ok()) return j.status();
+    return std::shared_ptr<const TokenConstraint>(*j);
+  };
+  for (const Case& c : states) {
+    const char* name = c.name;
+    const char* prefix = c.prefix;
     std::vector<int32_t> output;
     for (const char* p = prefix; *p != '\0'; ++p) output.push_back(static_cast<unsigned char>(*p));
     std::vector<double> misses;
     size_t allowed = 0;
     for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
       // A fresh constraint has an empty cache: every call is a miss.
-      auto constraint = JsonSchemaConstraint::Create(schema, {}, vocabulary);
+      auto constraint = make(c);
       if (!constraint.ok()) {
         std::fprintf(stderr, "%s\n", constraint.status().ToString().c_str());
         return 1;
@@ -100,7 +122,7 @@ int Run() {
       allowed = 0;
       for (uint64_t word : **mask) allowed += __builtin_popcountll(word);
     }
-    auto constraint = *JsonSchemaConstraint::Create(schema, {}, vocabulary);
+    auto constraint = *make(c);
     (void)constraint->AllowedTokens(output, -1);
     const int hits = 200;
     const auto start = std::chrono::steady_clock::now();
