@@ -153,6 +153,10 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
     } else if (*role == "user") {
       absl::StrAppend(&turns, chat_template.user_prefix, text, chat_template.user_suffix);
     } else if (*role == "tool") {
+      absl::optional<std::string> call_id;
+      if (!GetString(m, "tool_call_id", &call_id).ok() || !call_id) {
+        return FieldError(where + ".tool_call_id", "is required for a tool message");
+      }
       absl::StrAppend(&turns, chat_template.tool_prefix, text, chat_template.tool_suffix);
     } else if (options.continue_final_message && i + 1 == messages.size()) {
       absl::StrAppend(&turns, chat_template.assistant_prefix, text);  // left open

@@ -49,7 +49,8 @@ TEST(ChatTemplateTest, ToolsCallsAndResults) {
   auto bad = RenderChatPrompt(Messages(R"([{"role": "assistant", "tool_calls": [{"function": {}}]}])"),
                               ChatTemplate());
   EXPECT_EQ(ParamOf(bad.status()), "messages[0].tool_calls[0].function.name");
-  auto no_content = RenderChatPrompt(Messages(R"([{"role": "tool"}])"), ChatTemplate());
+  auto no_content =
+      RenderChatPrompt(Messages(R"([{"role": "tool", "tool_call_id": "c"}])"), ChatTemplate());
   EXPECT_EQ(ParamOf(no_content.status()), "messages[0].content");
 }
 

@@ -360,6 +360,10 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
                         "a function call cannot be combined with response_format, guided_json, "
                         "guided_regex, guided_choice or structured_outputs");
     }
+    if (out.request.stopping().ignore_eos() || out.request.stopping().min_new_tokens() > 0) {
+      return FieldError("tool_choice",
+                        "a function call ends with EOS once whole: not with ignore_eos or min_tokens");
+    }
     sampling->set_json_schema(tools.schema);
     out.tool_choice = tools.choice;
   }

@@ -6,8 +6,10 @@
 // - Several prompts (a list of strings or of token-id lists) and n > 1 give one choice each
 //   (at most 128 choices; best_of must equal n); streamed, their chunks interleave, each with
 //   its choice's index, and [DONE] follows the last choice's end.
-// - Unsupported features are a 400 naming the field: best_of != n, suffix, tools, non-text content parts, response_format other than text, beam
-//   search, truncate_prompt_tokens with echo, prompt_logprobs -1 (the whole vocabulary).
+// - Unsupported features are a 400 naming the field: best_of != n, suffix, tool_choice "auto"
+//   (tool_calls.h), non-text content parts, beam search, truncate_prompt_tokens with echo,
+//   prompt_logprobs -1 (the whole vocabulary). Structured output (response_format, guided_*,
+//   structured_outputs) is structured_outputs.h's; function calling tool_calls.h's.
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
 //   completion; with logprobs the prompt tokens come first in every logprobs list, the first
 //   one's token_logprobs and top_logprobs null (OpenAI, vLLM; what lm-evaluation-harness scores).

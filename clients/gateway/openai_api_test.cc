@@ -122,6 +122,11 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
       {true, "{" + kChat + R"(,"tools":[{"type":"function","function":{"name":"f"}}],)"
                            R"("tool_choice":"required","guided_json":{}})",
        "cannot be combined", "tool_choice"},
+      {true, "{" + kChat + R"(,"tools":[{"type":"function","function":{"name":"f"}}],)"
+                           R"("tool_choice":"required","min_tokens":3})",
+       "not with ignore_eos or min_tokens", "tool_choice"},
+      {true, R"({"messages":[{"role":"tool","content":"42"}]})", "is required for a tool message",
+       "messages[0].tool_call_id"},
       {true, "{" + kChat + R"(,"response_format":{"type":"xml"}})", "must be \"text\"",
        "response_format.type"},
       {true, "{" + kChat + R"(,"n":0})", "at least 1", "n"},
@@ -408,7 +413,8 @@ TEST(OpenAIApiTest, NamedToolChoiceIsAnsweredAsToolCalls) {
   const Json& first = body["choices"][0];
   EXPECT_TRUE(first["message"]["content"].is_null());
   EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  // A named call's arguments are the text as generated.
+  EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["arguments"], R"({"city": "Paris"})");
   EXPECT_EQ(first["finish_reason"], "stop");
   EXPECT_EQ(body["choices"][1]["message"]["content"], R"({"city": "Pa)");
   EXPECT_FALSE(body["choices"][1]["message"].contains("tool_calls"));

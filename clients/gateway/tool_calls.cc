@@ -1,5 +1,6 @@
 #include "clients/gateway/tool_calls.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,8 @@ namespace {
 using Ordered = nlohmann::ordered_json;
 
 constexpr size_t kMaxFunctionName = 64;
+// The server's limit on a json_schema (engine/guided/json_grammar.h).
+constexpr size_t kMaxToolSchemaBytes = 64 * 1024;
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > kMaxFunctionName) return false;
@@ -27,29 +30,54 @@ std::string Compact(const Ordered& value) {
 }
 
 // Rewrites a tool's local references ("#", "#/$defs/x", "#/definitions/x") to `prefix` names
-// in the combined schema's $defs, so that several tools' parameters can sit in one schema.
-void Relocate(Ordered& value, const std::string& prefix) {
+// in the combined schema's $defs ("<prefix>", "<prefix>_defs_x", "<prefix>_definitions_x"), so
+// that several tools' parameters can sit in one schema. Values that are data, not schemas
+// (const, enum, default, examples), are left alone. Returns whether a "#" was rewritten (the
+// tool's root is then needed under $defs).
+bool Relocate(Ordered& value, const std::string& prefix) {
+  bool root = false;
   if (value.is_object()) {
     for (auto& [key, inner] : value.items()) {
+      if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
       if (key == "$ref" && inner.is_string()) {
         const std::string ref = inner.get<std::string>();
         if (ref == "#") {
           inner = absl::StrCat("#/$defs/", prefix);
-        } else {
-          for (const char* section : {"#/$defs/", "#/definitions/"}) {
-            const std::string s = section;
-            if (ref.compare(0, s.size(), s) == 0) {
-              inner = absl::StrCat("#/$defs/", prefix, "_", ref.substr(s.size()));
-            }
+          root = true;
+        }
+        for (const char* section : {"$defs", "definitions"}) {
+          const std::string s = absl::StrCat("#/", section, "/");
+          if (ref.compare(0, s.size(), s) == 0) {
+            inner = absl::StrCat("#/$defs/", prefix, "_", section[0] == '$' ? "defs" : section,
+                                 "_", ref.substr(s.size()));
           }
         }
       } else {
-        Relocate(inner, prefix);
+        root |= Relocate(inner, prefix);
       }
     }
   } else if (value.is_array()) {
-    for (Ordered& inner : value) Relocate(inner, prefix);
+    for (Ordered& inner : value) root |= Relocate(inner, prefix);
   }
+  return root;
+}
+
+// OpenAI's arguments are an object: parameters left empty are one with any properties (as
+// vLLM reads them), and a schema typed as something else is refused.
+absl::StatusOr<Ordered> ObjectParameters(const Ordered& spec, const std::string& where) {
+  if (!spec.contains("parameters") || spec["parameters"].is_null()) {
+    // No parameters: a call with none, as OpenAI reads an omitted schema.
+    return Ordered{{"type", "object"}, {"additionalProperties", false}};
+  }
+  const Ordered& p = spec["parameters"];
+  if (p.empty()) return Ordered{{"type", "object"}};
+  if (p.contains("type")) {
+    const Ordered& type = p["type"];
+    const bool object = type == "object" ||
+                        (type.is_array() && std::find(type.begin(), type.end(), "object") != type.end());
+    if (!object) return FieldError(where + ".function.parameters", "must describe an object");
+  }
+  return p;
 }
 
 }  // namespace
@@ -105,10 +133,9 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     }
     const Ordered& spec = ordered["tools"][i]["function"];
     specs.push_back(spec);
-    // No parameters: a call with none, as OpenAI reads an omitted schema.
-    parameters.push_back(spec.contains("parameters") && !spec["parameters"].is_null()
-                             ? spec["parameters"]
-                             : Ordered{{"type", "object"}, {"additionalProperties", false}});
+    absl::StatusOr<Ordered> p = ObjectParameters(spec, where);
+    if (!p.ok()) return p.status();
+    parameters.push_back(*std::move(p));
   }
   if (choice.is_null() || choice == "auto") {
     return FieldError("tool_choice",
@@ -126,17 +153,19 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     for (size_t i = 0; i < names.size(); ++i) {
       const std::string prefix = absl::StrCat("tool", i);
       Ordered p = parameters[i];
+      bool root = false;
       for (const char* section : {"$defs", "definitions"}) {
         if (!p.is_object() || !p.contains(section) || !p[section].is_object()) continue;
         for (auto& [key, def] : p[section].items()) {
           Ordered moved = def;
-          Relocate(moved, prefix);
-          defs[absl::StrCat(prefix, "_", key)] = std::move(moved);
+          root |= Relocate(moved, prefix);
+          defs[absl::StrCat(prefix, "_", section[0] == '$' ? "defs" : section, "_", key)] =
+              std::move(moved);
         }
         p.erase(section);
       }
-      Relocate(p, prefix);
-      defs[prefix] = p;  // for "#" inside it
+      root |= Relocate(p, prefix);
+      if (root) defs[prefix] = p;  // what "#" inside it referred to
       alternatives.push_back(Ordered{
           {"type", "object"},
           {"properties", Ordered{{"name", Ordered{{"const", names[i]}}}, {"parameters", p}}},
@@ -145,6 +174,10 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     Ordered schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", alternatives}}}};
     if (!defs.empty()) schema["$defs"] = std::move(defs);
     out.schema = Compact(schema);
+    if (out.schema.size() > kMaxToolSchemaBytes) {
+      return FieldError("tools", absl::StrCat("the tools' parameters make a schema of more than ",
+                                              kMaxToolSchemaBytes, " bytes for \"required\""));
+    }
   } else {
     if (!choice.is_object() || choice.value("type", Json()) != "function" ||
         !choice.contains("function") || !choice["function"].is_object() ||
@@ -164,6 +197,10 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     out.choice.mode = ToolChoice::Mode::kNamed;
     out.choice.function = wanted;
     out.schema = Compact(parameters[index]);
+    if (out.schema.size() > kMaxToolSchemaBytes) {
+      return FieldError(absl::StrCat("tools[", index, "].function.parameters"),
+                        absl::StrCat("more than ", kMaxToolSchemaBytes, " bytes"));
+    }
   }
   for (const Ordered& spec : specs) out.rendered.push_back(Compact(spec));
   return out;
@@ -175,7 +212,9 @@ absl::optional<Json> ToolCallsJson(const ToolChoice& choice, absl::string_view t
   if (parsed.is_discarded()) return absl::nullopt;
   std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
   if (choice.mode == ToolChoice::Mode::kNamed) {
-    calls.emplace_back(choice.function, Compact(parsed));
+    // The text as generated (as vLLM returns it, and as it streams): re-serializing would
+    // rewrite its numbers and spacing.
+    calls.emplace_back(choice.function, std::string(text));
   } else if (choice.mode == ToolChoice::Mode::kRequired) {
     if (!parsed.is_array()) return absl::nullopt;
     for (const Ordered& call : parsed) {

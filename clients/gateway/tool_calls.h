@@ -42,7 +42,8 @@ struct ParsedTools {
 absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_body);
 
 // The message's tool_calls for a choice's generated `text` ([{"id", "type": "function",
-// "function": {"name", "arguments"}}], arguments as JSON text in the generated key order), or
+// "function": {"name", "arguments"}}]; a named call's arguments are the text as generated, a
+// required list's each call's parameters as compact JSON in the generated key order), or
 // nullopt when `text` is not a whole call (the output was cut short). Ids are
 // "call_<id_prefix>_<k>".
 absl::optional<Json> ToolCallsJson(const ToolChoice& choice, absl::string_view text,

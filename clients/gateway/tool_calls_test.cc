@@ -48,8 +48,42 @@ TEST(ToolCallsTest, RequiredChoiceIsAListOfCallsWithTheToolsDefsMoved) {
   EXPECT_EQ(schema["minItems"], 1);
   EXPECT_EQ(schema["items"]["anyOf"].size(), 2u);
   EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["name"]["const"], "tree");
-  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"]["$ref"], "#/$defs/tool1_N");
-  EXPECT_EQ(schema["$defs"]["tool1_N"]["properties"]["kids"]["items"]["$ref"], "#/$defs/tool1_N");
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"]["$ref"],
+            "#/$defs/tool1_defs_N");
+  EXPECT_EQ(schema["$defs"]["tool1_defs_N"]["properties"]["kids"]["items"]["$ref"],
+            "#/$defs/tool1_defs_N");
+  // Only what "#" named is copied; the weather tool's parameters are not duplicated.
+  EXPECT_FALSE(schema["$defs"].contains("tool0"));
+  EXPECT_FALSE(schema["$defs"].contains("tool1"));
+}
+
+TEST(ToolCallsTest, RequiredKeepsSectionsApartAndDataUntouched) {
+  const std::string tool = R"({"type": "function", "function": {"name": "t", "parameters": {
+      "type": "object", "$defs": {"T": {"type": "string"}}, "definitions": {"T": {"type": "integer"}},
+      "properties": {"a": {"$ref": "#/$defs/T"}, "b": {"$ref": "#/definitions/T"},
+      "c": {"const": {"$ref": "#"}}, "d": {"$ref": "#"}}}}})";
+  auto parsed = Parse(std::string(R"({"tools": [)") + tool + R"(], "tool_choice": "required"})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const Json schema = Json::parse(parsed->schema);
+  const Json& p = schema["items"]["anyOf"][0]["properties"]["parameters"]["properties"];
+  EXPECT_EQ(p["a"]["$ref"], "#/$defs/tool0_defs_T");
+  EXPECT_EQ(p["b"]["$ref"], "#/$defs/tool0_definitions_T");
+  EXPECT_EQ(p["c"]["const"]["$ref"], "#") << "a const is data";
+  EXPECT_EQ(p["d"]["$ref"], "#/$defs/tool0");
+  EXPECT_EQ(schema["$defs"]["tool0_defs_T"]["type"], "string");
+  EXPECT_EQ(schema["$defs"]["tool0_definitions_T"]["type"], "integer");
+  EXPECT_TRUE(schema["$defs"].contains("tool0"));
+}
+
+TEST(ToolCallsTest, ArgumentsAreAlwaysAnObject) {
+  auto empty = Parse(R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                         "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->schema, R"({"type":"object"})");
+  auto text = Parse(R"({"tools": [{"type": "function", "function": {"name": "f",
+                        "parameters": {"type": "string"}}}], "tool_choice": "required"})");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(ParamOf(text.status()), "tools[0].function.parameters");
 }
 
 TEST(ToolCallsTest, Refusals) {
@@ -92,7 +126,8 @@ TEST(ToolCallsTest, CallsFromTheGeneratedText) {
   EXPECT_EQ((*calls)[0]["id"], "call_7-0_0");
   EXPECT_EQ((*calls)[0]["type"], "function");
   EXPECT_EQ((*calls)[0]["function"]["name"], "get_weather");
-  EXPECT_EQ((*calls)[0]["function"]["arguments"], R"({"city":"Paris","unit":"c"})");
+  EXPECT_EQ((*calls)[0]["function"]["arguments"], R"({"city": "Paris", "unit": "c"})")
+      << "as generated";
   EXPECT_FALSE(ToolCallsJson(named, R"({"city": "Par)", "7").has_value()) << "cut short";
   ToolChoice required{ToolChoice::Mode::kRequired, ""};
   calls = ToolCallsJson(required, R"([{"name": "now", "parameters": {}}, {"name": "get_weather",
