@@ -10,7 +10,9 @@
 #include "engine/sampling/cuda_batch_sampler.h"
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -27,6 +29,21 @@ struct Request {
   std::vector<int32_t> prompt{3, 17, 17, 250};
   std::vector<int32_t> output{9, 9, 1000};
   std::vector<int32_t> suppressed;
+};
+
+// A structured-output constraint for the tests: only these tokens, whatever the output.
+class OnlyTokens : public TokenConstraint {
+ public:
+  explicit OnlyTokens(std::vector<int32_t> tokens) : tokens_(std::move(tokens)) {}
+  absl::StatusOr<std::shared_ptr<const TokenBitmask>> AllowedTokens(
+      absl::Span<const int32_t>, int32_t) const override {
+    auto mask = std::make_shared<TokenBitmask>(64, 0);
+    for (int32_t t : tokens_) (*mask)[t / 64] |= uint64_t{1} << (t % 64);
+    return mask;
+  }
+
+ private:
+  std::vector<int32_t> tokens_;
 };
 
 class CudaBatchSamplerTest : public ::testing::Test {
@@ -149,7 +166,7 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
 }
 
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
-  std::vector<Request> requests(8);
+  std::vector<Request> requests(9);
   requests[0].params.logprobs = 5;
   requests[1].params.typical_p = 0.8f;
   requests[2].params.min_p = 0.1f;
@@ -158,6 +175,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   requests[5].params.bad_words_token_ids = {{7}, {1, 2}};
   requests[6].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
   requests[7].params.choice_token_ids = {{21, 22}, {23}};
+  requests[8].params.constraint = std::make_shared<OnlyTokens>(std::vector<int32_t>{30, 31});
   for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
   for (const Request& r : requests) {
     SampleRow row;
@@ -166,7 +184,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
     EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
   }
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
-  SampleOnBoth(RandomLogits(8, 12), requests, {7, 6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
+  SampleOnBoth(RandomLogits(9, 12), requests, {8, 7, 6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
@@ -178,13 +196,14 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
       EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
     }
   }
-  EXPECT_EQ(sampler_->host_rows(), 8);
+  EXPECT_EQ(sampler_->host_rows(), 9);
   EXPECT_EQ(sampler_->device_rows(), 0);
   // The masks and the bias took effect on the rows copied from the device.
   EXPECT_TRUE(gpu[4]->token == 3 || gpu[4]->token == 99 || gpu[4]->token == 4000) << gpu[4]->token;
   EXPECT_NE(gpu[5]->token, 7);
   EXPECT_EQ(gpu[6]->token, 12) << "+30 on logits of standard deviation 4";
   EXPECT_TRUE(gpu[7]->token == 21 || gpu[7]->token == 23) << gpu[7]->token;
+  EXPECT_TRUE(gpu[8]->token == 30 || gpu[8]->token == 31) << gpu[8]->token;
 }
 
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {
