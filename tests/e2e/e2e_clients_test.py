@@ -406,6 +406,25 @@ class StructuredOutputTest(unittest.TestCase):
             self.assertEqual(choice.finish_reason, "stop", choice.message.content)
             self.assertPerson(choice.message.content)
 
+    def test_openai_sdk_parse_with_a_pydantic_model(self):
+        """The SDK's structured-output helper: a Pydantic model as response_format (its strict
+        JSON Schema), parsed back into the model."""
+        import pydantic
+        from typing import Literal
+
+        class Member(pydantic.BaseModel):
+            name: str = pydantic.Field(max_length=8)
+            age: int
+            role: Literal["admin", "user"]
+
+        r = self.client.beta.chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "Who?"}], max_tokens=400,
+            temperature=0.8, seed=11, response_format=Member)
+        member = r.choices[0].message.parsed
+        self.assertIsInstance(member, Member)
+        self.assertLessEqual(len(member.name), 8)
+        self.assertIn(member.role, ["admin", "user"])
+
     def test_json_object_and_a_streamed_guided_json(self):
         r = self.client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "Anything"}], max_tokens=200,
