@@ -107,9 +107,11 @@ class Gateway {
   // One unary Generate of `grpc_request`: a client that goes away cancels it; `respond` makes
   // the HTTP response from the answer (a failure: an error in `flavor`'s shape). Ends the HTTP
   // request's in-flight accounting (AddInFlight(-1), CallFinished) when it is answered.
+  // `refine_error` (optional) rewrites a refusal before it is answered (the client's field names).
   void UnaryGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                      ApiFlavor flavor, const blossom::v1::GenerateRequest& grpc_request,
-                     std::function<http::Response(const blossom::v1::GenerateResponse&)> respond);
+                     std::function<http::Response(const blossom::v1::GenerateResponse&)> respond,
+                     std::function<absl::Status(absl::Status)> refine_error = nullptr);
   // Several choices (prompts x n): one Generate each, all in flight together; the response
   // (choices in order, usage summed) when the last answers. The first failure cancels the
   // others and is the answer; a client that goes away cancels them all.
@@ -129,6 +131,8 @@ class Gateway {
     std::function<std::string()> preamble;
     std::function<std::string(int choice, const blossom::v1::GenerateStreamResponse&)> encode;
     std::function<std::string(int http_status, absl::string_view message)> encode_error;
+    // Optional: rewrites a refusal before it is answered (the client's field names).
+    std::function<absl::Status(absl::Status)> refine_error;
   };
   void StreamAsSse(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                    ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,

@@ -37,7 +37,8 @@ const std::vector<std::pair<std::string, std::string>>& SseHeaders() {
 void Gateway::UnaryGenerate(
     const http::Request& request, std::shared_ptr<ResponseWriter> writer, ApiFlavor flavor,
     const blossom::v1::GenerateRequest& grpc_request,
-    std::function<Response(const blossom::v1::GenerateResponse&)> respond) {
+    std::function<Response(const blossom::v1::GenerateResponse&)> respond,
+    std::function<absl::Status(absl::Status)> refine_error) {
   using Call = UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>;
   auto call = std::make_shared<Call>();
   call->request = grpc_request;
@@ -51,9 +52,11 @@ void Gateway::UnaryGenerate(
   });
   stub_->async()->Generate(
       &call->context, &call->request, &call->response,
-      [this, call, writer, flavor, respond = std::move(respond)](grpc::Status status) {
-        writer->Send(status.ok() ? respond(call->response)
-                                 : ErrorResponse(flavor, FromGrpcStatus(status)));
+      [this, call, writer, flavor, respond = std::move(respond),
+       refine_error = std::move(refine_error)](grpc::Status status) {
+        absl::Status failure = FromGrpcStatus(status);
+        if (refine_error) failure = refine_error(std::move(failure));
+        writer->Send(status.ok() ? respond(call->response) : ErrorResponse(flavor, failure));
         metrics_.AddInFlight(-1);
         CallFinished();
       });
@@ -101,7 +104,8 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     UnaryGenerate(request, writer, flavor, req->request,
                   [req, id, created](const blossom::v1::GenerateResponse& response) {
                     return JsonResponse(200, openai::CompletionResponse(*req, response, id, created));
-                  });
+                  },
+                  [req](absl::Status s) { return openai::NameConstraintField(*req, std::move(s)); });
     return;
   }
 
@@ -117,6 +121,9 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
                },
                [encoder](int status, absl::string_view message) {
                  return encoder->Error(status, message);
+               },
+               [parsed_request](absl::Status s) {
+                 return openai::NameConstraintField(*parsed_request, std::move(s));
                }});
 }
 
@@ -165,7 +172,8 @@ void Gateway::HandleCompletionBatch(const http::Request& request,
           }
           if (!last) return;
           if (!batch->failure.ok()) {
-            writer->Send(ErrorResponse(flavor, FromGrpcStatus(batch->failure)));
+            writer->Send(ErrorResponse(
+                flavor, openai::NameConstraintField(*req, FromGrpcStatus(batch->failure))));
           } else {
             std::vector<blossom::v1::GenerateResponse> responses;
             responses.reserve(batch->calls.size());
@@ -277,6 +285,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
         if (!status.ok() && !shared->ended) {
           shared->ended = failed_now = true;
           absl::Status s = FromGrpcStatus(status);
+          if (shared->encoder.refine_error) s = shared->encoder.refine_error(std::move(s));
           if (!shared->started) {
             shared->started = true;
             writer->Send(ErrorResponse(flavor, s));

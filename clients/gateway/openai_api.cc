@@ -5,11 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/structured_outputs.h"
 #include "kernels/status_macros.h"
+#include "server/status_details.h"
 
 namespace blossom::gateway::openai {
 namespace {
@@ -173,7 +175,7 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
   BLOSSOM_RETURN_IF_ERROR(GetStringList(body, "bad_words", kMaxBadWords, &bad_words));
   for (std::string& word : bad_words) sampling->add_bad_words(std::move(word));
   BLOSSOM_RETURN_IF_ERROR(ParseLogitBias(body, sampling));
-  BLOSSOM_RETURN_IF_ERROR(ParseStructuredOutputs(body, raw_body, sampling));
+  BLOSSOM_RETURN_IF_ERROR(ParseStructuredOutputs(body, raw_body, sampling, &out->constraint_param));
 
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
@@ -366,6 +368,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
     }
     sampling->set_json_schema(tools.schema);
     out.tool_choice = tools.choice;
+    out.constraint_param = tools.param;
   }
   absl::optional<bool> logprobs;
   absl::optional<int64_t> top_logprobs;
@@ -386,6 +389,21 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   // for them (a prompt-logprob prefill bypasses the prefix cache).
   for (size_t k = 1; k < out.batch.size(); ++k) out.batch[k].mutable_sampling()->clear_prompt_logprobs();
   return out;
+}
+
+absl::Status NameConstraintField(const CompletionRequest& request, absl::Status status) {
+  const StatusDetails details = DetailsOf(status);
+  if (request.constraint_param.empty() ||
+      (details.field != "sampling.json_schema" && details.field != "sampling.regex")) {
+    return status;
+  }
+  std::string message(status.message());
+  if (absl::StartsWith(message, details.field + ": ")) {
+    message = absl::StrCat(request.constraint_param, message.substr(details.field.size()));
+  }
+  absl::Status renamed(status.code(), message);
+  renamed = WithFieldViolation(std::move(renamed), request.constraint_param, message);
+  return details.reason.empty() ? renamed : WithReason(std::move(renamed), details.reason);
 }
 
 }  // namespace blossom::gateway::openai

@@ -76,7 +76,14 @@ struct CompletionRequest {
   std::vector<blossom::v1::GenerateRequest> batch;
   // chat: a named or required tool_choice (tool_calls.h): the output is answered as tool_calls.
   ToolChoice tool_choice;
+  // The client's field that gave sampling.json_schema or sampling.regex (response_format,
+  // guided_json, structured_outputs.json, tools[i].function.parameters, ...), or "".
+  std::string constraint_param;
 };
+
+// A server refusal of the request's schema or pattern (its field sampling.json_schema or
+// sampling.regex) renamed to the client's own field; any other status unchanged.
+absl::Status NameConstraintField(const CompletionRequest& request, absl::Status status);
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
 absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,

@@ -8,6 +8,7 @@
 #include "clients/gateway/api_errors.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "server/status_details.h"
 
 namespace blossom::gateway::openai {
 namespace {
@@ -419,6 +420,45 @@ TEST(OpenAIApiTest, NamedToolChoiceIsAnsweredAsToolCalls) {
   EXPECT_EQ(body["choices"][1]["message"]["content"], R"({"city": "Pa)");
   EXPECT_FALSE(body["choices"][1]["message"].contains("tool_calls"));
   EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+}
+
+// The server's refusal of a schema names the field the client wrote it in.
+TEST(OpenAIApiTest, SchemaRefusalsNameTheClientsField) {
+  const absl::Status refusal = WithReason(
+      WithFieldViolation(absl::InvalidArgumentError(
+                             "sampling.json_schema: json schema at /: 'minimum' is not supported"),
+                         "sampling.json_schema",
+                         "sampling.json_schema: json schema at /: 'minimum' is not supported"),
+      "INVALID_SAMPLING_PARAMS");
+  struct Case {
+    std::string body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":)"
+       R"({"name":"a"}},{"type":"function","function":{"name":"b","parameters":{"type":"object"}}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"b"}}})",
+       "tools[1].function.parameters"},
+      {R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"json":{}}})",
+       "structured_outputs.json"},
+      {R"({"messages":[{"role":"user","content":"x"}],"guided_json":{}})", "guided_json"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+       "response_format"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseChatRequest(c.body);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const absl::Status named = NameConstraintField(*r, refusal);
+    EXPECT_EQ(named.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ParamOf(named), c.param) << c.body;
+    EXPECT_EQ(named.message(),
+              absl::StrCat(c.param, ": json schema at /: 'minimum' is not supported"));
+    EXPECT_EQ(DetailsOf(named).reason, "INVALID_SAMPLING_PARAMS");
+  }
+  // Another field's refusal is left as it is.
+  auto plain = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"guided_json":{}})");
+  const absl::Status other = WithFieldViolation(absl::InvalidArgumentError("top_p"), "sampling.top_p", "x");
+  EXPECT_EQ(ParamOf(NameConstraintField(*plain, other)), "sampling.top_p");
 }
 
 // Structured output reaches the server as sampling.json_schema, from either endpoint.

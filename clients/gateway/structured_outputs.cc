@@ -91,6 +91,7 @@ class Collector {
     constraint_ = std::move(c);
     return absl::OkStatus();
   }
+  const std::string& field() const { return constraint_.field; }
   void Fill(bool compact, blossom::v1::SamplingParameters* sampling) const {
     for (const std::string& choice : constraint_.choices) sampling->add_guided_choice(choice);
     if (!constraint_.schema.empty()) {
@@ -200,7 +201,7 @@ absl::Status ParseResponseFormat(const Json& format, absl::string_view body,
 }  // namespace
 
 absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body,
-                                    blossom::v1::SamplingParameters* sampling) {
+                                    blossom::v1::SamplingParameters* sampling, std::string* param) {
   Collector collector;
   bool compact = false;
   for (const char* field : {"guided_grammar", "guided_whitespace_pattern"}) {
@@ -237,6 +238,7 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
     if (absl::Status s = ParseResponseFormat(*it, raw_body, collector); !s.ok()) return s;
   }
   collector.Fill(compact, sampling);
+  if (param != nullptr) *param = collector.field();
   return absl::OkStatus();
 }
 

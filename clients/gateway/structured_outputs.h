@@ -27,8 +27,10 @@ inline constexpr size_t kMaxRegexBytes = 16 * 1024;
 // The OpenAI/vLLM fields of a completions or chat body. `raw_body` is the text `body` was
 // parsed from: a schema given as an object is passed on with its keys in their order there (Json
 // sorts them, and the output follows a schema's property order).
+// `param` (optional) gets the client's field that gave the constraint ("" for none).
 absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body,
-                                    blossom::v1::SamplingParameters* sampling);
+                                    blossom::v1::SamplingParameters* sampling,
+                                    std::string* param = nullptr);
 
 // TGI's parameters.grammar (errors name "parameters.grammar"); `raw_body` as above.
 absl::Status ParseTgiGrammar(const Json& parameters, absl::string_view raw_body,

@@ -174,6 +174,7 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     Ordered schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", alternatives}}}};
     if (!defs.empty()) schema["$defs"] = std::move(defs);
     out.schema = Compact(schema);
+    out.param = "tools";
     if (out.schema.size() > kMaxToolSchemaBytes) {
       return FieldError("tools", absl::StrCat("the tools' parameters make a schema of more than ",
                                               kMaxToolSchemaBytes, " bytes for \"required\""));
@@ -197,6 +198,7 @@ absl::StatusOr<ParsedTools> ParseTools(const Json& body, absl::string_view raw_b
     out.choice.mode = ToolChoice::Mode::kNamed;
     out.choice.function = wanted;
     out.schema = Compact(parameters[index]);
+    out.param = absl::StrCat("tools[", index, "].function.parameters");
     if (out.schema.size() > kMaxToolSchemaBytes) {
       return FieldError(absl::StrCat("tools[", index, "].function.parameters"),
                         absl::StrCat("more than ", kMaxToolSchemaBytes, " bytes"));

@@ -33,8 +33,10 @@ struct ParsedTools {
   // Each tool's function spec ({"name", "description", "parameters"}) as compact JSON in the
   // body's key order, for the prompt; empty with tool_choice "none".
   std::vector<std::string> rendered;
-  // The JSON Schema the output follows (kNamed, kRequired), or empty.
+  // The JSON Schema the output follows (kNamed, kRequired), or empty, and the client's field it
+  // came from (tools[i].function.parameters, or tools for "required").
   std::string schema;
+  std::string param;
 };
 
 // `tools` and `tool_choice` of a chat body (`raw_body` is its text: schemas keep their key

@@ -520,6 +520,15 @@ class StructuredOutputTest(unittest.TestCase):
         self.assertEqual(name, "get_weather")
         self.assertEqual(json.loads(pieces), arguments)  # the same seed, the same call
         self.assertEqual(finish, "stop")
+        # A parameter schema the server cannot enforce: the 400 names the tool's parameters.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=4, tools=[weather, {
+                    "type": "function", "function": {"name": "count", "parameters": {
+                        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}],
+                tool_choice={"type": "function", "function": {"name": "count"}})
+        self.assertEqual(cm.exception.param, "tools[1].function.parameters")
+        self.assertIn("'minimum' is not supported", cm.exception.message)
         # tool_choice "auto" (the default with tools) is a 400 naming it.
         with self.assertRaises(openai.BadRequestError) as cm:
             self.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
