@@ -32,7 +32,7 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Get(
     std::string key, const Compile& compile) {
   std::shared_ptr<const TokenVocabulary> vocabulary;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto it = recent_.begin(); it != recent_.end(); ++it) {
       if (it->first == key) {
         recent_.splice(recent_.begin(), recent_, it);
@@ -45,7 +45,7 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Get(
   // Compiled outside the lock: a large schema does not hold up requests with warm ones.
   absl::StatusOr<std::shared_ptr<const TokenConstraint>> constraint = compile(vocabulary);
   if (!constraint.ok()) return constraint.status();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   recent_.emplace_front(std::move(key), *constraint);
   if (recent_.size() > capacity_) recent_.pop_back();
   return *constraint;

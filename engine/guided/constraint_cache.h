@@ -6,13 +6,13 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/guided/json_grammar.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/sampling/token_constraint.h"
@@ -40,7 +40,7 @@ class ConstraintCache {
 
   std::function<std::shared_ptr<const TokenVocabulary>()> make_vocabulary_;
   const size_t capacity_;
-  absl::Mutex mu_;
+  std::mutex mu_;  // std::mutex, not absl::Mutex: TSan sees it (server/metrics/metrics.h)
   std::shared_ptr<const TokenVocabulary> vocabulary_ ABSL_GUARDED_BY(mu_);
   // Most recent first, by kind, options and text.
   std::list<std::pair<std::string, std::shared_ptr<const TokenConstraint>>> recent_

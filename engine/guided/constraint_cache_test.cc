@@ -1,5 +1,10 @@
 #include "engine/guided/constraint_cache.h"
 
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "engine/guided/fixture_vocabulary.h"
 #include "gtest/gtest.h"
 
@@ -34,6 +39,52 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
   EXPECT_EQ(cache.JsonSchema(R"({"type": "integer", "minimum": 0})").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Regex("a(?=b)").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Requests on several threads share the cache and the compiled constraints (and their mask
+// caches): every answer equals the one a single thread gets. Run under --config=tsan too.
+TEST(ConstraintCacheTest, ConcurrentRequestsGetTheSameMasks) {
+  ConstraintCache cache([] { return FixtureVocabulary(); }, /*capacity=*/2);
+  const char* schemas[] = {R"({"type": "object"})", R"({"type": "array", "items": {"type": "integer"}})",
+                           R"({"type": "string", "format": "date"})"};
+  const std::vector<std::vector<int32_t>> outputs = {
+      {}, *FixtureTokenizer().Encode("{\"a\""), *FixtureTokenizer().Encode("[1, 2"),
+      *FixtureTokenizer().Encode("\"2026-")};
+  // The answers of one thread, by schema and output (an error where the output leaves it).
+  std::vector<std::vector<std::string>> want(3);
+  for (int s = 0; s < 3; ++s) {
+    auto c = cache.JsonSchema(schemas[s]);
+    ASSERT_TRUE(c.ok());
+    for (const auto& output : outputs) {
+      auto mask = (*c)->AllowedTokens(output, kFixtureEos);
+      want[s].push_back(mask.ok() ? std::string(reinterpret_cast<const char*>((*mask)->data()),
+                                                (*mask)->size() * 8)
+                                  : "error");
+    }
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const int s = (t + i) % 3;
+        auto c = cache.JsonSchema(schemas[s]);
+        if (!c.ok()) {
+          ++mismatches;
+          continue;
+        }
+        const size_t o = static_cast<size_t>(i) % outputs.size();
+        auto mask = (*c)->AllowedTokens(outputs[o], kFixtureEos);
+        const std::string got =
+            mask.ok() ? std::string(reinterpret_cast<const char*>((*mask)->data()),
+                                    (*mask)->size() * 8)
+                      : "error";
+        if (got != want[s][o]) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace

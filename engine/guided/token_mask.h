@@ -7,12 +7,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/sampling/token_constraint.h"
 
@@ -59,7 +59,7 @@ class MaskCache {
   int64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;  // std::mutex, not absl::Mutex: TSan sees it (server/metrics/metrics.h)
   absl::flat_hash_map<std::string, std::shared_ptr<const TokenBitmask>> masks_
       ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> misses_{0};
