@@ -8,7 +8,6 @@
 namespace blossom {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kUnbounded = UINT32_MAX;
 // Largest count in {n,m}, and deepest group nesting.
 constexpr uint32_t kMaxRepeat = 1000;
@@ -52,13 +51,6 @@ CodePointClass Complement(const CodePointClass& ranges) {
   return out;
 }
 
-// Some code point of [lo, hi] is in `ranges`.
-bool Intersects(const CodePointClass& ranges, uint32_t lo, uint32_t hi) {
-  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(lo, kMaxCodePoint + 1));
-  if (it != ranges.begin() && std::prev(it)->second >= lo) return true;
-  return it != ranges.end() && it->first <= hi;
-}
-
 // The ASCII characters outside `ranges`.
 CodePointClass AsciiComplement(const CodePointClass& ranges) {
   CodePointClass out;
@@ -66,11 +58,6 @@ CodePointClass AsciiComplement(const CodePointClass& ranges) {
     if (r.first <= 0x7F) out.push_back({r.first, std::min<uint32_t>(r.second, 0x7F)});
   }
   return out;
-}
-
-bool InClass(const CodePointClass& ranges, uint32_t c) {
-  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(c, kMaxCodePoint + 1));
-  return it != ranges.begin() && std::prev(it)->second >= c;
 }
 
 const CodePointClass& Digits() {
@@ -531,6 +518,18 @@ class Builder {
 
 }  // namespace
 
+bool ClassContains(const CodePointClass& ranges, uint32_t code_point) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(),
+                             std::make_pair(code_point, kMaxCodePoint + 1));
+  return it != ranges.begin() && std::prev(it)->second >= code_point;
+}
+
+bool ClassIntersects(const CodePointClass& ranges, uint32_t first, uint32_t last) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(first, kMaxCodePoint + 1));
+  if (it != ranges.begin() && std::prev(it)->second >= first) return true;
+  return it != ranges.end() && it->first <= last;
+}
+
 absl::StatusOr<RegexNfa> CompileRegex(absl::string_view pattern) {
   if (pattern.size() > kMaxRegexBytes) {
     return absl::InvalidArgumentError(
@@ -586,100 +585,6 @@ absl::StatusOr<RegexNfa> CompileRegex(absl::string_view pattern) {
     }
   }
   return nfa;
-}
-
-RegexMatcher::State RegexMatcher::Start() const {
-  State s;
-  s.nfa.assign(nfa_->start.begin(), nfa_->start.end());
-  return s;
-}
-
-bool RegexMatcher::ReadCodePoint(const State& state, uint32_t code_point, State* next) const {
-  next->nfa.clear();
-  for (int32_t s : state.nfa) {
-    const RegexNfa::State& st = nfa_->states[s];
-    if (st.cls >= 0 && InClass(nfa_->classes[st.cls], code_point)) {
-      next->nfa.insert(next->nfa.end(), st.follow.begin(), st.follow.end());
-    }
-  }
-  std::sort(next->nfa.begin(), next->nfa.end());
-  next->nfa.erase(std::unique(next->nfa.begin(), next->nfa.end()), next->nfa.end());
-  next->pending = 0;
-  next->floor = 0;
-  next->code_point = 0;
-  next->next_low = 0x80;
-  next->next_high = 0xBF;
-  return !next->nfa.empty();
-}
-
-bool RegexMatcher::Advance(const State& state, uint8_t c, State* next) const {
-  if (state.pending == 0) {
-    if (c < 0x80) return ReadCodePoint(state, c, next);
-    Utf8Lead lead;
-    if (!ReadUtf8Lead(c, &lead)) return false;
-    next->nfa = state.nfa;
-    next->pending = static_cast<uint8_t>(lead.continuations);
-    next->floor = lead.floor;
-    next->code_point = lead.bits;
-    next->next_low = lead.first_low;
-    next->next_high = lead.first_high;
-    return CanStillMatch(*next);
-  }
-  if (c < state.next_low || c > state.next_high) return false;
-  const uint32_t code_point = (state.code_point << 6) | (c & 0x3F);
-  if (state.pending == 1) return ReadCodePoint(state, code_point, next);
-  next->nfa = state.nfa;
-  next->pending = state.pending - 1;
-  next->floor = state.floor;
-  next->code_point = code_point;
-  next->next_low = 0x80;
-  next->next_high = 0xBF;
-  return CanStillMatch(*next);
-}
-
-bool RegexMatcher::CanStillMatch(const State& partial) const {
-  // The code points the bytes so far can still become: the pending continuation bytes' bits are
-  // free, and the sequence's length sets a floor (no overlong forms; the lead byte's limits on
-  // the first continuation byte are exactly this floor and the ceiling of U+10FFFF). Classes hold
-  // no surrogates, so any code point of the range in a class can be completed.
-  const int shift = 6 * partial.pending;
-  uint32_t lo = partial.code_point << shift;
-  uint32_t hi = lo | ((1u << shift) - 1);
-  lo = std::max(lo, partial.floor);
-  hi = std::min(hi, kMaxCodePoint);
-  if (lo > hi) return false;
-  for (int32_t s : partial.nfa) {
-    const RegexNfa::State& st = nfa_->states[s];
-    if (st.cls >= 0 && Intersects(nfa_->classes[st.cls], lo, hi)) return true;
-  }
-  return false;
-}
-
-bool RegexMatcher::AdvanceAll(State& state, absl::string_view bytes) const {
-  State next;
-  for (char b : bytes) {
-    if (!Advance(state, static_cast<uint8_t>(b), &next)) {
-      state.nfa.clear();
-      return false;
-    }
-    std::swap(state, next);
-  }
-  return true;
-}
-
-bool RegexMatcher::CanEnd(const State& state) const {
-  if (state.pending != 0) return false;
-  for (int32_t s : state.nfa) {
-    if (nfa_->states[s].cls < 0) return true;
-  }
-  return false;
-}
-
-void RegexMatcher::AppendKey(const State& state, std::string* key) {
-  for (int32_t s : state.nfa) key->append(reinterpret_cast<const char*>(&s), sizeof(s));
-  const uint32_t tail[] = {state.code_point, state.pending, state.next_low, state.next_high,
-                           state.floor};
-  key->append(reinterpret_cast<const char*>(tail), sizeof(tail));
 }
 
 }  // namespace blossom

@@ -27,6 +27,8 @@ namespace blossom {
 inline constexpr size_t kMaxRegexBytes = 16 * 1024;
 // States after repetitions are unrolled ({n,m} copies its operand m times).
 inline constexpr size_t kMaxRegexStates = 20000;
+// The last Unicode code point.
+inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 // Code point ranges [first, last], sorted and disjoint.
 using CodePointClass = std::vector<std::pair<uint32_t, uint32_t>>;
@@ -46,6 +48,11 @@ struct RegexNfa {
 
 // InvalidArgument naming the problem and its byte offset.
 absl::StatusOr<RegexNfa> CompileRegex(absl::string_view pattern);
+
+// `code_point` is in `ranges`.
+bool ClassContains(const CodePointClass& ranges, uint32_t code_point);
+// Some code point of [first, last] is in `ranges`.
+bool ClassIntersects(const CodePointClass& ranges, uint32_t first, uint32_t last);
 
 class RegexMatcher {
  public:

@@ -12,14 +12,6 @@ namespace {
 
 constexpr uint32_t kEndOfCodePoints = 0x110000;
 
-bool InRanges(const CodePointClass& ranges, uint32_t c) {
-  for (const auto& [lo, hi] : ranges) {
-    if (c < lo) return false;
-    if (c <= hi) return true;
-  }
-  return false;
-}
-
 // The pattern with its search semantics spelled out: "[\s\S]*(?:p)[\s\S]*" minus the anchored
 // ends. An anchor inside a top-level alternation (^a|b) anchors one branch only, which this
 // rewriting cannot express: refused.
@@ -145,7 +137,7 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
       work += sets[s].size();
       for (int32_t n : sets[s]) {
         const RegexNfa::State& st = nfa->states[n];
-        if (st.cls >= 0 && InRanges(nfa->classes[st.cls], b[k])) {
+        if (st.cls >= 0 && ClassContains(nfa->classes[st.cls], b[k])) {
           target.insert(target.end(), st.follow.begin(), st.follow.end());
         }
       }
