@@ -73,8 +73,9 @@ void RandomWalks(const char* schema, int walks,
       }
       // Prefer ending, then short tokens (closing brackets), so that walks finish.
       int32_t next = allowed[rng() % allowed.size()];
-      if (TokenAllowed(**mask, kFixtureEos)) next = kFixtureEos;
-      else if (step > 30) {
+      if (TokenAllowed(**mask, kFixtureEos)) {
+        next = kFixtureEos;
+      } else if (step > 30) {
         for (int32_t id : allowed) {
           if (FixtureVocabulary()->bytes(id).size() == 1 && rng() % 2) next = id;
         }
@@ -102,7 +103,9 @@ TEST(JsonSchemaConstraintTest, MasksAreTheBruteForceSetsAndEndedOutputsValidate)
                 ASSERT_TRUE(v["name"].is_string());
                 EXPECT_LE(v["name"].get<std::string>().size(), 6u * 4);
                 ASSERT_TRUE(v["age"].is_number_integer());
-                if (v.contains("tags")) EXPECT_LE(v["tags"].size(), 2u);
+                if (v.contains("tags")) {
+                  EXPECT_LE(v["tags"].size(), 2u);
+                }
               });
 }
 
