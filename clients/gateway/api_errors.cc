@@ -92,12 +92,6 @@ std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
     return flavor == ApiFlavor::kOpenAIChat ? "messages" : "prompt";
   }
   if (flavor == ApiFlavor::kOpenAIChat && field == "sampling.logprobs") return "top_logprobs";
-  // The schema came from response_format or guided_json (or structured_outputs.json): the
-  // chat API's usual spelling, and vLLM's on completions.
-  if (field == "sampling.json_schema") {
-    return flavor == ApiFlavor::kOpenAIChat ? "response_format" : "guided_json";
-  }
-  if (field == "sampling.regex") return "guided_regex";
   auto it = kRenamed->find(field);
   if (it != kRenamed->end()) return it->second;
   for (absl::string_view prefix : {"sampling.", "stopping."}) {

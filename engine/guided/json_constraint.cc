@@ -33,15 +33,13 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> JsonSchemaConstraint::Allowe
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
   JsonMatcher::AppendKey(state, &key);
-  if (std::shared_ptr<const TokenBitmask> mask = masks_.Find(key)) return mask;
-  std::shared_ptr<const TokenBitmask> mask = WalkVocabulary(
-      *vocabulary_, state, matcher_.CanEnd(state, arena), end_token,
-      [&](const JsonState& from, uint8_t byte, JsonState* to) {
-        matcher_.Advance(from, byte, arena, to);
-        return !to->empty();
-      });
-  masks_.Insert(std::move(key), mask);
-  return mask;
+  return masks_.GetOrCompute(std::move(key), [&] {
+    return WalkVocabulary(*vocabulary_, state, matcher_.CanEnd(state, arena), end_token,
+                          [&](const JsonState& from, uint8_t byte, JsonState* to) {
+                            matcher_.Advance(from, byte, arena, to);
+                            return !to->empty();
+                          });
+  });
 }
 
 }  // namespace blossom

@@ -30,14 +30,13 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> RegexConstraint::AllowedToke
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
   RegexDfaMatcher::AppendKey(state, &key);
-  if (std::shared_ptr<const TokenBitmask> mask = masks_.Find(key)) return mask;
-  std::shared_ptr<const TokenBitmask> mask = WalkVocabulary(
-      *vocabulary_, state, matcher_.CanEnd(state), end_token,
-      [&](const RegexDfaMatcher::State& from, uint8_t byte, RegexDfaMatcher::State* to) {
-        return matcher_.Advance(from, byte, to);
-      });
-  masks_.Insert(std::move(key), mask);
-  return mask;
+  return masks_.GetOrCompute(std::move(key), [&] {
+    return WalkVocabulary(
+        *vocabulary_, state, matcher_.CanEnd(state), end_token,
+        [&](const RegexDfaMatcher::State& from, uint8_t byte, RegexDfaMatcher::State* to) {
+          return matcher_.Advance(from, byte, to);
+        });
+  });
 }
 
 }  // namespace blossom

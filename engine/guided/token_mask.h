@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -55,6 +56,15 @@ class MaskCache {
  public:
   std::shared_ptr<const TokenBitmask> Find(const std::string& key) const;
   void Insert(std::string key, std::shared_ptr<const TokenBitmask> mask);
+  // The mask cached for `key`, or `compute()`'s, cached then. Two threads missing the same key
+  // both compute it (the same mask): the walk runs outside the lock.
+  template <typename Compute>
+  std::shared_ptr<const TokenBitmask> GetOrCompute(std::string key, Compute compute) {
+    if (std::shared_ptr<const TokenBitmask> mask = Find(key)) return mask;
+    std::shared_ptr<const TokenBitmask> mask = compute();
+    Insert(std::move(key), mask);
+    return mask;
+  }
   // Masks computed, not found (for tests and benchmarks).
   int64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 

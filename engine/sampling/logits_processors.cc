@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/logit_masks.h"
 #include "engine/sampling/logit_math.h"
 
 namespace blossom {
@@ -151,53 +152,17 @@ class LogitsProcessors {
                                 logits.begin());
   }
 
-  // Guided choice: every token masked but the next token of each choice the output is a prefix
-  // of, and the end token where the output is a whole choice. None left (the output left every
-  // choice, e.g. the end token was suppressed) leaves the row fully masked: FailedPrecondition.
+  // Step 1's masks (logit_masks.h) on the scratch's row and buffers.
   static void MaskToChoices(const SamplingParams& params, const SamplingContext& ctx,
                             SamplerScratch& s) {
-    const size_t vocab = s.logits_.size();
-    std::vector<int32_t>& kept = s.choice_next_;
-    kept.clear();
-    const size_t n = ctx.output_tokens.size();
-    for (const std::vector<int32_t>& choice : params.choice_token_ids) {
-      if (choice.size() < n || !std::equal(ctx.output_tokens.begin(), ctx.output_tokens.end(),
-                                           choice.begin())) {
-        continue;
-      }
-      const int32_t next = choice.size() > n ? choice[n] : ctx.end_token;
-      if (next >= 0 && static_cast<size_t>(next) < vocab) kept.push_back(next);
-    }
-    MaskAllBut(kept, s);
+    MaskToChoiceTokens(params.choice_token_ids, ctx.output_tokens, ctx.end_token,
+                       absl::MakeSpan(s.logits_), s.choice_next_, s.seen_);
   }
-
-  // Every token of s.logits_ whose bit in `allowed` is clear -> -inf. A word at a time: a
-  // structured output's mask is mostly all-set (inside a string) or all-clear words.
-  static void MaskToBitmask(const TokenBitmask& allowed, SamplerScratch& s) {
-    const size_t vocab = s.logits_.size();
-    float* l = s.logits_.data();
-    for (size_t base = 0; base < vocab; base += 64) {
-      const size_t word = base / 64;
-      const uint64_t bits = word < allowed.size() ? allowed[word] : 0;
-      if (bits == ~uint64_t{0}) continue;
-      const size_t end = std::min(vocab, base + 64);
-      for (size_t i = base; i < end; ++i) {
-        if (((bits >> (i - base)) & 1u) == 0) l[i] = -kInf;
-      }
-    }
-  }
-
-  // Every token of s.logits_ not in `kept` -> -inf (ids in range; duplicates allowed). Leaves
-  // s.seen_ all zero, as it found it.
   static void MaskAllBut(absl::Span<const int32_t> kept, SamplerScratch& s) {
-    const size_t vocab = s.logits_.size();
-    s.seen_.resize(vocab);  // zero between calls
-    for (int32_t t : kept) s.seen_[t] = 1;
-    float* l = s.logits_.data();
-    for (size_t i = 0; i < vocab; ++i) {
-      if (!s.seen_[i]) l[i] = -kInf;
-    }
-    for (int32_t t : kept) s.seen_[t] = 0;
+    MaskAllTokensBut(kept, absl::MakeSpan(s.logits_), s.seen_);
+  }
+  static void MaskToBitmask(const TokenBitmask& allowed, SamplerScratch& s) {
+    MaskToAllowedBits(allowed, absl::MakeSpan(s.logits_));
   }
 
   // Steps 1-3: copies the row into s.logits_, checks it and applies suppression and penalties.
