@@ -181,6 +181,7 @@ void ServerMetrics::UpdateSchedulerTotals(const SchedulerStats& stats) {
 }
 
 void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
+  if (final_event.beam_round) return;  // counted once for its search (ObserveBeamSearch)
   const RequestTimings& t = final_event.timings;
   const double ttft = Seconds(t.arrival, t.first_token);
   if (ttft >= 0) ttft_.Get({model_}).Observe(ttft);
@@ -203,6 +204,14 @@ void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
 
 void ServerMetrics::ObserveInterTokenLatency(double seconds) {
   itl_.Get({model_}).Observe(seconds);
+}
+
+void ServerMetrics::ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens,
+                                      int32_t output_tokens, const std::string& outcome) {
+  e2e_.Get({model_}).Observe(e2e_seconds);
+  prompt_len_.Get({model_}).Observe(prompt_tokens);
+  output_len_.Get({model_}).Observe(output_tokens);
+  requests_.Get({model_, outcome}).Increment();
 }
 
 void ServerMetrics::CountRequest(const std::string& outcome) {

@@ -38,6 +38,10 @@ class ServerMetrics : public EngineObserver {
   // "invalid_argument", "resource_exhausted", "unavailable", "unauthenticated").
   void ObserveInterTokenLatency(double seconds);
   void CountRequest(const std::string& outcome);
+  // A beam search, once it ended: one request (its rounds are engine requests that
+  // OnRequestFinished leaves out), with its latency, prompt and returned tokens, and outcome.
+  void ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens, int32_t output_tokens,
+                         const std::string& outcome);
   // Cumulative scheduler totals, sampled after each step.
   void UpdateSchedulerTotals(const SchedulerStats& stats);
 

@@ -143,6 +143,28 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   }
 }
 
+TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry, "m", "9.9");
+  EngineEvent round;
+  round.finished = true;
+  round.finish_reason = FinishReason::kLength;
+  round.beam_round = true;
+  round.usage.prompt_tokens = 9;
+  round.usage.generated_tokens = 1;
+  for (int i = 0; i < 5; ++i) server_metrics.OnRequestFinished(round);
+  server_metrics.ObserveBeamSearch(0.5, 9, 12, "finished");
+  const std::string text = registry.Render();
+  for (const char* line : {"blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 1",
+                           "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 1",
+                           "blossom_e2e_request_latency_seconds_sum{model_name=\"m\"} 0.5",
+                           "blossom_request_prompt_tokens_sum{model_name=\"m\"} 9",
+                           "blossom_request_generated_tokens_sum{model_name=\"m\"} 12",
+                           "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 0"}) {
+    EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
+  }
+}
+
 // What a server exposes (every series with model_name, process metrics, build info) passes
 // promtool's lint.
 TEST(ServerMetricsTest, ExpositionPassesPromtool) {

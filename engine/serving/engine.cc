@@ -72,6 +72,7 @@ struct Engine::Request {
   RequestTimings timings;
   int32_t prompt_tokens = 0;
   int32_t max_new_tokens = 0;
+  bool beam_round = false;           // EngineRequest::beam_round
   int32_t cached_prompt_tokens = 0;  // prefix-cache hits at the first admission
   std::shared_ptr<Delivery> delivery;
   // Prompt logprobs (sampling.prompt_logprobs >= 0): the prompt, the entries computed so far
@@ -170,6 +171,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
   req->prompt_logprobs = request.sampling.prompt_logprobs;
   req->max_new_tokens = request.stopping.max_new_tokens;
+  req->beam_round = request.beam_round;
   req->draft_length = DraftLength(config_.speculative.num_speculative_tokens);
   if (req->prompt_logprobs >= 0) req->prompt = request.prompt_tokens;
   req->delivery = std::make_shared<Delivery>();
@@ -259,6 +261,7 @@ void Engine::FinishLocked(Request& request, EngineEvent* event) {
   event->usage.generated_tokens = static_cast<int32_t>(request.output->output_tokens().size());
   event->seed = request.output->seed();
   event->max_new_tokens = request.max_new_tokens;
+  event->beam_round = request.beam_round;
 }
 
 EngineEvent Engine::EndEarlyLocked(Request& request, FinishReason reason, absl::Status status) {
@@ -332,6 +335,8 @@ absl::Status Engine::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
 }
+
+int32_t Engine::vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
 
 SchedulerStats Engine::scheduler_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -93,6 +93,9 @@ struct EngineRequest {
   SamplingParams sampling;
   StoppingParams stopping;
   int32_t priority = 0;  // lower runs first
+  // One round of a beam search (engine/serving/beam_search): a step of a client's request, not
+  // a request of its own, so request-level metrics leave it out (EngineEvent::beam_round).
+  bool beam_round = false;
 };
 
 struct RequestTimings {
@@ -131,6 +134,7 @@ struct EngineEvent {
   // n - 1 in order (the first prompt token has nothing before it, so no logprob).
   std::vector<PromptLogprob> prompt_logprobs;
   int32_t max_new_tokens = 0;  // on the final event: the request's stopping.max_new_tokens
+  bool beam_round = false;     // on the final event: the request's beam_round
 };
 
 // Receives events on the engine's delivery thread (a cancelled or shut-down request's final
@@ -220,6 +224,8 @@ class Engine {
   absl::Status failure() const;
   int64_t num_unfinished() const;
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
+  // The model's vocabulary size: token ids lie in [0, vocab_size()).
+  int32_t vocab_size() const;
 
  private:
   struct Request;
