@@ -404,6 +404,10 @@ class RefusedStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateS
 
 }  // namespace
 
+grpc::ServerUnaryReactor* RefuseUnary(const grpc::Status& status) {
+  return new ImmediateReactor(status);
+}
+
 BlossomService::BlossomService(ServiceOptions options, ServerMetrics* metrics)
     : options_(std::move(options)), metrics_(metrics) {}
 

@@ -4,6 +4,9 @@
 // and calls get UNAVAILABLE ("the model is loading") until SetEngine. StartDraining (SIGTERM)
 // makes new calls fail with UNAVAILABLE while calls in flight run to completion.
 //
+// BeamSearch calls run one engine beam search each (server/beam_search_call.cc): its rounds are
+// engine requests like any other, and cancelling the call cancels the round in flight.
+//
 // Each Generate/GenerateStream call submits one engine request whose events arrive on the
 // engine's delivery thread through a sink; the sink converts them and hands them to the call's
 // reactor, which keeps at most one write in flight (gRPC's rule) and queues the rest. A client that
@@ -68,6 +71,10 @@ class BlossomService final : public v1::Blossom::CallbackService {
                                      v1::GenerateResponse* response) override;
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
       grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override;
+  // One engine beam search (engine/serving/beam_search); cancelled with the call.
+  grpc::ServerUnaryReactor* BeamSearch(grpc::CallbackServerContext* context,
+                                       const v1::BeamSearchRequest* request,
+                                       v1::BeamSearchResponse* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -86,6 +93,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   ConstraintCache* guided_constraints() const { return guided_constraints_.get(); }
   ServerMetrics* metrics() const { return metrics_; }
   int32_t vocab_size() const { return model_info_.vocab_size(); }
+  // The engine's (what ends a generation unless ignore_eos).
+  absl::optional<int32_t> eos_token_id() const { return engine_->eos_token_id(); }
   const std::string& system_fingerprint() const { return system_fingerprint_; }
   void CallFinished(const std::string& outcome);
 
@@ -109,6 +118,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
 };
 
 const char* StatusCodeLabel(absl::StatusCode code);
+
+// A unary call answered at once with `status` (a refusal before anything started).
+grpc::ServerUnaryReactor* RefuseUnary(const grpc::Status& status);
 
 }  // namespace blossom
 

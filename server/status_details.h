@@ -32,6 +32,7 @@ inline constexpr char kInvalidPrompt[] = "INVALID_PROMPT";
 inline constexpr char kInvalidSamplingParams[] = "INVALID_SAMPLING_PARAMS";
 inline constexpr char kInvalidStoppingParams[] = "INVALID_STOPPING_PARAMS";
 inline constexpr char kTooManyStopSequences[] = "TOO_MANY_STOP_SEQUENCES";
+inline constexpr char kInvalidBeamSearchParams[] = "INVALID_BEAM_SEARCH_PARAMS";
 inline constexpr char kInvalidModelName[] = "INVALID_MODEL_NAME";
 inline constexpr char kUnknownModel[] = "UNKNOWN_MODEL";
 inline constexpr char kPriorityNotEnabled[] = "PRIORITY_NOT_ENABLED";  // --scheduling_policy fcfs

@@ -184,19 +184,25 @@ TEST(BeamSearchTest, ThePrefixCacheSavesAllButTheLastBlockOfEachBeam) {
   EXPECT_GE(outcome->cached_tokens, 19 * 4 * 64);
 }
 
+// A search of 500 rounds (no end token), running for 50 ms when this returns.
+absl::StatusOr<std::shared_ptr<BeamSearch>> StartLongSearch(Engine* engine, OutcomeWaiter& waiter) {
+  BeamSearchRequest request;
+  request.prompt_tokens = LongPrompt();
+  request.params = Wide(500);
+  request.params.end_tokens = {};
+  auto search = BeamSearch::Start(engine, std::move(request), waiter.Callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return search;
+}
+
 TEST(BeamSearchTest, CancelEndsTheSearchAndFreesItsBlocks) {
   auto model = TinyModel::Load();
   ASSERT_NE(model, nullptr);
   auto engine = MakeEngine(*model);
   ASSERT_NE(engine, nullptr);
   OutcomeWaiter waiter;
-  BeamSearchRequest request;
-  request.prompt_tokens = LongPrompt();
-  request.params = Wide(500);
-  request.params.end_tokens = {};
-  auto search = BeamSearch::Start(engine.get(), std::move(request), waiter.Callback());
+  auto search = StartLongSearch(engine.get(), waiter);
   ASSERT_TRUE(search.ok()) << search.status();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*search)->Cancel();
   BeamSearchOutcome outcome;
   ASSERT_TRUE(waiter.Wait(&outcome));
@@ -270,12 +276,7 @@ TEST(BeamSearchTest, ShutdownEndsASearchWithAnError) {
   auto engine = MakeEngine(*model);
   ASSERT_NE(engine, nullptr);
   OutcomeWaiter waiter;
-  BeamSearchRequest request;
-  request.prompt_tokens = LongPrompt();
-  request.params = Wide(500);
-  request.params.end_tokens = {};
-  ASSERT_TRUE(BeamSearch::Start(engine.get(), std::move(request), waiter.Callback()).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(StartLongSearch(engine.get(), waiter).ok());
   engine->Shutdown();
   BeamSearchOutcome outcome;
   ASSERT_TRUE(waiter.Wait(&outcome));

@@ -200,7 +200,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
-        absl::optional<int32_t>(runner_->config().eos_token_id));
+        eos_token_id());
     requests_[req->id] = std::move(req);
   }
   work_cv_.notify_one();
@@ -337,6 +337,8 @@ absl::Status Engine::failure() const {
 }
 
 int32_t Engine::vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
+
+absl::optional<int32_t> Engine::eos_token_id() const { return runner_->config().eos_token_id; }
 
 SchedulerStats Engine::scheduler_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -54,6 +54,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/optional.h"
 #include "engine/generate/sequence_output.h"
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
@@ -226,6 +227,8 @@ class Engine {
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
   // The model's vocabulary size: token ids lie in [0, vocab_size()).
   int32_t vocab_size() const;
+  // The model's end-of-sequence token: what ends a generation unless ignore_eos.
+  absl::optional<int32_t> eos_token_id() const;
 
  private:
   struct Request;

@@ -1,0 +1,159 @@
+#include "server/beam_search_convert.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/sampling_params.h"
+#include "server/status_details.h"
+
+namespace blossom {
+namespace {
+
+absl::Status BeamRefusal(absl::string_view field, absl::string_view message) {
+  return WithReason(
+      WithFieldViolation(absl::InvalidArgumentError(message), field, message),
+      error_reason::kInvalidBeamSearchParams);
+}
+
+EarlyStopping FromProto(v1::EarlyStopping mode) {
+  switch (mode) {
+    case v1::EARLY_STOPPING_WHEN_FULL: return EarlyStopping::kWhenFull;
+    case v1::EARLY_STOPPING_NEVER: return EarlyStopping::kNever;
+    default: return EarlyStopping::kHeuristic;
+  }
+}
+
+}  // namespace
+
+v1::GenerateRequest AsGenerateRequest(const v1::BeamSearchRequest& request) {
+  v1::GenerateRequest g;
+  if (request.has_token_ids()) {
+    *g.mutable_token_ids() = request.token_ids();
+  } else if (request.prompt_case() == v1::BeamSearchRequest::kText) {
+    g.set_text(request.text());
+  }
+  g.mutable_sampling()->set_temperature(0.0f);
+  *g.mutable_stopping() = request.stopping();
+  g.set_priority(request.priority());
+  g.set_model(request.model());
+  g.set_request_id(request.request_id());
+  g.set_return_prompt_tokens(request.return_prompt_tokens());
+  g.set_truncate_prompt_tokens(request.truncate_prompt_tokens());
+  return g;
+}
+
+absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& request,
+                                                 const Tokenizer& tokenizer,
+                                                 const RequestLimits& limits,
+                                                 absl::optional<int32_t> eos_token_id,
+                                                 int32_t vocab_size) {
+  ConvertedBeamSearch out;
+  auto generation = ToEngineRequest(AsGenerateRequest(request), tokenizer, limits);
+  if (!generation.ok()) return generation.status();
+  out.as_generation = std::move(*generation);
+  const StoppingParams& stopping = out.as_generation.stopping;
+  // The engine validates a generation's stopping at Submit; a search submits one-token rounds,
+  // so the client's stopping is validated here, with the same attribution.
+  absl::Status stopping_valid = Validate(stopping, vocab_size);
+  if (!stopping_valid.ok()) {
+    return DescribeEngineRefusal(std::move(stopping_valid), out.as_generation, vocab_size,
+                                 request.has_token_ids() ? "token_ids" : "text");
+  }
+  if (!stopping.stop_strings.empty()) {
+    return BeamRefusal("stopping.stop",
+                       "stopping.stop is not supported with beam search (a beam's score needs the "
+                       "token that ends it): use stopping.stop_token_ids");
+  }
+
+  BeamSearchParams& p = out.search.params;
+  if (request.beam_width() < 1 || request.beam_width() > kMaxBeamWidth) {
+    return BeamRefusal("beam_width", absl::StrCat("beam_width must be in [1, ", kMaxBeamWidth,
+                                                  "], got ", request.beam_width()));
+  }
+  p.beam_width = request.beam_width();
+  p.num_return_sequences =
+      request.has_num_return_sequences() ? request.num_return_sequences() : p.beam_width;
+  if (p.num_return_sequences < 1 || p.num_return_sequences > p.beam_width) {
+    return BeamRefusal("num_return_sequences",
+                       absl::StrCat("num_return_sequences must be in [1, beam_width = ",
+                                    p.beam_width, "], got ", p.num_return_sequences));
+  }
+  if (request.has_length_penalty()) {
+    if (!std::isfinite(request.length_penalty())) {
+      return BeamRefusal("length_penalty", "length_penalty must be a finite number");
+    }
+    p.length_penalty = request.length_penalty();
+  }
+  p.early_stopping = FromProto(request.early_stopping());
+  p.max_new_tokens = stopping.max_new_tokens;
+  p.min_new_tokens = stopping.min_new_tokens;
+  if (eos_token_id && !stopping.ignore_eos) p.end_tokens.push_back(*eos_token_id);
+  for (int32_t id : stopping.stop_token_ids) {
+    if (std::find(p.end_tokens.begin(), p.end_tokens.end(), id) == p.end_tokens.end()) {
+      p.end_tokens.push_back(id);
+    }
+  }
+  const int32_t per_beam = std::max<int32_t>(2, 1 + static_cast<int32_t>(p.end_tokens.size()));
+  if (static_cast<int64_t>(per_beam) * p.beam_width > kMaxLogprobs) {
+    return BeamRefusal(
+        "beam_width",
+        absl::StrCat("beam_width times max(2, 1 + end tokens) must be at most ", kMaxLogprobs,
+                     " (each beam weighs that many candidates a step); ", p.beam_width,
+                     " beams with ", p.end_tokens.size(),
+                     " end tokens (EOS and stopping.stop_token_ids) need ",
+                     per_beam * p.beam_width));
+  }
+  // Anything left (a vocabulary smaller than the candidates) is refused in the engine's words.
+  absl::Status valid = Validate(p, vocab_size);
+  if (!valid.ok()) return BeamRefusal("beam_width", valid.message());
+  out.search.prompt_tokens = out.as_generation.prompt_tokens;
+  out.search.priority = out.as_generation.priority;
+  return out;
+}
+
+void FillBeamSearchResponse(const BeamSearchOutcome& outcome, const v1::BeamSearchRequest& request,
+                            const ConvertedBeamSearch& converted,
+                            absl::optional<int32_t> eos_token_id, const Tokenizer& tokenizer,
+                            v1::BeamSearchResponse* out) {
+  const StoppingParams& stopping = converted.as_generation.stopping;
+  int32_t generated = 0;
+  for (const BeamHypothesis& beam : outcome.beams) {
+    v1::Beam* b = out->add_beams();
+    for (size_t i = 0; i < beam.tokens.size(); ++i) {
+      TokenEvent token;
+      token.token = beam.tokens[i];
+      token.logprob = beam.logprobs[i];
+      FillToken(token, tokenizer, request.logprobs(), b->add_tokens());
+    }
+    size_t text_tokens = beam.tokens.size();
+    if (beam.ended_by_end_token && !stopping.include_stop_string_in_output) --text_tokens;
+    b->set_text(tokenizer.Decode(absl::MakeConstSpan(beam.tokens.data(), text_tokens),
+                                 stopping.skip_special_tokens));
+    b->set_score(beam.score);
+    b->set_cumulative_logprob(beam.cumulative_logprob);
+    if (!beam.ended_by_end_token) {
+      b->set_finish_reason(v1::FINISH_REASON_LENGTH);
+    } else if (eos_token_id && !stopping.ignore_eos && beam.tokens.back() == *eos_token_id) {
+      b->set_finish_reason(v1::FINISH_REASON_EOS_TOKEN);
+    } else {
+      b->set_finish_reason(v1::FINISH_REASON_STOP_TOKEN);
+    }
+    generated += static_cast<int32_t>(beam.tokens.size());
+  }
+  v1::Usage* usage = out->mutable_usage();
+  usage->set_prompt_tokens(outcome.prompt_tokens);
+  usage->set_generated_tokens(generated);
+  usage->set_cached_prompt_tokens(static_cast<int32_t>(
+      std::min<int64_t>(outcome.cached_tokens, std::numeric_limits<int32_t>::max())));
+  out->set_steps(outcome.rounds);
+  out->set_total_seconds(std::chrono::duration<double>(outcome.finished - outcome.arrival).count());
+  if (request.return_prompt_tokens()) {
+    for (int32_t id : converted.search.prompt_tokens) out->add_prompt_token_ids(id);
+  }
+}
+
+}  // namespace blossom
