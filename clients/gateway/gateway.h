@@ -112,13 +112,31 @@ class Gateway {
                      ApiFlavor flavor, const blossom::v1::GenerateRequest& grpc_request,
                      std::function<http::Response(const blossom::v1::GenerateResponse&)> respond,
                      std::function<absl::Status(absl::Status)> refine_error = nullptr);
-  // Several choices (prompts x n): one Generate each, all in flight together; the response
-  // (choices in order, usage summed) when the last answers. The first failure cancels the
-  // others and is the answer; a client that goes away cancels them all.
+  // Starts one unary call of the server: context, request, response, and what to run when done.
+  template <typename Req, typename Resp>
+  using UnaryInvoke = std::function<void(grpc::ClientContext*, const Req*, Resp*,
+                                         std::function<void(grpc::Status)>)>;
+  // Unary calls all in flight together; `respond` makes the response from their answers (in
+  // order) when the last answers. The first failure cancels the others and is the answer
+  // (after `refine_error`, optional); a client that goes away cancels them all. Ends the HTTP
+  // request's in-flight accounting.
+  template <typename Req, typename Resp>
+  void UnaryBatch(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                  ApiFlavor flavor, const std::vector<Req>& requests,
+                  UnaryInvoke<Req, Resp> invoke,
+                  std::function<http::Response(std::vector<Resp>&)> respond,
+                  std::function<absl::Status(absl::Status)> refine_error);
+  // Several choices (prompts x n): one Generate each (UnaryBatch); the response has the
+  // choices in order, usage summed.
   void HandleCompletionBatch(const http::Request& request,
                              std::shared_ptr<http::ResponseWriter> writer,
                              std::shared_ptr<openai::CompletionRequest> req, std::string id,
                              int64_t created, ApiFlavor flavor);
+  // use_beam_search: one BeamSearch per prompt (UnaryBatch), each prompt's beams its n choices.
+  void HandleBeamSearchChoices(const http::Request& request,
+                               std::shared_ptr<http::ResponseWriter> writer,
+                               std::shared_ptr<openai::CompletionRequest> req, std::string id,
+                               int64_t created, ApiFlavor flavor);
   // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
   // Runs one GenerateStream call per request (one per choice) and relays them as server-sent
   // events, interleaved as they come. `preamble` is written right after the headers; `encode`

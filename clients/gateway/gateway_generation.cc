@@ -1,5 +1,5 @@
 // The gateway's generation routes: OpenAI completions and chat (one choice, a batch of
-// choices, or their streams) and TGI generate (unary, stream, and the "/" compat route), each
+// choices, or their streams; use_beam_search through BeamSearch) and TGI generate (unary, stream, and the "/" compat route), each
 // relayed to the server's Generate / GenerateStream. Routing, auth and the other routes are in
 // gateway.cc.
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/beam_search.h"
 #include "clients/gateway/gateway.h"
 #include "clients/gateway/gateway_internal.h"
 #include "clients/gateway/json_fields.h"
@@ -93,6 +94,12 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     if (!options_.served_model_name.empty()) one.clear_model();
     one.set_request_id(absl::StrCat(request_id, "-", k));
   }
+  if (parsed->beam_search) {
+    HandleBeamSearchChoices(request, writer,
+                            std::make_shared<openai::CompletionRequest>(std::move(*parsed)), id,
+                            created, flavor);
+    return;
+  }
   if (!parsed->batch.empty() && !parsed->stream) {
     HandleCompletionBatch(request, writer,
                           std::make_shared<openai::CompletionRequest>(std::move(*parsed)), id,
@@ -127,11 +134,13 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
                }});
 }
 
-void Gateway::HandleCompletionBatch(const http::Request& request,
-                                    std::shared_ptr<ResponseWriter> writer,
-                                    std::shared_ptr<openai::CompletionRequest> req, std::string id,
-                                    int64_t created, ApiFlavor flavor) {
-  using Call = UnaryCall<blossom::v1::GenerateRequest, blossom::v1::GenerateResponse>;
+template <typename Req, typename Resp>
+void Gateway::UnaryBatch(
+    const http::Request& request, std::shared_ptr<ResponseWriter> writer, ApiFlavor flavor,
+    const std::vector<Req>& requests, UnaryInvoke<Req, Resp> invoke,
+    std::function<Response(std::vector<Resp>&)> respond,
+    std::function<absl::Status(absl::Status)> refine_error) {
+  using Call = UnaryCall<Req, Resp>;
   struct Batch {
     std::vector<std::shared_ptr<Call>> calls;  // fixed before the first call starts
     std::mutex mu;
@@ -139,8 +148,8 @@ void Gateway::HandleCompletionBatch(const http::Request& request,
     grpc::Status failure;   // guarded by mu: the first call's failure
   };
   auto batch = std::make_shared<Batch>();
-  batch->remaining = req->batch.size();
-  for (const blossom::v1::GenerateRequest& one : req->batch) {
+  batch->remaining = requests.size();
+  for (const Req& one : requests) {
     auto call = std::make_shared<Call>();
     call->request = one;
     SetupContext(request, options_.request_timeout, &call->context);
@@ -154,36 +163,80 @@ void Gateway::HandleCompletionBatch(const http::Request& request,
     }
   });
   for (auto& call : batch->calls) {
-    stub_->async()->Generate(
-        &call->context, &call->request, &call->response,
-        [this, batch, req, writer, id, created, flavor](grpc::Status status) {
-          bool last = false, first_failure = false;
-          {
-            std::lock_guard<std::mutex> lock(batch->mu);
-            if (!status.ok() && batch->failure.ok()) {
-              batch->failure = status;
-              first_failure = true;
-            }
-            last = --batch->remaining == 0;
-          }
-          // One failed choice fails the request (as vLLM): the others stop now.
-          if (first_failure) {
-            for (auto& other : batch->calls) other->context.TryCancel();
-          }
-          if (!last) return;
-          if (!batch->failure.ok()) {
-            writer->Send(ErrorResponse(
-                flavor, openai::NameConstraintField(*req, FromGrpcStatus(batch->failure))));
-          } else {
-            std::vector<blossom::v1::GenerateResponse> responses;
-            responses.reserve(batch->calls.size());
-            for (auto& done : batch->calls) responses.push_back(std::move(done->response));
-            writer->Send(JsonResponse(200, openai::CompletionResponse(*req, responses, id, created)));
-          }
-          metrics_.AddInFlight(-1);
-          CallFinished();
-        });
+    invoke(&call->context, &call->request, &call->response,
+           [this, batch, writer, flavor, respond, refine_error](grpc::Status status) {
+             bool last = false, first_failure = false;
+             {
+               std::lock_guard<std::mutex> lock(batch->mu);
+               if (!status.ok() && batch->failure.ok()) {
+                 batch->failure = status;
+                 first_failure = true;
+               }
+               last = --batch->remaining == 0;
+             }
+             // One failed call fails the request (as vLLM): the others stop now.
+             if (first_failure) {
+               for (auto& other : batch->calls) other->context.TryCancel();
+             }
+             if (!last) return;
+             if (!batch->failure.ok()) {
+               absl::Status failure = FromGrpcStatus(batch->failure);
+               if (refine_error) failure = refine_error(std::move(failure));
+               writer->Send(ErrorResponse(flavor, failure));
+             } else {
+               std::vector<Resp> responses;
+               responses.reserve(batch->calls.size());
+               for (auto& done : batch->calls) responses.push_back(std::move(done->response));
+               writer->Send(respond(responses));
+             }
+             metrics_.AddInFlight(-1);
+             CallFinished();
+           });
   }
+}
+
+void Gateway::HandleCompletionBatch(const http::Request& request,
+                                    std::shared_ptr<ResponseWriter> writer,
+                                    std::shared_ptr<openai::CompletionRequest> req, std::string id,
+                                    int64_t created, ApiFlavor flavor) {
+  using blossom::v1::GenerateRequest;
+  using blossom::v1::GenerateResponse;
+  UnaryBatch<GenerateRequest, GenerateResponse>(
+      request, writer, flavor, req->batch,
+      [this](grpc::ClientContext* context, const GenerateRequest* one, GenerateResponse* response,
+             std::function<void(grpc::Status)> done) {
+        stub_->async()->Generate(context, one, response, std::move(done));
+      },
+      [req, id, created](std::vector<GenerateResponse>& responses) {
+        return JsonResponse(200, openai::CompletionResponse(*req, responses, id, created));
+      },
+      [req](absl::Status s) { return openai::NameConstraintField(*req, std::move(s)); });
+}
+
+void Gateway::HandleBeamSearchChoices(const http::Request& request,
+                                      std::shared_ptr<ResponseWriter> writer,
+                                      std::shared_ptr<openai::CompletionRequest> req,
+                                      std::string id, int64_t created, ApiFlavor flavor) {
+  using blossom::v1::BeamSearchRequest;
+  using blossom::v1::BeamSearchResponse;
+  UnaryBatch<BeamSearchRequest, BeamSearchResponse>(
+      request, writer, flavor, openai::BeamSearchCalls(*req),
+      [this](grpc::ClientContext* context, const BeamSearchRequest* one,
+             BeamSearchResponse* response, std::function<void(grpc::Status)> done) {
+        stub_->async()->BeamSearch(context, one, response, std::move(done));
+      },
+      [req, id, created](std::vector<BeamSearchResponse>& responses) {
+        // Each prompt's beams are its n choices, best first.
+        std::vector<blossom::v1::GenerateResponse> choices;
+        for (const BeamSearchResponse& response : responses) {
+          for (auto& choice : openai::BeamsAsChoices(response)) choices.push_back(std::move(choice));
+        }
+        if (req->batch.empty() && choices.size() == 1) {
+          return JsonResponse(200, openai::CompletionResponse(*req, choices.front(), id, created));
+        }
+        return JsonResponse(200, openai::CompletionResponse(*req, choices, id, created));
+      },
+      nullptr);
 }
 
 void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/beam_search.h"
 #include "clients/gateway/structured_outputs.h"
 #include "kernels/status_macros.h"
 #include "server/status_details.h"
@@ -208,10 +209,6 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
     if (!s.ok()) return FieldError("stream_options.include_usage", "must be a boolean");
     out->include_usage = include_usage.value_or(false);
   }
-
-  absl::optional<bool> beam_search;  // vLLM's; false is what its clients send by default
-  BLOSSOM_RETURN_IF_ERROR(GetBool(body, "use_beam_search", &beam_search));
-  if (beam_search.value_or(false)) return Unsupported("use_beam_search", "beam search");
   return absl::OkStatus();
 }
 
@@ -336,6 +333,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
   }
   RequestPromptLogprobs(&out);
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
+  BLOSSOM_RETURN_IF_ERROR(ParseBeamSearch(json, &out));
   return out;
 }
 
@@ -388,6 +386,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   // Chat returns the prompt's logprobs once, from the first choice: the others need not pay
   // for them (a prompt-logprob prefill bypasses the prefix cache).
   for (size_t k = 1; k < out.batch.size(); ++k) out.batch[k].mutable_sampling()->clear_prompt_logprobs();
+  BLOSSOM_RETURN_IF_ERROR(ParseBeamSearch(json, &out));
   return out;
 }
 

@@ -79,6 +79,10 @@ struct CompletionRequest {
   // The client's field that gave sampling.json_schema or sampling.regex (response_format,
   // guided_json, structured_outputs.json, tools[i].function.parameters, ...), or "".
   std::string constraint_param;
+  // use_beam_search (beam_search.h): each prompt is one BeamSearch call with `beam`'s fields
+  // (beam_width = n, length_penalty, early_stopping, logprobs), its beams the n choices.
+  bool beam_search = false;
+  blossom::v1::BeamSearchRequest beam;
 };
 
 // A server refusal of the request's schema or pattern (its field sampling.json_schema or
