@@ -9,13 +9,17 @@
 //
 // Server mode (against a running blossom-server):
 //   blossom generate|stream --server HOST:PORT --prompt TEXT [sampling flags as above]
+//   blossom generate ... --num_beams N [--num_return_sequences K] [--length_penalty L]
+//                    [--early_stopping false|true|never]   (beam search, local or --server)
 //   blossom tokenize --server HOST:PORT --prompt TEXT
 //   blossom health|info --server HOST:PORT
 //   common: [--api_key KEY] [--timeout SECONDS] [--tls [--tls_ca FILE]] Errors are printed as
 // one line naming the problem, with exit code 1 (2 for usage errors).
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -29,6 +33,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/generate/batch_generator.h"
+#include "engine/serving/beam_search.h"
+#include "engine/serving/engine.h"
 #include "engine/guided/constraint_cache.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/speculative/speculative_flags.h"
@@ -60,6 +66,13 @@ ABSL_FLAG(std::string, json_schema, "",
           "Structured output: a JSON Schema the completion follows (its text, or @FILE).");
 ABSL_FLAG(bool, json_compact, false, "With --json_schema: no whitespace outside strings.");
 ABSL_FLAG(std::string, regex, "", "Structured output: a regular expression the completion matches.");
+ABSL_FLAG(int32_t, num_beams, 0,
+          "Beam search with this many beams (as transformers' generate(num_beams=N)); 0 = off.");
+ABSL_FLAG(int32_t, num_return_sequences, 0, "With --num_beams: beams printed, best first (0 = all).");
+ABSL_FLAG(double, length_penalty, 1.0,
+          "With --num_beams: a finished beam scores sum(logprobs) / length ** length_penalty.");
+ABSL_FLAG(std::string, early_stopping, "false",
+          "With --num_beams: false (HF's heuristic), true (once N beams finished) or never.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
 ABSL_FLAG(std::string, launcher, "threads",
@@ -121,6 +134,87 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintFlags(const Tok
   return schema->empty() ? cache.Regex(regex) : cache.JsonSchema(*schema, options);
 }
 
+absl::StatusOr<v1::EarlyStopping> EarlyStoppingFlag() {
+  const std::string value = absl::GetFlag(FLAGS_early_stopping);
+  if (value == "false") return v1::EARLY_STOPPING_HEURISTIC;
+  if (value == "true") return v1::EARLY_STOPPING_WHEN_FULL;
+  if (value == "never") return v1::EARLY_STOPPING_NEVER;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--early_stopping must be false, true or never, got '", value, "'"));
+}
+
+// The beam flags as the wire request (the server's, and the local search's source).
+absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
+  if (!absl::GetFlag(FLAGS_stop).empty()) {
+    return absl::InvalidArgumentError(
+        "--stop is not supported with --num_beams (a beam's score needs the token that ends it)");
+  }
+  absl::StatusOr<v1::EarlyStopping> early = EarlyStoppingFlag();
+  if (!early.ok()) return early.status();
+  v1::BeamSearchRequest request;
+  request.set_text(absl::GetFlag(FLAGS_prompt));
+  request.set_beam_width(absl::GetFlag(FLAGS_num_beams));
+  if (absl::GetFlag(FLAGS_num_return_sequences) > 0) {
+    request.set_num_return_sequences(absl::GetFlag(FLAGS_num_return_sequences));
+  }
+  request.set_length_penalty(absl::GetFlag(FLAGS_length_penalty));
+  request.set_early_stopping(*early);
+  request.mutable_stopping()->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  request.mutable_stopping()->set_min_new_tokens(absl::GetFlag(FLAGS_min_new_tokens));
+  request.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  return request;
+}
+
+// generate --num_beams N without a server: an engine in this process runs the search.
+int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
+                       std::vector<int32_t> prompt) {
+  absl::StatusOr<v1::BeamSearchRequest> flags = BeamSearchFlags();
+  if (!flags.ok()) return Fail(flags.status());
+  auto engine = Engine::Create(runner, &tokenizer, EngineConfig{});
+  if (!engine.ok()) return Fail(engine.status());
+  BeamSearchRequest request;
+  request.prompt_tokens = std::move(prompt);
+  BeamSearchParams& p = request.params;
+  p.beam_width = flags->beam_width();
+  p.num_return_sequences =
+      flags->has_num_return_sequences() ? flags->num_return_sequences() : p.beam_width;
+  p.length_penalty = flags->length_penalty();
+  p.early_stopping = flags->early_stopping() == v1::EARLY_STOPPING_WHEN_FULL ? EarlyStopping::kWhenFull
+                     : flags->early_stopping() == v1::EARLY_STOPPING_NEVER ? EarlyStopping::kNever
+                                                                            : EarlyStopping::kHeuristic;
+  p.max_new_tokens = flags->stopping().max_new_tokens();
+  p.min_new_tokens = flags->stopping().min_new_tokens();
+  const absl::optional<int32_t> eos = (*engine)->eos_token_id();
+  if (eos && !flags->stopping().ignore_eos()) p.end_tokens.push_back(*eos);
+  std::promise<BeamSearchOutcome> done;
+  auto search = BeamSearch::Start(engine->get(), std::move(request),
+                                  [&done](BeamSearchOutcome outcome) { done.set_value(outcome); });
+  if (!search.ok()) return Fail(search.status());
+  const BeamSearchOutcome outcome = done.get_future().get();
+  if (!outcome.status.ok()) return Fail(outcome.status);
+  v1::BeamSearchResponse response;
+  for (const BeamHypothesis& beam : outcome.beams) {
+    v1::Beam* b = response.add_beams();
+    const size_t text_tokens = beam.tokens.size() - (beam.ended_by_end_token ? 1 : 0);
+    b->set_text(tokenizer.Decode(absl::MakeConstSpan(beam.tokens.data(), text_tokens), true));
+    b->set_score(beam.score);
+    b->set_cumulative_logprob(beam.cumulative_logprob);
+    b->set_finish_reason(!beam.ended_by_end_token ? v1::FINISH_REASON_LENGTH
+                         : eos && beam.tokens.back() == *eos ? v1::FINISH_REASON_EOS_TOKEN
+                                                             : v1::FINISH_REASON_STOP_TOKEN);
+  }
+  PrintBeams(response, absl::GetFlag(FLAGS_prompt), std::cout);
+  if (!absl::GetFlag(FLAGS_quiet)) {
+    std::cerr << absl::StrFormat(
+        "[blossom] beam search: %d beams, prompt %d tokens, %d steps (%d tokens computed, %d "
+        "from the prefix cache), %.1f ms\n",
+        p.beam_width, outcome.prompt_tokens, outcome.rounds, outcome.computed_tokens,
+        outcome.cached_tokens,
+        1e3 * std::chrono::duration<double>(outcome.finished - outcome.arrival).count());
+  }
+  return 0;
+}
+
 int RunGenerate() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -161,6 +255,9 @@ int RunGenerate() {
   auto ids = (*tokenizer)->Encode(prompt);
   if (!ids.ok()) return Fail(ids.status());
   if (ids->empty()) return Fail(absl::InvalidArgumentError("the prompt encodes to no tokens"));
+  if (absl::GetFlag(FLAGS_num_beams) > 0) {
+    return RunLocalBeamSearch(model->get(), **tokenizer, *std::move(ids));
+  }
 
   GenerateRequest request;
   request.prompt = *ids;
@@ -225,6 +322,15 @@ int RunRemote(const std::string& command) {
   options.tls = absl::GetFlag(FLAGS_tls);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.quiet = absl::GetFlag(FLAGS_quiet);
+  if (absl::GetFlag(FLAGS_num_beams) > 0) {
+    if (command != "generate") {
+      std::cerr << "blossom: --num_beams works with generate only" << std::endl;
+      return 2;
+    }
+    absl::StatusOr<v1::BeamSearchRequest> beam = BeamSearchFlags();
+    if (!beam.ok()) return Fail(beam.status());
+    return RunRemoteBeamSearch(options, *beam, std::cout, std::cerr);
+  }
   v1::GenerateRequest request;
   request.set_text(absl::GetFlag(FLAGS_prompt));
   v1::SamplingParameters* s = request.mutable_sampling();
@@ -256,7 +362,8 @@ int RunRemote(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
-      "[--top_k K] [--top_p P] [--seed S] [--stop A,B] [--json_schema JSON|@FILE] [--regex RE]\n"
+      "[--top_k K] [--top_p P] [--seed S] [--stop A,B] [--json_schema JSON|@FILE] [--regex RE] "
+      "[--num_beams N]\n"
       "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
   blossom::NormalizeDashedFlags(argc, argv);  // --max-new-tokens and --max_new_tokens alike
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);

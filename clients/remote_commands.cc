@@ -98,6 +98,47 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
 
 }  // namespace
 
+void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefix,
+                std::ostream& out) {
+  for (int i = 0; i < response.beams_size(); ++i) {
+    const v1::Beam& beam = response.beams(i);
+    if (response.beams_size() > 1) {
+      out << absl::StrFormat("# beam %d: score=%.6f cumulative_logprob=%.6f finish_reason=%s\n",
+                             i + 1, beam.score(), beam.cumulative_logprob(),
+                             FinishReasonText(beam.finish_reason()));
+    }
+    out << prefix << beam.text() << "\n";
+  }
+  out << std::flush;
+}
+
+int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchRequest& request,
+                        std::ostream& out, std::ostream& err) {
+  if (options.server.empty()) {
+    err << "blossom: error: --server host:port is required" << std::endl;
+    return 2;
+  }
+  bool ok = false;
+  std::shared_ptr<grpc::Channel> channel = Connect(options, err, &ok);
+  if (!ok) return 2;
+  auto stub = v1::Blossom::NewStub(channel);
+  grpc::ClientContext context;
+  Prepare(options, &context);
+  v1::BeamSearchResponse response;
+  grpc::Status status = stub->BeamSearch(&context, request, &response);
+  if (!status.ok()) return Failed(status, err);
+  PrintBeams(response, "", out);
+  if (!options.quiet) {
+    err << absl::StrFormat(
+               "[%s] beams=%d prompt_tokens=%d generated_tokens=%d steps=%d total=%.1fms",
+               response.request_id(), response.beams_size(), response.usage().prompt_tokens(),
+               response.usage().generated_tokens(), response.steps(),
+               1e3 * response.total_seconds())
+        << std::endl;
+  }
+  return 0;
+}
+
 int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
                      const v1::GenerateRequest& request, std::ostream& out, std::ostream& err) {
   if (options.server.empty()) {

@@ -28,6 +28,16 @@ struct RemoteOptions {
 int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
                      const v1::GenerateRequest& request, std::ostream& out, std::ostream& err);
 
+// `generate --num_beams N`: the BeamSearch RPC; its beams printed by PrintBeams.
+int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchRequest& request,
+                        std::ostream& out, std::ostream& err);
+
+// Beams best first: one beam as its text alone (as generate prints a completion); several each
+// after a "# beam i: score=... cumulative_logprob=... finish_reason=..." line. `prefix` goes
+// before each text (the local CLI prints the prompt first).
+void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefix,
+                std::ostream& out);
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_CLIENTS_REMOTE_COMMANDS_H_

@@ -87,6 +87,7 @@ std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
       {"stopping.min_new_tokens", "min_tokens"},
       {"sampling.prompt_logprobs", "logprobs"},
       {"ids", "tokens"},  // Detokenize's ids are vLLM /detokenize's tokens
+      {"beam_width", "n"},  // BeamSearch's width is vLLM's n with use_beam_search
   };
   if (field == "text" || field == "token_ids" || field == "prompt") {
     return flavor == ApiFlavor::kOpenAIChat ? "messages" : "prompt";

@@ -32,6 +32,12 @@ _REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate
 
 GENERATE_PARAMETERS = frozenset(_SAMPLING + _SAMPLING_REPEATED + _SAMPLING_MAP + _SAMPLING_JSON +
                                 _STOPPING_SCALAR + _STOPPING_REPEATED + _REQUEST)
+# beam_search(): fields of BeamSearchRequest (skip_special_tokens goes to its stopping).
+_BEAM = ("num_return_sequences", "length_penalty", "logprobs")
+_EARLY_STOPPING = {False: "HEURISTIC", True: "WHEN_FULL", "heuristic": "HEURISTIC",
+                   "when_full": "WHEN_FULL", "never": "NEVER"}
+BEAM_SEARCH_PARAMETERS = frozenset(_BEAM + ("early_stopping", "skip_special_tokens") +
+                                   _STOPPING_SCALAR + ("stop_token_ids",) + _REQUEST)
 
 
 def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) -> pb.GenerateRequest:
@@ -40,17 +46,7 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
     if unknown:
         raise TypeError(f"{method}() got unexpected keyword argument(s): {', '.join(unknown)}")
     request = pb.GenerateRequest()
-    if isinstance(prompt, str):
-        request.text = prompt
-    elif isinstance(prompt, (list, tuple)) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        request.token_ids.ids.extend(prompt)
-        # An empty id list must still select the token_ids arm of the oneof (the server then
-        # rejects it with a clear message rather than seeing "no prompt").
-        request.token_ids.SetInParent()
-    else:
-        raise TypeError(f"{method}() prompt must be a str or a list of int token ids, "
-                        f"not {type(prompt).__name__}")
+    _set_prompt(method, request, prompt)
     for name, value in params.items():
         if value is None:
             continue
@@ -79,6 +75,61 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
         except (TypeError, ValueError) as e:
             raise TypeError(f"{method}() parameter {name}={value!r}: {e}") from None
     return request
+
+
+def _set_prompt(method: str, request, prompt: Prompt) -> None:
+    if isinstance(prompt, str):
+        request.text = prompt
+    elif isinstance(prompt, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        request.token_ids.ids.extend(prompt)
+        # An empty id list must still select the token_ids arm of the oneof (the server then
+        # rejects it with a clear message rather than seeing "no prompt").
+        request.token_ids.SetInParent()
+    else:
+        raise TypeError(f"{method}() prompt must be a str or a list of int token ids, "
+                        f"not {type(prompt).__name__}")
+
+
+def build_beam_search_request(prompt: Prompt, beam_width: int,
+                              params: Dict[str, Any]) -> pb.BeamSearchRequest:
+    """Raises TypeError for an unknown keyword or a wrongly typed prompt/value."""
+    unknown = sorted(set(params) - BEAM_SEARCH_PARAMETERS)
+    if unknown:
+        raise TypeError(f"beam_search() got unexpected keyword argument(s): {', '.join(unknown)}")
+    request = pb.BeamSearchRequest()
+    _set_prompt("beam_search", request, prompt)
+    request.beam_width = beam_width
+    for name, value in params.items():
+        if value is None:
+            continue
+        try:
+            if name == "early_stopping":
+                if value not in _EARLY_STOPPING:
+                    raise ValueError("must be True, False, 'heuristic', 'when_full' or 'never'")
+                request.early_stopping = pb.EarlyStopping.Value(
+                    "EARLY_STOPPING_" + _EARLY_STOPPING[value])
+            elif name in _BEAM:
+                setattr(request, name, value)
+            elif name in _STOPPING_SCALAR or name == "skip_special_tokens":
+                setattr(request.stopping, name, value)
+            elif name == "stop_token_ids":
+                request.stopping.stop_token_ids.extend(value)
+            else:
+                setattr(request, name, value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"beam_search() parameter {name}={value!r}: {e}") from None
+    return request
+
+
+def beam_search_result(r: pb.BeamSearchResponse) -> results.BeamSearchResult:
+    return results.BeamSearchResult(
+        beams=[results.Beam(text=b.text, tokens=[token(t) for t in b.tokens], score=b.score,
+                            cumulative_logprob=b.cumulative_logprob,
+                            finish_reason=finish_reason(b.finish_reason)) for b in r.beams],
+        usage=fill(results.Usage, r.usage), request_id=r.request_id,
+        prompt_token_ids=list(r.prompt_token_ids), system_fingerprint=r.system_fingerprint,
+        total_seconds=r.total_seconds, steps=r.steps)
 
 
 def finish_reason(value: int):

@@ -55,6 +55,17 @@ class AsyncBlossomClient:
                                          metadata=self._metadata)
         return AsyncGenerateStream(call)
 
+    async def beam_search(self, prompt: _convert.Prompt, beam_width: int, *, timeout=_UNSET,
+                    **params) -> results.BeamSearchResult:
+        """Beam search as Hugging Face's generate(num_beams=beam_width, do_sample=False): the
+        best num_return_sequences (default: every) beams, best first. Keywords:
+        num_return_sequences, length_penalty, early_stopping (False, True or "never"),
+        logprobs (each token's), max_new_tokens, min_new_tokens, ignore_eos, stop_token_ids,
+        include_stop_in_output, skip_special_tokens, and the request fields of generate()."""
+        request = _convert.build_beam_search_request(prompt, beam_width, params)
+        response = await self._unary(self._stub.BeamSearch, request, timeout)
+        return _convert.beam_search_result(response)
+
     async def tokenize(self, text: str, add_special_tokens: bool = False, *,
                        timeout=_UNSET) -> results.TokenizeResult:
         request = pb.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)

@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 class Usage:
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    cached_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,30 @@ class GenerateResult:
     # With prompt_logprobs=N: every prompt token (the first without a logprob), each with its
     # logprob, rank and N alternatives; else empty.
     prompt_logprobs: List[Token] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Beam:
+    text: str
+    # The new tokens, an end token (EOS or a stop token id) that finished the beam included.
+    tokens: List[Token]
+    # Hugging Face's sequences_scores: cumulative_logprob / len(tokens) ** length_penalty.
+    score: float
+    cumulative_logprob: float
+    finish_reason: Optional[str]  # "eos_token", "stop_token" or "length"
+
+
+@dataclass(frozen=True)
+class BeamSearchResult:
+    beams: List[Beam]  # best first
+    # prompt_tokens; generated_tokens: the beams' tokens together; cached_prompt_tokens: what
+    # the search's steps found in the prefix cache.
+    usage: Usage
+    request_id: str
+    prompt_token_ids: List[int]
+    system_fingerprint: str
+    total_seconds: float
+    steps: int
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,22 @@ class FakeBlossom(pb_grpc.BlossomServicer):
             scored.top_logprobs.add(token_id=9, token="z", logprob=-0.25, special=True)
         return response
 
+    def BeamSearch(self, request, context):
+        self._record(request, context)
+        self._maybe_fail(request, context)
+        response = pb.BeamSearchResponse(
+            request_id="req-9", steps=3, total_seconds=0.25, system_fingerprint="fp",
+            usage=pb.Usage(prompt_tokens=2, generated_tokens=5, cached_prompt_tokens=16))
+        response.beams.add(text="ab", score=-0.5, cumulative_logprob=-1.0,
+                           finish_reason=pb.FINISH_REASON_EOS_TOKEN,
+                           tokens=[pb.Token(id=5, text="a", logprob=-0.25),
+                                   pb.Token(id=2, text="</s>", logprob=-0.75, special=True)])
+        response.beams.add(text="abc", score=-0.9, cumulative_logprob=-2.7,
+                           finish_reason=pb.FINISH_REASON_LENGTH,
+                           tokens=[pb.Token(id=5, text="a"), pb.Token(id=6, text="b"),
+                                   pb.Token(id=7, text="c")])
+        return response
+
     def GenerateStream(self, request, context):
         self._record(request, context)
         self._maybe_fail(request, context)
@@ -176,6 +192,46 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(r.prompt_token_ids, [1, 2, 3])
         self.assertEqual(self.fake.requests[-1].text, "Hi")
         self.assertEqual(self.fake.metadata[-1]["authorization"], "Bearer sekret")
+
+    def test_beam_search(self):
+        r = self.client.beam_search([5, 6], 4, num_return_sequences=2, length_penalty=0.5,
+                                    early_stopping="never", logprobs=True, max_new_tokens=9,
+                                    stop_token_ids=[7], skip_special_tokens=False, priority=1)
+        sent = self.fake.requests[-1]
+        self.assertEqual(list(sent.token_ids.ids), [5, 6])
+        self.assertEqual(sent.beam_width, 4)
+        self.assertEqual(sent.num_return_sequences, 2)
+        self.assertEqual(sent.length_penalty, 0.5)
+        self.assertEqual(sent.early_stopping, pb.EARLY_STOPPING_NEVER)
+        self.assertTrue(sent.logprobs)
+        self.assertEqual(sent.stopping.max_new_tokens, 9)
+        self.assertEqual(list(sent.stopping.stop_token_ids), [7])
+        self.assertFalse(sent.stopping.skip_special_tokens)
+        self.assertEqual(sent.priority, 1)
+        self.assertEqual([b.text for b in r.beams], ["ab", "abc"])
+        self.assertEqual(r.beams[0].finish_reason, "eos_token")
+        self.assertEqual(r.beams[1].finish_reason, "length")
+        self.assertEqual([t.id for t in r.beams[0].tokens], [5, 2])
+        self.assertEqual(r.beams[0].tokens[1].logprob, -0.75)
+        self.assertTrue(r.beams[0].tokens[1].special)
+        self.assertIsNone(r.beams[1].tokens[0].logprob)
+        self.assertEqual((r.beams[0].score, r.beams[0].cumulative_logprob), (-0.5, -1.0))
+        self.assertEqual(r.usage, blossom_client.Usage(prompt_tokens=2, generated_tokens=5,
+                                                       cached_prompt_tokens=16))
+        self.assertEqual((r.steps, r.request_id, r.system_fingerprint), (3, "req-9", "fp"))
+        # Absent keywords stay absent (the server's defaults); early_stopping as HF spells it.
+        self.client.beam_search("Hi", 2, early_stopping=True)
+        sent = self.fake.requests[-1]
+        self.assertEqual(sent.text, "Hi")
+        self.assertFalse(sent.HasField("num_return_sequences"))
+        self.assertFalse(sent.HasField("length_penalty"))
+        self.assertEqual(sent.early_stopping, pb.EARLY_STOPPING_WHEN_FULL)
+        with self.assertRaises(TypeError):
+            self.client.beam_search("Hi", 2, temperature=0.5)  # not a beam-search keyword
+        with self.assertRaises(TypeError):
+            self.client.beam_search("Hi", 2, early_stopping="sometimes")
+        with self.assertRaises(InvalidArgumentError):
+            self.client.beam_search("!error INVALID_ARGUMENT beam_width must be in [1, 10]", 11)
 
     def test_logit_bias_allowed_tokens_and_bad_words(self):
         self.client.generate("Hi", logit_bias={5: -100, "7": 2.5}, allowed_token_ids=[5, 7, 9],
@@ -417,6 +473,9 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await self.client.detokenize([97]), "a")
         self.assertEqual((await self.client.model_info()).num_heads, 4)
         self.assertEqual(await self.client.health(), "SERVING")
+        beams = await self.client.beam_search("Hi", 2, max_new_tokens=3)
+        self.assertEqual(beams.beams[1].text, "abc")
+        self.assertEqual(self.fake.requests[-1].beam_width, 2)
 
     async def test_stream(self):
         chunks = [c async for c in self.client.generate_stream("Hi", max_new_tokens=5)]
