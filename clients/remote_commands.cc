@@ -73,6 +73,17 @@ std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostrea
   return grpc::CreateCustomChannel(options.server, grpc::SslCredentials(ssl), args);
 }
 
+// The channel to --server, or 2 (a usage error, printed) when there is none.
+int Open(const RemoteOptions& options, std::ostream& err, std::shared_ptr<grpc::Channel>* channel) {
+  if (options.server.empty()) {
+    err << "blossom: error: --server host:port is required" << std::endl;
+    return 2;
+  }
+  bool ok = false;
+  *channel = Connect(options, err, &ok);
+  return ok ? 0 : 2;
+}
+
 void Prepare(const RemoteOptions& options, grpc::ClientContext* context) {
   if (!options.api_key.empty()) {
     context->AddMetadata("authorization", absl::StrCat("Bearer ", options.api_key));
@@ -114,13 +125,8 @@ void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefi
 
 int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchRequest& request,
                         std::ostream& out, std::ostream& err) {
-  if (options.server.empty()) {
-    err << "blossom: error: --server host:port is required" << std::endl;
-    return 2;
-  }
-  bool ok = false;
-  std::shared_ptr<grpc::Channel> channel = Connect(options, err, &ok);
-  if (!ok) return 2;
+  std::shared_ptr<grpc::Channel> channel;
+  if (int usage_error = Open(options, err, &channel)) return usage_error;
   auto stub = v1::Blossom::NewStub(channel);
   grpc::ClientContext context;
   Prepare(options, &context);
@@ -141,13 +147,8 @@ int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchReques
 
 int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
                      const v1::GenerateRequest& request, std::ostream& out, std::ostream& err) {
-  if (options.server.empty()) {
-    err << "blossom: error: --server host:port is required" << std::endl;
-    return 2;
-  }
-  bool ok = false;
-  std::shared_ptr<grpc::Channel> channel = Connect(options, err, &ok);
-  if (!ok) return 2;
+  std::shared_ptr<grpc::Channel> channel;
+  if (int usage_error = Open(options, err, &channel)) return usage_error;
   auto stub = v1::Blossom::NewStub(channel);
   grpc::ClientContext context;
   Prepare(options, &context);
