@@ -149,6 +149,23 @@ absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
     return absl::InvalidArgumentError(
         "--stop is not supported with --num_beams (a beam's score needs the token that ends it)");
   }
+  // Beam search ranks the model's own log-probabilities: a sampling flag would be ignored.
+  const std::pair<const char*, bool> ignored[] = {
+      {"--temperature", absl::GetFlag(FLAGS_temperature) != 0.0},
+      {"--top_k", absl::GetFlag(FLAGS_top_k) != 0},
+      {"--top_p", absl::GetFlag(FLAGS_top_p) != 1.0},
+      {"--typical_p", absl::GetFlag(FLAGS_typical_p) != 1.0},
+      {"--min_p", absl::GetFlag(FLAGS_min_p) != 0.0},
+      {"--repetition_penalty", absl::GetFlag(FLAGS_repetition_penalty) != 1.0},
+      {"--frequency_penalty", absl::GetFlag(FLAGS_frequency_penalty) != 0.0},
+      {"--presence_penalty", absl::GetFlag(FLAGS_presence_penalty) != 0.0},
+      {"--seed", absl::GetFlag(FLAGS_seed) >= 0},
+      {"--json_schema", !absl::GetFlag(FLAGS_json_schema).empty()},
+      {"--regex", !absl::GetFlag(FLAGS_regex).empty()},
+  };
+  for (const auto& [flag, set] : ignored) {
+    if (set) return absl::InvalidArgumentError(absl::StrCat(flag, " is not supported with --num_beams"));
+  }
   absl::StatusOr<v1::EarlyStopping> early = EarlyStoppingFlag();
   if (!early.ok()) return early.status();
   v1::BeamSearchRequest request;

@@ -75,6 +75,17 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
                                   service_->vocab_size());
     if (!converted.ok()) return converted.status();
     converted_ = std::move(*converted);
+    // Each step queues beam_width requests at once (BeamSearch::Start refuses it too, without
+    // the field).
+    const int32_t max_waiting = service_->engine()->scheduler_config().max_waiting_requests;
+    if (converted_.search.params.beam_width > max_waiting) {
+      const std::string message =
+          absl::StrCat("beam_width must be at most the server's --max_waiting_requests (",
+                       max_waiting, "), got ", converted_.search.params.beam_width);
+      return WithReason(WithFieldViolation(absl::InvalidArgumentError(message), "beam_width",
+                                           message),
+                        error_reason::kInvalidBeamSearchParams);
+    }
     auto search = BeamSearch::Start(service_->engine(), converted_.search,
                                     [this](BeamSearchOutcome outcome) { OnOutcome(outcome); });
     if (search.ok()) {

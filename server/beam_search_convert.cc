@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -83,8 +82,10 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
                                     p.beam_width, "], got ", p.num_return_sequences));
   }
   if (request.has_length_penalty()) {
-    if (!std::isfinite(request.length_penalty())) {
-      return BeamRefusal("length_penalty", "length_penalty must be a finite number");
+    if (!(std::abs(request.length_penalty()) <= kMaxLengthPenalty)) {
+      return BeamRefusal("length_penalty",
+                         absl::StrCat("length_penalty must be in [-", kMaxLengthPenalty, ", ",
+                                      kMaxLengthPenalty, "], got ", request.length_penalty()));
     }
     p.length_penalty = request.length_penalty();
   }
@@ -99,8 +100,9 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
   }
   const int32_t per_beam = std::max<int32_t>(2, 1 + static_cast<int32_t>(p.end_tokens.size()));
   if (static_cast<int64_t>(per_beam) * p.beam_width > kMaxLogprobs) {
+    // The width alone fits (2 candidates a beam): then the end tokens are what to cut.
     return BeamRefusal(
-        "beam_width",
+        2 * p.beam_width <= kMaxLogprobs ? "stopping.stop_token_ids" : "beam_width",
         absl::StrCat("beam_width times max(2, 1 + end tokens) must be at most ", kMaxLogprobs,
                      " (each beam weighs that many candidates a step); ", p.beam_width,
                      " beams with ", p.end_tokens.size(),
@@ -147,8 +149,7 @@ void FillBeamSearchResponse(const BeamSearchOutcome& outcome, const v1::BeamSear
   v1::Usage* usage = out->mutable_usage();
   usage->set_prompt_tokens(outcome.prompt_tokens);
   usage->set_generated_tokens(generated);
-  usage->set_cached_prompt_tokens(static_cast<int32_t>(
-      std::min<int64_t>(outcome.cached_tokens, std::numeric_limits<int32_t>::max())));
+  usage->set_cached_prompt_tokens(outcome.cached_prompt_tokens);
   out->set_steps(outcome.rounds);
   out->set_total_seconds(std::chrono::duration<double>(outcome.finished - outcome.arrival).count());
   if (request.return_prompt_tokens()) {

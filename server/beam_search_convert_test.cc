@@ -111,7 +111,8 @@ TEST_F(BeamSearchConvertTest, ResponseTextFinishReasonsAndUsage) {
   BeamSearchOutcome outcome;
   outcome.prompt_tokens = 2;
   outcome.rounds = 4;
-  outcome.cached_tokens = 17;
+  outcome.cached_tokens = 170;  // every round's hits: not the prompt's
+  outcome.cached_prompt_tokens = 17;
   auto beam = [&](int32_t last, bool ended, double score) {
     BeamHypothesis h;
     h.tokens = words;
@@ -175,7 +176,7 @@ TEST_F(BeamSearchConvertTest, RefusalsNameTheField) {
          r->set_beam_width(7);
          r->mutable_stopping()->add_stop_token_ids(9);
        },
-       "beam_width", error_reason::kInvalidBeamSearchParams},  // 7 x (1 + 2) = 21 candidates
+       "stopping.stop_token_ids", error_reason::kInvalidBeamSearchParams},  // 7 x (1 + 2) = 21
       {[](v1::BeamSearchRequest* r) { r->set_model("other"); }, "model",
        error_reason::kUnknownModel},
   };

@@ -163,7 +163,9 @@ TEST(BlossomServiceBeamTest, RefusalsNameTheField) {
          r->set_beam_width(7);
          r->mutable_stopping()->add_stop_token_ids(5);
        },
-       "beam_width", "INVALID_BEAM_SEARCH_PARAMS"},
+       "stopping.stop_token_ids", "INVALID_BEAM_SEARCH_PARAMS"},  // 7 x (1 + 2) > 20
+      {[](v1::BeamSearchRequest* r) { r->set_length_penalty(11); }, "length_penalty",
+       "INVALID_BEAM_SEARCH_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->set_num_return_sequences(5); }, "num_return_sequences",
        "INVALID_BEAM_SEARCH_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->set_length_penalty(NAN); }, "length_penalty",

@@ -48,8 +48,10 @@ absl::Status Validate(const BeamSearchParams& params, int32_t vocab_size) {
                    absl::StrCat("must be in [1, beam_width = ", params.beam_width, "], got ",
                                 params.num_return_sequences));
   }
-  if (!std::isfinite(params.length_penalty)) {
-    return Invalid("length_penalty", "must be a finite number");
+  if (!(std::abs(params.length_penalty) <= kMaxLengthPenalty)) {  // NaN fails too
+    return Invalid("length_penalty", absl::StrCat("must be in [-", kMaxLengthPenalty, ", ",
+                                                  kMaxLengthPenalty, "], got ",
+                                                  params.length_penalty));
   }
   if (params.max_new_tokens < 1) {
     return Invalid("max_new_tokens", absl::StrCat("must be >= 1, got ", params.max_new_tokens));
@@ -103,7 +105,7 @@ absl::Status BeamScorer::Step(absl::Span<const std::vector<TokenLogprob>> candid
                         c.token, c.logprob});
     }
   }
-  // HF's topk over the flattened [beam, token] scores: best first, then the smaller index.
+  // HF's topk over the flattened [beam, token] scores: best first; ties by beam, then token.
   std::sort(ranked.begin(), ranked.end(), [](const Candidate& x, const Candidate& y) {
     if (x.score != y.score) return x.score > y.score;
     return std::make_pair(x.beam, x.token) < std::make_pair(y.beam, y.token);

@@ -19,6 +19,10 @@
 // - at max_new_tokens the running beams join the finished ones (unless the search was already
 //   over); the best num_return_sequences are returned, best first (ties: the later one first,
 //   as Python's sorted + pop).
+// Candidates of equal score rank by beam, then token (torch.topk leaves such ties in no fixed
+// order, so HF may differ there). Width 1 follows the same rules (HF refuses num_beams=1 and
+// decodes greedily instead; the two differ only with kNever, where a width-1 search may run on
+// past an end token that ranked first).
 //
 // Not thread-safe; one search per object.
 #ifndef BLOSSOM_ENGINE_GENERATE_BEAM_SCORER_H_
@@ -36,6 +40,8 @@ namespace blossom {
 // Most beams of one search. Each beam asks the engine for its top candidates as logprobs,
 // which are capped at kMaxLogprobs; the beam width is bounded by that as well (Validate).
 inline constexpr int32_t kMaxBeamWidth = 10;
+// |length_penalty| at most this: 2048 ** 10 is still a finite double, 2048 ** 100 is not.
+inline constexpr double kMaxLengthPenalty = 10.0;
 
 enum class EarlyStopping { kHeuristic, kWhenFull, kNever };
 
@@ -43,6 +49,7 @@ struct BeamSearchParams {
   int32_t beam_width = 4;
   int32_t num_return_sequences = 1;  // <= beam_width
   // Finished scores are sum(logprobs) / generated_length ** length_penalty (double, as Python).
+  // Within [-kMaxLengthPenalty, kMaxLengthPenalty]: beyond, length ** penalty overflows.
   double length_penalty = 1.0;
   EarlyStopping early_stopping = EarlyStopping::kHeuristic;
   int32_t max_new_tokens = 16;
@@ -53,7 +60,7 @@ struct BeamSearchParams {
 
 // OK, or InvalidArgument naming the field: beam_width in [1, kMaxBeamWidth] and
 // beam_width * max(2, 1 + end tokens) <= kMaxLogprobs (the candidates each beam needs),
-// num_return_sequences in [1, beam_width], a finite length_penalty, max_new_tokens >= 1,
+// num_return_sequences in [1, beam_width], |length_penalty| <= kMaxLengthPenalty, max_new_tokens >= 1,
 // min_new_tokens in [0, max_new_tokens], end tokens distinct and in [0, vocab_size).
 absl::Status Validate(const BeamSearchParams& params, int32_t vocab_size);
 
@@ -61,7 +68,9 @@ struct BeamHypothesis {
   std::vector<int32_t> tokens;  // the new tokens; a finishing end token included
   std::vector<float> logprobs;  // each token's raw log-probability
   float cumulative_logprob = 0.0f;  // their fp32 sum, as HF's beam score
-  double score = 0.0;               // cumulative_logprob / tokens.size() ** length_penalty
+  // cumulative_logprob / tokens.size() ** length_penalty, in double (HF's sequences_scores
+  // holds the same value rounded to float32).
+  double score = 0.0;
   bool ended_by_end_token = false;
 };
 

@@ -172,6 +172,10 @@ TEST(BeamScorerTest, ValidateNamesTheField) {
                    "length_penalty"});
   cases.push_back({"penalty_inf", with([](BeamSearchParams& p) { p.length_penalty = INFINITY; }),
                    "length_penalty"});
+  cases.push_back({"penalty_max", with([](BeamSearchParams& p) { p.length_penalty = -10.0; }),
+                   ""});
+  cases.push_back({"penalty_over", with([](BeamSearchParams& p) { p.length_penalty = 10.5; }),
+                   "length_penalty"});
   cases.push_back({"max_0", with([](BeamSearchParams& p) { p.max_new_tokens = 0; }),
                    "max_new_tokens"});
   cases.push_back({"min_over", with([](BeamSearchParams& p) { p.min_new_tokens = 9; }),

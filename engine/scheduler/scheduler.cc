@@ -34,17 +34,16 @@ Scheduler::Scheduler(const SchedulerConfig& config)
       blocks_(config.num_blocks, config.block_size, config.enable_prefix_caching,
               config.block_hash_fn != nullptr ? config.block_hash_fn : &DefaultBlockHash) {}
 
-absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
-  const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
+absl::Status Scheduler::CheckFits(int64_t prompt, int32_t max_new_tokens) const {
   if (prompt == 0) return absl::InvalidArgumentError("prompt is empty");
-  if (spec.max_new_tokens < 1) {
+  if (max_new_tokens < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be >= 1, got ", spec.max_new_tokens));
+        absl::StrCat("max_new_tokens must be >= 1, got ", max_new_tokens));
   }
-  const int64_t total = prompt + spec.max_new_tokens;
+  const int64_t total = prompt + max_new_tokens;
   if (total > config_.max_total_tokens) {
     return absl::InvalidArgumentError(
-        absl::StrCat("prompt (", prompt, " tokens) + max_new_tokens (", spec.max_new_tokens,
+        absl::StrCat("prompt (", prompt, " tokens) + max_new_tokens (", max_new_tokens,
                      ") = ", total, " exceeds max_total_tokens (", config_.max_total_tokens, ")"));
   }
   // Checked so that block pressure can never fail an admitted request: alone on the pool (all
@@ -52,7 +51,7 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   const int64_t blocks_needed = (total + config_.block_size - 1) / config_.block_size;
   if (blocks_needed > blocks_.num_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt, " tokens) + max_new_tokens (", spec.max_new_tokens, ") needs ",
+        "prompt (", prompt, " tokens) + max_new_tokens (", max_new_tokens, ") needs ",
         blocks_needed, " KV blocks of ", config_.block_size,
         " tokens, more than the whole KV cache (num_blocks ", blocks_.num_blocks(), ")"));
   }
@@ -60,19 +59,29 @@ absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   // outputs but the last, which must fit the token budget or the request would wait forever.
   if (!config_.enable_chunked_prefill && total - 1 > config_.max_num_batched_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt, " tokens) + max_new_tokens (", spec.max_new_tokens,
+        "prompt (", prompt, " tokens) + max_new_tokens (", max_new_tokens,
         ") may need a prefill of ", total - 1, " tokens, more than max_num_batched_tokens (",
         config_.max_num_batched_tokens, ") with chunked prefill off"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
+  const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
+  absl::Status fits = CheckFits(prompt, spec.max_new_tokens);
+  if (!fits.ok()) return fits;
+  const int64_t total = prompt + spec.max_new_tokens;
   if (seqs_.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", spec.id, " already exists"));
   }
-  if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting_requests) {
+  if (!spec.bypass_waiting_limits &&
+      static_cast<int64_t>(waiting_.size()) >= config_.max_waiting_requests) {
     return absl::ResourceExhaustedError(absl::StrCat("waiting queue is full: ", waiting_.size(),
                                                      " requests waiting (max_waiting_requests ",
                                                      config_.max_waiting_requests, ")"));
   }
-  if (waiting_tokens_ + prompt > config_.max_waiting_prompt_tokens) {
+  if (!spec.bypass_waiting_limits &&
+      waiting_tokens_ + prompt > config_.max_waiting_prompt_tokens) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "waiting queue is full: ", waiting_tokens_, " tokens waiting + ", prompt,
         " would exceed max_waiting_prompt_tokens (", config_.max_waiting_prompt_tokens, ")"));

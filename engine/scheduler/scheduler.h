@@ -51,6 +51,9 @@ struct SequenceSpec {
   // (callers give them one value). Ignored with chunked prefill off (a prefill then runs in
   // one step).
   int32_t max_chunk_tokens = 0;
+  // A later step of work already admitted (a beam search's rounds after its first): the waiting
+  // bounds, which refuse new work under overload, do not apply (as preemption always re-queues).
+  bool bypass_waiting_limits = false;
 };
 
 // One sequence's work in a step: compute tokens [num_computed, num_computed + num_new) of
@@ -139,9 +142,13 @@ class Scheduler {
   //     max_total_tokens, more blocks than the whole pool, or (chunked prefill off) a possible
   //     prefill longer than max_num_batched_tokens; the message names the limit and the numbers.
   //   ResourceExhausted: the waiting queue is full (max_waiting_requests or
-  //     max_waiting_prompt_tokens); the server maps it to 429 / RESOURCE_EXHAUSTED.
+  //     max_waiting_prompt_tokens; not for spec.bypass_waiting_limits); the server maps it to
+  //     429 / RESOURCE_EXHAUSTED.
   //   AlreadyExists: the id is already known.
   absl::Status AddRequest(const SequenceSpec& spec);
+  // AddRequest's InvalidArgument checks alone, for `prompt` tokens and `max_new_tokens`: OK
+  // when such a request could run (a caller that submits the work in pieces checks the whole).
+  absl::Status CheckFits(int64_t prompt, int32_t max_new_tokens) const;
 
   // Plans one step and allocates the KV blocks the plan writes. Nothing writes into blocks that
   // another live sequence reads: shared (prefix-cached) blocks are full and already computed.

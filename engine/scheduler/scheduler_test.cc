@@ -360,6 +360,8 @@ TEST(SchedulerTest, RejectsWhatCanNeverRunNamingTheLimit) {
   st = s->AddRequest({1, std::vector<int32_t>(90, 7), 20});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("= 110 exceeds max_total_tokens (100)"));
+  EXPECT_EQ(s->CheckFits(90, 20), st);  // the same checks, without a request
+  EXPECT_TRUE(s->CheckFits(48, 16).ok());
 
   st = s->AddRequest({1, {}, 10});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -407,6 +409,14 @@ TEST(SchedulerTest, FullQueueIsResourceExhausted) {
   EXPECT_THAT(st.message(), HasSubstr("max_waiting_prompt_tokens (10)"));
   EXPECT_TRUE(s->AddRequest({2, std::vector<int32_t>(2, 1), 2}).ok());
   EXPECT_EQ(s->stats().waiting_tokens, 10);
+  EXPECT_TRUE(s->CheckInvariants().ok());
+
+  // Work already admitted (a beam search's later rounds) queues past both bounds.
+  SequenceSpec admitted{3, std::vector<int32_t>(5, 1), 2};
+  EXPECT_EQ(s->AddRequest(admitted).code(), absl::StatusCode::kResourceExhausted);
+  admitted.bypass_waiting_limits = true;
+  EXPECT_TRUE(s->AddRequest(admitted).ok());
+  EXPECT_EQ(s->stats().waiting_tokens, 15);
   EXPECT_TRUE(s->CheckInvariants().ok());
 }
 

@@ -25,15 +25,17 @@ absl::StatusOr<std::shared_ptr<BeamSearch>> BeamSearch::Start(Engine* engine,
   absl::Status valid = Validate(request.params, engine->vocab_size());
   if (!valid.ok()) return valid;
   // Each round asks for one token, so the engine checks only that round's length: the whole
-  // search's is checked here, with the engine's words.
-  const int64_t prompt = static_cast<int64_t>(request.prompt_tokens.size());
-  const int64_t total = prompt + request.params.max_new_tokens;
-  const int32_t cap = engine->scheduler_config().max_total_tokens;
-  if (total > cap) {
+  // search's (the longest beam's last round) is checked here, with the engine's words.
+  absl::Status fits = engine->CheckFits(static_cast<int64_t>(request.prompt_tokens.size()),
+                                        request.params.max_new_tokens);
+  if (!fits.ok()) return fits;
+  // Each round queues beam_width requests at once: a queue that can never hold them would
+  // refuse every search's rounds.
+  const int32_t max_waiting = engine->scheduler_config().max_waiting_requests;
+  if (request.params.beam_width > max_waiting) {
     return absl::InvalidArgumentError(
-        absl::StrCat("prompt (", prompt, " tokens) + max_new_tokens (",
-                     request.params.max_new_tokens, ") = ", total, " exceeds max_total_tokens (",
-                     cap, ")"));
+        absl::StrCat("beam_width (", request.params.beam_width,
+                     ") exceeds the waiting-queue size max_waiting_requests (", max_waiting, ")"));
   }
   std::shared_ptr<BeamSearch> search(
       new BeamSearch(engine, std::move(request), std::move(done)));
@@ -78,6 +80,9 @@ absl::Status BeamSearch::SubmitRound() {
     r.prompt_tokens = std::move(prompts[submitted]);
     r.priority = request_.priority;
     r.beam_round = true;
+    // The search was admitted with its first round: later rounds are never refused for a full
+    // queue (the search would be lost midway).
+    r.bypass_waiting_limits = round > 0;
     r.sampling.temperature = 0.0f;
     r.sampling.logprobs = scorer_.CandidatesPerBeam();
     r.stopping.max_new_tokens = 1;
@@ -137,6 +142,7 @@ void BeamSearch::OnEvent(int32_t round, size_t beam, const EngineEvent& event) {
     received_[beam] = true;
     outcome_.computed_tokens += event.usage.prompt_tokens - event.usage.cached_prompt_tokens;
     outcome_.cached_tokens += event.usage.cached_prompt_tokens;
+    if (round == 0) outcome_.cached_prompt_tokens = event.usage.cached_prompt_tokens;
     if (event.has_token && event.status.ok() && event.finish_reason != FinishReason::kCancelled &&
         event.finish_reason != FinishReason::kError) {
       candidates_[beam] = event.token.top_logprobs;

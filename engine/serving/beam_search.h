@@ -44,6 +44,8 @@ struct BeamSearchOutcome {
   // Tokens the rounds' requests computed (their prompts less prefix-cache hits) and found in
   // the prefix cache: what the search cost the engine.
   int64_t computed_tokens = 0, cached_tokens = 0;
+  // The first round's prefix-cache hits: the prompt's (Usage::cached_prompt_tokens).
+  int32_t cached_prompt_tokens = 0;
   Clock::time_point arrival{}, finished{};
 };
 

@@ -222,7 +222,7 @@ TEST(BeamSearchTest, RefusalsComeFromStartAndNameTheField) {
   ASSERT_NE(engine, nullptr);
   BeamSearchParams wide = Wide(4);
   wide.beam_width = 11;
-  auto refused = Search(engine.get(), {5, 6}, wide);
+  auto refused = Search(engine.get(), {5, 6}, wide);  // beam_width 11
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("beam_width"), std::string::npos);
   EXPECT_EQ(Search(engine.get(), {}, Wide(4)).status().code(),
@@ -230,8 +230,25 @@ TEST(BeamSearchTest, RefusalsComeFromStartAndNameTheField) {
   // The engine's own checks: an out-of-vocabulary prompt token, a prompt over the length cap.
   EXPECT_EQ(Search(engine.get(), {5, 99999}, Wide(4)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(Search(engine.get(), {5}, Wide(5000)).ok());
+  EXPECT_FALSE(Search(engine.get(), {5}, Wide(5000)).ok());  // over max_total_tokens
   EXPECT_EQ(engine->num_unfinished(), 0);
+}
+
+// A search whose longest beam could never fit the KV cache is refused at once, not after the
+// rounds that do fit (each round alone is short).
+TEST(BeamSearchTest, ASearchOverTheKvCacheIsRefusedAtStart) {
+  auto model = TinyModel::Load();
+  ASSERT_NE(model, nullptr);
+  EngineConfig config;
+  config.kv_cache_bytes = 64 << 10;  // 4 blocks of 16 tokens of this model
+  auto engine = Engine::Create(model->runner(), model->tokenizer(), config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_FALSE((*engine)->CheckFits(1, 100).ok());
+  auto refused = Search(engine->get(), {5}, Wide(100));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("KV"), std::string::npos) << refused.status();
+  EXPECT_TRUE(Search(engine->get(), {5}, Wide(30)).ok());
+  EXPECT_EQ((*engine)->num_unfinished(), 0);
 }
 
 TEST(BeamSearchTest, SearchesRunAlongsideEachOtherAndOrdinaryRequests) {
@@ -268,6 +285,38 @@ TEST(BeamSearchTest, SearchesRunAlongsideEachOtherAndOrdinaryRequests) {
   EXPECT_EQ(tokens, 40);
   EXPECT_EQ(engine->num_unfinished(), 0);
   EXPECT_EQ(engine->scheduler_stats().blocks_used, 0);
+}
+
+// One sequence runs at a time and 4 may wait: a greedy request runs, another waits, and each
+// round of the 4-beam search queues 4 more. Without the bypass the 4th of a round would be
+// refused (5 waiting) and the search lost midway; a 5-beam search can never queue a round and is
+// refused at once.
+TEST(BeamSearchTest, LaterRoundsAreQueuedEvenWhenTheQueueIsFull) {
+  auto model = TinyModel::Load();
+  ASSERT_NE(model, nullptr);
+  EngineConfig config;
+  config.kv_cache_bytes = 16 << 20;
+  config.scheduler.max_num_seqs = 1;
+  config.scheduler.max_waiting_requests = 4;
+  auto engine = Engine::Create(model->runner(), model->tokenizer(), config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto running = (*engine)->Submit(GreedyRequest({7, 8, 9}, 60));
+  auto waiting = (*engine)->Submit(GreedyRequest({7, 8, 10}, 60));
+  ASSERT_TRUE(running.ok() && waiting.ok());
+  BeamSearchParams four = Wide(6);
+  auto outcome = Search(engine->get(), {5, 6, 7}, four);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->status.ok()) << outcome->status;
+  EXPECT_EQ(outcome->beams.size(), 2u);
+  BeamSearchParams five = Wide(6);
+  five.beam_width = 5;
+  auto refused = Search(engine->get(), {5, 6, 7}, five);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("max_waiting_requests"), std::string::npos);
+  EngineEvent event;
+  while ((*running)->Next(&event)) {}
+  while ((*waiting)->Next(&event)) {}
+  EXPECT_EQ((*engine)->num_unfinished(), 0);
 }
 
 TEST(BeamSearchTest, ShutdownEndsASearchWithAnError) {

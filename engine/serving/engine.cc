@@ -193,6 +193,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     spec.prompt_tokens = request.prompt_tokens;
     spec.max_new_tokens = request.stopping.max_new_tokens;
     spec.priority = request.priority;
+    spec.bypass_waiting_limits = request.bypass_waiting_limits;
     spec.skip_prefix_cache = request.sampling.prompt_logprobs >= 0;
     if (request.sampling.prompt_logprobs >= 0) {
       spec.max_chunk_tokens = std::max(1, config_.max_prompt_logprob_rows);
@@ -337,6 +338,11 @@ absl::Status Engine::failure() const {
 }
 
 int32_t Engine::vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
+
+absl::Status Engine::CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scheduler_->CheckFits(prompt_tokens, max_new_tokens);
+}
 
 absl::optional<int32_t> Engine::eos_token_id() const { return runner_->config().eos_token_id; }
 

@@ -97,6 +97,9 @@ struct EngineRequest {
   // One round of a beam search (engine/serving/beam_search): a step of a client's request, not
   // a request of its own, so request-level metrics leave it out (EngineEvent::beam_round).
   bool beam_round = false;
+  // Work already admitted (a beam search's rounds after its first): queued even when the
+  // waiting queue is full (SequenceSpec::bypass_waiting_limits).
+  bool bypass_waiting_limits = false;
 };
 
 struct RequestTimings {
@@ -227,6 +230,9 @@ class Engine {
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
   // The model's vocabulary size: token ids lie in [0, vocab_size()).
   int32_t vocab_size() const;
+  // OK when a request of `prompt_tokens` and `max_new_tokens` could run (the InvalidArgument
+  // checks of Submit's capacity: max_total_tokens, the KV cache, the prefill budget).
+  absl::Status CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const;
   // The model's end-of-sequence token: what ends a generation unless ignore_eos.
   absl::optional<int32_t> eos_token_id() const;
 

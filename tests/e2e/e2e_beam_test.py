@@ -111,7 +111,8 @@ class BeamSearchTest(unittest.TestCase):
                 ({"use_beam_search": True}, {"temperature": 0.7}, "temperature"),
                 ({"use_beam_search": True}, {"n": 11}, "n"),
                 ({"use_beam_search": True}, {"stop": ["."]}, "stop"),
-                ({"use_beam_search": True, "stop_token_ids": [5, 6, 7]}, {"n": 6}, "n"),
+                ({"use_beam_search": True, "stop_token_ids": [5, 6, 7]}, {"n": 6},
+                 "stop_token_ids"),  # 6 beams x (1 + 4 end tokens) candidates > 20
                 ({"length_penalty": 2.0}, {}, "length_penalty")):
             with self.assertRaises(openai.BadRequestError) as e:
                 self.client.completions.create(model=MODEL, prompt="Hi", max_tokens=4,
@@ -138,6 +139,11 @@ class BeamSearchTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(bad.returncode, 1)
         self.assertIn("beam_width", bad.stderr)
+        # A sampling flag would be ignored by beam search: refused, not dropped.
+        sampled = subprocess.run([CLI, *args, "--temperature", "0.5", "--server", SRV.grpc],
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(sampled.returncode, 1)
+        self.assertIn("--temperature is not supported with --num_beams", sampled.stderr)
 
 
 if __name__ == "__main__":

@@ -93,8 +93,8 @@ class Beam:
 @dataclass(frozen=True)
 class BeamSearchResult:
     beams: List[Beam]  # best first
-    # prompt_tokens; generated_tokens: the beams' tokens together; cached_prompt_tokens: what
-    # the search's steps found in the prefix cache.
+    # prompt_tokens; generated_tokens: the beams' tokens together; cached_prompt_tokens: the
+    # prompt's tokens found in the prefix cache.
     usage: Usage
     request_id: str
     prompt_token_ids: List[int]
