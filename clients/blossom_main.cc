@@ -73,6 +73,8 @@ ABSL_FLAG(double, length_penalty, 1.0,
           "With --num_beams: a finished beam scores sum(logprobs) / length ** length_penalty.");
 ABSL_FLAG(std::string, early_stopping, "false",
           "With --num_beams: false (HF's heuristic), true (once N beams finished) or never.");
+ABSL_FLAG(bool, show_token_ids, false,
+          "With --num_beams: each beam's token ids on its '# beam' line.");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
 ABSL_FLAG(std::string, launcher, "threads",
@@ -214,13 +216,14 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
     v1::Beam* b = response.add_beams();
     const size_t text_tokens = beam.tokens.size() - (beam.ended_by_end_token ? 1 : 0);
     b->set_text(tokenizer.Decode(absl::MakeConstSpan(beam.tokens.data(), text_tokens), true));
+    for (int32_t id : beam.tokens) b->add_tokens()->set_id(id);
     b->set_score(beam.score);
     b->set_cumulative_logprob(beam.cumulative_logprob);
     b->set_finish_reason(!beam.ended_by_end_token ? v1::FINISH_REASON_LENGTH
                          : eos && beam.tokens.back() == *eos ? v1::FINISH_REASON_EOS_TOKEN
                                                              : v1::FINISH_REASON_STOP_TOKEN);
   }
-  PrintBeams(response, absl::GetFlag(FLAGS_prompt), std::cout);
+  PrintBeams(response, absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_show_token_ids), std::cout);
   if (!absl::GetFlag(FLAGS_quiet)) {
     std::cerr << absl::StrFormat(
         "[blossom] beam search: %d beams, prompt %d tokens, %d steps (%d tokens computed, %d "
@@ -339,6 +342,7 @@ int RunRemote(const std::string& command) {
   options.tls = absl::GetFlag(FLAGS_tls);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.quiet = absl::GetFlag(FLAGS_quiet);
+  options.show_token_ids = absl::GetFlag(FLAGS_show_token_ids);
   if (absl::GetFlag(FLAGS_num_beams) > 0) {
     if (command != "generate") {
       std::cerr << "blossom: --num_beams works with generate only" << std::endl;

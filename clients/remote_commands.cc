@@ -110,13 +110,18 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
 }  // namespace
 
 void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefix,
-                std::ostream& out) {
+                bool token_ids, std::ostream& out) {
   for (int i = 0; i < response.beams_size(); ++i) {
     const v1::Beam& beam = response.beams(i);
-    if (response.beams_size() > 1) {
-      out << absl::StrFormat("# beam %d: score=%.6f cumulative_logprob=%.6f finish_reason=%s\n",
+    if (response.beams_size() > 1 || token_ids) {
+      out << absl::StrFormat("# beam %d: score=%.6f cumulative_logprob=%.6f finish_reason=%s",
                              i + 1, beam.score(), beam.cumulative_logprob(),
                              FinishReasonText(beam.finish_reason()));
+      if (token_ids) {
+        out << " token_ids=";
+        for (int t = 0; t < beam.tokens_size(); ++t) out << (t ? "," : "") << beam.tokens(t).id();
+      }
+      out << "\n";
     }
     out << prefix << beam.text() << "\n";
   }
@@ -133,7 +138,7 @@ int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchReques
   v1::BeamSearchResponse response;
   grpc::Status status = stub->BeamSearch(&context, request, &response);
   if (!status.ok()) return Failed(status, err);
-  PrintBeams(response, "", out);
+  PrintBeams(response, "", options.show_token_ids, out);
   if (!options.quiet) {
     err << absl::StrFormat(
                "[%s] beams=%d prompt_tokens=%d generated_tokens=%d steps=%d total=%.1fms",

@@ -15,6 +15,7 @@
 namespace blossom {
 
 struct RemoteOptions {
+  bool show_token_ids = false;  // beams: their token ids too (PrintBeams)
   std::string server;         // host:port
   std::string api_key;        // sent as "authorization: Bearer <key>" when non-empty
   double timeout_seconds = 0;  // per-call deadline; 0 = none
@@ -32,11 +33,12 @@ int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
 int RunRemoteBeamSearch(const RemoteOptions& options, const v1::BeamSearchRequest& request,
                         std::ostream& out, std::ostream& err);
 
-// Beams best first: one beam as its text alone (as generate prints a completion); several each
-// after a "# beam i: score=... cumulative_logprob=... finish_reason=..." line. `prefix` goes
+// Beams best first: one beam as its text alone (as generate prints a completion); several (or
+// any number with `token_ids`) each after a "# beam i: score=... cumulative_logprob=...
+// finish_reason=..." line, which with `token_ids` ends with " token_ids=1,2,3". `prefix` goes
 // before each text (the local CLI prints the prompt first).
 void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefix,
-                std::ostream& out);
+                bool token_ids, std::ostream& out);
 
 }  // namespace blossom
 

@@ -6,8 +6,8 @@ Runs transformers' generate(num_beams=k, do_sample=False) in this process and Bl
 `blossom generate --num_beams k` (the in-process engine: each search step is a round of
 one-token requests, one per beam, the beams' KV blocks kept by the prefix cache) on one
 checkpoint, alternating the two run by run (order reversed every other run), and reports the
-median search time of each and their ratio. Every run's beams are compared: Blossom's printed
-texts against transformers' decoded sequences (the best num_return_sequences of them).
+median search time of each and their ratio. Every run's beams are compared, token id for token
+id (the CLI's --show_token_ids), with transformers' returned sequences.
 
 Needs torch and transformers (tests/fixtures/setup_env.sh makes .venv-fixtures; or the peers'
 venv of benchmarks/cpu/peers/setup_peers.sh). Blossom's time is the search alone (the CLI's
@@ -35,20 +35,18 @@ DEFAULT_PROMPT = ("The library closes at six o'clock on weekdays and at noon on 
 def blossom_run(args):
     cmd = [args.blossom, "generate", "--model", args.model, "--prompt", args.prompt,
            "--num_beams", str(args.beams), "--num_return_sequences", str(args.beams),
-           "--max_new_tokens", str(args.max_new_tokens), "--threads", str(args.threads)]
+           "--max_new_tokens", str(args.max_new_tokens), "--threads", str(args.threads),
+           "--show_token_ids"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
     m = LINE_SEARCH.search(proc.stderr)
     if m is None:
         sys.exit(f"no beam-search line in the output of {' '.join(cmd)}:\n{proc.stderr[-2000:]}")
-    lines = proc.stdout.split("\n")
-    texts = [lines[i + 1][len(args.prompt):] for i, line in enumerate(lines)
-             if line.startswith("# beam ")]
-    if args.beams == 1:
-        texts = [lines[0][len(args.prompt):]]
+    beams = [[int(t) for t in line.split(" token_ids=", 1)[1].split(",") if t]
+             for line in proc.stdout.split("\n") if line.startswith("# beam ")]
     return {"ms": float(m.group(6)), "steps": int(m.group(3)), "computed": int(m.group(4)),
-            "cached": int(m.group(5)), "prompt_tokens": int(m.group(2)), "texts": texts}
+            "cached": int(m.group(5)), "prompt_tokens": int(m.group(2)), "beams": beams}
 
 
 def main():
@@ -72,6 +70,7 @@ def main():
     tok = AutoTokenizer.from_pretrained(args.model)
     model = BloomForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32).eval()
     ids = tok.encode(args.prompt)
+    eos = model.config.eos_token_id
     cfg = GenerationConfig(do_sample=False, num_beams=args.beams, num_return_sequences=args.beams,
                            max_new_tokens=args.max_new_tokens, early_stopping=False,
                            length_penalty=1.0, eos_token_id=model.config.eos_token_id,
@@ -84,15 +83,21 @@ def main():
                                  attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                  generation_config=cfg)
         ms = (time.perf_counter() - start) * 1000.0
-        texts = [tok.decode(row[len(ids):], skip_special_tokens=True) for row in out.tolist()]
-        return {"ms": ms, "texts": texts}
+        beams = []
+        for row in out.tolist():
+            new = row[len(ids):]
+            # An end token is never continued: it ends a sequence and padding follows it.
+            if eos in new:
+                new = new[:new.index(eos) + 1]
+            beams.append(new)
+        return {"ms": ms, "beams": beams}
 
     runs = {"blossom": [], "transformers": []}
     for r in range(args.runs):
         order = ["blossom", "transformers"] if r % 2 == 0 else ["transformers", "blossom"]
         for engine in order:
             runs[engine].append(blossom_run(args) if engine == "blossom" else hf_run())
-    same = [b["texts"] == h["texts"] for b, h in zip(runs["blossom"], runs["transformers"])]
+    same = [b["beams"] == h["beams"] for b, h in zip(runs["blossom"], runs["transformers"])]
     med = {e: statistics.median(x["ms"] for x in v) for e, v in runs.items()}
     b0 = runs["blossom"][0]
     result = {
@@ -120,7 +125,7 @@ def main():
               f"Blossom / transformers speed: {result['speedup_over_transformers']:.2f}x. "
               f"Blossom's search: {b0['steps']} steps, {b0['computed']} tokens computed, "
               f"{b0['cached']} found in the prefix cache.",
-              f"Same {args.beams} beams (texts, in order) as transformers in every run: "
+              f"Same {args.beams} beams (token ids, in order) as transformers in every run: "
               f"{'yes' if all(same) else 'NO: ' + str(same)}."]
     report = "\n".join(lines) + "\n"
     print(report)

@@ -4,59 +4,27 @@
 // searches alongside ordinary requests.
 #include "engine/serving/beam_search.h"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <fstream>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/serving/beam_search_test_util.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/engine_test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/util/fixture_path.h"
 
 namespace blossom {
 namespace {
 
+using beam_testing::ExpectGoldenCase;
+using beam_testing::LoadGoldens;
+using beam_testing::OutcomeWaiter;
+using beam_testing::Search;
 using engine_testing::GreedyRequest;
 using engine_testing::TinyModel;
-
-// Waits for one search's outcome.
-class OutcomeWaiter {
- public:
-  BeamSearch::Done Callback() {
-    return [this](BeamSearchOutcome outcome) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      outcome_ = std::move(outcome);
-      calls_++;
-      cv_.notify_all();
-    };
-  }
-  // False when no outcome came within 60 s.
-  bool Wait(BeamSearchOutcome* out) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return calls_ > 0; })) return false;
-    *out = outcome_;
-    return true;
-  }
-  int calls() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return calls_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  BeamSearchOutcome outcome_;
-  int calls_ = 0;
-};
 
 std::unique_ptr<Engine> MakeEngine(TinyModel& model, bool prefix_caching = true) {
   EngineConfig config;
@@ -67,45 +35,14 @@ std::unique_ptr<Engine> MakeEngine(TinyModel& model, bool prefix_caching = true)
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-BeamSearchParams ParamsFromGolden(const nlohmann::json& c) {
-  BeamSearchParams p;
-  p.beam_width = c["num_beams"].get<int32_t>();
-  p.num_return_sequences = c["num_return_sequences"].get<int32_t>();
-  p.max_new_tokens = c["max_new_tokens"].get<int32_t>();
-  p.min_new_tokens = c["min_new_tokens"].get<int32_t>();
-  p.length_penalty = c["length_penalty"].get<double>();
-  const nlohmann::json& early = c["early_stopping"];
-  p.early_stopping = early.is_string()  ? EarlyStopping::kNever
-                     : early.get<bool>() ? EarlyStopping::kWhenFull
-                                         : EarlyStopping::kHeuristic;
-  p.end_tokens = c["end_token_ids"].get<std::vector<int32_t>>();
-  return p;
-}
-
-absl::StatusOr<BeamSearchOutcome> Search(Engine* engine, std::vector<int32_t> prompt,
-                                         BeamSearchParams params) {
-  OutcomeWaiter waiter;
-  BeamSearchRequest request;
-  request.prompt_tokens = std::move(prompt);
-  request.params = std::move(params);
-  auto search = BeamSearch::Start(engine, std::move(request), waiter.Callback());
-  if (!search.ok()) return search.status();
-  BeamSearchOutcome outcome;
-  if (!waiter.Wait(&outcome)) return absl::DeadlineExceededError("no outcome within 60 s");
-  return outcome;
-}
-
 class BeamSearchGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 // Every case's returned sequences equal HF's, token for token, and their summed logprobs agree
 // to 1e-5 a token (HF's log-softmax and ours round differently in the last bits; a reordering
 // would show as different tokens). With prefix caching on and off.
 TEST_P(BeamSearchGoldenTest, SequencesAndScoresAreHuggingFaces) {
-  std::ifstream in(FixturePath("goldens/" + GetParam() + "/beam_search.json"));
-  ASSERT_TRUE(in) << "missing beam_search.json for " << GetParam();
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json golden = nlohmann::json::parse(text.str());
+  const nlohmann::json golden = LoadGoldens(GetParam());
+  ASSERT_FALSE(golden.is_discarded());
   auto model = TinyModel::Load(GetParam());
   ASSERT_NE(model, nullptr);
   for (bool prefix_caching : {true, false}) {
@@ -115,38 +52,9 @@ TEST_P(BeamSearchGoldenTest, SequencesAndScoresAreHuggingFaces) {
     for (const nlohmann::json& c : golden["cases"]) {
       SCOPED_TRACE(testing::Message() << GetParam() << " case " << case_index++
                                       << " prefix_caching=" << prefix_caching);
-      auto outcome = Search(engine.get(), c["prompt_ids"].get<std::vector<int32_t>>(),
-                            ParamsFromGolden(c));
-      ASSERT_TRUE(outcome.ok()) << outcome.status();
-      ASSERT_TRUE(outcome->status.ok()) << outcome->status;
-      const auto& sequences = c["sequences"];
-      const auto& scores = c["scores"];
-      ASSERT_EQ(outcome->beams.size(), sequences.size());
-      const std::vector<int32_t> end_tokens = c["end_token_ids"].get<std::vector<int32_t>>();
-      for (size_t i = 0; i < sequences.size(); ++i) {
-        const BeamHypothesis& beam = outcome->beams[i];
-        std::vector<int32_t> want_tokens = sequences[i].get<std::vector<int32_t>>();
-        // HF writes end_token_ids[0] after a finished sequence whichever end token finished it
-        // (BeamSearchScorer.finalize); the score tells the end tokens apart.
-        ASSERT_FALSE(beam.tokens.empty());
-        if (beam.ended_by_end_token) {
-          EXPECT_NE(std::find(end_tokens.begin(), end_tokens.end(), beam.tokens.back()),
-                    end_tokens.end());
-          EXPECT_EQ(want_tokens.back(), end_tokens.front()) << "beam " << i;
-          want_tokens.back() = beam.tokens.back();
-        }
-        EXPECT_EQ(beam.tokens, want_tokens) << "beam " << i;
-        // Compared as sums of logprobs: each token's differs from HF's as the logits do (up to
-        // 2e-6 seen here; the model's contract is 1e-4), the fp32 sums round, and a length
-        // penalty scales the sum.
-        const double length = static_cast<double>(beam.tokens.size());
-        const double penalty = std::pow(length, c["length_penalty"].get<double>());
-        const double want_sum = scores[i].get<double>() * penalty;
-        EXPECT_TRUE(std::isfinite(beam.score)) << "beam " << i;
-        EXPECT_NEAR(beam.score * penalty, beam.cumulative_logprob, 1e-9 * length);
-        EXPECT_NEAR(beam.cumulative_logprob, want_sum, 1e-5 * length) << "beam " << i;
-        EXPECT_EQ(outcome->beams[i].logprobs.size(), outcome->beams[i].tokens.size());
-      }
+      // HF's log-softmax and ours differ as the logits do (up to 2e-6 seen on these models;
+      // the model's contract is 1e-4): 1e-5 a token.
+      ExpectGoldenCase(engine.get(), c, 1e-5);
     }
     EXPECT_EQ(engine->num_unfinished(), 0);
     EXPECT_EQ(engine->scheduler_stats().blocks_used, 0);

@@ -37,7 +37,7 @@ if [[ ${#TARGETS[@]} -eq 0 ]]; then
            //kernels/cuda:cuda_sampling_test //kernels/cuda:lt_gemm_test
            //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
            //engine/sampling:cuda_batch_sampler_test //engine/model:runner_sampler_test
-           //engine/serving:speculative_cuda_test)
+           //engine/serving:speculative_cuda_test //engine/serving:beam_search_cuda_test)
 fi
 TARGETS+=(//engine/model:model_runner_test)
 printf '  %s\n' "${TARGETS[@]}"
