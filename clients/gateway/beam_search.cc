@@ -64,6 +64,9 @@ absl::Status ParseBeamSearch(const nlohmann::json& body, CompletionRequest* requ
   if (request->stream) {
     return NotWithBeamSearch("stream", " (the beams are known only at the end)");
   }
+  if (request->best_of > request->n) {
+    return NotWithBeamSearch("best_of", " above n (n is the beam width)");
+  }
   if (request->n > kMaxBeamWidth) {
     return FieldError("n", absl::StrCat("must be at most ", kMaxBeamWidth,
                                         " with use_beam_search (n is the beam width), got ",

@@ -247,6 +247,10 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
     parsed = FieldError("parameters.decoder_input_details",
                         "is not supported when streaming tokens");
   }
+  if (parsed.ok() && stream && parsed->best_of > 1) {
+    // As TGI: the best candidate is known only at the end.
+    parsed = FieldError("parameters.best_of", "is not supported when streaming tokens");
+  }
   if (!parsed.ok()) {
     writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
     return;
@@ -256,6 +260,28 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
   metrics_.AddInFlight(1);
   CallStarted();
 
+  if (!stream && parsed->best_of > 1) {
+    // best_of candidates, sampled independently (no seed: the server draws one for each).
+    auto req = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
+    using blossom::v1::GenerateRequest;
+    using blossom::v1::GenerateResponse;
+    std::vector<GenerateRequest> candidates(static_cast<size_t>(req->best_of), req->request);
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      candidates[k].set_request_id(absl::StrCat(request_id, "-", k));
+    }
+    UnaryBatch<GenerateRequest, GenerateResponse>(
+        request, writer, ApiFlavor::kTgi, candidates,
+        [this](grpc::ClientContext* context, const GenerateRequest* one, GenerateResponse* response,
+               std::function<void(grpc::Status)> done) {
+          stub_->async()->Generate(context, one, response, std::move(done));
+        },
+        [req, as_list](std::vector<GenerateResponse>& candidates) {
+          Json body = tgi::BestOfResponse(*req, candidates);
+          return JsonResponse(200, as_list ? Json::array({body}) : body);
+        },
+        nullptr);
+    return;
+  }
   if (!stream) {
     auto req = std::make_shared<tgi::GenerateRequest>(std::move(*parsed));
     UnaryGenerate(request, writer, ApiFlavor::kTgi, req->request,

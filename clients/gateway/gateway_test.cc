@@ -298,7 +298,7 @@ TEST_F(GatewayTest, BackendDetailsFillParamAndCode) {
 
 TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {
   StartGateway({});
-  Client::Reply bad = Request("POST", "/v1/completions", R"({"prompt":"x","n":2,"best_of":3})");
+  Client::Reply bad = Request("POST", "/v1/completions", R"({"prompt":"x","n":3,"best_of":2})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(Json::parse(bad.body)["error"]["param"], "best_of");
   Client::Reply tgi = Request("POST", "/generate", R"({"inputs":"x","parameters":{"watermark":true}})");

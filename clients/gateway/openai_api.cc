@@ -263,14 +263,16 @@ absl::Status ParsePrompts(const Json& body, std::vector<GenerateRequest>* prompt
 // request.batch: each prompt n times (prompt-major, OpenAI's choice order). A seed becomes
 // seed + i for the i-th choice of a prompt, so that n samples differ and are reproducible.
 absl::Status FillBatch(const std::vector<GenerateRequest>& prompts, CompletionRequest* out) {
-  const int64_t choices = static_cast<int64_t>(prompts.size()) * out->n;
+  const int per_prompt = std::max(out->n, out->best_of);
+  const int64_t choices = static_cast<int64_t>(prompts.size()) * per_prompt;
   if (choices > kMaxChoices) {
-    return FieldError("n", absl::StrCat("prompts x n must be at most ", kMaxChoices, ", got ",
-                                        choices));
+    return FieldError(out->best_of > out->n ? "best_of" : "n",
+                      absl::StrCat("prompts x ", out->best_of > out->n ? "best_of" : "n",
+                                   " must be at most ", kMaxChoices, ", got ", choices));
   }
   if (choices == 1) return absl::OkStatus();
   for (const GenerateRequest& prompt : prompts) {
-    for (int i = 0; i < out->n; ++i) {
+    for (int i = 0; i < per_prompt; ++i) {
       GenerateRequest one = out->request;
       one.clear_prompt();
       if (prompt.has_text()) {
@@ -311,10 +313,15 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     return Unsupported("truncate_prompt_tokens", "truncate_prompt_tokens with echo");
   }
   absl::optional<int64_t> best_of, logprobs;
-  BLOSSOM_RETURN_IF_ERROR(GetInt(json, "best_of", 1, kInt32Max, &best_of));
-  if (best_of && *best_of != out.n) {
-    // Ranking best_of candidates by their logprob is not done: best_of must be n.
-    return FieldError("best_of", "only best_of equal to n is supported");
+  BLOSSOM_RETURN_IF_ERROR(GetInt(json, "best_of", 1, kMaxChoices, &best_of));
+  if (best_of) {
+    // OpenAI's: best_of candidates per prompt, the n with the highest log probability per token
+    // returned (the same rule as TGI's best_of).
+    if (*best_of < out.n) return FieldError("best_of", "must be at least n");
+    out.best_of = static_cast<int>(*best_of);
+    if (out.best_of > out.n && out.stream) {
+      return FieldError("best_of", "above n is not supported with stream (OpenAI's rule)");
+    }
   }
   absl::optional<std::string> suffix;
   BLOSSOM_RETURN_IF_ERROR(GetString(json, "suffix", &suffix));
@@ -332,6 +339,9 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
   }
   RequestPromptLogprobs(&out);
+  if (out.best_of > out.n && !out.request.sampling().has_logprobs()) {
+    out.request.mutable_sampling()->set_logprobs(0);  // ranks the candidates
+  }
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   BLOSSOM_RETURN_IF_ERROR(ParseBeamSearch(json, &out));
   return out;

@@ -70,6 +70,9 @@ struct CompletionRequest {
   // engine must, and left out of text, logprobs and usage.
   bool prompt_only = false;
   int n = 1;  // choices per prompt
+  // completions' best_of (>= n): candidates sampled per prompt, of which the n with the highest
+  // mean token logprob are the choices (best first). request.batch then holds best_of per prompt.
+  int best_of = 1;
   // Several choices (several prompts and/or n > 1; not streamed): one generation each, in
   // choice order (each prompt n times; a seed is seed + i for the i-th of a prompt). Empty for
   // one choice: then `request` is the generation.
@@ -100,7 +103,8 @@ const char* FinishReasonString(blossom::v1::FinishReason reason);
 Json CompletionResponse(const CompletionRequest& request, const blossom::v1::GenerateResponse& response,
                         const std::string& id, int64_t created);
 // The same for a batch: responses[k] answers request.batch[k] and is choice k. Usage sums the
-// choices' completion tokens and each prompt's tokens once.
+// choices' completion tokens and each prompt's tokens once. With best_of > n, the batch holds
+// best_of candidates per prompt and the n best of each (best first) are the choices.
 Json CompletionResponse(const CompletionRequest& request,
                         const std::vector<blossom::v1::GenerateResponse>& responses,
                         const std::string& id, int64_t created);

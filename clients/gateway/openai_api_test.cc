@@ -78,7 +78,7 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
        "not supported with use_beam_search", "stream"},
       {true, "{" + kChat + R"(,"max_tokens":0})", "at least 1", "max_tokens"},
       {false, R"({"prompt":"a","n":200})", "at most 128", "n"},
-      {false, R"({"prompt":"a","best_of":3})", "best_of", "best_of"},
+      {false, R"({"prompt":"a","n":3,"best_of":2})", "at least n", "best_of"},
       {false, R"({"prompt":"a","stop":5})", "string or a list of strings", "stop"},
       {false, R"({"prompt":"a","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n",
                                           "o","p","q"]})",

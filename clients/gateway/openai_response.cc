@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/best_of.h"
 #include "clients/gateway/openai_api.h"
 
 namespace blossom::gateway::openai {
@@ -255,6 +256,22 @@ Json CompletionResponse(const CompletionRequest& request,
 Json CompletionResponse(const CompletionRequest& request,
                         const std::vector<blossom::v1::GenerateResponse>& responses,
                         const std::string& id, int64_t created) {
+  if (request.best_of > request.n) {
+    // The n best candidates of each prompt, best first, answered as an ordinary batch.
+    CompletionRequest shown = request;
+    shown.batch.clear();
+    std::vector<blossom::v1::GenerateResponse> chosen;
+    const size_t per_prompt = static_cast<size_t>(request.best_of);
+    for (size_t begin = 0; begin + per_prompt <= responses.size(); begin += per_prompt) {
+      const std::vector<size_t> ranked = RankByMeanLogprob(responses, begin, per_prompt);
+      for (size_t i = 0; i < static_cast<size_t>(request.n); ++i) {
+        shown.batch.push_back(request.batch[ranked[i]]);
+        chosen.push_back(responses[ranked[i]]);
+      }
+    }
+    shown.best_of = shown.n;
+    return CompletionResponse(shown, chosen, id, created);
+  }
   Json choices = Json::array();
   blossom::v1::Usage usage;
   for (size_t k = 0; k < responses.size() && k < request.batch.size(); ++k) {

@@ -27,6 +27,7 @@ const std::string& OpenApiJson() {
                              {"type": "array", "minItems": 1, "maxItems": 128, "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}}],
                    "description": "a list of prompts: one choice each (n per prompt; at most 128 choices; not with stream)"},
         "n": {"type": "integer", "minimum": 1, "maximum": 128}, "echo": {"type": "boolean"},
+        "best_of": {"type": "integer", "minimum": 1, "maximum": 128, "description": "OpenAI's: candidates sampled per prompt (>= n; prompts x best_of <= 128), the n with the highest mean token logprob returned, best first (not with stream)"},
         "truncate_prompt_tokens": {"type": "integer", "minimum": 1, "description": "vLLM's: keep the last N prompt tokens"},
         "max_tokens": {"type": "integer", "minimum": 0, "description": "absent: 16 (OpenAI's default); 0 only with echo (the prompt scored)"},
         "temperature": {"type": "number", "minimum": 0, "maximum": 100},
@@ -96,6 +97,7 @@ const std::string& OpenApiJson() {
           "seed": {"type": "integer", "minimum": 0}, "stop": {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
           "truncate": {"type": "integer", "minimum": 1, "description": "keep the last N input tokens"},
           "details": {"type": "boolean"}, "return_full_text": {"type": "boolean", "description": "default false; true on POST /"},
+          "best_of": {"type": "integer", "minimum": 1, "maximum": 8, "description": "candidates sampled (needs sampling, no seed, no stream); the one with the highest mean token logprob is returned, the others in details.best_of_sequences"},
           "grammar": {"oneOf": [
             {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["json", "json_object", "json_schema"]}, "value": {"type": "object"}}},
             {"type": "object", "required": ["type", "value"], "properties": {"type": {"type": "string", "enum": ["regex"]}, "value": {"type": "string", "minLength": 1}}}],

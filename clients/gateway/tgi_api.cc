@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/api_errors.h"
+#include "clients/gateway/best_of.h"
 #include "clients/gateway/structured_outputs.h"
 #include "kernels/status_macros.h"
 
@@ -121,8 +122,7 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "truncate", 1, kInt32Max, &truncate)));
   if (truncate) out.request.set_truncate_prompt_tokens(static_cast<int32_t>(*truncate));
   absl::optional<int64_t> best_of;
-  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "best_of", 1, kInt32Max, &best_of)));
-  if (best_of && *best_of > 1) return FieldError("parameters.best_of", "only best_of=1 is supported");
+  BLOSSOM_RETURN_IF_ERROR(InParams(GetInt(params, "best_of", 1, kMaxBestOf, &best_of)));
 
   absl::optional<double> temperature, top_p, typical_p, repetition, frequency;
   BLOSSOM_RETURN_IF_ERROR(InParams(GetNumber(params, "temperature", &temperature)));
@@ -191,6 +191,17 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   out.decoder_input_details = decoder_input_details.value_or(false);
   if (out.decoder_input_details) sampling->set_prompt_logprobs(0);
   out.return_full_text = return_full_text.value_or(compat_route);
+  out.best_of = static_cast<int>(best_of.value_or(1));
+  if (out.best_of > 1) {
+    // TGI's rules: candidates of greedy decoding would all be the same, and one seed would
+    // make them the same samples.
+    if (!sample) {
+      return FieldError("parameters.best_of",
+                        "needs sampling (do_sample or a sampling parameter) when above 1");
+    }
+    if (seed) return FieldError("parameters.seed", "must not be set when best_of is above 1");
+    if (!sampling->has_logprobs()) sampling->set_logprobs(0);  // ranks the candidates
+  }
   return out;
 }
 
@@ -210,6 +221,23 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
                       {"tokens", tokens},
                       {"top_tokens", TopTokensJson(request, response.tokens())}};
   }
+  return out;
+}
+
+Json BestOfResponse(const GenerateRequest& request,
+                    const std::vector<blossom::v1::GenerateResponse>& candidates) {
+  const std::vector<size_t> ranked = RankByMeanLogprob(candidates, 0, candidates.size());
+  Json out = GenerateResponse(request, candidates[ranked.front()]);
+  if (!request.details) return out;
+  Json others = Json::array();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (i == ranked.front()) continue;
+    Json one = GenerateResponse(request, candidates[i]);
+    Json entry = {{"generated_text", one["generated_text"]}};
+    for (auto& [key, value] : one["details"].items()) entry[key] = value;
+    others.push_back(std::move(entry));
+  }
+  out["details"]["best_of_sequences"] = std::move(others);
   return out;
 }
 
@@ -290,7 +318,7 @@ Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id) {
           {"model_device_type", info.backend()},
           {"model_pipeline_tag", "text-generation"},
           {"max_concurrent_requests", limits.max_batch_size() + limits.max_waiting_requests()},
-          {"max_best_of", 1},
+          {"max_best_of", kMaxBestOf},
           // What these routes accept: the gateway's own limit unless the server's is lower.
           {"max_stop_sequences",
            limits.max_stop_strings() > 0

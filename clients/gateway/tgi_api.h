@@ -7,15 +7,17 @@
 // details.prefill with the prompt tokens' logprobs (the first null); top_n_tokens (<= 20) fills
 // details.top_tokens and each stream event's top_tokens. truncate keeps the last N input tokens.
 // return_full_text defaults to false, and to true on POST / (TGI's compat route, for a
-// text-generation model such as BLOOM). Unsupported: watermark, best_of > 1, grammar,
-// adapter_id (all 422 naming the field). Without max_new_tokens the
-// request generates up to max_total_tokens - input tokens, as TGI does since 1.1.1 (its
-// default was 20 before). details never has best_of_sequences: only best_of=1 is accepted, and
-// TGI itself omits the field then.
+// text-generation model such as BLOOM). Unsupported: watermark, adapter_id (422 naming the
+// field). Without max_new_tokens the request generates up to max_total_tokens - input tokens, as
+// TGI does since 1.1.1 (its default was 20 before). best_of (up to kMaxBestOf, as TGI's
+// --max-best-of): that many sampled candidates, the one with the highest mean token logprob
+// returned, the others in details.best_of_sequences; as TGI, it needs sampling, no seed, and no
+// stream.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -31,12 +33,19 @@ struct GenerateRequest {
   bool return_full_text = false;
   bool decoder_input_details = false;  // details.prefill: the prompt tokens with logprobs
   int top_n_tokens = 0;                // details.top_tokens / each stream event's top_tokens
+  int best_of = 1;                     // candidates sampled; the best is the answer
 };
+
+// Most candidates of a best_of request (TGI's --max-best-of; its default is 2).
+inline constexpr int kMaxBestOf = 8;
 
 // `compat_route`: POST / (return_full_text defaults to true there).
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body,
                                                      bool compat_route = false);
 Json GenerateResponse(const GenerateRequest& request, const blossom::v1::GenerateResponse& response);
+// best_of > 1: candidates[best] is the answer and the others, in order, details.best_of_sequences.
+Json BestOfResponse(const GenerateRequest& request,
+                    const std::vector<blossom::v1::GenerateResponse>& candidates);
 
 // {"inputs": "...", "add_special_tokens": bool (default true)}.
 absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body);

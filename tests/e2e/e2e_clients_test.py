@@ -125,6 +125,20 @@ class OpenAIClientTest(unittest.TestCase):
                 texts[c.index] = texts.get(c.index, "") + c.text
         self.assertEqual(texts, {c.index: c.text for c in r.choices})
 
+    def test_best_of_keeps_the_best_n(self):
+        """OpenAI's best_of: the n of best_of candidates with the highest mean token logprob.
+        Candidate i of a seeded request draws with seed + i, as choice i of n = best_of does,
+        so the answer is the best two of those four samples."""
+        kw = dict(model=MODEL, prompt="Once upon", max_tokens=8, temperature=1.0, seed=11)
+        every = self.client.completions.create(n=4, logprobs=0, **kw)
+        mean = lambda c: sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs)
+        ranked = sorted(every.choices, key=lambda c: (-mean(c), c.index))
+        best = self.client.completions.create(n=2, best_of=4, **kw)
+        self.assertEqual([c.text for c in best.choices], [c.text for c in ranked[:2]])
+        self.assertEqual([c.index for c in best.choices], [0, 1])
+        self.assertEqual(best.usage.completion_tokens,
+                         sum(len(c.logprobs.token_logprobs) for c in ranked[:2]))
+
     def test_streaming_completion_equals_unary(self):
         unary = self.client.completions.create(model=MODEL, prompt="Once upon", max_tokens=16,
                                                temperature=0)
@@ -357,6 +371,18 @@ class TextGenerationClientTest(unittest.TestCase):
     def test_validation_error_is_422(self):
         with self.assertRaises(text_generation.errors.ValidationError):
             self.client.generate("x", max_new_tokens=4, top_p=1.5)
+
+    def test_best_of_returns_the_best_candidate(self):
+        """TGI's best_of: the candidate with the highest mean token logprob, the others in
+        details.best_of_sequences; a seed would make every candidate the same sample."""
+        mean = lambda tokens: sum(t.logprob for t in tokens) / len(tokens)
+        r = self.client.generate("Once", max_new_tokens=8, do_sample=True, best_of=3)
+        others = r.details.best_of_sequences
+        self.assertEqual(len(others), 2)
+        for other in others:
+            self.assertGreaterEqual(mean(r.details.tokens), mean(other.tokens))
+        with self.assertRaises(text_generation.errors.ValidationError):
+            self.client.generate("Once", max_new_tokens=4, do_sample=True, best_of=2, seed=3)
 
     def test_over_long_prompt_is_422(self):
         # TGI answers an input over its limit with 422 (a validation error), not 413.
