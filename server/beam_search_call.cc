@@ -75,8 +75,8 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
                                   service_->vocab_size());
     if (!converted.ok()) return converted.status();
     converted_ = std::move(*converted);
-    // Each step queues beam_width requests at once (BeamSearch::Start refuses it too, without
-    // the field).
+    // A search is admitted with room for beam_width requests in the waiting queue
+    // (BeamSearch::Start refuses it too, without the field).
     const int32_t max_waiting = service_->engine()->scheduler_config().max_waiting_requests;
     if (converted_.search.params.beam_width > max_waiting) {
       const std::string message =

@@ -1,6 +1,7 @@
 #include "clients/gateway/best_of.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -10,6 +11,8 @@ double MeanTokenLogprob(const blossom::v1::GenerateResponse& response) {
   if (response.tokens_size() == 0) return -std::numeric_limits<double>::infinity();
   double sum = 0.0;
   for (const blossom::v1::Token& token : response.tokens()) sum += token.logprob();
+  // NaN (never sent by the server; a comparison with it would break the sort) ranks last.
+  if (std::isnan(sum)) return -std::numeric_limits<double>::infinity();
   return sum / response.tokens_size();
 }
 

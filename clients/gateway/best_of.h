@@ -12,7 +12,7 @@
 namespace blossom::gateway {
 
 // The mean logprob of the response's tokens (each must carry one: ask for logprobs >= 0);
-// -infinity for a response without tokens.
+// -infinity for a response without tokens (or a NaN among them).
 double MeanTokenLogprob(const blossom::v1::GenerateResponse& response);
 
 // The indices of responses[begin, begin + count), best first; equal means keep their order

@@ -181,6 +181,17 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
   absl::optional<bool> stream;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "stream", &stream));
   out->stream = stream.value_or(false);
+  // OpenAI completions' best_of (vLLM takes it on chat too): best_of candidates per prompt, the
+  // n with the highest log probability per token returned (the same rule as TGI's best_of).
+  absl::optional<int64_t> best_of;
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "best_of", 1, kMaxChoices, &best_of));
+  if (best_of) {
+    if (*best_of < out->n) return FieldError("best_of", "must be at least n");
+    out->best_of = static_cast<int>(*best_of);
+    if (out->best_of > out->n && out->stream) {
+      return FieldError("best_of", "above n is not supported with stream (OpenAI's rule)");
+    }
+  }
   // vLLM's prompt_logprobs: each prompt token's logprob, rank and top alternatives. vLLM's -1
   // (the whole vocabulary: 250,880 entries a token for BLOOM) is refused like any value above
   // the limit; streams cannot carry them (vLLM's rule; 0 is accepted there and sends nothing).
@@ -298,6 +309,14 @@ void RequestPromptLogprobs(CompletionRequest* out) {
                                     : out->prompt_logprobs);
 }
 
+// best_of > n ranks the candidates by their tokens' logprobs: the server must send them (the
+// response shows them only if the client asked).
+void AskLogprobsToRank(CompletionRequest* out) {
+  if (out->best_of > out->n && !out->request.sampling().has_logprobs()) {
+    out->request.mutable_sampling()->set_logprobs(0);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body) {
@@ -312,17 +331,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     // The echo would show the whole prompt while the model saw its end only.
     return Unsupported("truncate_prompt_tokens", "truncate_prompt_tokens with echo");
   }
-  absl::optional<int64_t> best_of, logprobs;
-  BLOSSOM_RETURN_IF_ERROR(GetInt(json, "best_of", 1, kMaxChoices, &best_of));
-  if (best_of) {
-    // OpenAI's: best_of candidates per prompt, the n with the highest log probability per token
-    // returned (the same rule as TGI's best_of).
-    if (*best_of < out.n) return FieldError("best_of", "must be at least n");
-    out.best_of = static_cast<int>(*best_of);
-    if (out.best_of > out.n && out.stream) {
-      return FieldError("best_of", "above n is not supported with stream (OpenAI's rule)");
-    }
-  }
+  absl::optional<int64_t> logprobs;
   absl::optional<std::string> suffix;
   BLOSSOM_RETURN_IF_ERROR(GetString(json, "suffix", &suffix));
   if (suffix && !suffix->empty()) return Unsupported("suffix", "suffix");
@@ -339,9 +348,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
     out.request.mutable_sampling()->set_prompt_logprobs(out.top_logprobs);
   }
   RequestPromptLogprobs(&out);
-  if (out.best_of > out.n && !out.request.sampling().has_logprobs()) {
-    out.request.mutable_sampling()->set_logprobs(0);  // ranks the candidates
-  }
+  AskLogprobsToRank(&out);
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   BLOSSOM_RETURN_IF_ERROR(ParseBeamSearch(json, &out));
   return out;
@@ -391,6 +398,7 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
     out.request.mutable_sampling()->set_logprobs(out.top_logprobs);
   }
   RequestPromptLogprobs(&out);
+  AskLogprobsToRank(&out);
   std::vector<GenerateRequest> prompts = {out.request};
   BLOSSOM_RETURN_IF_ERROR(FillBatch(prompts, &out));
   // Chat returns the prompt's logprobs once, from the first choice: the others need not pay

@@ -4,10 +4,13 @@
 // Decisions (documented for clients):
 // - Unknown fields are ignored (as OpenAI and vLLM do); known fields are strictly typed.
 // - Several prompts (a list of strings or of token-id lists) and n > 1 give one choice each
-//   (at most 128 choices; best_of must equal n); streamed, their chunks interleave, each with
-//   its choice's index, and [DONE] follows the last choice's end.
-// - Unsupported features are a 400 naming the field: best_of != n, suffix, tool_choice "auto"
-//   (tool_calls.h), non-text content parts, beam search, truncate_prompt_tokens with echo,
+//   (at most 128 choices); streamed, their chunks interleave, each with its choice's index, and
+//   [DONE] follows the last choice's end. best_of (>= n, not streamed; on chat too, as vLLM):
+//   best_of candidates per prompt, the n with the highest mean token logprob returned
+//   (best_of.h). use_beam_search: beam_search.h.
+// - Unsupported features are a 400 naming the field: best_of below n or above it with stream,
+//   suffix, tool_choice "auto" (tool_calls.h), non-text content parts, truncate_prompt_tokens
+//   with echo,
 //   prompt_logprobs -1 (the whole vocabulary). Structured output (response_format, guided_*,
 //   structured_outputs) is structured_outputs.h's; function calling tool_calls.h's.
 // - completions echo=true: the prompt's text (a token-id prompt: its tokens' texts) precedes the
@@ -70,12 +73,12 @@ struct CompletionRequest {
   // engine must, and left out of text, logprobs and usage.
   bool prompt_only = false;
   int n = 1;  // choices per prompt
-  // completions' best_of (>= n): candidates sampled per prompt, of which the n with the highest
-  // mean token logprob are the choices (best first). request.batch then holds best_of per prompt.
+  // best_of (>= n): candidates sampled per prompt, of which the n with the highest mean token
+  // logprob are the choices (best first). request.batch then holds best_of per prompt.
   int best_of = 1;
   // Several choices (several prompts and/or n > 1; not streamed): one generation each, in
-  // choice order (each prompt n times; a seed is seed + i for the i-th of a prompt). Empty for
-  // one choice: then `request` is the generation.
+  // choice order (each prompt max(n, best_of) times; a seed is seed + i for the i-th of a
+  // prompt). Empty for one choice: then `request` is the generation.
   std::vector<blossom::v1::GenerateRequest> batch;
   // chat: a named or required tool_choice (tool_calls.h): the output is answered as tool_calls.
   ToolChoice tool_choice;

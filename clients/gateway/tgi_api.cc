@@ -197,7 +197,8 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
     // make them the same samples.
     if (!sample) {
       return FieldError("parameters.best_of",
-                        "needs sampling (do_sample or a sampling parameter) when above 1");
+                        "above 1 needs sampling (do_sample, or temperature other than 1, top_k, "
+                        "top_p or typical_p below 1): greedy candidates would all be the same");
     }
     if (seed) return FieldError("parameters.seed", "must not be set when best_of is above 1");
     if (!sampling->has_logprobs()) sampling->set_logprobs(0);  // ranks the candidates

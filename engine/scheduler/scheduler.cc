@@ -66,6 +66,20 @@ absl::Status Scheduler::CheckFits(int64_t prompt, int32_t max_new_tokens) const 
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::CheckWaitingRoom(int64_t requests, int64_t tokens) const {
+  if (static_cast<int64_t>(waiting_.size()) + requests > config_.max_waiting_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "waiting queue is full: ", waiting_.size(), " requests waiting + ", requests,
+        " would exceed max_waiting_requests (", config_.max_waiting_requests, ")"));
+  }
+  if (waiting_tokens_ + tokens > config_.max_waiting_prompt_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "waiting queue is full: ", waiting_tokens_, " tokens waiting + ", tokens,
+        " would exceed max_waiting_prompt_tokens (", config_.max_waiting_prompt_tokens, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   absl::Status fits = CheckFits(prompt, spec.max_new_tokens);

@@ -149,6 +149,9 @@ class Scheduler {
   // AddRequest's InvalidArgument checks alone, for `prompt` tokens and `max_new_tokens`: OK
   // when such a request could run (a caller that submits the work in pieces checks the whole).
   absl::Status CheckFits(int64_t prompt, int32_t max_new_tokens) const;
+  // OK when the waiting queue has room for `requests` more of `tokens` tokens together now,
+  // else ResourceExhausted as AddRequest's (for work admitted once and queued in pieces later).
+  absl::Status CheckWaitingRoom(int64_t requests, int64_t tokens) const;
 
   // Plans one step and allocates the KV blocks the plan writes. Nothing writes into blocks that
   // another live sequence reads: shared (prefix-cached) blocks are full and already computed.

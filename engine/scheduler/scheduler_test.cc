@@ -411,6 +411,8 @@ TEST(SchedulerTest, FullQueueIsResourceExhausted) {
   EXPECT_EQ(s->stats().waiting_tokens, 10);
   EXPECT_TRUE(s->CheckInvariants().ok());
 
+  EXPECT_TRUE(s->CheckWaitingRoom(0, 0).ok());
+  EXPECT_EQ(s->CheckWaitingRoom(0, 1).code(), absl::StatusCode::kResourceExhausted);
   // Work already admitted (a beam search's later rounds) queues past both bounds.
   SequenceSpec admitted{3, std::vector<int32_t>(5, 1), 2};
   EXPECT_EQ(s->AddRequest(admitted).code(), absl::StatusCode::kResourceExhausted);

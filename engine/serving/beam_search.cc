@@ -29,14 +29,23 @@ absl::StatusOr<std::shared_ptr<BeamSearch>> BeamSearch::Start(Engine* engine,
   absl::Status fits = engine->CheckFits(static_cast<int64_t>(request.prompt_tokens.size()),
                                         request.params.max_new_tokens);
   if (!fits.ok()) return fits;
-  // Each round queues beam_width requests at once: a queue that can never hold them would
-  // refuse every search's rounds.
-  const int32_t max_waiting = engine->scheduler_config().max_waiting_requests;
-  if (request.params.beam_width > max_waiting) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("beam_width (", request.params.beam_width,
-                     ") exceeds the waiting-queue size max_waiting_requests (", max_waiting, ")"));
+  // Admission: the queue must have room now for the search's widest round (beam_width
+  // requests of up to the whole length), which later rounds then take without asking (they
+  // pass the waiting bounds, so that an admitted search is never refused midway). A search
+  // whose round could never fit the queue is refused for good.
+  const SchedulerConfig& limits = engine->scheduler_config();
+  const int64_t width = request.params.beam_width;
+  const int64_t round_tokens =
+      width * (static_cast<int64_t>(request.prompt_tokens.size()) + request.params.max_new_tokens);
+  if (width > limits.max_waiting_requests || round_tokens > limits.max_waiting_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "beam_width (", width, ") times the search's length needs room for ", width,
+        " requests of ", round_tokens, " tokens in the waiting queue, more than it holds "
+        "(max_waiting_requests ", limits.max_waiting_requests, ", max_waiting_prompt_tokens ",
+        limits.max_waiting_prompt_tokens, ")"));
   }
+  absl::Status room = engine->CheckWaitingRoom(width, round_tokens);
+  if (!room.ok()) return room;
   std::shared_ptr<BeamSearch> search(
       new BeamSearch(engine, std::move(request), std::move(done)));
   absl::Status submitted = search->SubmitRound();

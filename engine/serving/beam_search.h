@@ -7,6 +7,10 @@
 // caching off every round recomputes each beam's whole context. A round's requests run in the
 // same engine steps as everyone else's (continuous batching), so a search never holds the
 // engine, and its KV blocks return to the pool (as evictable cache) between rounds.
+// Admission (Start) asks the waiting queue for room for the widest round, and later rounds are
+// queued past the waiting bounds (EngineRequest::bypass_waiting_limits), so an admitted search
+// is never refused midway; searches admitted together may take the queue past its bounds by
+// their rounds (at most beam_width requests each).
 //
 // Thread-safety: Start and Cancel may be called from any thread. `done` runs once: on the
 // engine's delivery thread when the search ends by itself, or on the thread whose Cancel (or

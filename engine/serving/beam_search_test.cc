@@ -195,35 +195,57 @@ TEST(BeamSearchTest, SearchesRunAlongsideEachOtherAndOrdinaryRequests) {
   EXPECT_EQ(engine->scheduler_stats().blocks_used, 0);
 }
 
-// One sequence runs at a time and 4 may wait: a greedy request runs, another waits, and each
-// round of the 4-beam search queues 4 more. Without the bypass the 4th of a round would be
-// refused (5 waiting) and the search lost midway; a 5-beam search can never queue a round and is
-// refused at once.
-TEST(BeamSearchTest, LaterRoundsAreQueuedEvenWhenTheQueueIsFull) {
+// One sequence runs at a time and 8 may wait. A 6-beam search is admitted only with room for
+// its widest round; then ordinary requests fill the queue to the brim. Round 1 finds the queue
+// full (at most one of them admitted meanwhile) and is queued anyway: without the bypass its
+// requests would be refused and the search lost midway. A search wider than the queue is
+// refused for good; one that finds the queue full now is told to retry.
+TEST(BeamSearchTest, AnAdmittedSearchIsNeverRefusedMidway) {
   auto model = TinyModel::Load();
   ASSERT_NE(model, nullptr);
   EngineConfig config;
   config.kv_cache_bytes = 16 << 20;
   config.scheduler.max_num_seqs = 1;
-  config.scheduler.max_waiting_requests = 4;
+  config.scheduler.max_waiting_requests = 8;
   auto engine = Engine::Create(model->runner(), model->tokenizer(), config);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  auto running = (*engine)->Submit(GreedyRequest({7, 8, 9}, 60));
-  auto waiting = (*engine)->Submit(GreedyRequest({7, 8, 10}, 60));
-  ASSERT_TRUE(running.ok() && waiting.ok());
-  BeamSearchParams four = Wide(6);
-  auto outcome = Search(engine->get(), {5, 6, 7}, four);
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_TRUE(outcome->status.ok()) << outcome->status;
-  EXPECT_EQ(outcome->beams.size(), 2u);
-  BeamSearchParams five = Wide(6);
-  five.beam_width = 5;
-  auto refused = Search(engine->get(), {5, 6, 7}, five);
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("max_waiting_requests"), std::string::npos);
+  std::vector<std::shared_ptr<RequestStream>> greedy;
+  // False once the queue refuses it (full).
+  auto submit_greedy = [&](int32_t tokens) {
+    auto stream = (*engine)->Submit(
+        GreedyRequest({7, 8, static_cast<int32_t>(9 + greedy.size())}, tokens));
+    if (stream.ok()) greedy.push_back(*stream);
+    return stream.ok();
+  };
+  ASSERT_TRUE(submit_greedy(600));  // runs (one at a time)
+  ASSERT_TRUE(submit_greedy(600));  // waits
+  OutcomeWaiter waiter;
+  BeamSearchRequest request;
+  request.prompt_tokens = {5, 6, 7};
+  request.params = Wide(6);
+  request.params.beam_width = 6;
+  ASSERT_TRUE(BeamSearch::Start(engine->get(), request, waiter.Callback()).ok());
+  int extra = 0;
+  while (extra < 10 && submit_greedy(8)) ++extra;
+  EXPECT_GE(extra, 5);
+  EXPECT_LT(extra, 10) << "the queue never filled";
+  BeamSearchRequest another = request;
+  another.params.beam_width = 2;
+  auto busy = BeamSearch::Start(engine->get(), another, waiter.Callback());
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kResourceExhausted) << busy.status();
+  BeamSearchRequest wide = request;
+  wide.params.beam_width = 9;
+  EXPECT_EQ(BeamSearch::Start(engine->get(), wide, waiter.Callback()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  BeamSearchOutcome outcome;
+  ASSERT_TRUE(waiter.Wait(&outcome));
+  EXPECT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.beams.size(), 2u);
+  EXPECT_EQ(waiter.calls(), 1);
   EngineEvent event;
-  while ((*running)->Next(&event)) {}
-  while ((*waiting)->Next(&event)) {}
+  for (auto& stream : greedy) {
+    while (stream->Next(&event)) EXPECT_TRUE(event.status.ok()) << event.status;
+  }
   EXPECT_EQ((*engine)->num_unfinished(), 0);
 }
 

@@ -233,6 +233,8 @@ class Engine {
   // OK when a request of `prompt_tokens` and `max_new_tokens` could run (the InvalidArgument
   // checks of Submit's capacity: max_total_tokens, the KV cache, the prefill budget).
   absl::Status CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const;
+  // Scheduler::CheckWaitingRoom now.
+  absl::Status CheckWaitingRoom(int64_t requests, int64_t tokens) const;
   // The model's end-of-sequence token: what ends a generation unless ignore_eos.
   absl::optional<int32_t> eos_token_id() const;
 
