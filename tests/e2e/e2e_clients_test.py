@@ -381,8 +381,15 @@ class TextGenerationClientTest(unittest.TestCase):
         self.assertEqual(len(others), 2)
         for other in others:
             self.assertGreaterEqual(mean(r.details.tokens), mean(other.tokens))
-        with self.assertRaises(text_generation.errors.ValidationError):
-            self.client.generate("Once", max_new_tokens=4, do_sample=True, best_of=2, seed=3)
+        # The gateway's own check (text-generation refuses it client-side too).
+        status, body = post_json("/generate", {"inputs": "Once", "parameters": {
+            "best_of": 2, "do_sample": True, "seed": 3, "max_new_tokens": 4}})
+        self.assertEqual(status, 422, body)
+        self.assertIn("seed", body["error"])
+        status, body = post_json("/generate_stream", {"inputs": "Once", "parameters": {
+            "best_of": 2, "do_sample": True, "max_new_tokens": 4}})
+        self.assertEqual(status, 422, body)
+        self.assertIn("best_of", body["error"])
 
     def test_over_long_prompt_is_422(self):
         # TGI answers an input over its limit with 422 (a validation error), not 413.
