@@ -337,20 +337,6 @@ absl::Status Engine::failure() const {
   return failure_;
 }
 
-int32_t Engine::vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
-
-absl::Status Engine::CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return scheduler_->CheckFits(prompt_tokens, max_new_tokens);
-}
-
-absl::Status Engine::CheckWaitingRoom(int64_t requests, int64_t tokens) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return scheduler_->CheckWaitingRoom(requests, tokens);
-}
-
-absl::optional<int32_t> Engine::eos_token_id() const { return runner_->config().eos_token_id; }
-
 SchedulerStats Engine::scheduler_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return scheduler_->stats();

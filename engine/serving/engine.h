@@ -229,14 +229,20 @@ class Engine {
   int64_t num_unfinished() const;
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
   // The model's vocabulary size: token ids lie in [0, vocab_size()).
-  int32_t vocab_size() const;
+  int32_t vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
+  // The model's end-of-sequence token: what ends a generation unless ignore_eos.
+  absl::optional<int32_t> eos_token_id() const { return runner_->config().eos_token_id; }
   // OK when a request of `prompt_tokens` and `max_new_tokens` could run (the InvalidArgument
   // checks of Submit's capacity: max_total_tokens, the KV cache, the prefill budget).
-  absl::Status CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const;
+  absl::Status CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return scheduler_->CheckFits(prompt_tokens, max_new_tokens);
+  }
   // Scheduler::CheckWaitingRoom now.
-  absl::Status CheckWaitingRoom(int64_t requests, int64_t tokens) const;
-  // The model's end-of-sequence token: what ends a generation unless ignore_eos.
-  absl::optional<int32_t> eos_token_id() const;
+  absl::Status CheckWaitingRoom(int64_t requests, int64_t tokens) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return scheduler_->CheckWaitingRoom(requests, tokens);
+  }
 
  private:
   struct Request;
