@@ -98,8 +98,8 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
       p.end_tokens.push_back(id);
     }
   }
-  const int32_t per_beam = std::max<int32_t>(2, 1 + static_cast<int32_t>(p.end_tokens.size()));
-  if (static_cast<int64_t>(per_beam) * p.beam_width > kMaxLogprobs) {
+  const int32_t candidates = CandidatesPerStep(p);
+  if (candidates > kMaxLogprobs) {
     // The width alone fits (2 candidates a beam): then the end tokens are what to cut.
     return BeamRefusal(
         2 * p.beam_width <= kMaxLogprobs ? "stopping.stop_token_ids" : "beam_width",
@@ -107,7 +107,7 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
                      " (each beam weighs that many candidates a step); ", p.beam_width,
                      " beams with ", p.end_tokens.size(),
                      " end tokens (EOS and stopping.stop_token_ids) need ",
-                     per_beam * p.beam_width));
+                     candidates));
   }
   // Anything left (a vocabulary smaller than the candidates) is refused in the engine's words.
   absl::Status valid = Validate(p, vocab_size);

@@ -15,11 +15,6 @@ absl::Status Invalid(const char* field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
 }
 
-int32_t CandidatesFor(const BeamSearchParams& params) {
-  const int32_t per_beam = std::max<int32_t>(2, 1 + static_cast<int32_t>(params.end_tokens.size()));
-  return per_beam * params.beam_width;
-}
-
 // One way to continue one beam, ranked over the whole step.
 struct Candidate {
   float score;  // the beam's running score plus the token's logprob (fp32, as HF)
@@ -30,13 +25,18 @@ struct Candidate {
 
 }  // namespace
 
+int32_t CandidatesPerStep(const BeamSearchParams& params) {
+  const int32_t per_beam = std::max<int32_t>(2, 1 + static_cast<int32_t>(params.end_tokens.size()));
+  return per_beam * params.beam_width;
+}
+
 absl::Status Validate(const BeamSearchParams& params, int32_t vocab_size) {
   if (params.beam_width < 1 || params.beam_width > kMaxBeamWidth) {
     return Invalid("beam_width", absl::StrCat("must be in [1, ", kMaxBeamWidth, "], got ",
                                               params.beam_width));
   }
   if (params.end_tokens.size() > static_cast<size_t>(kMaxLogprobs) ||
-      CandidatesFor(params) > kMaxLogprobs) {
+      CandidatesPerStep(params) > kMaxLogprobs) {
     return Invalid("beam_width",
                    absl::StrCat("times max(2, 1 + end tokens) must be at most ", kMaxLogprobs,
                                 " (each beam weighs that many candidates), got ",
@@ -70,8 +70,8 @@ absl::Status Validate(const BeamSearchParams& params, int32_t vocab_size) {
       return Invalid("end_tokens", absl::StrCat("must be distinct, got ", token, " twice"));
     }
   }
-  if (CandidatesFor(params) > vocab_size) {
-    return Invalid("beam_width", absl::StrCat("needs ", CandidatesFor(params),
+  if (CandidatesPerStep(params) > vocab_size) {
+    return Invalid("beam_width", absl::StrCat("needs ", CandidatesPerStep(params),
                                               " candidates a step; the vocabulary has ",
                                               vocab_size));
   }
@@ -82,7 +82,7 @@ BeamScorer::BeamScorer(BeamSearchParams params) : params_(std::move(params)) {
   running_.emplace_back();
 }
 
-int32_t BeamScorer::CandidatesPerBeam() const { return CandidatesFor(params_); }
+int32_t BeamScorer::CandidatesPerBeam() const { return CandidatesPerStep(params_); }
 
 bool BeamScorer::IsEndToken(int32_t token) const {
   return std::find(params_.end_tokens.begin(), params_.end_tokens.end(), token) !=

@@ -64,6 +64,10 @@ struct BeamSearchParams {
 // min_new_tokens in [0, max_new_tokens], end tokens distinct and in [0, vocab_size).
 absl::Status Validate(const BeamSearchParams& params, int32_t vocab_size);
 
+// The candidates a step ranks, each beam's most likely tokens counted:
+// max(2, 1 + end tokens) * beam_width (HF's n_tokens_to_keep).
+int32_t CandidatesPerStep(const BeamSearchParams& params);
+
 struct BeamHypothesis {
   std::vector<int32_t> tokens;  // the new tokens; a finishing end token included
   std::vector<float> logprobs;  // each token's raw log-probability
@@ -83,8 +87,7 @@ class BeamScorer {
   // first step). Their tokens are the new tokens so far; `cumulative_logprob` is the running
   // score. Empty once done().
   const std::vector<BeamHypothesis>& running() const { return running_; }
-  // How many of each running beam's most likely next tokens Step needs:
-  // max(2, 1 + end tokens) * beam_width (HF's n_tokens_to_keep).
+  // How many of each running beam's most likely next tokens Step needs (CandidatesPerStep).
   int32_t CandidatesPerBeam() const;
   // One step: candidates[i] are running()[i]'s most likely next tokens with their raw
   // log-softmax, at least CandidatesPerBeam() of them unless the vocabulary is smaller (any
