@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/guided/grammar_constraint.h"
 #include "engine/guided/json_constraint.h"
 #include "engine/guided/regex_constraint.h"
 #include "engine/guided/token_vocabulary.h"
@@ -71,8 +72,17 @@ int Run() {
   struct Case {
     const char* name;
     const char* prefix;
-    const char* schema;  // null: `schema` above; "regex:" + pattern: a RegexConstraint
+    const char* schema;  // null: `schema` above; "regex:" + pattern: a RegexConstraint;
+                         // "gbnf:" + grammar: a GrammarConstraint
   };
+  // JSON as a GBNF grammar (the shape of llama.cpp's json.gbnf).
+  static constexpr char kJsonGbnf[] = R"g(gbnf:root ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ":" ws value ws ( "," ws string ":" ws value ws )* )? "}"
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n]*)g";
   const Case states[] = {
       {"start", "", nullptr},
       {"after {", "{", nullptr},
@@ -85,10 +95,21 @@ int Run() {
       {"in a date format", "{\"d\": \"2026-1", R"({"properties": {"d": {"format": "date"}}})"},
       {"in a pattern", "{\"p\": \"ab", R"({"properties": {"p": {"pattern": "^[a-z]+-\\d+$"}}})"},
       {"regex, in a class", "The cache", "regex:[A-Za-z ]{1,200}\\."},
+      {"gbnf json: start", "", kJsonGbnf},
+      {"gbnf json: key", "{\"na", kJsonGbnf},
+      {"gbnf json: string", "{\"name\": \"Jo", kJsonGbnf},
+      {"gbnf json: number", "{\"name\": \"Jo\", \"age\": 4", kJsonGbnf},
+      {"gbnf json: nested", "{\"a\": [{\"b\": [1, {\"c\": \"x", kJsonGbnf},
+      {"gbnf: free text", "The cache", "gbnf:root ::= [^\\n]* \"\\n\""},
   };
-  std::printf("%-20s %12s %12s %10s\n", "state", "miss ms", "hit us", "allowed");
+  std::printf("%-24s %12s %12s %10s\n", "state", "miss ms", "hit us", "allowed");
   auto make = [&](const Case& c) -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
     const std::string text = c.schema == nullptr ? schema : c.schema;
+    if (text.rfind("gbnf:", 0) == 0) {
+      auto g = GrammarConstraint::Create(text.substr(5), vocabulary);
+      if (!g.ok()) return g.status();
+      return std::shared_ptr<const TokenConstraint>(*g);
+    }
     if (text.rfind("regex:", 0) == 0) {
       auto r = RegexConstraint::Create(text.substr(6), vocabulary);
       if (!r.ok()) return r.status();
@@ -129,7 +150,7 @@ int Run() {
     for (int i = 0; i < hits; ++i) (void)constraint->AllowedTokens(output, -1);
     const double hit_us = Millis(std::chrono::steady_clock::now() - start) * 1000.0 / hits;
     std::sort(misses.begin(), misses.end());
-    std::printf("%-20s %12.2f %12.1f %10zu\n", name, misses[misses.size() / 2], hit_us, allowed);
+    std::printf("%-24s %12.2f %12.1f %10zu\n", name, misses[misses.size() / 2], hit_us, allowed);
   }
   return 0;
 }

@@ -66,6 +66,8 @@ ABSL_FLAG(std::string, json_schema, "",
           "Structured output: a JSON Schema the completion follows (its text, or @FILE).");
 ABSL_FLAG(bool, json_compact, false, "With --json_schema: no whitespace outside strings.");
 ABSL_FLAG(std::string, regex, "", "Structured output: a regular expression the completion matches.");
+ABSL_FLAG(std::string, grammar, "",
+          "Structured output: a GBNF grammar whose root the completion is (its text, or @FILE).");
 ABSL_FLAG(int32_t, num_beams, 0,
           "Beam search with this many beams (as transformers' generate(num_beams=N)); 0 = off.");
 ABSL_FLAG(int32_t, num_return_sequences, 0, "With --num_beams: beams printed, best first (0 = all).");
@@ -106,26 +108,32 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-// --json_schema's text: the flag itself, or the file named after an '@'.
-absl::StatusOr<std::string> JsonSchemaFlag() {
-  const std::string value = absl::GetFlag(FLAGS_json_schema);
+// A text flag's value: the flag itself, or the file named after an '@'.
+absl::StatusOr<std::string> TextOrFileFlag(absl::string_view name, const std::string& value) {
   if (value.empty() || value[0] != '@') return value;
   std::ifstream in(value.substr(1));
-  if (!in) return absl::NotFoundError(absl::StrCat("--json_schema: cannot read ", value.substr(1)));
+  if (!in) return absl::NotFoundError(absl::StrCat("--", name, ": cannot read ", value.substr(1)));
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+absl::StatusOr<std::string> JsonSchemaFlag() {
+  return TextOrFileFlag("json_schema", absl::GetFlag(FLAGS_json_schema));
+}
+absl::StatusOr<std::string> GrammarFlag() {
+  return TextOrFileFlag("grammar", absl::GetFlag(FLAGS_grammar));
 }
 
 // The structured-output constraint the flags ask for (null for none), as the server builds it.
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintFlags(const Tokenizer& tokenizer) {
   absl::StatusOr<std::string> schema = JsonSchemaFlag();
   if (!schema.ok()) return schema.status();
+  absl::StatusOr<std::string> grammar = GrammarFlag();
+  if (!grammar.ok()) return grammar.status();
   const std::string regex = absl::GetFlag(FLAGS_regex);
-  if (schema->empty() && regex.empty()) return std::shared_ptr<const TokenConstraint>();
-  if (!schema->empty() && !regex.empty()) {
-    return absl::InvalidArgumentError("give --json_schema or --regex, not both");
-  }
+  const int given = !schema->empty() + !regex.empty() + !grammar->empty();
+  if (given == 0) return std::shared_ptr<const TokenConstraint>();
+  if (given > 1) return absl::InvalidArgumentError("give one of --json_schema, --regex and --grammar");
   if (absl::GetFlag(FLAGS_ignore_eos) || absl::GetFlag(FLAGS_min_new_tokens) > 0) {
     return absl::InvalidArgumentError(
         "structured output ends with EOS: not with --ignore_eos or --min_new_tokens");
@@ -133,6 +141,7 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintFlags(const Tok
   ConstraintCache cache([&tokenizer] { return TokenVocabulary::FromTokenizer(tokenizer); });
   JsonGrammarOptions options;
   options.allow_whitespace = !absl::GetFlag(FLAGS_json_compact);
+  if (!grammar->empty()) return cache.Grammar(*grammar);
   return schema->empty() ? cache.Regex(regex) : cache.JsonSchema(*schema, options);
 }
 
@@ -164,6 +173,7 @@ absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
       {"--seed", absl::GetFlag(FLAGS_seed) >= 0},
       {"--json_schema", !absl::GetFlag(FLAGS_json_schema).empty()},
       {"--regex", !absl::GetFlag(FLAGS_regex).empty()},
+      {"--grammar", !absl::GetFlag(FLAGS_grammar).empty()},
   };
   for (const auto& [flag, set] : ignored) {
     if (set) return absl::InvalidArgumentError(absl::StrCat(flag, " is not supported with --num_beams"));
@@ -369,6 +379,9 @@ int RunRemote(const std::string& command) {
   if (!schema->empty()) s->set_json_schema(*schema);
   if (absl::GetFlag(FLAGS_json_compact)) s->set_json_compact(true);
   if (!absl::GetFlag(FLAGS_regex).empty()) s->set_regex(absl::GetFlag(FLAGS_regex));
+  absl::StatusOr<std::string> grammar = GrammarFlag();
+  if (!grammar.ok()) return Fail(grammar.status());
+  if (!grammar->empty()) s->set_grammar(*grammar);
   v1::StoppingParameters* t = request.mutable_stopping();
   t->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   t->set_min_new_tokens(absl::GetFlag(FLAGS_min_new_tokens));
@@ -384,6 +397,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
       "[--top_k K] [--top_p P] [--seed S] [--stop A,B] [--json_schema JSON|@FILE] [--regex RE] "
+      "[--grammar GBNF|@FILE] "
       "[--num_beams N]\n"
       "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
   blossom::NormalizeDashedFlags(argc, argv);  // --max-new-tokens and --max_new_tokens alike

@@ -159,8 +159,8 @@ absl::Status AddChoices(const v1::GenerateRequest& request, const Tokenizer& tok
   return absl::OkStatus();
 }
 
-// Structured output: a JSON schema or a regex compiled (or found compiled) into the constraint
-// the sampler applies. Like a choice, the output ends with EOS.
+// Structured output: a JSON schema, a regex or a grammar compiled (or found compiled) into the
+// constraint the sampler applies. Like a choice, the output ends with EOS.
 absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* guided_constraints,
                         SamplingParams& sp) {
   const v1::SamplingParameters& s = request.sampling();
@@ -168,16 +168,19 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
     return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_compact",
                    "sampling.json_compact is set without sampling.json_schema");
   }
-  if (!s.has_json_schema() && !s.has_regex()) return absl::OkStatus();
-  const char* field = s.has_json_schema() ? "sampling.json_schema" : "sampling.regex";
+  const int given = s.has_json_schema() + s.has_regex() + s.has_grammar();
+  if (given == 0) return absl::OkStatus();
+  const char* field = s.has_json_schema() ? "sampling.json_schema"
+                      : s.has_regex()     ? "sampling.regex"
+                                          : "sampling.grammar";
   auto refuse = [&](absl::string_view message) {
     return Refusal(error_reason::kInvalidSamplingParams, field, message);
   };
   if (guided_constraints == nullptr) {
     return refuse(absl::StrCat(field, ": structured output is not available on this server"));
   }
-  if (s.has_json_schema() && s.has_regex()) {
-    return refuse("give sampling.json_schema or sampling.regex, not both");
+  if (given > 1) {
+    return refuse("give one of sampling.json_schema, sampling.regex and sampling.grammar");
   }
   if (!sp.choice_token_ids.empty()) {
     return refuse(absl::StrCat("give ", field, " or sampling.guided_choice, not both"));
@@ -191,8 +194,10 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
     JsonGrammarOptions options;
     options.allow_whitespace = !s.json_compact();
     constraint = guided_constraints->JsonSchema(s.json_schema(), options);
-  } else {
+  } else if (s.has_regex()) {
     constraint = guided_constraints->Regex(s.regex());
+  } else {
+    constraint = guided_constraints->Grammar(s.grammar());
   }
   if (!constraint.ok()) return refuse(absl::StrCat(field, ": ", constraint.status().message()));
   sp.constraint = *std::move(constraint);

@@ -202,7 +202,42 @@ TEST_F(RequestConvertTest, RegexBecomesTheSamplersConstraint) {
   }
   const absl::Status status = ToEngineRequest(both, *tokenizer_, limits_, &cache).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("not both"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("give one of"), absl::string_view::npos) << status;
+}
+
+TEST_F(RequestConvertTest, GrammarBecomesTheSamplersConstraint) {
+  ConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); });
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->set_grammar("root ::= \"(\" [0-9]+ \")\"");
+  auto converted = ToEngineRequest(request, *tokenizer_, limits_, &cache);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  ASSERT_NE(converted->sampling.constraint, nullptr);
+  auto first = converted->sampling.constraint->AllowedTokens({}, /*end_token=*/2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(TokenAllowed(**first, tokenizer_->Encode("(")->front()));
+  EXPECT_FALSE(TokenAllowed(**first, tokenizer_->Encode("7")->front()));
+  EXPECT_FALSE(TokenAllowed(**first, 2)) << "nothing matched yet: no EOS";
+
+  v1::GenerateRequest left_recursive = request;
+  left_recursive.mutable_sampling()->set_grammar("root ::= root \"a\" | \"b\"");
+  v1::GenerateRequest ignoring = request;
+  ignoring.mutable_stopping()->set_ignore_eos(true);
+  for (const v1::GenerateRequest& r : {left_recursive, ignoring}) {
+    const absl::Status status = ToEngineRequest(r, *tokenizer_, limits_, &cache).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(DetailsOf(status).field, "sampling.grammar") << status;
+  }
+  EXPECT_NE(ToEngineRequest(left_recursive, *tokenizer_, limits_, &cache)
+                .status()
+                .message()
+                .find("rule 'root' is left-recursive"),
+            absl::string_view::npos);
+  v1::GenerateRequest two = request;
+  two.mutable_sampling()->set_regex("[0-9]+");
+  const absl::Status status = ToEngineRequest(two, *tokenizer_, limits_, &cache).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("give one of"), absl::string_view::npos) << status;
 }
 
 // Tokens carry their text, raw bytes and whether they are special tokens (TGI's `special`), and

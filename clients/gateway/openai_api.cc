@@ -372,10 +372,11 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   if (!tools.schema.empty()) {
     // The call is generated as JSON under the tools' schema: one constraint per request.
     auto* sampling = out.request.mutable_sampling();
-    if (sampling->has_json_schema() || sampling->has_regex() || sampling->guided_choice_size() > 0) {
+    if (sampling->has_json_schema() || sampling->has_regex() || sampling->has_grammar() ||
+        sampling->guided_choice_size() > 0) {
       return FieldError("tool_choice",
                         "a function call cannot be combined with response_format, guided_json, "
-                        "guided_regex, guided_choice or structured_outputs");
+                        "guided_regex, guided_grammar, guided_choice or structured_outputs");
     }
     if (out.request.stopping().ignore_eos() || out.request.stopping().min_new_tokens() > 0) {
       return FieldError("tool_choice",
@@ -411,7 +412,8 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
 absl::Status NameConstraintField(const CompletionRequest& request, absl::Status status) {
   const StatusDetails details = DetailsOf(status);
   if (request.constraint_param.empty() ||
-      (details.field != "sampling.json_schema" && details.field != "sampling.regex")) {
+      (details.field != "sampling.json_schema" && details.field != "sampling.regex" &&
+       details.field != "sampling.grammar")) {
     return status;
   }
   std::string message(status.message());

@@ -82,8 +82,9 @@ struct CompletionRequest {
   std::vector<blossom::v1::GenerateRequest> batch;
   // chat: a named or required tool_choice (tool_calls.h): the output is answered as tool_calls.
   ToolChoice tool_choice;
-  // The client's field that gave sampling.json_schema or sampling.regex (response_format,
-  // guided_json, structured_outputs.json, tools[i].function.parameters, ...), or "".
+  // The client's field that gave sampling.json_schema, sampling.regex or sampling.grammar
+  // (response_format, guided_json, guided_grammar, structured_outputs.json,
+  // tools[i].function.parameters, ...), or "".
   std::string constraint_param;
   // use_beam_search (beam_search.h): each prompt is one BeamSearch call with `beam`'s fields
   // (beam_width = n, length_penalty, early_stopping, logprobs), its beams the n choices.
@@ -91,8 +92,9 @@ struct CompletionRequest {
   blossom::v1::BeamSearchRequest beam;
 };
 
-// A server refusal of the request's schema or pattern (its field sampling.json_schema or
-// sampling.regex) renamed to the client's own field; any other status unchanged.
+// A server refusal of the request's schema, pattern or grammar (its field sampling.json_schema,
+// sampling.regex or sampling.grammar) renamed to the client's own field; any other status
+// unchanged.
 absl::Status NameConstraintField(const CompletionRequest& request, absl::Status status);
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);

@@ -19,6 +19,7 @@ struct Constraint {
   std::vector<std::string> choices;  // guided choice
   std::string schema;               // JSON Schema text; empty: none
   std::string regex;                // a pattern the whole output matches; empty: none
+  std::string grammar;              // a GBNF grammar the whole output is a root of; empty: none
 };
 
 // A regex given as a non-empty string of at most kMaxRegexBytes.
@@ -29,6 +30,18 @@ absl::Status RegexText(const Json& value, const std::string& field, std::string*
   *out = value.get<std::string>();
   if (out->size() > kMaxRegexBytes) {
     return FieldError(field, absl::StrCat("longer than ", kMaxRegexBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// A grammar given as a non-empty string of at most kMaxGrammarBytes.
+absl::Status GrammarText(const Json& value, const std::string& field, std::string* out) {
+  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
+    return FieldError(field, "must be a non-empty string (a grammar in GBNF)");
+  }
+  *out = value.get<std::string>();
+  if (out->size() > kMaxGrammarBytes) {
+    return FieldError(field, absl::StrCat("longer than ", kMaxGrammarBytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -99,6 +112,7 @@ class Collector {
       sampling->set_json_compact(compact);
     }
     if (!constraint_.regex.empty()) sampling->set_regex(constraint_.regex);
+    if (!constraint_.grammar.empty()) sampling->set_grammar(constraint_.grammar);
   }
 
  private:
@@ -126,6 +140,10 @@ absl::Status ParseStructuredOutputsObject(const Json& so, absl::string_view body
       Constraint c{field, {}, {}, {}};
       if (absl::Status s = RegexText(value, field, &c.regex); !s.ok()) return s;
       if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
+    } else if (key == "grammar") {
+      Constraint c{field, {}, {}, {}, {}};
+      if (absl::Status s = GrammarText(value, field, &c.grammar); !s.ok()) return s;
+      if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
     } else if (key == "json_object") {
       if (!value.is_boolean()) return FieldError(field, "must be a boolean");
       if (!value.get<bool>()) continue;
@@ -140,7 +158,7 @@ absl::Status ParseStructuredOutputsObject(const Json& so, absl::string_view body
     } else if (key == "backend") {
       if (!value.is_string()) return FieldError(field, "must be a string");
     } else {
-      // grammar, structural_tag, whitespace_pattern and anything newer.
+      // structural_tag, whitespace_pattern and anything newer.
       return Unsupported(field, field);
     }
   }
@@ -204,9 +222,8 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
                                     blossom::v1::SamplingParameters* sampling, std::string* param) {
   Collector collector;
   bool compact = false;
-  for (const char* field : {"guided_grammar", "guided_whitespace_pattern"}) {
-    auto it = body.find(field);
-    if (it != body.end() && !it->is_null()) return Unsupported(field, field);
+  if (auto it = body.find("guided_whitespace_pattern"); it != body.end() && !it->is_null()) {
+    return Unsupported("guided_whitespace_pattern", "guided_whitespace_pattern");
   }
   if (auto it = body.find("guided_decoding_backend"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return FieldError("guided_decoding_backend", "must be a string");
@@ -219,6 +236,11 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
   if (auto it = body.find("guided_regex"); it != body.end() && !it->is_null()) {
     Constraint c{"guided_regex", {}, {}, {}};
     if (absl::Status s = RegexText(*it, c.field, &c.regex); !s.ok()) return s;
+    if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
+  }
+  if (auto it = body.find("guided_grammar"); it != body.end() && !it->is_null()) {
+    Constraint c{"guided_grammar", {}, {}, {}, {}};
+    if (absl::Status s = GrammarText(*it, c.field, &c.grammar); !s.ok()) return s;
     if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
   }
   if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) {

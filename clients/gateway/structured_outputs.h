@@ -1,10 +1,11 @@
 // Structured-output requests as OpenAI, vLLM and TGI spell them, turned into the blossom.v1
-// sampling fields guided_choice, json_schema and json_compact:
+// sampling fields guided_choice, json_schema, json_compact, regex and grammar:
 //   - OpenAI: response_format {"type": "text" | "json_object" | "json_schema", "json_schema":
 //     {"name", "schema", "strict"}} (TGI's {"type": "json", "value": schema} too);
-//   - vLLM: guided_choice, guided_json, guided_regex, and structured_outputs {"choice", "json",
-//     "regex", "json_object", "disable_any_whitespace", ...}; guided_grammar and
-//     structured_outputs' grammar and structural_tag are refused, as is a whitespace pattern;
+//   - vLLM: guided_choice, guided_json, guided_regex, guided_grammar (GBNF), and
+//     structured_outputs {"choice", "json", "regex", "grammar", "json_object",
+//     "disable_any_whitespace", ...}; structured_outputs' structural_tag is refused, as is a
+//     whitespace pattern;
 //   - TGI: parameters.grammar {"type": "json" | "json_object" | "json_schema" | "regex",
 //     "value": ...}.
 // One request asks for one constraint at most. The server compiles the schema and refuses what
@@ -23,6 +24,7 @@ namespace blossom::gateway {
 inline constexpr size_t kMaxGuidedChoices = 256;
 inline constexpr size_t kMaxJsonSchemaBytes = 64 * 1024;
 inline constexpr size_t kMaxRegexBytes = 16 * 1024;
+inline constexpr size_t kMaxGrammarBytes = 64 * 1024;
 
 // The OpenAI/vLLM fields of a completions or chat body. `raw_body` is the text `body` was
 // parsed from: a schema given as an object is passed on with its keys in their order there (Json

@@ -77,6 +77,9 @@ TEST(StructuredOutputsTest, VllmFields) {
             R"({"type":"object"})");
   EXPECT_EQ(Parse(R"({"guided_regex": "[0-9]+"})").regex(), "[0-9]+");
   EXPECT_EQ(Parse(R"({"structured_outputs": {"regex": "a|b"}})").regex(), "a|b");
+  EXPECT_EQ(Parse(R"({"guided_grammar": "root ::= [0-9]+"})").grammar(), "root ::= [0-9]+");
+  EXPECT_EQ(Parse(R"({"structured_outputs": {"grammar": "root ::= \"a\""}})").grammar(),
+            "root ::= \"a\"");
   // TGI's chat spelling of a schema.
   EXPECT_EQ(Parse(R"({"response_format": {"type": "json_object", "value": {"type": "array"}}})")
                 .json_schema(),
@@ -90,11 +93,13 @@ TEST(StructuredOutputsTest, VllmFields) {
 TEST(StructuredOutputsTest, RefusalsNameTheField) {
   EXPECT_EQ(Refused(R"({"guided_regex": ""})"), "guided_regex");
   EXPECT_EQ(Refused(R"({"guided_regex": ["a"]})"), "guided_regex");
-  EXPECT_EQ(Refused(R"({"guided_grammar": "root ::= x"})"), "guided_grammar");
+  EXPECT_EQ(Refused(R"({"guided_grammar": ""})"), "guided_grammar");
+  EXPECT_EQ(Refused(R"({"guided_grammar": {"root": "x"}})"), "guided_grammar");
   EXPECT_EQ(Refused(R"({"guided_whitespace_pattern": " *"})"), "guided_whitespace_pattern");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"regex": 3}})"), "structured_outputs.regex");
-  EXPECT_EQ(Refused(R"({"structured_outputs": {"grammar": "root ::= x"}})"),
-            "structured_outputs.grammar");
+  EXPECT_EQ(Refused(R"({"structured_outputs": {"grammar": 3}})"), "structured_outputs.grammar");
+  EXPECT_EQ(Refused(R"({"guided_grammar": "root ::= x", "guided_regex": "x"})"),
+            "guided_grammar");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"whitespace_pattern": " "}})"),
             "structured_outputs.whitespace_pattern");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"disable_any_whitespace": 1}})"),
@@ -112,6 +117,9 @@ TEST(StructuredOutputsTest, RefusalsNameTheField) {
             "structured_outputs.json");
   const std::string huge = R"({"guided_json": ")" + std::string(kMaxJsonSchemaBytes + 1, ' ') + "\"}";
   EXPECT_EQ(Refused(huge.c_str()), "guided_json");
+  const std::string long_grammar =
+      R"({"guided_grammar": ")" + std::string(kMaxGrammarBytes + 1, ' ') + "\"}";
+  EXPECT_EQ(Refused(long_grammar.c_str()), "guided_grammar");
 }
 
 TEST(TgiGrammarTest, JsonJsonSchemaAndRegex) {

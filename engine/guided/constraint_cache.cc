@@ -1,6 +1,7 @@
 #include "engine/guided/constraint_cache.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/guided/grammar_constraint.h"
 #include "engine/guided/json_constraint.h"
 #include "engine/guided/regex_constraint.h"
 
@@ -23,6 +24,17 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Regex(
              [&](std::shared_ptr<const TokenVocabulary> vocabulary)
                  -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
                auto c = RegexConstraint::Create(pattern, std::move(vocabulary));
+               if (!c.ok()) return c.status();
+               return std::shared_ptr<const TokenConstraint>(*std::move(c));
+             });
+}
+
+absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Grammar(
+    absl::string_view gbnf) {
+  return Get(absl::StrCat("gbnf:", gbnf),
+             [&](std::shared_ptr<const TokenVocabulary> vocabulary)
+                 -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
+               auto c = GrammarConstraint::Create(gbnf, std::move(vocabulary));
                if (!c.ok()) return c.status();
                return std::shared_ptr<const TokenConstraint>(*std::move(c));
              });

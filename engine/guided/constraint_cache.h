@@ -1,4 +1,4 @@
-// The compiled constraints (JSON schemas, regular expressions) of the structured-output requests
+// The compiled constraints (JSON schemas, regular expressions, GBNF grammars) of the structured-output requests
 // a server saw last, by their text, over the server's vocabulary. Thread-safe.
 #ifndef BLOSSOM_ENGINE_GUIDED_CONSTRAINT_CACHE_H_
 #define BLOSSOM_ENGINE_GUIDED_CONSTRAINT_CACHE_H_
@@ -27,10 +27,11 @@ class ConstraintCache {
                            size_t capacity = 16)
       : make_vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
 
-  // InvalidArgument naming the schema's or the pattern's problem.
+  // InvalidArgument naming the schema's, the pattern's or the grammar's problem.
   absl::StatusOr<std::shared_ptr<const TokenConstraint>> JsonSchema(
       absl::string_view schema_json, JsonGrammarOptions options = {});
   absl::StatusOr<std::shared_ptr<const TokenConstraint>> Regex(absl::string_view pattern);
+  absl::StatusOr<std::shared_ptr<const TokenConstraint>> Grammar(absl::string_view gbnf);
 
  private:
   using Compile = std::function<absl::StatusOr<std::shared_ptr<const TokenConstraint>>(

@@ -39,6 +39,13 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
   EXPECT_EQ(cache.JsonSchema(R"({"type": "integer", "minimum": 0})").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Regex("a(?=b)").status().code(), absl::StatusCode::kInvalidArgument);
+  // A grammar is cached by its text, apart from the regex of the same text.
+  auto grammar = cache.Grammar("root ::= [a-z]+");
+  auto grammar_again = cache.Grammar("root ::= [a-z]+");
+  ASSERT_TRUE(grammar.ok() && grammar_again.ok()) << grammar.status();
+  EXPECT_EQ(grammar->get(), grammar_again->get());
+  EXPECT_EQ(cache.Grammar("root ::= root \"a\"").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Requests on several threads share the cache and the compiled constraints (and their mask

@@ -21,6 +21,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 
@@ -59,11 +60,7 @@ class RegexMatcher {
   // The NFA states the text so far can be in, and a UTF-8 character being read.
   struct State {
     absl::InlinedVector<int32_t, 8> nfa;  // sorted
-    uint32_t code_point = 0;              // bits of the character being read
-    uint8_t pending = 0;                  // its continuation bytes still to come
-    uint8_t next_low = 0x80;              // the range of the next continuation byte
-    uint8_t next_high = 0xBF;
-    uint32_t floor = 0;                   // the least code point of its length
+    Utf8Partial utf8;                     // the character being read
   };
 
   // `nfa` must outlive the matcher.
@@ -81,7 +78,7 @@ class RegexMatcher {
 
  private:
   bool ReadCodePoint(const State& state, uint32_t code_point, State* next) const;
-  bool CanStillMatch(const State& partial) const;
+  bool CanStillMatch(const State& partial) const;  // some character it can become matches
   const RegexNfa* nfa_;
 };
 

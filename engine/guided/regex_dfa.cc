@@ -169,36 +169,18 @@ RegexDfaMatcher::State RegexDfaMatcher::Start() const {
 
 bool RegexDfaMatcher::Advance(const State& state, uint8_t c, State* next) const {
   *next = state;
-  if (state.pending == 0) {
-    if (c < 0x80) {
-      next->dfa = dfa_->Step(state.dfa, c);
+  uint32_t code_point = 0;
+  switch (next->utf8.Feed(c, &code_point)) {
+    case Utf8Partial::Read::kInvalid:
+      return false;
+    case Utf8Partial::Read::kWhole:
+      next->dfa = dfa_->Step(state.dfa, code_point);
       return next->dfa >= 0;
-    }
-    Utf8Lead lead;
-    if (!ReadUtf8Lead(c, &lead)) return false;
-    next->pending = next->length = static_cast<uint8_t>(lead.continuations);
-    next->bits = lead.bits;
-    next->next_low = lead.first_low;
-    next->next_high = lead.first_high;
-  } else {
-    if (c < state.next_low || c > state.next_high) return false;
-    next->bits = (state.bits << 6) | (c & 0x3F);
-    next->pending = state.pending - 1;
-    next->next_low = 0x80;
-    next->next_high = 0xBF;
-    if (next->pending == 0) {
-      next->dfa = dfa_->Step(state.dfa, next->bits);
-      next->bits = 0;
-      next->length = 0;
-      return next->dfa >= 0;
-    }
+    case Utf8Partial::Read::kPartial:
+      break;
   }
   // Partly read: some character it can become must have a transition.
-  const int shift = 6 * next->pending;
-  const uint32_t floor = next->length == 1 ? 0x80 : next->length == 2 ? 0x800 : 0x10000;
-  const uint32_t first = std::max(next->bits << shift, floor);
-  const uint32_t last = std::min<uint32_t>((next->bits << shift) | ((1u << shift) - 1), 0x10FFFF);
-  return first <= last && dfa_->AnyLive(state.dfa, first, last);
+  return dfa_->AnyLive(state.dfa, next->utf8.First(), next->utf8.Last());
 }
 
 bool RegexDfaMatcher::AdvanceAll(State& state, absl::string_view bytes) const {
@@ -211,13 +193,12 @@ bool RegexDfaMatcher::AdvanceAll(State& state, absl::string_view bytes) const {
 }
 
 bool RegexDfaMatcher::CanEnd(const State& state) const {
-  return state.pending == 0 && dfa_->accepting[state.dfa];
+  return state.utf8.between_characters() && dfa_->accepting[state.dfa];
 }
 
 void RegexDfaMatcher::AppendKey(const State& state, std::string* key) {
-  const uint32_t fields[] = {static_cast<uint32_t>(state.dfa), state.bits, state.pending,
-                             state.length, state.next_low, state.next_high};
-  key->append(reinterpret_cast<const char*>(fields), sizeof(fields));
+  key->append(reinterpret_cast<const char*>(&state.dfa), sizeof(state.dfa));
+  state.utf8.AppendKey(key);
 }
 
 }  // namespace blossom

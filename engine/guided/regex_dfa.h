@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/guided/regex.h"
+#include "engine/text/utf8.h"
 
 namespace blossom {
 
@@ -46,11 +47,7 @@ class RegexDfaMatcher {
  public:
   struct State {
     int32_t dfa = 0;
-    uint32_t bits = 0;     // the character being read
-    uint8_t pending = 0;   // its continuation bytes still to come
-    uint8_t length = 0;    // its continuation bytes in all
-    uint8_t next_low = 0x80;
-    uint8_t next_high = 0xBF;
+    Utf8Partial utf8;  // the character being read
   };
 
   explicit RegexDfaMatcher(const RegexDfa* dfa) : dfa_(dfa) {}

@@ -1,5 +1,7 @@
 #include "engine/text/utf8.h"
 
+#include <algorithm>
+
 namespace blossom {
 namespace {
 
@@ -126,6 +128,50 @@ std::string Utf8Lossy(absl::string_view bytes) {
   std::string out;
   AppendUtf8Lossy(bytes, /*final=*/true, &out);
   return out;
+}
+
+Utf8Partial::Read Utf8Partial::Feed(uint8_t byte, uint32_t* code_point) {
+  if (pending == 0) {
+    Utf8Lead lead;
+    if (!ReadUtf8Lead(byte, &lead)) return Read::kInvalid;
+    if (lead.continuations == 0) {
+      *code_point = byte;
+      return Read::kWhole;
+    }
+    bits = lead.bits;
+    floor = lead.floor;
+    pending = static_cast<uint8_t>(lead.continuations);
+    next_low = lead.first_low;
+    next_high = lead.first_high;
+    return Read::kPartial;
+  }
+  if (byte < next_low || byte > next_high) return Read::kInvalid;
+  bits = (bits << 6) | (byte & 0x3F);
+  next_low = 0x80;
+  next_high = 0xBF;
+  if (--pending > 0) return Read::kPartial;
+  *code_point = bits;
+  bits = 0;
+  floor = 0;
+  return Read::kWhole;
+}
+
+// The next continuation byte is within [next_low, next_high] (the lead byte's limits, which
+// rule out overlong forms, surrogates and code points past U+10FFFF); any after it are free.
+uint32_t Utf8Partial::First() const {
+  const uint32_t with_next = (bits << 6) | (next_low & 0x3F);
+  return std::max(with_next << (6 * (pending - 1)), floor);
+}
+
+uint32_t Utf8Partial::Last() const {
+  const int shift = 6 * (pending - 1);
+  const uint32_t with_next = (bits << 6) | (next_high & 0x3F);
+  return std::min<uint32_t>((with_next << shift) | ((1u << shift) - 1), 0x10FFFF);
+}
+
+void Utf8Partial::AppendKey(std::string* key) const {
+  const uint32_t fields[] = {bits, floor, pending, next_low, next_high};
+  key->append(reinterpret_cast<const char*>(fields), sizeof(fields));
 }
 
 bool ReadUtf8Lead(uint8_t byte, Utf8Lead* lead) {

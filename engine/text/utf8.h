@@ -38,6 +38,31 @@ struct Utf8Lead {
 // False for a byte that starts no character (0x80-0xC1, 0xF5-0xFF).
 bool ReadUtf8Lead(uint8_t byte, Utf8Lead* lead);
 
+// A character read a byte at a time, for the grammar matchers of engine/guided, which must
+// refuse a partly read character as soon as nothing it can become is allowed (else a lead byte
+// alone could lead the output into a dead end). A value type: copy it, then Feed the copy.
+struct Utf8Partial {
+  enum class Read { kInvalid, kPartial, kWhole };
+
+  // Reads `byte` after the bytes so far. kWhole: *code_point is the character, and this is
+  // between characters again. kPartial: the character is one of [First(), Last()], exactly the
+  // characters the bytes so far can still become (the range holds no surrogate: it follows the
+  // next byte's limits). kInvalid: no character goes on so (this is then unspecified).
+  // First() and Last() only while a character is partly read.
+  Read Feed(uint8_t byte, uint32_t* code_point);
+  bool between_characters() const { return pending == 0; }
+  uint32_t First() const;
+  uint32_t Last() const;
+  // Appends the fields, for matchers' cache keys.
+  void AppendKey(std::string* key) const;
+
+  uint32_t bits = 0;        // the character's bits so far
+  uint32_t floor = 0;       // the least code point of its length (no overlong forms)
+  uint8_t pending = 0;      // continuation bytes still to come
+  uint8_t next_low = 0x80;  // the range of the next continuation byte
+  uint8_t next_high = 0xBF;
+};
+
 // Decodes the code point starting at `bytes[pos]`, which the caller has validated. Sets *length
 // to its byte length (1..4).
 uint32_t DecodeUtf8At(absl::string_view bytes, size_t pos, size_t* length);

@@ -174,4 +174,53 @@ TEST(Utf8LeadTest, AgreesWithTheValidator) {
 }
 
 }  // namespace
+// A character fed a byte at a time: the range it can still become narrows to the character.
+TEST(Utf8PartialTest, FeedsCharactersAndTheRangesTheyCanStillBecome) {
+  using Read = Utf8Partial::Read;
+  uint32_t c = 0;
+  Utf8Partial p;
+  EXPECT_EQ(p.Feed('A', &c), Read::kWhole);
+  EXPECT_EQ(c, uint32_t{'A'});
+  EXPECT_EQ(p.Feed(0xC3, &c), Read::kPartial);  // e-acute's lead byte
+  EXPECT_EQ(p.First(), 0xC0u);
+  EXPECT_EQ(p.Last(), 0xFFu);
+  EXPECT_FALSE(p.between_characters());
+  EXPECT_EQ(p.Feed(0xA9, &c), Read::kWhole);
+  EXPECT_EQ(c, 0xE9u);
+  EXPECT_TRUE(p.between_characters());
+  // The lead byte's limits: no surrogates after 0xED, nothing past U+10FFFF after 0xF4, no
+  // overlong forms after 0xE0.
+  Utf8Partial ed;
+  ASSERT_EQ(ed.Feed(0xED, &c), Read::kPartial);
+  EXPECT_EQ(ed.First(), 0xD000u);
+  EXPECT_EQ(ed.Last(), 0xD7FFu);
+  EXPECT_EQ(Utf8Partial(ed).Feed(0xA0, &c), Read::kInvalid);
+  Utf8Partial f4;
+  ASSERT_EQ(f4.Feed(0xF4, &c), Read::kPartial);
+  EXPECT_EQ(f4.Last(), 0x10FFFFu);
+  ASSERT_EQ(f4.Feed(0x8F, &c), Read::kPartial);
+  EXPECT_EQ(f4.First(), 0x10F000u);
+  Utf8Partial e0;
+  ASSERT_EQ(e0.Feed(0xE0, &c), Read::kPartial);
+  EXPECT_EQ(e0.First(), 0x800u);
+  EXPECT_EQ(Utf8Partial(e0).Feed(0x9F, &c), Read::kInvalid);
+  // Bytes that start nothing, and a continuation where a lead byte must come.
+  for (int b : {0x80, 0xBF, 0xC0, 0xC1, 0xF5, 0xFF}) {
+    EXPECT_EQ(Utf8Partial().Feed(static_cast<uint8_t>(b), &c), Read::kInvalid) << b;
+  }
+  // Every character's encoding feeds back to it.
+  for (uint32_t cp : {0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xFFFFu, 0x10000u, 0x10FFFFu}) {
+    std::string bytes;
+    AppendUtf8(cp, &bytes);
+    Utf8Partial q;
+    for (size_t i = 0; i + 1 < bytes.size(); ++i) {
+      ASSERT_EQ(q.Feed(static_cast<uint8_t>(bytes[i]), &c), Read::kPartial) << cp;
+      EXPECT_LE(q.First(), cp);
+      EXPECT_GE(q.Last(), cp);
+    }
+    ASSERT_EQ(q.Feed(static_cast<uint8_t>(bytes.back()), &c), Read::kWhole) << cp;
+    EXPECT_EQ(c, cp);
+  }
+}
+
 }  // namespace blossom

@@ -517,6 +517,19 @@ class CurlAndCliTest(unittest.TestCase):
         year = run("generate", "--prompt", "Year:", "--regex", "[0-9]{4}", "--max_new_tokens", "10")
         self.assertEqual(year.returncode, 0, year.stderr)
         self.assertRegex(year.stdout.strip(), r"^[0-9]{4}$")
+        # A GBNF grammar, here and in-process (--model): the same greedy text either way.
+        grammar = 'root ::= "(" [0-9]{1,3} ("," [0-9]{1,3}){0,2} ")"'
+        args = ("generate", "--prompt", "List:", "--grammar", grammar, "--max_new_tokens", "20")
+        remote = run(*args)
+        self.assertEqual(remote.returncode, 0, remote.stderr)
+        self.assertRegex(remote.stdout.strip(), r"^\([0-9]{1,3}(,[0-9]{1,3}){0,2}\)$")
+        local = subprocess.run([CLI, *args, "--model", runfile(f"tests/fixtures/models/{MODEL}")],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(local.returncode, 0, local.stderr)
+        self.assertEqual(local.stdout.strip(), "List:" + remote.stdout.strip())  # prompt first
+        both = run("generate", "--prompt", "x", "--grammar", grammar, "--regex", "a")
+        self.assertEqual(both.returncode, 1)
+        self.assertIn("give one of", both.stderr)
         record = run("generate", "--prompt", "Record:", "--max_new_tokens", "200", "--json_compact",
                      "--json_schema", json.dumps({"type": "object", "properties": {
                          "ok": {"type": "boolean"}}, "required": ["ok"]}))

@@ -1,8 +1,8 @@
 """End-to-end structured output and function calling over loopback, against the real
-blossom-server (CPU backend, fixture model) and blossom-gateway: JSON Schemas, regexes and tool
-calls through OpenAI's `openai` package, Hugging Face's `text-generation`, the project's Python
-gRPC client (the CLI's flags are in e2e_clients_test). The fixture model's weights are random: the tests check that
-every output is in its grammar, not what it says.
+blossom-server (CPU backend, fixture model) and blossom-gateway: JSON Schemas, regexes, GBNF
+grammars and tool calls through OpenAI's `openai` package, Hugging Face's `text-generation`, the
+project's Python gRPC client (the CLI's flags are in e2e_clients_test). The fixture model's
+weights are random: the tests check that every output is in its grammar, not what it says.
 """
 import json
 import unittest
@@ -207,6 +207,38 @@ class StructuredOutputTest(unittest.TestCase):
                          grammar=text_generation.types.Grammar(
                              type=text_generation.types.GrammarType.Regex, value=pattern))
         self.assertRegex(r.generated_text, "^" + pattern + "$")
+
+    def test_gbnf_grammar_through_vllm_fields(self):
+        # Nested brackets, bounded so that random weights finish within max_tokens.
+        grammar = """
+            root ::= "(" expr ")"
+            expr ::= term ([+*] term){0,3}
+            term ::= [0-9]{1,2} | "(" expr ")"
+        """
+        for temperature, extra in ((0, {"guided_grammar": grammar}),
+                                   (1.0, {"structured_outputs": {"grammar": grammar}})):
+            r = self.client.completions.create(model=MODEL, prompt="Sum:", max_tokens=60,
+                                               temperature=temperature, seed=5, extra_body=extra)
+            text = r.choices[0].text
+            self.assertEqual(r.choices[0].finish_reason, "stop", text)
+            # A whole root: only its characters, and Python evaluates it (the grammar is a part
+            # of Python's syntax), so the brackets balance.
+            self.assertRegex(text, r"^\([()0-9+*]+\)$")
+            self.assertIsInstance(eval(text, {"__builtins__": {}}), int, text)
+        # Streamed on the chat route, the chunks concatenate to a text of the grammar too.
+        stream = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Sum?"}], max_tokens=60,
+            temperature=0, stream=True, extra_body={"guided_grammar": grammar})
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        self.assertRegex(text, r"^\([()0-9+*]*$")
+        # A grammar the matcher cannot read is a 400 naming the field and the rule.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(
+                model=MODEL, prompt="x", max_tokens=4,
+                extra_body={"guided_grammar": "root ::= expr\nexpr ::= expr \"+\" [0-9] | [0-9]"})
+        self.assertEqual(cm.exception.param, "guided_grammar")
+        self.assertIn("rule 'expr' is left-recursive", cm.exception.message)
+
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ _SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "min_p", "repetition_
 _SAMPLING_REPEATED = ("allowed_token_ids", "bad_words", "guided_choice")
 _SAMPLING_MAP = ("logit_bias",)
 # Structured output: json_schema is a JSON Schema as a dict (or bool) or as its text;
-# json_compact leaves whitespace out of the JSON text; regex is a pattern the output matches.
-_SAMPLING_JSON = ("json_schema", "json_compact", "regex")
+# json_compact leaves whitespace out of the JSON text; regex is a pattern the output matches;
+# grammar is a GBNF grammar whose `root` the output is.
+_SAMPLING_JSON = ("json_schema", "json_compact", "regex", "grammar")
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
@@ -59,7 +60,7 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
                 getattr(request.sampling, name).extend(value)
             elif name == "json_schema":
                 request.sampling.json_schema = value if isinstance(value, str) else json.dumps(value)
-            elif name in ("json_compact", "regex"):
+            elif name in ("json_compact", "regex", "grammar"):
                 setattr(request.sampling, name, value)
             elif name in _SAMPLING_MAP:
                 for token, bias in dict(value).items():

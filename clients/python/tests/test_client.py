@@ -256,6 +256,8 @@ class SyncClientTest(unittest.TestCase):
         self.assertFalse(self.fake.requests[-1].sampling.json_compact)
         self.client.generate("Hi", regex="[0-9]+")
         self.assertEqual(self.fake.requests[-1].sampling.regex, "[0-9]+")
+        self.client.generate("Hi", grammar='root ::= "a"+')
+        self.assertEqual(self.fake.requests[-1].sampling.grammar, 'root ::= "a"+')
 
     def test_detokenize(self):
         self.assertEqual(self.client.detokenize([72, 105]), "Hi")

@@ -1,0 +1,74 @@
+#include "engine/guided/grammar_constraint.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/guided/grammar_matcher.h"
+
+namespace blossom {
+
+absl::StatusOr<std::shared_ptr<const GrammarConstraint>> GrammarConstraint::Create(
+    absl::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary) {
+  absl::StatusOr<Grammar> grammar = CompileGbnf(gbnf);
+  if (!grammar.ok()) return grammar.status();
+  GrammarMatcher matcher(&*grammar);
+  if (matcher.Start().stacks.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grammar: its start is too ambiguous or too deep (more than ", kMaxGrammarStacks,
+        " parse stacks, or ", kMaxGrammarStackDepth, " rules deep)"));
+  }
+  return std::shared_ptr<const GrammarConstraint>(
+      new GrammarConstraint(*std::move(grammar), std::move(vocabulary)));
+}
+
+GrammarConstraint::GrammarConstraint(Grammar grammar,
+                                     std::shared_ptr<const TokenVocabulary> vocabulary)
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+
+absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTokens(
+    absl::Span<const int32_t> output, int32_t end_token) const {
+  GrammarMatcher matcher(&grammar_);
+  GrammarMatcher::State state = matcher.Start();
+  for (size_t i = 0; i < output.size(); ++i) {
+    const absl::string_view bytes = vocabulary_->bytes(output[i]);
+    if (bytes.empty() || !matcher.AdvanceAll(state, bytes)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output token ", i, " (id ", output[i], ") breaks the request's grammar"));
+    }
+  }
+  std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
+  matcher.AppendKey(state, &key);
+  // A walk past its budget is refused whole (and not cached): it stops costing at once, and
+  // where it stops depends only on the state, so the request fails the same way each time.
+  bool over_budget = false;
+  const size_t budget = matcher.stacks_stepped() + kMaxGrammarWalkStacks;
+  std::shared_ptr<const TokenBitmask> mask = masks_.Find(key);
+  if (mask == nullptr) {
+    mask = WalkVocabulary(*vocabulary_, state, matcher.CanEnd(state), end_token,
+                          [&](const GrammarMatcher::State& from, uint8_t byte,
+                              GrammarMatcher::State* to) {
+                            if (matcher.stacks_stepped() > budget) over_budget = true;
+                            return !over_budget && matcher.Advance(from, byte, to);
+                          });
+    if (over_budget) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "grammar: after ", output.size(), " output tokens its parse stacks are too many to "
+          "find the allowed tokens within ", kMaxGrammarWalkStacks, " stack steps; make the "
+          "grammar less ambiguous"));
+    }
+    masks_.Insert(std::move(key), mask);
+  }
+  // Every state the grammar reaches can go on, so nothing allowed means each next character
+  // passed the matcher's bounds: the request's fault, said as such rather than as a masked row.
+  if (std::all_of(mask->begin(), mask->end(), [](uint64_t word) { return word == 0; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grammar: after ", output.size(), " output tokens every next character needs more than ",
+        kMaxGrammarStacks, " parse stacks or ", kMaxGrammarStackDepth,
+        " rules of nesting; make the grammar less ambiguous"));
+  }
+  return mask;
+}
+
+}  // namespace blossom

@@ -1,0 +1,47 @@
+// Structured output by context-free grammar (vLLM's guided_grammar, llama.cpp's GBNF `grammar`):
+// a TokenConstraint whose output is a whole `root` of the grammar (gbnf.h), ended by the end
+// token. Works as regex_constraint.h does: the output is replayed through a GrammarMatcher and
+// the vocabulary trie walked from the state it reaches, masks cached by state (a repeat's
+// states recur, so a list or free text costs one walk per distinct place in the grammar).
+#ifndef BLOSSOM_ENGINE_GUIDED_GRAMMAR_CONSTRAINT_H_
+#define BLOSSOM_ENGINE_GUIDED_GRAMMAR_CONSTRAINT_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/guided/gbnf.h"
+#include "engine/guided/token_mask.h"
+#include "engine/guided/token_vocabulary.h"
+#include "engine/sampling/token_constraint.h"
+
+namespace blossom {
+
+// The stacks one mask's trie walk may step (grammar_matcher.h): a free-text state of a grammar
+// with a few stacks steps 250k nodes x a few; past this (about 0.1 s) the request is refused.
+inline constexpr size_t kMaxGrammarWalkStacks = 16 << 20;
+
+// Thread-safe (see TokenConstraint): each call reads with a matcher of its own.
+class GrammarConstraint : public TokenConstraint {
+ public:
+  // InvalidArgument naming the grammar's problem (gbnf.h), or a start past the matcher's bounds.
+  static absl::StatusOr<std::shared_ptr<const GrammarConstraint>> Create(
+      absl::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary);
+
+  absl::StatusOr<std::shared_ptr<const TokenBitmask>> AllowedTokens(
+      absl::Span<const int32_t> output, int32_t end_token) const override;
+
+  int64_t masks_computed() const { return masks_.misses(); }
+
+ private:
+  GrammarConstraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary);
+
+  const Grammar grammar_;
+  const std::shared_ptr<const TokenVocabulary> vocabulary_;
+  mutable MaskCache masks_;  // a cache: filling it does not change what the constraint allows
+};
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_ENGINE_GUIDED_GRAMMAR_CONSTRAINT_H_
