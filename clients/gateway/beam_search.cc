@@ -140,6 +140,7 @@ std::vector<blossom::v1::GenerateResponse> BeamsAsChoices(
     blossom::v1::FinalInfo* final_info = choice.mutable_final();
     final_info->set_finish_reason(beam.finish_reason());
     final_info->mutable_usage()->set_prompt_tokens(response.usage().prompt_tokens());
+    final_info->mutable_usage()->set_cached_prompt_tokens(response.usage().cached_prompt_tokens());
     final_info->mutable_usage()->set_generated_tokens(beam.tokens_size());
     final_info->set_request_id(response.request_id());
     final_info->set_system_fingerprint(response.system_fingerprint());

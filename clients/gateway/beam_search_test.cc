@@ -102,6 +102,7 @@ TEST(OpenAIBeamSearchTest, WhatBeamSearchCannotTakeIsRefusedByName) {
 TEST(OpenAIBeamSearchTest, BeamsBecomeChoicesBestFirst) {
   blossom::v1::BeamSearchResponse response;
   response.mutable_usage()->set_prompt_tokens(4);
+  response.mutable_usage()->set_cached_prompt_tokens(3);
   response.set_request_id("r1");
   for (int i = 0; i < 2; ++i) {
     blossom::v1::Beam* beam = response.add_beams();
@@ -118,6 +119,7 @@ TEST(OpenAIBeamSearchTest, BeamsBecomeChoicesBestFirst) {
   EXPECT_EQ(choices[0].final().finish_reason(), blossom::v1::FINISH_REASON_EOS_TOKEN);
   EXPECT_EQ(choices[1].final().usage().generated_tokens(), 2);
   EXPECT_EQ(choices[1].final().usage().prompt_tokens(), 4);
+  EXPECT_EQ(choices[1].final().usage().cached_prompt_tokens(), 3);  // prompt_tokens_details
   EXPECT_EQ(choices[0].final().request_id(), "r1");
 }
 

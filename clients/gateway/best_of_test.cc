@@ -40,6 +40,32 @@ TEST(BestOfTest, RanksByMeanTokenLogprob) {
   EXPECT_EQ(RankByMeanLogprob(c, 2, 2), (std::vector<size_t>{2, 3}));
 }
 
+// Chat asks only the first candidate for the prompt's logprobs; they are answered whichever
+// candidate wins.
+TEST(BestOfTest, ChatPromptLogprobsComeFromTheFirstCandidate) {
+  auto parsed = openai::ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}], "best_of": 2, "temperature": 1,
+          "prompt_logprobs": 0})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->batch.size(), 2u);
+  EXPECT_EQ(parsed->batch[0].sampling().prompt_logprobs(), 0);
+  EXPECT_FALSE(parsed->batch[1].sampling().has_prompt_logprobs());
+  std::vector<GenerateResponse> responses = {Candidate("worse", {-2.0f}),
+                                             Candidate("better", {-0.5f})};
+  blossom::v1::Token* first = responses[0].add_prompt_logprobs();
+  first->set_id(4);
+  first->set_text("hi");
+  blossom::v1::Token* second = responses[0].add_prompt_logprobs();
+  second->set_id(5);
+  second->set_text("!");
+  second->set_logprob(-1.5f);
+  const Json body = openai::CompletionResponse(*parsed, responses, "chatcmpl-1", 0);
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "better");
+  ASSERT_EQ(body["prompt_logprobs"].size(), 2u) << body.dump();
+  EXPECT_TRUE(body["prompt_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(body["prompt_logprobs"][1]["5"]["logprob"].get<double>(), -1.5);
+}
+
 TEST(BestOfTest, OpenAICompletionsReturnTheNBestOfEachPrompt) {
   auto parsed = openai::ParseCompletionRequest(
       R"({"prompt": ["p", "q"], "n": 2, "best_of": 3, "temperature": 0.8, "seed": 5})");

@@ -205,30 +205,38 @@ void Gateway::SetupContext(const http::Request& request, absl::Duration timeout,
   }
 }
 
+const Gateway::Route* Gateway::FindRoute(absl::string_view path) {
+  const std::map<std::string, Route>& routes = RouteTable();
+  // OpenAI's model retrieval, /v1/models/<id>: one route whatever the id.
+  const bool model_path =
+      absl::StartsWith(path, kModelPrefix) && path.size() > std::strlen(kModelPrefix);
+  auto it = routes.find(model_path ? std::string(kModelRoute) : std::string(path));
+  return it == routes.end() ? nullptr : &it->second;
+}
+
+// Errors in the route's own API shape (vLLM's /detokenize is OpenAI-shaped); an unknown path
+// by its prefix.
+ApiFlavor Gateway::FlavorOf(absl::string_view path) {
+  if (const Route* route = FindRoute(path)) return route->flavor;
+  return absl::StartsWith(path, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
+}
+
 http::Response Gateway::ProtocolErrorResponse(int status, const std::string& message,
                                               const std::string& target) {
-  return ErrorResponse(absl::StartsWith(target, "/v1/") ? ApiFlavor::kOpenAI : ApiFlavor::kTgi,
-                       status, message);
+  return ErrorResponse(FlavorOf(absl::string_view(target).substr(0, target.find('?'))), status,
+                       message);
 }
 
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
-  const std::map<std::string, Route>* routes = &RouteTable();
-  // OpenAI's model retrieval, /v1/models/<id>: one route whatever the id.
-  const bool model_path = absl::StartsWith(request.path, kModelPrefix) &&
-                          request.path.size() > std::strlen(kModelPrefix);
-  auto it = routes->find(model_path ? std::string(kModelRoute) : request.path);
-  // Errors in the route's own API shape (vLLM's /detokenize is OpenAI-shaped); an unknown path
-  // by its prefix.
-  const ApiFlavor flavor = it != routes->end()                       ? it->second.flavor
-                           : absl::StartsWith(request.path, "/v1/") ? ApiFlavor::kOpenAI
-                                                                    : ApiFlavor::kTgi;
-  auto writer = std::make_shared<MeteredWriter>(
-      std::move(raw_writer), it == routes->end() ? "other" : it->second.name, &metrics_);
-  if (it == routes->end()) {
+  const Route* found = FindRoute(request.path);
+  const ApiFlavor flavor = FlavorOf(request.path);
+  auto writer = std::make_shared<MeteredWriter>(std::move(raw_writer),
+                                                found == nullptr ? "other" : found->name, &metrics_);
+  if (found == nullptr) {
     writer->Send(ErrorResponse(flavor, 404, absl::StrCat("no route for ", request.path)));
     return;
   }
-  const Route& route = it->second;
+  const Route& route = *found;
   // The method first, for every route (/live too): a method a route does not have is 405 with
   // Allow, whoever asks and whatever state the gateway is in.
   const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";

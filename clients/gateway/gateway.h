@@ -99,6 +99,8 @@ class Gateway {
  private:
   struct Route;
   static const std::map<std::string, Route>& RouteTable();
+  static const Route* FindRoute(absl::string_view path);  // null: no route
+  static ApiFlavor FlavorOf(absl::string_view path);
   template <typename Req, typename Resp>
   struct UnaryCall;
 

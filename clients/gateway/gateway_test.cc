@@ -324,6 +324,12 @@ TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
   Client::Reply tgi = Request("POST", "/generate", big);
   EXPECT_EQ(tgi.status, 413);
   EXPECT_EQ(Json::parse(tgi.body)["error_type"], "validation");
+  // vLLM's /detokenize is OpenAI-shaped, outside /v1/ (and with a query string too).
+  for (const char* target : {"/detokenize", "/detokenize?x=1"}) {
+    Client::Reply detokenize = Request("POST", target, big);
+    EXPECT_EQ(detokenize.status, 413) << target;
+    EXPECT_EQ(Json::parse(detokenize.body)["error"]["type"], "invalid_request_error") << target;
+  }
   EXPECT_EQ(fake_.requests(), 0);
 }
 

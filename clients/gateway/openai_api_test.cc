@@ -331,6 +331,7 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   EXPECT_DOUBLE_EQ(lp["token_logprobs"][1].get<double>(), -3.5);
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   EXPECT_DOUBLE_EQ(lp["top_logprobs"][1]["ee"].get<double>(), -0.5);
+  EXPECT_DOUBLE_EQ(lp["top_logprobs"][1]["ay"].get<double>(), -3.5) << "the token itself too";
   EXPECT_EQ(lp["text_offset"], Json({0, 1, 3, 5}));
   // A token-id prompt has no text: the echoed prompt is its tokens' texts.
   auto ids = ParseCompletionRequest(R"({"prompt":[5,6],"echo":true})");
@@ -424,7 +425,7 @@ TEST(OpenAIApiTest, PromptLogprobsInVllmShape) {
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->request.sampling().prompt_logprobs(), 2);
   const Json k = CompletionResponse(*both, response, "cmpl-2", 123);
-  EXPECT_EQ(k["choices"][0]["logprobs"]["top_logprobs"][1].size(), 1u);
+  EXPECT_EQ(k["choices"][0]["logprobs"]["top_logprobs"][1].size(), 2u);  // and the token
   EXPECT_EQ(k["choices"][0]["prompt_logprobs"][1].size(), 3u);
   auto fewer = ParseCompletionRequest(
       R"({"prompt":"Say","echo":true,"logprobs":3,"prompt_logprobs":0})");
@@ -523,6 +524,8 @@ TEST(OpenAIApiTest, TextOffsetsCountCharacters) {
   }
   const Json j = CompletionResponse(*r, response, "c", 1);
   EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json({0, 3, 5}));
+  // logprobs 0: each entry of top_logprobs is the token itself (OpenAI's logprobs+1, vLLM's).
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][2], Json({{"!", -1.0}}));
 }
 
 TEST(OpenAIApiTest, EncodesChatResponse) {

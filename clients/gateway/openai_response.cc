@@ -24,13 +24,16 @@ Json LogprobOrNull(const Token& token) {
   return token.has_logprob() ? Json(ApiLogprob(token.logprob())) : Json(nullptr);
 }
 
-// The first `limit` alternatives (a prompt token may carry more, for prompt_logprobs).
+// The first `limit` alternatives (a prompt token may carry more, for prompt_logprobs), and the
+// token itself: OpenAI's "up to logprobs+1 elements", which vLLM gives too (so `logprobs: 0`
+// is {token: logprob}, and clients may look the chosen token up in its entry).
 Json TopLogprobsMap(const Token& token, int limit) {
   Json top = Json::object();
   for (const auto& t : token.top_logprobs()) {
     if (limit-- <= 0) break;
     top[t.token()] = ApiLogprob(t.logprob());
   }
+  top.emplace(token.text(), ApiLogprob(token.logprob()));
   return top;
 }
 
@@ -267,6 +270,12 @@ Json CompletionResponse(const CompletionRequest& request,
       for (size_t i = 0; i < static_cast<size_t>(request.n); ++i) {
         shown.batch.push_back(request.batch[ranked[i]]);
         chosen.push_back(responses[ranked[i]]);
+      }
+      // Chat asks only the prompt's first candidate for its prompt logprobs (the same for every
+      // candidate), and answers them from the first choice shown.
+      blossom::v1::GenerateResponse& first_shown = chosen[chosen.size() - request.n];
+      if (request.chat && first_shown.prompt_logprobs().empty()) {
+        *first_shown.mutable_prompt_logprobs() = responses[begin].prompt_logprobs();
       }
     }
     shown.best_of = shown.n;

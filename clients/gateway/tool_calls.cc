@@ -32,12 +32,18 @@ std::string Compact(const Ordered& value) {
 // Rewrites a tool's local references ("#", "#/$defs/x", "#/definitions/x") to `prefix` names
 // in the combined schema's $defs ("<prefix>", "<prefix>_defs_x", "<prefix>_definitions_x"), so
 // that several tools' parameters can sit in one schema. Values that are data, not schemas
-// (const, enum, default, examples), are left alone. Returns whether a "#" was rewritten (the
-// tool's root is then needed under $defs).
-bool Relocate(Ordered& value, const std::string& prefix) {
+// (const, enum, default, examples), are left alone. `names`: the object's keys are names whose
+// values are all schemas (the inside of properties or $defs, where a property may well be
+// called "default" or "$ref"). Returns whether a "#" was rewritten (the tool's root is then
+// needed under $defs).
+bool Relocate(Ordered& value, const std::string& prefix, bool names = false) {
   bool root = false;
   if (value.is_object()) {
     for (auto& [key, inner] : value.items()) {
+      if (names) {
+        root |= Relocate(inner, prefix);
+        continue;
+      }
       if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
       if (key == "$ref" && inner.is_string()) {
         const std::string ref = inner.get<std::string>();
@@ -53,7 +59,9 @@ bool Relocate(Ordered& value, const std::string& prefix) {
           }
         }
       } else {
-        root |= Relocate(inner, prefix);
+        root |= Relocate(inner, prefix,
+                         key == "properties" || key == "$defs" || key == "definitions" ||
+                             key == "patternProperties" || key == "dependentSchemas");
       }
     }
   } else if (value.is_array()) {

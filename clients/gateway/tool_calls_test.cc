@@ -61,7 +61,8 @@ TEST(ToolCallsTest, RequiredKeepsSectionsApartAndDataUntouched) {
   const std::string tool = R"({"type": "function", "function": {"name": "t", "parameters": {
       "type": "object", "$defs": {"T": {"type": "string"}}, "definitions": {"T": {"type": "integer"}},
       "properties": {"a": {"$ref": "#/$defs/T"}, "b": {"$ref": "#/definitions/T"},
-      "c": {"const": {"$ref": "#"}}, "d": {"$ref": "#"}}}}})";
+      "c": {"const": {"$ref": "#"}}, "d": {"$ref": "#"}, "default": {"$ref": "#/$defs/T"},
+      "enum": {"type": "array", "items": {"$ref": "#/definitions/T"}}}}}})";
   auto parsed = Parse(std::string(R"({"tools": [)") + tool + R"(], "tool_choice": "required"})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const Json schema = Json::parse(parsed->schema);
@@ -70,6 +71,9 @@ TEST(ToolCallsTest, RequiredKeepsSectionsApartAndDataUntouched) {
   EXPECT_EQ(p["b"]["$ref"], "#/$defs/tool0_definitions_T");
   EXPECT_EQ(p["c"]["const"]["$ref"], "#") << "a const is data";
   EXPECT_EQ(p["d"]["$ref"], "#/$defs/tool0");
+  // Properties named after data keywords are schemas like any other.
+  EXPECT_EQ(p["default"]["$ref"], "#/$defs/tool0_defs_T");
+  EXPECT_EQ(p["enum"]["items"]["$ref"], "#/$defs/tool0_definitions_T");
   EXPECT_EQ(schema["$defs"]["tool0_defs_T"]["type"], "string");
   EXPECT_EQ(schema["$defs"]["tool0_definitions_T"]["type"], "integer");
   EXPECT_TRUE(schema["$defs"].contains("tool0"));
