@@ -18,11 +18,17 @@ absl::Status BeamRefusal(absl::string_view field, absl::string_view message) {
       error_reason::kInvalidBeamSearchParams);
 }
 
-EarlyStopping FromProto(v1::EarlyStopping mode) {
+// Proto3 enums are open: a number no version of the API defines is refused, not read as the
+// default.
+absl::StatusOr<EarlyStopping> FromProto(int mode) {
   switch (mode) {
+    case v1::EARLY_STOPPING_HEURISTIC: return EarlyStopping::kHeuristic;
     case v1::EARLY_STOPPING_WHEN_FULL: return EarlyStopping::kWhenFull;
     case v1::EARLY_STOPPING_NEVER: return EarlyStopping::kNever;
-    default: return EarlyStopping::kHeuristic;
+    default:
+      return BeamRefusal("early_stopping",
+                         absl::StrCat("early_stopping must be HEURISTIC, WHEN_FULL or NEVER, got ",
+                                      mode));
   }
 }
 
@@ -89,7 +95,9 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
     }
     p.length_penalty = request.length_penalty();
   }
-  p.early_stopping = FromProto(request.early_stopping());
+  absl::StatusOr<EarlyStopping> early_stopping = FromProto(request.early_stopping());
+  if (!early_stopping.ok()) return early_stopping.status();
+  p.early_stopping = *early_stopping;
   p.max_new_tokens = stopping.max_new_tokens;
   p.min_new_tokens = stopping.min_new_tokens;
   if (eos_token_id && !stopping.ignore_eos) p.end_tokens.push_back(*eos_token_id);

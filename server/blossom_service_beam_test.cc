@@ -170,6 +170,8 @@ TEST(BlossomServiceBeamTest, RefusalsNameTheField) {
        "INVALID_BEAM_SEARCH_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->set_length_penalty(NAN); }, "length_penalty",
        "INVALID_BEAM_SEARCH_PARAMS"},
+      {[](v1::BeamSearchRequest* r) { r->set_early_stopping(static_cast<v1::EarlyStopping>(7)); },
+       "early_stopping", "INVALID_BEAM_SEARCH_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->mutable_stopping()->add_stop("."); }, "stopping.stop",
        "INVALID_BEAM_SEARCH_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->mutable_stopping()->set_max_new_tokens(0); },
@@ -205,6 +207,31 @@ TEST(BlossomServiceBeamTest, RefusalsNameTheField) {
     EXPECT_FALSE(details.retry_delay.has_value()) << "case " << i;
   }
   EXPECT_EQ(fixture.engine().num_unfinished(), 0);
+}
+
+// A search whose widest round could never fit the waiting queue's tokens is refused for good,
+// naming beam_width (not a context-length error: the context fits).
+TEST(BlossomServiceBeamTest, ARoundTheQueueCanNeverHoldIsRefusedNamingBeamWidth) {
+  EngineConfig engine_config;
+  engine_config.scheduler.max_waiting_prompt_tokens = 100;
+  ServiceFixture fixture({}, engine_config);
+  fixture.Load();
+  v1::BeamSearchRequest request;
+  for (int i = 0; i < 20; ++i) request.mutable_token_ids()->add_ids(10 + i);
+  request.set_beam_width(4);
+  request.mutable_stopping()->set_max_new_tokens(8);  // 4 x (20 + 8) = 112 > 100
+  grpc::ClientContext context;
+  v1::BeamSearchResponse response;
+  grpc::Status status = fixture.stub().BeamSearch(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.field, "beam_width") << status.error_message();
+  EXPECT_EQ(details.reason, "INVALID_BEAM_SEARCH_PARAMS") << status.error_message();
+  EXPECT_NE(status.error_message().find("112 tokens"), std::string::npos) << status.error_message();
+  // Narrower, it runs.
+  request.set_beam_width(3);  // 84
+  grpc::ClientContext again;
+  EXPECT_TRUE(fixture.stub().BeamSearch(&again, request, &response).ok());
 }
 
 TEST(BlossomServiceBeamTest, ADeadlineCancelsTheSearchInTheEngine) {

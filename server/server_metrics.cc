@@ -209,6 +209,8 @@ void ServerMetrics::ObserveInterTokenLatency(double seconds) {
 void ServerMetrics::ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens,
                                       int32_t output_tokens, const std::string& outcome) {
   e2e_.Get({model_}).Observe(e2e_seconds);
+  // Its rounds are left out of the steps' prompt counts (StepStats::finished_prompt_tokens).
+  if (prompt_tokens > 0) prompt_tokens_.Get({model_}).Increment(prompt_tokens);
   prompt_len_.Get({model_}).Observe(prompt_tokens);
   output_len_.Get({model_}).Observe(output_tokens);
   requests_.Get({model_, outcome}).Increment();

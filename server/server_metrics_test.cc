@@ -159,6 +159,7 @@ TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
                            "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 1",
                            "blossom_e2e_request_latency_seconds_sum{model_name=\"m\"} 0.5",
                            "blossom_request_prompt_tokens_sum{model_name=\"m\"} 9",
+                           "blossom_prompt_tokens_total{model_name=\"m\"} 9",
                            "blossom_request_generated_tokens_sum{model_name=\"m\"} 12",
                            "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 0"}) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;

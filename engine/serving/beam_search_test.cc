@@ -4,6 +4,7 @@
 // searches alongside ordinary requests.
 #include "engine/serving/beam_search.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -26,11 +27,12 @@ using beam_testing::Search;
 using engine_testing::GreedyRequest;
 using engine_testing::TinyModel;
 
-std::unique_ptr<Engine> MakeEngine(TinyModel& model, bool prefix_caching = true) {
+std::unique_ptr<Engine> MakeEngine(TinyModel& model, bool prefix_caching = true,
+                                   EngineObserver* observer = nullptr) {
   EngineConfig config;
   config.kv_cache_bytes = 16 << 20;
   config.scheduler.enable_prefix_caching = prefix_caching;
-  auto engine = Engine::Create(model.runner(), model.tokenizer(), config);
+  auto engine = Engine::Create(model.runner(), model.tokenizer(), config, observer);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
 }
@@ -78,10 +80,21 @@ BeamSearchParams Wide(int32_t max_new) {
   return p;
 }
 
+// Counts what the steps report (on the engine thread; read after the search is over).
+class StepCounter : public EngineObserver {
+ public:
+  void OnStep(const StepStats& step) override {
+    finished_prompt_tokens += step.finished_prompt_tokens;
+    generated_tokens += step.generated_tokens;
+  }
+  std::atomic<int64_t> finished_prompt_tokens{0}, generated_tokens{0};
+};
+
 TEST(BeamSearchTest, ThePrefixCacheSavesAllButTheLastBlockOfEachBeam) {
   auto model = TinyModel::Load();
   ASSERT_NE(model, nullptr);
-  auto engine = MakeEngine(*model);
+  StepCounter steps;
+  auto engine = MakeEngine(*model, /*prefix_caching=*/true, &steps);
   ASSERT_NE(engine, nullptr);
   auto outcome = Search(engine.get(), LongPrompt(), Wide(20));
   ASSERT_TRUE(outcome.ok() && outcome->status.ok());
@@ -90,6 +103,12 @@ TEST(BeamSearchTest, ThePrefixCacheSavesAllButTheLastBlockOfEachBeam) {
   // 16-token block its last tokens are in.
   EXPECT_LE(outcome->computed_tokens, 70 + 19 * 4 * 16);
   EXPECT_GE(outcome->cached_tokens, 19 * 4 * 64);
+  // The rounds' prompts are not the server's prompt tokens (the search counts its own once);
+  // every round's token is a generated token (round 0 is the prompt's one request, each later
+  // round one per beam).
+  engine->Shutdown();
+  EXPECT_EQ(steps.finished_prompt_tokens.load(), 0);
+  EXPECT_EQ(steps.generated_tokens.load(), 1 + 19 * 4);
 }
 
 // A search of 500 rounds (no end token), running for 50 ms when this returns.

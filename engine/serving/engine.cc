@@ -372,7 +372,9 @@ bool Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
     event.time = step_end;
     if (r.timings.first_token == Clock::time_point{}) {
       r.timings.first_token = step_end;
-      step.finished_prompt_tokens += r.prompt_tokens;
+      // A beam-search round's prompt is the search's prompt and its beam so far: the search
+      // counts its prompt once, when it ends (ServerMetrics::ObserveBeamSearch).
+      if (!r.beam_round) step.finished_prompt_tokens += r.prompt_tokens;
     }
     ++step.generated_tokens;
     event.has_token = true;

@@ -170,7 +170,8 @@ struct StepStats {
   int32_t decode_tokens = 0;
   int32_t cached_prompt_tokens = 0;
   // Tokens sampled this step, and the prompt tokens of requests whose first token came this step
-  // (their prefill is done): per-step token counts for smooth rate()s.
+  // (their prefill is done; beam-search rounds left out): per-step token counts for smooth
+  // rate()s.
   int32_t generated_tokens = 0;
   int32_t finished_prompt_tokens = 0;
   // Speculative decoding: draft tokens computed this step, and those the sampler confirmed
