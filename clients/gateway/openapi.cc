@@ -50,6 +50,8 @@ const std::string& OpenApiJson() {
           "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
         "guided_regex": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "vLLM's: the whole output matches this regular expression (no backreferences, lookaround, \\b or flags), ended by EOS"},
         "guided_grammar": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "vLLM's (llama.cpp's GBNF): the whole output is a root of this context-free grammar (rules name ::= ..., literals, character classes, groups, * + ? {m,n}; no left recursion), ended by EOS"},
+        "grammar": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "llama.cpp's server's spelling of guided_grammar"},
+        "json_schema": {"type": "object", "description": "llama.cpp's server's spelling of guided_json"},
         "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "regex": {"type": "string", "minLength": 1}, "grammar": {"type": "string", "minLength": 1}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice, guided_json, guided_regex and guided_grammar; one constraint per request"},
         "skip_special_tokens": {"type": "boolean", "description": "vLLM's: false keeps special tokens in the text (default true)"},
         "use_beam_search": {"type": "boolean", "description": "vLLM's: beam search as transformers' generate(num_beams=n): the n beams are the choices, best first (n <= 10; not with stream, sampling, stop strings, structured outputs or echo)"},
@@ -86,6 +88,8 @@ const std::string& OpenApiJson() {
           "description": "OpenAI's: json_object = any JSON object; json_schema = the schema's (as guided_json)"},
         "guided_regex": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "vLLM's: the whole output matches this regular expression (no backreferences, lookaround, \\b or flags), ended by EOS"},
         "guided_grammar": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "vLLM's (llama.cpp's GBNF): the whole output is a root of this context-free grammar (rules name ::= ..., literals, character classes, groups, * + ? {m,n}; no left recursion), ended by EOS"},
+        "grammar": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "llama.cpp's server's spelling of guided_grammar"},
+        "json_schema": {"type": "object", "description": "llama.cpp's server's spelling of guided_json"},
         "structured_outputs": {"type": "object", "properties": {"choice": {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}}, "json": {"type": "object"}, "regex": {"type": "string", "minLength": 1}, "grammar": {"type": "string", "minLength": 1}, "json_object": {"type": "boolean"}, "disable_any_whitespace": {"type": "boolean"}}, "description": "vLLM's newer spelling of guided_choice, guided_json, guided_regex and guided_grammar; one constraint per request"},
         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}}}},
       "TgiGenerateRequest": {"type": "object", "required": ["inputs"], "properties": {

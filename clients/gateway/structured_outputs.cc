@@ -238,9 +238,20 @@ absl::Status ParseStructuredOutputs(const Json& body, absl::string_view raw_body
     if (absl::Status s = RegexText(*it, c.field, &c.regex); !s.ok()) return s;
     if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
   }
-  if (auto it = body.find("guided_grammar"); it != body.end() && !it->is_null()) {
-    Constraint c{"guided_grammar", {}, {}, {}, {}};
-    if (absl::Status s = GrammarText(*it, c.field, &c.grammar); !s.ok()) return s;
+  // vLLM's guided_grammar, and llama.cpp's server's own spelling of the same GBNF.
+  for (const char* field : {"guided_grammar", "grammar"}) {
+    if (auto it = body.find(field); it != body.end() && !it->is_null()) {
+      Constraint c{field, {}, {}, {}, {}};
+      if (absl::Status s = GrammarText(*it, c.field, &c.grammar); !s.ok()) return s;
+      if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
+    }
+  }
+  // llama.cpp's server's json_schema (a schema object, or its text).
+  if (auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
+    Constraint c{"json_schema", {}, {}};
+    if (absl::Status s = SchemaText(*it, c.field, raw_body, {"json_schema"}, &c.schema); !s.ok()) {
+      return s;
+    }
     if (absl::Status s = collector.Add(std::move(c)); !s.ok()) return s;
   }
   if (auto it = body.find("guided_json"); it != body.end() && !it->is_null()) {

@@ -6,6 +6,7 @@
 //     structured_outputs {"choice", "json", "regex", "grammar", "json_object",
 //     "disable_any_whitespace", ...}; structured_outputs' structural_tag is refused, as is a
 //     whitespace pattern;
+//   - llama.cpp's server: grammar (GBNF text) and json_schema (a schema);
 //   - TGI: parameters.grammar {"type": "json" | "json_object" | "json_schema" | "regex",
 //     "value": ...}.
 // One request asks for one constraint at most. The server compiles the schema and refuses what

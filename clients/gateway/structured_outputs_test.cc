@@ -78,6 +78,9 @@ TEST(StructuredOutputsTest, VllmFields) {
   EXPECT_EQ(Parse(R"({"guided_regex": "[0-9]+"})").regex(), "[0-9]+");
   EXPECT_EQ(Parse(R"({"structured_outputs": {"regex": "a|b"}})").regex(), "a|b");
   EXPECT_EQ(Parse(R"({"guided_grammar": "root ::= [0-9]+"})").grammar(), "root ::= [0-9]+");
+  // llama.cpp's server's spellings.
+  EXPECT_EQ(Parse(R"({"grammar": "root ::= [a-z]+"})").grammar(), "root ::= [a-z]+");
+  EXPECT_EQ(Parse(R"({"json_schema": {"type": "array"}})").json_schema(), R"({"type":"array"})");
   EXPECT_EQ(Parse(R"({"structured_outputs": {"grammar": "root ::= \"a\""}})").grammar(),
             "root ::= \"a\"");
   // TGI's chat spelling of a schema.
@@ -100,6 +103,8 @@ TEST(StructuredOutputsTest, RefusalsNameTheField) {
   EXPECT_EQ(Refused(R"({"structured_outputs": {"grammar": 3}})"), "structured_outputs.grammar");
   EXPECT_EQ(Refused(R"({"guided_grammar": "root ::= x", "guided_regex": "x"})"),
             "guided_grammar");
+  EXPECT_EQ(Refused(R"({"grammar": "root ::= x", "guided_grammar": "root ::= y"})"), "grammar");
+  EXPECT_EQ(Refused(R"({"json_schema": 5})"), "json_schema");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"whitespace_pattern": " "}})"),
             "structured_outputs.whitespace_pattern");
   EXPECT_EQ(Refused(R"({"structured_outputs": {"disable_any_whitespace": 1}})"),
