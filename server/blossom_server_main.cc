@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -223,6 +225,47 @@ sigset_t BlockShutdownSignals() {
   return set;
 }
 
+// The thread that takes SIGTERM and SIGINT for the leader, from the start. While the model
+// loads (minutes for a large checkpoint, forever for a hung collective) there is nothing to
+// drain, so a signal ends the process at once: Kubernetes would otherwise wait out the grace
+// period for its SIGKILL, and a load that finished would first report SERVING. Once serving,
+// the signal is handed to Run's drain. Thread-safe.
+class ShutdownSignal {
+ public:
+  explicit ShutdownSignal(sigset_t signals) {
+    std::thread([this, signals] {
+      int number = 0;
+      sigwait(&signals, &number);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!serving_) {
+        spdlog::info("received {} while loading: exiting", Name(number));
+        std::_Exit(0);  // nothing is in flight; the model's threads need no unwinding
+      }
+      received_ = number;
+      cv_.notify_all();
+    }).detach();
+  }
+  // From now on a signal drains instead of exiting.
+  void Serving() {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_ = true;
+  }
+  // Blocks until a signal comes (after Serving); returns its name.
+  const char* Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return received_ != 0; });
+    return Name(received_);
+  }
+
+ private:
+  static const char* Name(int number) { return number == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool serving_ = false;
+  int received_ = 0;
+};
+
 // A rank > 0 of --launcher mpi: no ports and no engine; it loads its slice and executes the
 // leader's step plans until the leader shuts down, then exits 0. SIGTERM and SIGINT stay blocked
 // (mpirun forwards them to every rank, but a follower must keep computing while the leader
@@ -283,6 +326,8 @@ int Run() {
   auto process_rank = ModelRunner::ProcessRank(runner_options);
   if (!process_rank.ok()) return Fail(process_rank.status());
   if (*process_rank != 0) return RunFollower(runner_options, signals);
+  // Never deleted: its thread may wake on a signal until the process is gone.
+  ShutdownSignal& shutdown = *new ShutdownSignal(signals);
   const std::string served_name = absl::GetFlag(FLAGS_served_model_name).empty()
                                       ? BaseName(model_dir)
                                       : absl::GetFlag(FLAGS_served_model_name);
@@ -313,6 +358,26 @@ int Run() {
   }
   if (absl::GetFlag(FLAGS_max_prompt_logprob_rows) < 1) {
     return Fail(absl::InvalidArgumentError("--max_prompt_logprob_rows must be >= 1"));
+  }
+  // Values with which no request could ever be served (a queue of 0 refuses every generation
+  // as "full", for clients to retry forever; a total of 1 leaves no room for a prompt and a
+  // token): refused here rather than found by the clients.
+  for (const auto& [flag, value, least] : {std::tuple{"max_waiting_requests",
+                                                      absl::GetFlag(FLAGS_max_waiting_requests), 1},
+                                          std::tuple{"max_batch_size",
+                                                      absl::GetFlag(FLAGS_max_batch_size), 1},
+                                          std::tuple{"max_batched_tokens",
+                                                      absl::GetFlag(FLAGS_max_batched_tokens), 1},
+                                          std::tuple{"block_size", absl::GetFlag(FLAGS_block_size), 1}}) {
+    if (value < least) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be >= ", least, ", got ", value)));
+    }
+  }
+  if (const int32_t total = absl::GetFlag(FLAGS_max_total_tokens); total != 0 && total < 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max_total_tokens must be 0 (the default, fitted to the KV cache) or >= 2 (a prompt "
+        "token and a generated one), got ", total)));
   }
 
   metrics::Registry registry;
@@ -429,6 +494,7 @@ int Run() {
   service.SetEngine(engine->get(), tokenizer->get(),
                     DescribeModel(**runner, served_name, (*engine)->scheduler_config(),
                                   service_options.limits.max_input_tokens));
+  shutdown.Serving();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   spdlog::info(
@@ -439,11 +505,9 @@ int Run() {
       (*runner)->world_size(), engine_config.device_sampling ? "on" : "off",
       speculative->num_speculative_tokens);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  spdlog::info("received {}: draining (timeout {} s), {} generations in flight",
-               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", absl::GetFlag(FLAGS_drain_timeout),
-               service.generations_in_flight());
+  const char* signal_name = shutdown.Wait();
+  spdlog::info("received {}: draining (timeout {} s), {} generations in flight", signal_name,
+               absl::GetFlag(FLAGS_drain_timeout), service.generations_in_flight());
   service.StartDraining();
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);

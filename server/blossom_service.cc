@@ -73,10 +73,12 @@ const char* StatusCodeLabel(absl::StatusCode code) {
 }
 
 // Common part of Generate and GenerateStream: admission, submission, cancellation and the
-// hand-off from the engine's delivery thread. Invariants (under mutex_): Finish is called at most once,
-// never before Start() has returned (so `this` outlives Start), and only after the engine's
-// final event was handled or when nothing was submitted; the engine never calls the sink after
-// its final event, so the sink's raw `this` stays valid.
+// hand-off from the engine's delivery thread. Invariants (under mutex_): Finish is called at
+// most once, never before Start() has returned (so `this` outlives Start), and only after the
+// engine's final event was recorded or when nothing was submitted; the engine never calls the
+// sink after its final event, so the sink's raw `this` stays valid. A reaction that records the
+// final event decides what follows in the same critical section and touches nothing after it
+// (another thread may finish the call, and OnDone delete it, as soon as mutex_ is released).
 class GenerationCall {
  public:
   GenerationCall(BlossomService* service, grpc::CallbackServerContext* context,
@@ -117,9 +119,12 @@ class GenerationCall {
         return;
       }
       if (stream.status().code() == absl::StatusCode::kInvalidArgument) {
-        // Only then are the prompt's ids needed (out-of-vocabulary ones are a prompt error).
-        submitted_params.prompt_tokens.assign(request.token_ids().ids().begin(),
-                                              request.token_ids().ids().end());
+        // Only then are the prompt's ids needed (out-of-vocabulary ones are a prompt error):
+        // those the engine got, after truncate_prompt_tokens kept the last of them.
+        const auto& ids = request.token_ids().ids();
+        const int keep = request.truncate_prompt_tokens();
+        submitted_params.prompt_tokens.assign(
+            keep > 0 && ids.size() > keep ? ids.end() - keep : ids.begin(), ids.end());
       }
       if (stream.status().code() == absl::StatusCode::kUnavailable &&
           !service_->engine()->failure().ok()) {
@@ -279,6 +284,7 @@ class StreamGenerateReactor final
 
   void OnWriteDone(bool ok) override {
     uint64_t cancel_id = 0;
+    Next next;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       writing_ = false;
@@ -288,12 +294,13 @@ class StreamGenerateReactor final
         pending_.clear();
         cancel_id = final_received_ ? 0 : engine_id_;
       }
+      if (cancel_id == 0) next = NextLocked();
     }
     if (cancel_id != 0) {
       service_->engine()->Cancel(cancel_id);  // delivers the final event, which finishes
       return;
     }
-    Pump();
+    if (next.action != Next::kNothing) Act(next);  // this may be gone otherwise
   }
 
   void OnDone() override {
@@ -325,6 +332,7 @@ class StreamGenerateReactor final
                  : event.finish_reason == FinishReason::kError ? "error"
                                                                 : "finished";
     }
+    Next next;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // A failed request still gets the tokens it produced, then its error status.
@@ -345,40 +353,50 @@ class StreamGenerateReactor final
           }
         }
       }
+      // Decided in the same critical section that recorded the event: once the lock is
+      // released, a write completing on a gRPC thread may finish the call and delete this.
+      next = NextLocked();
     }
-    Pump();
+    if (next.action != Next::kNothing) Act(next);  // this may be gone otherwise
   }
 
   void Started() override {
+    Next next;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       started_ = true;
       if (!refused_.ok()) final_status_ = refused_;
+      next = NextLocked();
     }
-    Pump();
+    if (next.action != Next::kNothing) Act(next);  // this may be gone otherwise
   }
 
-  // Starts the next write, or finishes once everything was written. Reactor calls are made
-  // outside mutex_ because gRPC may run reactions inline.
-  void Pump() {
+  // What the call does next: write the next message, or finish once everything was written.
+  // Claimed under mutex_ (writing_ or finish_called_ set), so exactly one thread acts on it,
+  // outside mutex_ because gRPC may run reactions inline. Acting is the last thing a reaction
+  // does: after Finish (or a write whose completion finishes) this may be deleted.
+  struct Next {
     enum { kNothing, kWrite, kFinish } action = kNothing;
     grpc::Status status;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!started_ || writing_ || finish_called_) return;
-      if (!pending_.empty() && !broken_) {
-        current_ = std::move(pending_.front());
-        pending_.pop_front();
-        writing_ = true;
-        action = kWrite;
-      } else if (final_received_) {
-        finish_called_ = true;
-        status = final_status_;
-        action = kFinish;
-      }
+  };
+  Next NextLocked() {
+    Next next;
+    if (!started_ || writing_ || finish_called_) return next;
+    if (!pending_.empty() && !broken_) {
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
+      writing_ = true;
+      next.action = Next::kWrite;
+    } else if (final_received_) {
+      finish_called_ = true;
+      next.status = final_status_;
+      next.action = Next::kFinish;
     }
-    if (action == kWrite) StartWrite(&current_);
-    if (action == kFinish) Finish(status);
+    return next;
+  }
+  void Act(const Next& next) {
+    if (next.action == Next::kWrite) StartWrite(&current_);
+    if (next.action == Next::kFinish) Finish(next.status);
   }
 
   const RequestLimits limits_;

@@ -124,6 +124,17 @@ TEST(BlossomServiceTest, InvalidArgumentsNameTheField) {
          r->mutable_token_ids()->add_ids(999999);
        },
        grpc::StatusCode::INVALID_ARGUMENT, "vocabulary", "token_ids", "INVALID_PROMPT"},
+      // The out-of-vocabulary id is in the part truncate_prompt_tokens drops: the refusal is
+      // for the length the engine saw, not the dropped id.
+      {[](v1::GenerateRequest* r) {
+         r->clear_text();
+         r->mutable_token_ids()->add_ids(999999);
+         r->mutable_token_ids()->add_ids(5);
+         r->set_truncate_prompt_tokens(1);
+         r->mutable_stopping()->set_max_new_tokens(100000);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_total_tokens", "stopping.max_new_tokens",
+       "CONTEXT_LENGTH_EXCEEDED"},
       {[](v1::GenerateRequest* r) { r->mutable_stopping()->add_stop(""); },
        grpc::StatusCode::INVALID_ARGUMENT, "stop", "stopping.stop", "INVALID_STOPPING_PARAMS"},
       {[](v1::GenerateRequest* r) {

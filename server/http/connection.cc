@@ -109,7 +109,7 @@ class Writer : public ResponseWriter {
       std::lock_guard<std::mutex> lock(conn_->mu);
       if (!conn_->closed && ex_->phase == Exchange::Phase::kIdle) {
         ex_->close_after = true;
-        conn_->out += ErrorResponse(500, "handler produced no response");
+        conn_->QueueOutputLocked(ErrorResponse(500, "handler produced no response"));
         ex_->phase = Exchange::Phase::kDone;
         wake = true;
       } else if (!conn_->closed && ex_->phase == Exchange::Phase::kStreaming) {
@@ -130,7 +130,7 @@ class Writer : public ResponseWriter {
       data = ResponseHead(response.status, response.headers, ex_->close_after, http10);
       absl::StrAppend(&data, "Content-Length: ", response.body.size(), "\r\n\r\n");
       if (!ex_->head) data += response.body;
-      conn_->out += data;
+      conn_->QueueOutputLocked(data);
       ex_->phase = Exchange::Phase::kDone;
     }
     loop_->Wake(conn_);
@@ -146,7 +146,7 @@ class Writer : public ResponseWriter {
       std::string head = ResponseHead(status, headers, ex_->close_after, ex_->http10);
       if (!ex_->http10) head += "Transfer-Encoding: chunked\r\n";
       head += "\r\n";
-      conn_->out += head;
+      conn_->QueueOutputLocked(head);
       ex_->phase = Exchange::Phase::kStreaming;
     }
     loop_->Wake(conn_);
@@ -188,7 +188,7 @@ class Writer : public ResponseWriter {
     {
       std::lock_guard<std::mutex> lock(conn_->mu);
       if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
-      if (!ex_->http10 && !ex_->head) conn_->out += "0\r\n\r\n";
+      if (!ex_->http10 && !ex_->head) conn_->QueueOutputLocked("0\r\n\r\n");
       ex_->phase = Exchange::Phase::kDone;
     }
     loop_->Wake(conn_);
@@ -219,9 +219,9 @@ class Writer : public ResponseWriter {
     if (conn_->closed || ex_->phase != Exchange::Phase::kStreaming) return false;
     if (data.empty() || ex_->head) return true;  // an empty chunk would end the stream
     if (ex_->http10) {
-      conn_->out += data;
+      conn_->QueueOutputLocked(data);
     } else {
-      absl::StrAppend(&conn_->out, absl::Hex(data.size()), "\r\n", data, "\r\n");
+      conn_->QueueOutputLocked(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
     }
     return true;
   }

@@ -147,6 +147,14 @@ struct Connection {
 
   // Unsent output (queued or being written); needs mu.
   size_t UnsentLocked() const { return out.size() + sending_left; }
+  // Queues output for the socket; needs mu. Output that finds none unsent starts the stall
+  // clock afresh: the sweep closes a connection whose unsent bytes made no progress for the
+  // idle timeout, and a response after a long quiet spell has made none only because it was
+  // not there yet.
+  void QueueOutputLocked(absl::string_view data) {
+    if (UnsentLocked() == 0) last_write_progress = NowMs();
+    out.append(data.data(), data.size());
+  }
   // The pending OnWritable callbacks if they are due (output low, or closed), to run outside mu.
   std::vector<std::function<void()>> TakeWritableLocked() {
     std::vector<std::function<void()>> due;

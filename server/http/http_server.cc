@@ -297,7 +297,7 @@ class Server::Impl {
       if (conn->current->phase == Exchange::Phase::kIdle) {
         // HTTP/1.0 has no 1xx responses: its peer is assumed to wait for the answer.
         probe = !conn->current->http10;
-        if (probe) conn->out += "HTTP/1.1 100 Continue\r\n\r\n";
+        if (probe) conn->QueueOutputLocked("HTTP/1.1 100 Continue\r\n\r\n");
       } else if (conn->current->phase == Exchange::Phase::kStreaming) {
         gone = true;
       }
@@ -320,8 +320,9 @@ class Server::Impl {
           // Nothing more will come: an unfinished request gets an answer, not silence.
           if (conn->head_start != 0 || conn->body_start != 0) {
             std::lock_guard<std::mutex> lock(conn->mu);
-            conn->out += ProtocolError(400, "connection closed before the request was complete",
-                                       conn->parser.request().target);
+            conn->QueueOutputLocked(
+                ProtocolError(400, "connection closed before the request was complete",
+                              conn->parser.request().target));
           }
           conn->close_after_response = true;
         }
@@ -333,15 +334,16 @@ class Server::Impl {
         // Only ask for the body if the client has not started sending it already.
         if (conn->parser.expects_continue() && conn->in.empty()) {
           std::lock_guard<std::mutex> lock(conn->mu);
-          conn->out += "HTTP/1.1 100 Continue\r\n\r\n";
+          conn->QueueOutputLocked("HTTP/1.1 100 Continue\r\n\r\n");
         }
         continue;
       }
       if (r == RequestParser::Result::kError) {
         {
           std::lock_guard<std::mutex> lock(conn->mu);
-          conn->out += ProtocolError(conn->parser.error_status(), conn->parser.error_message(),
-                                     conn->parser.request().target);
+          conn->QueueOutputLocked(ProtocolError(conn->parser.error_status(),
+                                                conn->parser.error_message(),
+                                                conn->parser.request().target));
         }
         conn->close_after_response = true;
         break;
@@ -529,12 +531,12 @@ class Server::Impl {
       const bool head = conn->head_start != 0;
       {
         std::lock_guard<std::mutex> lock(conn->mu);
-        conn->out += ProtocolError(
+        conn->QueueOutputLocked(ProtocolError(
             408,
             absl::StrCat(head ? "request head" : "request body", " not received within ",
                          (head ? options_.header_timeout_ms : options_.body_timeout_ms) / 1000.0,
                          " s"),
-            conn->parser.request().target);
+            conn->parser.request().target));
       }
       conn->head_start = conn->body_start = 0;
       conn->close_after_response = true;

@@ -21,7 +21,7 @@ from blossom_client import errors as blossom_errors
 
 import e2e_common
 from e2e_common import MODEL, auth, grpc_greedy, http_status, metric, wait_idle
-from procs import free_port, start_gateway, start_server, wait_until
+from procs import MODEL_DIR, SERVER, Process, free_port, start_gateway, start_server, wait_until
 
 
 def setUpModule():
@@ -271,6 +271,36 @@ class DrainTest(unittest.TestCase):
         final = [e for e in events if last_index in e and b'"generated_text":null' not in e]
         self.assertTrue(final, events[-3:])  # the in-flight stream ran to its end
         self.assertEqual(gateway.proc.wait(timeout=30), 0)
+
+    def test_sigterm_while_loading_exits_at_once(self):
+        # A load that cannot finish: config.json is a FIFO no one writes, so the loader blocks
+        # opening it (as a load stalled on storage or a collective would). SIGTERM must end the
+        # process promptly instead of waiting out Kubernetes' grace period for a SIGKILL.
+        model = tempfile.mkdtemp(prefix="blossom-stalled-")
+        self.addCleanup(shutil.rmtree, model, True)
+        os.mkfifo(os.path.join(model, "config.json"))
+        server = Process("server-stalled-load", [SERVER, "--model", model, "--port", "0",
+                                                  "--metrics_port", "-1"],
+                         r"grpc_port=(\d+)")
+        self.addCleanup(server.kill)
+        time.sleep(0.2)  # into the load
+        self.assertIsNone(server.proc.poll())
+        server.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(server.proc.wait(timeout=10), 0)
+        self.assertIn("while loading: exiting", server.tail())
+
+    def test_flags_that_could_never_serve_are_refused_before_loading(self):
+        for flags, message in ((["--max_waiting_requests", "0"], "--max_waiting_requests must be >= 1"),
+                               (["--max_batch_size", "0"], "--max_batch_size must be >= 1"),
+                               (["--max_total_tokens", "1"], "--max_total_tokens must be 0")):
+            started = time.monotonic()
+            out = subprocess.run([SERVER, "--model", MODEL_DIR, "--port", "0",
+                                  "--metrics_port", "-1", *flags],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 1, flags)
+            self.assertIn(message, out.stderr + out.stdout, flags)
+            self.assertNotIn("listening", out.stdout, flags)  # refused before the port opened
+            self.assertLess(time.monotonic() - started, 30, flags)
 
     def test_gateway_health_follows_server_drain(self):
         # Issue 14: after SIGTERM to the server the gateway's /health stayed 200 while every
