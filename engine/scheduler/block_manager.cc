@@ -189,6 +189,17 @@ void BlockManager::MarkComputed(SeqId id, absl::Span<const int32_t> all_tokens,
     const uint64_t h = hash_fn_(parent_hash, chunk);
     uint64_t uid;
     auto cit = cache_.find(h);
+    if (cit != cache_.end() && IsOrphan(cit->second)) {
+      // A cached block no prompt can reach any more (its parent was evicted after it was
+      // cached on it): it would only shadow ours, and with it every block after ours.
+      const int32_t orphan = cit->second;
+      DropCacheEntry(orphan);
+      if (blocks_[orphan].ref_count == 0) {  // holds nothing reusable now: reuse it first
+        Unlink(orphan);
+        PushFront(orphan);
+      }
+      cit = cache_.end();
+    }
     if (cit == cache_.end()) {
       const int32_t b = seq.table[i];
       Block& blk = blocks_[b];
@@ -300,6 +311,13 @@ int32_t BlockManager::AllocateFreshBlock() {
   }
   blocks_[b].ref_count = 1;
   return b;
+}
+
+bool BlockManager::IsOrphan(int32_t b) const {
+  const Block& blk = blocks_[b];
+  if (blk.parent_uid == 0) return false;  // a first block: nothing above it to lose
+  auto parent = cache_.find(blk.parent_hash);
+  return parent == cache_.end() || blocks_[parent->second].uid != blk.parent_uid;
 }
 
 void BlockManager::DropCacheEntry(int32_t b) {

@@ -182,6 +182,8 @@ class BlockManager {
   // Pops the head of the free list, dropping its cache entry if any; takes one reference.
   int32_t AllocateFreshBlock();
   void DropCacheEntry(int32_t b);
+  // A cached block whose parent (by uid) is no longer cached: no prefix match can reach it.
+  bool IsOrphan(int32_t b) const;
 
   const int32_t block_size_;
   const bool enable_prefix_caching_;

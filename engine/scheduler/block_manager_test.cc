@@ -333,6 +333,32 @@ TEST(BlockManagerTest, ConcurrentDuplicatePrefixChainsOnTwin) {
   EXPECT_EQ(bm.num_free_blocks(), 16);
 }
 
+// A block cached on a concurrent twin's chain outlives the twin: once the twin's blocks are
+// evicted it is an orphan no prompt reaches. The next sequence to compute the same content
+// caches its own in the orphan's place, so its whole chain stays findable.
+TEST(BlockManagerTest, AnOrphanedBlockGivesWayToTheSameContentRecomputed) {
+  BlockManager bm(12, 2, true);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5};      // blocks [1,2][3,4]
+  const std::vector<int32_t> b = {1, 2, 3, 4, 5, 6, 7};  // and [5,6] after them
+  ASSERT_EQ(*bm.AllocatePrompt(1, a, 5), 0);
+  ASSERT_EQ(*bm.AllocatePrompt(2, b, 7), 0);  // concurrently: no hits yet
+  bm.MarkComputed(1, a, 5);
+  bm.MarkComputed(2, b, 7);  // [1,2][3,4] private twins; [5,6] cached on sequence 1's chain
+  EXPECT_EQ(bm.num_cached_blocks(), 3);
+  bm.Free(1);
+  // Evict sequence 1's cached blocks (the least recently used): [5,6] is orphaned.
+  ASSERT_TRUE(bm.AllocatePrompt(3, Range(100, 16), 16).ok());
+  bm.Free(2);
+  bm.Free(3);
+  EXPECT_INVARIANTS(bm);
+  EXPECT_EQ(bm.CachedPrefixLength(Concat(b, {9})), 0);
+  // Recomputed, the whole prefix is cached again, [5,6] included.
+  Prefill(bm, 4, Concat(b, {9}), 0);
+  bm.Free(4);
+  EXPECT_INVARIANTS(bm);
+  EXPECT_EQ(bm.CachedPrefixLength(Concat(b, {9})), 6);
+}
+
 TEST(BlockManagerTest, DefaultHashDependsOnParentAndEveryToken) {
   const std::vector<int32_t> t = Range(0, 16);
   const uint64_t h = DefaultBlockHash(0, t);

@@ -138,6 +138,19 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
   // Prefill tokens of capped sequences (max_chunk_tokens) left this step: the cap bounds the
   // step, not each sequence (eight capped prefills would otherwise take eight caps' rows).
   int32_t capped_rows_left = -1;  // unset until the first capped sequence
+  // Blocks the running sequences from j on need for their own known tokens (at most what this
+  // step computes of them): drafts only take blocks beyond what the sequences after them need,
+  // so drafts never preempt anything.
+  std::vector<int32_t> needed_from(running_.size() + 1, 0);
+  if (propose_draft) {
+    for (size_t j = running_.size(); j-- > 0;) {
+      const Sequence* r = running_[j];
+      const int32_t extra =
+          blocks_.BlocksNeeded(static_cast<int32_t>(r->tokens.size())) -
+          static_cast<int32_t>(blocks_.BlockTable(r->id).size());
+      needed_from[j] = needed_from[j + 1] + std::max(extra, 0);
+    }
+  }
 
   // 1. Running sequences, highest priority / oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -169,9 +182,14 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
       const int32_t max_draft = std::min(s->max_new_tokens - outputs - 1, budget - num_new);
       if (max_draft > 0) {
         draft = propose_draft(s->id, s->tokens, max_draft);
-        if (static_cast<int32_t>(draft.size()) > max_draft) draft.resize(max_draft);
-        const int32_t with_draft = s->num_computed + num_new + static_cast<int32_t>(draft.size());
-        if (!blocks_.CanAppend(s->id, with_draft)) draft.clear();
+        // As many drafts as the slots of the table and of the spare blocks hold.
+        const int32_t spare = blocks_.num_free_blocks() - needed_from[i + 1];
+        const int32_t slots =
+            (static_cast<int32_t>(blocks_.BlockTable(s->id).size()) + std::max(spare, 0)) *
+                config_.block_size -
+            (s->num_computed + num_new);
+        const int32_t keep = std::max(0, std::min(max_draft, slots));
+        if (static_cast<int32_t>(draft.size()) > keep) draft.resize(keep);
       }
     }
     const int32_t num_draft = static_cast<int32_t>(draft.size());

@@ -158,7 +158,8 @@ class Scheduler {
   // With `propose_draft`, each running decode entry may carry draft tokens (speculative
   // decoding): at most max_new_tokens - outputs - 1 of them (every accepted draft and the token
   // sampled after them must fit the request's bound) and what the token budget leaves; drafts
-  // never preempt anything: when their blocks do not fit, the entry decodes without them.
+  // never preempt anything: they are cut to the slots of the entry's blocks and of the free
+  // blocks the running sequences after it do not need for their own tokens.
   StepPlan Schedule(const DraftFn& propose_draft = nullptr);
 
   // Closes the step: advances computed counts (by num_new, plus the accepted drafts), registers

@@ -1,5 +1,6 @@
 // Speculative decoding in the scheduler: draft tokens on decode entries, their KV slots, and
 // Update() with accepted drafts.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -131,7 +132,8 @@ TEST(SchedulerDraftTest, TheRequestBoundAndTheTokenBudgetCapDrafts) {
 
 TEST(SchedulerDraftTest, DraftsNeverPreempt) {
   // 3 blocks of 4: sequence 1 (6 tokens) holds 2 blocks, sequence 2 the last one after its
-  // prefill. Drafts for 1 would need a third block: they are dropped, nobody is preempted.
+  // prefill. More than one draft for 1 would need a third block: it gets the one its second
+  // block has room for, and nobody is preempted.
   auto s = Make(Config(3));
   Prefill(*s, 1, 6);
   ASSERT_TRUE(s->AddRequest({2, {9, 9}, 2, 0}).ok());
@@ -143,7 +145,33 @@ TEST(SchedulerDraftTest, DraftsNeverPreempt) {
   plan = s->Schedule(draft.fn());
   EXPECT_THAT(plan.preempted, IsEmpty());
   ASSERT_EQ(plan.seqs.size(), 2u);
-  EXPECT_THAT(plan.seqs[0].draft_tokens, IsEmpty());
+  EXPECT_THAT(plan.seqs[0].draft_tokens, ElementsAre(7));
+  EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
+// The free blocks a later running sequence needs for its own next token are not drafts' to
+// take: drafts of an earlier sequence stop short of them.
+TEST(SchedulerDraftTest, DraftsLeaveTheBlocksLaterSequencesNeed) {
+  // 5 blocks of 4. Sequence 1: 8-token prompt (2 blocks), sequence 2: 4 tokens (1 block).
+  auto s = Make(Config(5));
+  ASSERT_TRUE(s->AddRequest({1, {1, 2, 3, 4, 5, 6, 7, 8}, 10, 0}).ok());
+  ASSERT_TRUE(s->AddRequest({2, {9, 9, 9, 9}, 10, 0}).ok());
+  StepPlan plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  ASSERT_TRUE(s->Update(plan, {SeqOutput{1, 100, false}, SeqOutput{2, 200, false}}).ok());
+  // Both decode next: each needs a new block for its ninth/fifth token, which leaves none
+  // spare. Four drafts for sequence 1 fit the two free blocks: taken without the reservation,
+  // they left none for sequence 2, which was preempted.
+  plan = s->Schedule([](SeqId, absl::Span<const int32_t>, int32_t max_tokens) {
+    return std::vector<int32_t>(static_cast<size_t>(std::min(max_tokens, 4)), 7);
+  });
+  EXPECT_THAT(plan.preempted, IsEmpty());
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  // Each new block holds the sequence's token and 3 drafts (positions 8..11 and 4..7).
+  EXPECT_EQ(plan.seqs[0].draft_tokens.size(), 3u);
+  EXPECT_EQ(plan.seqs[1].draft_tokens.size(), 3u);
+  EXPECT_EQ(plan.seqs[0].block_table.size(), 3u);
+  EXPECT_EQ(plan.seqs[1].block_table.size(), 2u);
   EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
 }
 

@@ -123,7 +123,8 @@ absl::Status BeamSearch::SubmitRound() {
       unfinished_ -= prompts.size() - submitted;
       if (round_status_.ok()) round_status_ = refused;
       to_cancel = InEngineLocked();
-      finish_now = unfinished_ == 0 && round > 0;
+      start_refused_ = round == 0;
+      finish_now = unfinished_ == 0 && !start_refused_;
     } else {
       finish_now = unfinished_ == 0;  // every event came while submitting
     }
@@ -165,7 +166,7 @@ void BeamSearch::OnEvent(int32_t round, size_t beam, const EngineEvent& event) {
                                          : absl::CancelledError("a round of the beam search "
                                                                 "was cancelled by the engine");
     }
-    round_over = --unfinished_ == 0 && !submitting_;
+    round_over = --unfinished_ == 0 && !submitting_ && !start_refused_;
   }
   if (round_over) Advance();
 }

@@ -95,6 +95,9 @@ class BeamSearch : public std::enable_shared_from_this<BeamSearch> {
   absl::Status round_status_;                 // guarded by mutex_: the first failure of the round
   bool cancelled_ = false;                    // guarded by mutex_
   bool submitting_ = false;                   // guarded by mutex_: SubmitRound in progress
+  // Guarded by mutex_: the first round was refused, so Start returns the refusal and `done`
+  // must never run (the events of the cancelled requests of that round end nothing).
+  bool start_refused_ = false;
   BeamSearchOutcome outcome_;                 // guarded by mutex_
 };
 
