@@ -236,6 +236,14 @@ class OpenAIClientTest(unittest.TestCase):
                                            extra_body={"min_tokens": 5})
         self.assertEqual(cm.exception.param, "min_tokens")
         self.assertEqual(cm.exception.code, "invalid_stopping_params")
+        # The same details through this repository's Python client, decoded.
+        client = blossom_client.BlossomClient(SRV.grpc, timeout=30)
+        self.addCleanup(client.close)
+        with self.assertRaises(blossom_errors.InvalidArgumentError) as cm:
+            client.generate("x", max_new_tokens=100000)
+        self.assertEqual(cm.exception.field, "stopping.max_new_tokens")
+        self.assertEqual(cm.exception.reason, "CONTEXT_LENGTH_EXCEEDED")
+        self.assertIsNone(cm.exception.retry_delay)
 
 
 def golden_prompt_logprobs(index=1):

@@ -51,6 +51,24 @@ class FakeBlossom(pb_grpc.BlossomServicer):
         if text.startswith("!error "):
             _, code, message = text.split(" ", 2)
             context.abort(getattr(grpc.StatusCode, code), message)
+        if text == "!details":
+            # As the server sends a refusal: google.rpc.Status with BadRequest, ErrorInfo and
+            # RetryInfo in the grpc-status-details-bin trailer.
+            from google.protobuf import any_pb2, duration_pb2
+            from google.rpc import error_details_pb2, status_pb2
+            status = status_pb2.Status(code=8, message="queue full")
+            for detail in (
+                    error_details_pb2.BadRequest(field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field="sampling.top_p")]),
+                    error_details_pb2.ErrorInfo(reason="QUEUE_FULL", domain="blossom.v1"),
+                    error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1,
+                                                                                  nanos=500000000))):
+                packed = any_pb2.Any()
+                packed.Pack(detail)
+                status.details.append(packed)
+            context.set_trailing_metadata((("grpc-status-details-bin",
+                                            status.SerializeToString()),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
         if text == "!sleep":
             time.sleep(2)
 
@@ -424,6 +442,19 @@ class SyncClientTest(unittest.TestCase):
         with self.assertRaises(ResourceExhaustedError):  # streams raise while iterating
             list(self.client.generate_stream("!error RESOURCE_EXHAUSTED queue full"))
 
+    def test_error_details_reach_the_exception(self):
+        with self.assertRaises(ResourceExhaustedError) as cm:
+            self.client.generate("!details")
+        e = cm.exception
+        self.assertEqual((e.field, e.reason, e.domain), ("sampling.top_p", "QUEUE_FULL",
+                                                         "blossom.v1"))
+        self.assertAlmostEqual(e.retry_delay, 1.5)
+        # Without details (a status the server sends bare): all None.
+        with self.assertRaises(InvalidArgumentError) as cm:
+            self.client.generate("!error INVALID_ARGUMENT bad")
+        self.assertIsNone(cm.exception.reason)
+        self.assertIsNone(cm.exception.retry_delay)
+
     def test_deadline(self):
         with self.assertRaises(DeadlineExceededError):
             self.client.generate("!sleep", timeout=0.2)
@@ -517,6 +548,10 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
             self.client.generate_stream("x", bogus=1)
         with self.assertRaises(DeadlineExceededError):
             await self.client.generate("!sleep", timeout=0.2)
+        with self.assertRaises(ResourceExhaustedError) as cm:
+            await self.client.generate("!details")
+        self.assertEqual(cm.exception.reason, "QUEUE_FULL")
+        self.assertAlmostEqual(cm.exception.retry_delay, 1.5)
 
 
 if __name__ == "__main__":
