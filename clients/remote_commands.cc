@@ -55,6 +55,17 @@ std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostrea
   // gRPC's 4 MiB receive default fails a unary answer with logprobs for a few thousand tokens.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
+  if (!options.tls && !options.tls_ca_file.empty()) {
+    // A CA file says TLS was meant: plaintext would send --api_key in the clear.
+    err << "blossom: error: --tls_ca is set without --tls (add --tls)" << std::endl;
+    *ok = false;
+    return nullptr;
+  }
+  if (!(options.timeout_seconds >= 0)) {  // also NaN
+    err << "blossom: error: --timeout must be >= 0 seconds (0 = none)" << std::endl;
+    *ok = false;
+    return nullptr;
+  }
   if (!options.tls) {
     return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
   }
@@ -88,7 +99,10 @@ void Prepare(const RemoteOptions& options, grpc::ClientContext* context) {
   if (!options.api_key.empty()) {
     context->AddMetadata("authorization", absl::StrCat("Bearer ", options.api_key));
   }
-  if (options.timeout_seconds > 0) {
+  // 0 is no deadline, and so is anything past a century (infinity included): such a value
+  // would overflow the clock's count and become a deadline in the past.
+  constexpr double kNoDeadlineBeyondSeconds = 100.0 * 365 * 24 * 3600;
+  if (options.timeout_seconds > 0 && options.timeout_seconds < kNoDeadlineBeyondSeconds) {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>(
                               options.timeout_seconds * 1000.0)));
@@ -99,11 +113,11 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
   const v1::Timings& t = final.timings();
   err << absl::StrFormat(
              "[%s] finish_reason=%s prompt_tokens=%d generated_tokens=%d queue=%.1fms "
-             "ttft=%.1fms total=%.1fms %.2f ms/token",
+             "ttft=%.1fms total=%.1fms %.2f ms/token seed=%u",
              final.request_id(), FinishReasonText(final.finish_reason()),
              final.usage().prompt_tokens(), final.usage().generated_tokens(),
              1e3 * t.queue_seconds(), 1e3 * t.time_to_first_token_seconds(),
-             1e3 * t.total_seconds(), 1e3 * t.time_per_output_token_seconds())
+             1e3 * t.total_seconds(), 1e3 * t.time_per_output_token_seconds(), final.seed())
       << std::endl;
 }
 

@@ -525,6 +525,18 @@ class CurlAndCliTest(unittest.TestCase):
         self.assertEqual(streamed.stdout.rstrip("\n"),
                          grpc_greedy("The server reads", 6, ignore_eos=True).text)
         self.assertIn("generated_tokens=6", streamed.stderr)
+        self.assertRegex(streamed.stderr, r"seed=\d+")  # a sampled run can be repeated
+        # A CA file without --tls would connect in plaintext, the API key in the clear.
+        plain = run("health", "--tls_ca", "/dev/null")
+        self.assertEqual(plain.returncode, 2)
+        self.assertIn("--tls_ca is set without --tls", plain.stderr)
+        # A value that starts with dashes is a value, not a flag (front matter, a stop string):
+        # the server tokenizes exactly what was given.
+        dashes = run("tokenize", "--prompt", "--a-b--")
+        self.assertEqual(dashes.returncode, 0, dashes.stderr)
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            want = c.tokenize("--a-b--").ids
+        self.assertEqual([int(line.split("\t")[0]) for line in dashes.stdout.splitlines()], want)
         year = run("generate", "--prompt", "Year:", "--regex", "[0-9]{4}", "--max_new_tokens", "10")
         self.assertEqual(year.returncode, 0, year.stderr)
         self.assertRegex(year.stdout.strip(), r"^[0-9]{4}$")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Dict, Iterable, Sequence, Union
 
 from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
@@ -26,7 +27,8 @@ _SAMPLING_MAP = ("logit_bias",)
 # grammar is a GBNF grammar whose `root` the output is.
 _SAMPLING_JSON = ("json_schema", "json_compact", "regex", "grammar")
 # Keyword -> field of StoppingParameters.
-_STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output")
+_STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output",
+                    "skip_special_tokens", "max_new_tokens_to_limit")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
 # Keyword -> field of GenerateRequest itself.
 _REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate_prompt_tokens")
@@ -37,8 +39,42 @@ GENERATE_PARAMETERS = frozenset(_SAMPLING + _SAMPLING_REPEATED + _SAMPLING_MAP +
 _BEAM = ("num_return_sequences", "length_penalty", "logprobs")
 _EARLY_STOPPING = {False: "HEURISTIC", True: "WHEN_FULL", "heuristic": "HEURISTIC",
                    "when_full": "WHEN_FULL", "never": "NEVER"}
-BEAM_SEARCH_PARAMETERS = frozenset(_BEAM + ("early_stopping", "skip_special_tokens") +
-                                   _STOPPING_SCALAR + ("stop_token_ids",) + _REQUEST)
+BEAM_SEARCH_PARAMETERS = frozenset(_BEAM + ("early_stopping",) + _STOPPING_SCALAR +
+                                   ("stop_token_ids",) + _REQUEST)
+
+
+def _check_scalar(message, name: str, value) -> None:
+    """TypeError unless `value` is of the proto field's own kind: protobuf would coerce
+    True to 1.0 or 1 and 5 to a bool, silently changing the request."""
+    field = message.DESCRIPTOR.fields_by_name[name]
+    cpp = field.cpp_type
+    if cpp == field.CPPTYPE_BOOL:
+        ok = isinstance(value, bool)
+        kind = "a bool"
+    elif cpp in (field.CPPTYPE_FLOAT, field.CPPTYPE_DOUBLE):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        kind = "a number"
+    elif cpp in (field.CPPTYPE_INT32, field.CPPTYPE_INT64, field.CPPTYPE_UINT32,
+                 field.CPPTYPE_UINT64, field.CPPTYPE_ENUM):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        kind = "an int"
+    else:
+        ok = isinstance(value, str)
+        kind = "a str"
+    if not ok:
+        raise TypeError(f"must be {kind}, not {type(value).__name__}")
+
+
+def _set_scalar(message, name: str, value) -> None:
+    _check_scalar(message, name, value)
+    setattr(message, name, value)
+
+
+def _token_id(key) -> int:
+    """logit_bias keys: ints, or their decimal text (as JSON object keys arrive)."""
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        raise TypeError(f"keys must be token ids (int), not {type(key).__name__}")
+    return int(key)
 
 
 def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) -> pb.GenerateRequest:
@@ -53,7 +89,7 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
             continue
         try:
             if name in _SAMPLING:
-                setattr(request.sampling, name, value)
+                _set_scalar(request.sampling, name, value)
             elif name in _SAMPLING_REPEATED:
                 if isinstance(value, str):
                     raise TypeError("must be a list, not a str")
@@ -61,18 +97,20 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
             elif name == "json_schema":
                 request.sampling.json_schema = value if isinstance(value, str) else json.dumps(value)
             elif name in ("json_compact", "regex", "grammar"):
-                setattr(request.sampling, name, value)
+                _set_scalar(request.sampling, name, value)
             elif name in _SAMPLING_MAP:
                 for token, bias in dict(value).items():
-                    getattr(request.sampling, name)[int(token)] = bias
+                    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+                        raise TypeError(f"biases must be numbers, not {type(bias).__name__}")
+                    getattr(request.sampling, name)[_token_id(token)] = bias
             elif name in _STOPPING_SCALAR:
-                setattr(request.stopping, name, value)
+                _set_scalar(request.stopping, name, value)
             elif name in _STOPPING_REPEATED:
                 if name == "stop" and isinstance(value, str):
                     value = [value]  # stop="###" is the common spelling of one stop string
                 getattr(request.stopping, name).extend(value)
             else:
-                setattr(request, name, value)
+                _set_scalar(request, name, value)
         except (TypeError, ValueError) as e:
             raise TypeError(f"{method}() parameter {name}={value!r}: {e}") from None
     return request
@@ -80,9 +118,15 @@ def build_generate_request(method: str, prompt: Prompt, params: Dict[str, Any]) 
 
 def _set_prompt(method: str, request, prompt: Prompt) -> None:
     if isinstance(prompt, str):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 text holds it
+            raise ValueError(f"{method}() prompt is not valid Unicode text: {e}") from None
         request.text = prompt
     elif isinstance(prompt, (list, tuple)) and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if any(not -2**31 <= t < 2**31 for t in prompt):
+            raise ValueError(f"{method}() prompt token ids must fit in 32 bits")
         request.token_ids.ids.extend(prompt)
         # An empty id list must still select the token_ids arm of the oneof (the server then
         # rejects it with a clear message rather than seeing "no prompt").
@@ -100,7 +144,10 @@ def build_beam_search_request(prompt: Prompt, beam_width: int,
         raise TypeError(f"beam_search() got unexpected keyword argument(s): {', '.join(unknown)}")
     request = pb.BeamSearchRequest()
     _set_prompt("beam_search", request, prompt)
-    request.beam_width = beam_width
+    try:
+        _set_scalar(request, "beam_width", beam_width)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"beam_search() beam_width={beam_width!r}: {e}") from None
     for name, value in params.items():
         if value is None:
             continue
@@ -111,13 +158,13 @@ def build_beam_search_request(prompt: Prompt, beam_width: int,
                 request.early_stopping = pb.EarlyStopping.Value(
                     "EARLY_STOPPING_" + _EARLY_STOPPING[value])
             elif name in _BEAM:
-                setattr(request, name, value)
-            elif name in _STOPPING_SCALAR or name == "skip_special_tokens":
-                setattr(request.stopping, name, value)
+                _set_scalar(request, name, value)
+            elif name in _STOPPING_SCALAR:
+                _set_scalar(request.stopping, name, value)
             elif name == "stop_token_ids":
                 request.stopping.stop_token_ids.extend(value)
             else:
-                setattr(request, name, value)
+                _set_scalar(request, name, value)
         except (TypeError, ValueError) as e:
             raise TypeError(f"beam_search() parameter {name}={value!r}: {e}") from None
     return request
@@ -154,9 +201,10 @@ def token(t: pb.Token) -> results.Token:
     return results.Token(
         id=t.id, text=t.text, logprob=_optional(t, "logprob"),
         top_logprobs=[results.TopLogprob(x.token_id, x.token, x.logprob,
-                                         bool(getattr(x, "special", False)))
+                                         bool(getattr(x, "special", False)), x.token_bytes)
                       for x in t.top_logprobs],
-        rank=_optional(t, "rank"), special=bool(getattr(t, "special", False)))
+        rank=_optional(t, "rank"), special=bool(getattr(t, "special", False)),
+        token_bytes=t.token_bytes)
 
 
 def fill(cls, message, **overrides):
@@ -219,11 +267,26 @@ def stream_chunk(r: pb.GenerateStreamResponse) -> results.StreamChunk:
 
 def tokenize_result(r: pb.TokenizeResponse) -> results.TokenizeResult:
     return results.TokenizeResult(ids=list(r.ids), tokens=list(r.tokens),
-                                  offsets=[(s.start, s.end) for s in r.offsets])
+                                  offsets=[(s.start, s.end) for s in r.offsets],
+                                  max_total_tokens=r.max_total_tokens)
 
 
 def model_info(m: pb.ModelInfo) -> results.ModelInfo:
     return fill(results.ModelInfo, m, limits=fill(results.ModelLimits, m.limits))
+
+
+def deadline(timeout):
+    """A call's timeout for grpc: None (or infinity) waits forever; NaN, a negative or a
+    non-number is a ValueError naming it (grpc would fail the call at once instead)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+    if timeout == math.inf:
+        return None
+    if not timeout >= 0:  # also NaN
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return timeout
 
 
 def metadata(api_key) -> Iterable:

@@ -49,10 +49,16 @@ def main(argv=None) -> int:
             elif args.command == "info":
                 print(json.dumps(asdict(client.model_info()), indent=2))
             else:
-                print(client.health())
+                status = client.health()
+                print(status)
+                if status != "SERVING":
+                    return 1  # usable as a probe, as the C++ CLI's health
     except BlossomError as e:
         print(f"blossom-client: {e}", file=sys.stderr)
         return 1
+    except (TypeError, ValueError) as e:  # a parameter the client refused before sending
+        print(f"blossom-client: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

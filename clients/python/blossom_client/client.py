@@ -37,7 +37,7 @@ class BlossomClient:
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
     def _deadline(self, timeout):
-        return self._timeout if timeout is _UNSET else timeout
+        return _convert.deadline(self._timeout if timeout is _UNSET else timeout)
 
     def _unary(self, rpc, request, timeout):
         """One unary call with this client's deadline and metadata; errors as BlossomError."""

@@ -32,6 +32,7 @@ class TopLogprob:
     token: str
     logprob: float
     special: bool = False  # one of the tokenizer's special tokens (</s>, <pad>, ...)
+    token_bytes: bytes = b""  # the token's exact bytes (`token` may be part of a character)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Token:
     # else None.
     rank: Optional[int] = None
     special: bool = False  # one of the tokenizer's special tokens (</s>, <pad>, ...)
+    # The token's exact bytes: `text` renders a token holding part of a UTF-8 character lossily.
+    token_bytes: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ class TokenizeResult:
     tokens: List[str]
     # [start, end) byte offsets into the UTF-8 text, one per token.
     offsets: List[Tuple[int, int]]
+    # The server's limit on prompt plus new tokens (0 from a server that does not say).
+    max_total_tokens: int = 0
 
 
 @dataclass(frozen=True)

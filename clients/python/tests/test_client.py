@@ -77,7 +77,8 @@ class FakeBlossom(pb_grpc.BlossomServicer):
         self._maybe_fail(request, context)
         tokens = [pb.Token(id=i + 10, text=w, logprob=-0.5 * i) for i, w in enumerate(WORDS)]
         tokens[0].ClearField("logprob")  # absent vs 0 must survive the conversion
-        tokens[1].top_logprobs.add(token_id=7, token="x", logprob=-1.25)
+        tokens[1].top_logprobs.add(token_id=7, token="x", logprob=-1.25, token_bytes=b"\xc3")
+        tokens[2].token_bytes = b"\xa9"  # the second byte of a character: text is lossy
         final = _final(len(tokens), pb.FINISH_REASON_EOS_TOKEN)
         final.prompt_token_ids.extend([1, 2, 3])
         response = pb.GenerateResponse(text="".join(WORDS), tokens=tokens, final=final)
@@ -141,7 +142,8 @@ class FakeBlossom(pb_grpc.BlossomServicer):
             ids = [1] + ids
         return pb.TokenizeResponse(
             ids=ids, tokens=list(request.text),
-            offsets=[pb.Span(start=i, end=i + 1) for i in range(len(request.text))])
+            offsets=[pb.Span(start=i, end=i + 1) for i in range(len(request.text))],
+            max_total_tokens=2048)
 
     def Detokenize(self, request, context):
         self._record(request, context)
@@ -199,7 +201,9 @@ class SyncClientTest(unittest.TestCase):
         self.assertIsNone(r.tokens[0].logprob)
         self.assertEqual(r.tokens[1].logprob, -0.5)
         self.assertEqual(r.tokens[1].top_logprobs,
-                         [blossom_client.TopLogprob(token_id=7, token="x", logprob=-1.25)])
+                         [blossom_client.TopLogprob(token_id=7, token="x", logprob=-1.25,
+                                                    token_bytes=b"\xc3")])
+        self.assertEqual(r.tokens[2].token_bytes, b"\xa9")
         self.assertEqual(r.finish_reason, "eos_token")
         self.assertEqual(r.usage, blossom_client.Usage(prompt_tokens=3, generated_tokens=5))
         self.assertEqual(r.timings.time_per_output_token_seconds, 0.0125)
@@ -364,7 +368,31 @@ class SyncClientTest(unittest.TestCase):
             self.client.generate(b"bytes")
         with self.assertRaises(TypeError):
             self.client.generate([1, "2"])
+        # Values protobuf would coerce (changing the request) are refused, naming the parameter.
+        for kwargs in ({"temperature": True}, {"ignore_eos": 5}, {"logit_bias": {1.9: 5}},
+                       {"logit_bias": {True: 5}}, {"logit_bias": {3: "x"}}, {"seed": -1}):
+            with self.subTest(kwargs=kwargs):
+                with self.assertRaisesRegex(TypeError, list(kwargs)[0]):
+                    self.client.generate("x", **kwargs)
+        with self.assertRaisesRegex(TypeError, "logprobs"):
+            self.client.beam_search("x", 2, logprobs=0)  # a bool here, unlike generate's
+        with self.assertRaisesRegex(TypeError, "beam_width"):
+            self.client.beam_search("x", "4")
+        with self.assertRaisesRegex(ValueError, "32 bits"):
+            self.client.generate([2**31])
+        with self.assertRaisesRegex(ValueError, "Unicode"):
+            self.client.generate("\ud800")
+        with self.assertRaisesRegex(ValueError, "timeout"):
+            self.client.generate("x", timeout=float("nan"))
         self.assertEqual(len(self.fake.requests), n)  # nothing was sent
+        # Stopping fields the proto has, and a string bias key (JSON's spelling) as the id.
+        self.client.generate("x", skip_special_tokens=False, max_new_tokens_to_limit=True,
+                             logit_bias={"7": -1.5}, timeout=float("inf"))
+        sent = self.fake.requests[-1]
+        self.assertFalse(sent.stopping.skip_special_tokens)
+        self.assertTrue(sent.stopping.HasField("skip_special_tokens"))
+        self.assertTrue(sent.stopping.max_new_tokens_to_limit)
+        self.assertEqual(dict(sent.sampling.logit_bias), {7: -1.5})
 
     def test_stream(self):
         chunks = list(self.client.generate_stream("Hi", max_new_tokens=5))
@@ -398,6 +426,7 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(t.ids, [97, 98])
         self.assertEqual(t.tokens, ["a", "b"])
         self.assertEqual(t.offsets, [(0, 1), (1, 2)])
+        self.assertEqual(t.max_total_tokens, 2048)
         self.assertEqual(self.client.tokenize("ab", add_special_tokens=True).ids, [1, 97, 98])
 
     def test_answers_over_four_mebibytes_arrive(self):
@@ -474,6 +503,14 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(req.stopping.max_new_tokens, 5)
         self.assertEqual(list(req.stopping.stop), ["###"])
         self.assertFalse(req.sampling.HasField("temperature"))
+        # A value the client refuses before sending: exit 2, no traceback.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = cli.main(["--target", self.fixture.target, "generate", "Hi", "--seed", "-1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("seed", err.getvalue())
+        # health is a probe: 0 only when SERVING.
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(cli.main(["--target", self.fixture.target, "health"]), 0)
 
     def test_unreachable_server_is_unavailable(self):
         with BlossomClient("127.0.0.1:1", timeout=5) as client:
