@@ -28,6 +28,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/types/span.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -344,7 +346,33 @@ int RunGenerate() {
   return 0;
 }
 
+// A flag given on the command line that the chosen mode would ignore: refused, since the run
+// would not be the one asked for (--model with --server serves the server's model; --api_key
+// without --server sends nothing). Returns 2 (printed) or 0.
+int RefuseFlagsOfTheOtherMode(bool remote) {
+  static constexpr const char* kLocalOnly[] = {
+      "model", "tp", "threads", "launcher", "strict_load", "quantize", "quantize_lm_head",
+      "kv_cache_dtype", "speculative_tokens", "ngram_lookup_max", "ngram_lookup_min"};
+  static constexpr const char* kRemoteOnly[] = {"api_key", "timeout", "tls", "tls_ca"};
+  const absl::Span<const char* const> others =
+      remote ? absl::MakeConstSpan(kLocalOnly) : absl::MakeConstSpan(kRemoteOnly);
+  for (const char* name : others) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    // Set to anything but its default (giving the default changes nothing either way).
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      std::cerr << "blossom: --" << name
+                << (remote ? " configures the in-process model: with --server the server's own "
+                             "settings apply (drop it, or drop --server)"
+                           : " applies to --server calls only")
+                << std::endl;
+      return 2;
+    }
+  }
+  return 0;
+}
+
 int RunRemote(const std::string& command) {
+  if (int refused = RefuseFlagsOfTheOtherMode(/*remote=*/true)) return refused;
   RemoteOptions options;
   options.server = absl::GetFlag(FLAGS_server);
   options.api_key = absl::GetFlag(FLAGS_api_key);
@@ -408,7 +436,10 @@ int main(int argc, char** argv) {
   }
   const std::string command = positional[1];
   if (!absl::GetFlag(FLAGS_server).empty()) return blossom::RunRemote(command);
-  if (command == "generate") return blossom::RunGenerate();
+  if (command == "generate") {
+    if (int refused = blossom::RefuseFlagsOfTheOtherMode(/*remote=*/false)) return refused;
+    return blossom::RunGenerate();
+  }
   if (command == "stream" || command == "tokenize" || command == "health" || command == "info") {
     std::cerr << "blossom: '" << command << "' needs --server HOST:PORT" << std::endl;
     return 2;

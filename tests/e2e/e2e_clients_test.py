@@ -526,6 +526,10 @@ class CurlAndCliTest(unittest.TestCase):
                          grpc_greedy("The server reads", 6, ignore_eos=True).text)
         self.assertIn("generated_tokens=6", streamed.stderr)
         self.assertRegex(streamed.stderr, r"seed=\d+")  # a sampled run can be repeated
+        # A flag of the in-process mode would be ignored with --server: refused, naming it.
+        local_only = run("generate", "--prompt", "x", "--quantize", "int8")
+        self.assertEqual(local_only.returncode, 2)
+        self.assertIn("--quantize configures the in-process model", local_only.stderr)
         # A CA file without --tls would connect in plaintext, the API key in the clear.
         plain = run("health", "--tls_ca", "/dev/null")
         self.assertEqual(plain.returncode, 2)
