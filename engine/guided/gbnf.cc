@@ -75,7 +75,7 @@ class Parser {
       if (absl::Status s = Alternates(rule, 0); !s.ok()) return s;
       Skip();
       if (pos_ < text_.size() && !AtRuleStart()) {
-        return Error(absl::StrCat("unexpected '", text_.substr(pos_, 1), "'"));
+        return Error(absl::StrCat("unexpected '", CharAt(pos_), "'"));
       }
     }
     for (size_t r = 0; r < defined_.size(); ++r) {
@@ -105,6 +105,14 @@ class Parser {
   }
 
  private:
+  // The whole character at `at` (the text is valid UTF-8): errors quote characters, never a
+  // lone byte, so that they stay valid UTF-8 in protobuf strings.
+  absl::string_view CharAt(size_t at) const {
+    size_t length = 1;
+    DecodeUtf8At(text_, at, &length);
+    return text_.substr(at, length);
+  }
+
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat("grammar at byte ", pos_, ": ", what));
   }
@@ -218,7 +226,7 @@ class Parser {
         out->push_back({Kind::kRule, Rule(Name(), offset)});
         s = Count(1);
       } else {
-        return Error(absl::StrCat("unexpected '", text_.substr(pos_, 1), "'"));
+        return Error(absl::StrCat("unexpected '", CharAt(pos_), "'"));
       }
       if (!s.ok()) return s;
       for (Skip(); pos_ < text_.size() && absl::string_view("*+?{").find(text_[pos_]) !=
@@ -299,7 +307,7 @@ class Parser {
       case 'U': return Hex(8);
       default:
         pos_ -= 2;
-        return Error(absl::StrCat("unknown escape '\\", text_.substr(pos_ + 1, 1), "'"));
+        return Error(absl::StrCat("unknown escape '\\", CharAt(pos_ + 1), "'"));
     }
   }
 
@@ -400,23 +408,48 @@ class Parser {
   std::vector<CodePointClass> classes_;
 };
 
-// Rules that can match "" (`nullable`) and rules that can match some finite text (`finite`).
+// Rules that can match "" (`nullable`) and rules that can match some finite text (`finite`):
+// least fixpoints by worklist, linear in the grammar (a pass per rule settled would be
+// quadratic on a long chain of rules).
 void Fixpoints(const Grammar& g, std::vector<bool>* nullable, std::vector<bool>* finite) {
   nullable->assign(g.rules.size(), false);
   finite->assign(g.rules.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < g.rules.size(); ++r) {
-      for (int32_t start : g.rules[r].alternatives) {
-        bool all_nullable = true, all_finite = true;
-        for (int32_t p = start; g.elements[p].kind != Kind::kEnd; ++p) {
-          const Element& e = g.elements[p];
-          all_nullable = all_nullable && e.kind == Kind::kRule && (*nullable)[e.index];
-          all_finite = all_finite && (e.kind == Kind::kClass || (*finite)[e.index]);
+  // Per alternative: its rule, and the references not yet known nullable / finite (a class makes
+  // it never nullable). Per rule: the alternatives referencing it, once per reference.
+  std::vector<int32_t> owner, unknown_nullable, unknown_finite;
+  std::vector<std::vector<int32_t>> users(g.rules.size());
+  std::vector<std::pair<int32_t, bool>> settled;  // (rule, nullable: else finite)
+  for (size_t r = 0; r < g.rules.size(); ++r) {
+    for (int32_t start : g.rules[r].alternatives) {
+      const int32_t alt = static_cast<int32_t>(owner.size());
+      int32_t refs = 0;
+      bool has_class = false;
+      for (int32_t p = start; g.elements[p].kind != Kind::kEnd; ++p) {
+        if (g.elements[p].kind == Kind::kClass) {
+          has_class = true;
+        } else {
+          ++refs;
+          users[g.elements[p].index].push_back(alt);
         }
-        if (all_nullable && !(*nullable)[r]) changed = (*nullable)[r] = true;
-        if (all_finite && !(*finite)[r]) changed = (*finite)[r] = true;
       }
+      owner.push_back(static_cast<int32_t>(r));
+      unknown_nullable.push_back(has_class ? -1 : refs);
+      unknown_finite.push_back(refs);
+      if (refs == 0) {
+        if (!has_class) settled.push_back({static_cast<int32_t>(r), true});
+        settled.push_back({static_cast<int32_t>(r), false});
+      }
+    }
+  }
+  while (!settled.empty()) {
+    const auto [rule, is_nullable] = settled.back();
+    settled.pop_back();
+    std::vector<bool>& known = is_nullable ? *nullable : *finite;
+    if (known[rule]) continue;
+    known[rule] = true;
+    std::vector<int32_t>& unknown = is_nullable ? unknown_nullable : unknown_finite;
+    for (int32_t alt : users[rule]) {
+      if (unknown[alt] > 0 && --unknown[alt] == 0) settled.push_back({owner[alt], is_nullable});
     }
   }
 }

@@ -25,8 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int byte = 255; byte >= 0; --byte) (void)b.Advance(sb, static_cast<uint8_t>(byte), &scratch);
   for (size_t i = 0; i <= output.size() && i < 256; ++i) {
     std::string key_a, key_b;
-    a.AppendKey(sa, &key_a);
-    b.AppendKey(sb, &key_b);
+    if (a.AppendKey(sa, &key_a, 1 << 20) != b.AppendKey(sb, &key_b, 1 << 20)) __builtin_trap();
     if (key_a != key_b || a.CanEnd(sa) != b.CanEnd(sb)) __builtin_trap();
     if (i == output.size()) break;
     const std::string byte = output.substr(i, 1);

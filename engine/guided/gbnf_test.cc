@@ -97,6 +97,28 @@ TEST(GbnfTest, RefusalsNameTheProblem) {
   EXPECT_NE(ErrorOf("root ::= \"a\" ! \"b\"").find("grammar at byte 13"), std::string::npos);
 }
 
+// Nullable and finite propagate through chains of rules defined before the rules they use.
+TEST(GbnfTest, LongRuleChainsAreAnalysedWhateverTheirOrder) {
+  std::string chain = "root ::= r0 \"!\"\n";
+  for (int i = 0; i < 3000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  EXPECT_TRUE(CompileGbnf(chain + "r3000 ::= \"y\"").ok());
+  // The end of the chain matches "": so does every rule of it, and a repeat of r0 is
+  // left-recursive.
+  std::string nullable = chain + "r3000 ::= \"\"\n";
+  absl::StatusOr<Grammar> g = CompileGbnf(nullable);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NE(ErrorOf(nullable + "loop ::= r0* \"z\"").find("left-recursive"), std::string::npos);
+  // And one that can never finish, at the chain's end.
+  EXPECT_NE(ErrorOf(chain + "r3000 ::= \"y\" r3000").find("can never finish"), std::string::npos);
+}
+
+// Errors quote whole characters: they travel in protobuf strings, which must be UTF-8.
+TEST(GbnfTest, ErrorsQuoteWholeCharacters) {
+  EXPECT_NE(ErrorOf("root ::= \xC3\xA9").find("unexpected '\xC3\xA9'"), std::string::npos);
+  EXPECT_NE(ErrorOf("root ::= \"\\\xC3\xA9\"").find("unknown escape '\\\xC3\xA9'"),
+            std::string::npos);
+}
+
 TEST(GbnfTest, LeftRecursionIsRefusedNamingTheRule) {
   EXPECT_NE(ErrorOf("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]")
                 .find("rule 'expr' is left-recursive"),

@@ -30,6 +30,15 @@ GrammarConstraint::GrammarConstraint(Grammar grammar,
 absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTokens(
     absl::Span<const int32_t> output, int32_t end_token) const {
   GrammarMatcher matcher(&grammar_);
+  auto over = [&](size_t work_budget) {
+    return matcher.work_done() > work_budget || matcher.links() > kMaxGrammarLinks;
+  };
+  auto too_costly = [&](absl::string_view doing) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grammar: ", doing, " after ", output.size(), " output tokens takes more than ",
+        kMaxGrammarCallWork, " steps of work or ", kMaxGrammarLinks,
+        " stack links; make the grammar less ambiguous"));
+  };
   GrammarMatcher::State state = matcher.Start();
   for (size_t i = 0; i < output.size(); ++i) {
     const absl::string_view bytes = vocabulary_->bytes(output[i]);
@@ -37,36 +46,33 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTo
       return absl::FailedPreconditionError(absl::StrCat(
           "output token ", i, " (id ", output[i], ") breaks the request's grammar"));
     }
+    if (over(kMaxGrammarCallWork)) return too_costly("reading the output");
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
-  matcher.AppendKey(state, &key);
-  // A walk past its budget is refused whole (and not cached): it stops costing at once, and
-  // where it stops depends only on the state, so the request fails the same way each time.
-  bool over_budget = false;
-  const size_t budget = matcher.stacks_stepped() + kMaxGrammarWalkStacks;
-  std::shared_ptr<const TokenBitmask> mask = masks_.Find(key);
+  // A deep state's key is long: such a mask is computed, not cached (bounding the cache).
+  const bool cacheable = matcher.AppendKey(state, &key, kMaxGrammarKeyBytes);
+  std::shared_ptr<const TokenBitmask> mask = cacheable ? masks_.Find(key) : nullptr;
   if (mask == nullptr) {
+    // A walk past its budget is refused whole (and not cached): it stops costing at once.
+    bool over_budget = false;
+    const size_t budget = matcher.work_done() + kMaxGrammarCallWork;
     mask = WalkVocabulary(*vocabulary_, state, matcher.CanEnd(state), end_token,
                           [&](const GrammarMatcher::State& from, uint8_t byte,
                               GrammarMatcher::State* to) {
-                            if (matcher.stacks_stepped() > budget) over_budget = true;
+                            over_budget = over_budget || over(budget);
                             return !over_budget && matcher.Advance(from, byte, to);
                           });
-    if (over_budget) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "grammar: after ", output.size(), " output tokens its parse stacks are too many to "
-          "find the allowed tokens within ", kMaxGrammarWalkStacks, " stack steps; make the "
-          "grammar less ambiguous"));
-    }
-    masks_.Insert(std::move(key), mask);
+    if (over_budget) return too_costly("finding the allowed tokens");
+    if (cacheable) masks_.Insert(std::move(key), mask);
   }
-  // Every state the grammar reaches can go on, so nothing allowed means each next character
-  // passed the matcher's bounds: the request's fault, said as such rather than as a masked row.
+  // Every state the grammar reaches can go on unless a bound cut it, so nothing allowed means
+  // each next character passed the matcher's bounds: the request's fault, said as such rather
+  // than as a masked row.
   if (std::all_of(mask->begin(), mask->end(), [](uint64_t word) { return word == 0; })) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grammar: after ", output.size(), " output tokens every next character needs more than ",
         kMaxGrammarStacks, " parse stacks or ", kMaxGrammarStackDepth,
-        " rules of nesting; make the grammar less ambiguous"));
+        " rules of nesting; make the grammar less ambiguous or less deep"));
   }
   return mask;
 }

@@ -18,9 +18,15 @@
 
 namespace blossom {
 
-// The stacks one mask's trie walk may step (grammar_matcher.h): a free-text state of a grammar
-// with a few stacks steps 250k nodes x a few; past this (about 0.1 s) the request is refused.
-inline constexpr size_t kMaxGrammarWalkStacks = 16 << 20;
+// What one call may cost (grammar_matcher.h's work: stacks stepped and expansion steps), for
+// reading the output and again for the trie walk: a free-text state of a JSON grammar steps
+// 250k nodes x a few stacks, about 1M. Past it, or past kMaxGrammarLinks links in the call's
+// arena, the request is refused (InvalidArgument) instead of holding up the sampler.
+inline constexpr size_t kMaxGrammarCallWork = 8 << 20;
+inline constexpr size_t kMaxGrammarLinks = 1 << 20;
+// Masks are cached by a key of the state's whole stacks; a deeper state's mask is not cached,
+// so a grammar's 128 cached keys stay small.
+inline constexpr size_t kMaxGrammarKeyBytes = 4096;
 
 // Thread-safe (see TokenConstraint): each call reads with a matcher of its own.
 class GrammarConstraint : public TokenConstraint {

@@ -101,6 +101,45 @@ TEST(GrammarConstraintTest, RepeatedStatesHitTheMaskCache) {
   EXPECT_EQ((*constraint)->masks_computed(), 1);
 }
 
+// A grammar whose empty alternatives multiply (2^14 ways through `e`) under a palindrome whose
+// every prefix is a new state: each expansion visits its (position, stack) pairs once, so a
+// step costs the pairs, not the derivations.
+TEST(GrammarConstraintTest, EmptyAlternativesCostTheirPairsNotTheirDerivations) {
+  std::string gbnf = "root ::= e";
+  for (char c = 'a'; c <= 'z'; ++c) gbnf += std::string(" | \"") + c + "\" root \"" + c + "\"";
+  gbnf += "\ne ::= n n n n n n n n n n n n n n\nn ::= \"\" | \"\"\n";
+  auto constraint = GrammarConstraint::Create(gbnf, FixtureVocabulary());
+  ASSERT_TRUE(constraint.ok()) << constraint.status();
+  std::vector<int32_t> output;
+  for (char c : std::string("abc")) {
+    auto ids = FixtureTokenizer().Encode(std::string(1, c));
+    ASSERT_TRUE(ids.ok() && ids->size() == 1u);
+    output.push_back(ids->front());
+    auto mask = (*constraint)->AllowedTokens(output, kFixtureEos);
+    ASSERT_TRUE(mask.ok()) << mask.status();
+    EXPECT_FALSE(TokenAllowed(**mask, kFixtureEos));  // "a", "ab", "abc" are no palindromes
+  }
+}
+
+// A deep state's key is its whole stacks: past kMaxGrammarKeyBytes its mask is computed each
+// time, not cached, so a grammar's cache stays small.
+TEST(GrammarConstraintTest, DeepStatesAreComputedNotCached) {
+  auto constraint = GrammarConstraint::Create(R"g(root ::= "(" root ")" | "x")g",
+                                              FixtureVocabulary());
+  ASSERT_TRUE(constraint.ok()) << constraint.status();
+  auto open = FixtureTokenizer().Encode("(");
+  ASSERT_TRUE(open.ok() && open->size() == 1u);
+  const std::vector<int32_t> shallow(10, open->front()), deep(600, open->front());
+  ASSERT_TRUE((*constraint)->AllowedTokens(shallow, kFixtureEos).ok());
+  EXPECT_EQ((*constraint)->masks_computed(), 1);
+  for (int i = 0; i < 2; ++i) {
+    auto mask = (*constraint)->AllowedTokens(deep, kFixtureEos);
+    ASSERT_TRUE(mask.ok()) << mask.status();
+    EXPECT_TRUE(TokenAllowed(**mask, open->front()));
+  }
+  EXPECT_EQ((*constraint)->masks_computed(), 1);  // the deep state's two walks were not cached
+}
+
 TEST(GrammarConstraintTest, AnOutputOutsideTheGrammarIsFailedPrecondition) {
   auto constraint = GrammarConstraint::Create("root ::= [0-9]+", FixtureVocabulary());
   ASSERT_TRUE(constraint.ok());

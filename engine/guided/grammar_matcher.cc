@@ -25,10 +25,15 @@ bool GrammarMatcher::Expand(int32_t pos, uint32_t parent, std::vector<uint32_t>*
                             size_t* work) {
   const std::vector<Grammar::Element>& elements = grammar_->elements;
   todo_.clear();
+  visited_.clear();
   todo_.push_back({pos, parent});
   while (!todo_.empty()) {
     auto [p, under] = todo_.back();
     todo_.pop_back();
+    // The same pair leads to the same stacks: once is enough (empty alternatives reach a pair
+    // by exponentially many paths).
+    if (!visited_.insert((static_cast<uint64_t>(p) << 32) | under).second) continue;
+    ++work_done_;
     if (++*work > kMaxGrammarStepWork) return false;
     if (elements[p].kind == Kind::kEnd) {
       // The rule is done: go on where the rule below entered it (never at an end: such a
@@ -101,7 +106,7 @@ bool GrammarMatcher::Step(const State& state, uint32_t code_point, State* next) 
   next->stacks.clear();
   size_t work = 0;
   for (uint32_t stack : state.stacks) {
-    ++stacks_stepped_;
+    ++work_done_;
     if (stack == kBottom || !ClassContains(TopClass(stack), code_point)) continue;
     const Expansion& e = ExpansionOf(stack);
     work += e.work;
@@ -149,7 +154,10 @@ bool GrammarMatcher::CanEnd(const State& state) const {
          state.stacks.front() == kBottom;
 }
 
-void GrammarMatcher::AppendKey(const State& state, std::string* key) const {
+bool GrammarMatcher::AppendKey(const State& state, std::string* key, size_t max_bytes) const {
+  size_t bytes = 0;
+  for (uint32_t stack : state.stacks) bytes += (links_[stack].depth + 1) * sizeof(int32_t);
+  if (bytes > max_bytes) return false;
   std::vector<std::vector<int32_t>> paths;
   paths.reserve(state.stacks.size());
   for (uint32_t stack : state.stacks) {
@@ -163,6 +171,7 @@ void GrammarMatcher::AppendKey(const State& state, std::string* key) const {
     key->append(reinterpret_cast<const char*>(path.data()), path.size() * sizeof(int32_t));
   }
   state.utf8.AppendKey(key);
+  return true;
 }
 
 }  // namespace blossom

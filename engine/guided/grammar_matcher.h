@@ -4,12 +4,16 @@
 // rule entered. Stacks are links in an arena (shared tails, interned, so equal stacks are one
 // id): a step rewrites only their tops.
 //
-// Bounds, so that an ambiguous or deeply recursive grammar costs a bounded step: a stack deeper
-// than kMaxGrammarStackDepth is dropped (that derivation is not generated, as the JSON matcher
-// does past its nesting limit), and a character whose step would need more than
-// kMaxGrammarStacks stacks or kMaxGrammarStepWork expansions is refused. Both depend only on the
-// text, never on what the matcher computed before, so a replay of an output reaches the same
-// states as the steps that generated it.
+// Bounds, so that an ambiguous or deeply recursive grammar costs a bounded step: a link that
+// would make a stack deeper than kMaxGrammarStackDepth is not made (that derivation is dropped
+// where it would go deeper; a text that needs it is refused there, which can leave a state
+// with no next character: the constraint reports that), and a character whose step would need
+// more than kMaxGrammarStacks stacks or kMaxGrammarStepWork expansions is refused. Both depend
+// only on the text, never on what the matcher computed before, so a replay of an output
+// reaches the same states as the steps that generated it. An expansion visits each (position,
+// stack below) pair once, so a grammar of many empty alternatives costs its pairs, not its
+// exponentially many derivations. The total work and the arena's size are counted for the
+// constraint, which bounds a call's (work_done, links).
 //
 // What a stack leads to once its top character is read depends on the stack alone, so it is
 // computed once per stack and kept: a trie walk through a free-text state, where every node
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 #include "engine/guided/gbnf.h"
 #include "engine/text/utf8.h"
@@ -49,11 +54,14 @@ class GrammarMatcher {
   bool Advance(const State& state, uint8_t c, State* next);
   bool AdvanceAll(State& state, absl::string_view bytes);
   bool CanEnd(const State& state) const;
-  // Stacks stepped so far (each is a class test and a merge): the trie walk's cost, which the
-  // constraint bounds.
-  size_t stacks_stepped() const { return stacks_stepped_; }
-  // The state's stacks by their contents, not their ids: the same key from any matcher.
-  void AppendKey(const State& state, std::string* key) const;
+  // Work so far: stacks stepped (a class test and a merge each) and expansion steps; and the
+  // links in the arena. What a call costs, which the constraint bounds.
+  size_t work_done() const { return work_done_; }
+  size_t links() const { return links_.size(); }
+  // The state's stacks by their contents, not their ids: the same key from any matcher. False
+  // (and nothing appended) when the key would pass `max_bytes` (a deep state's key is its
+  // whole stacks).
+  bool AppendKey(const State& state, std::string* key, size_t max_bytes) const;
 
  private:
   static constexpr uint32_t kBottom = 0;
@@ -86,7 +94,8 @@ class GrammarMatcher {
   std::vector<Expansion> expansions_;
   std::vector<uint32_t> expanded_;
   std::vector<uint32_t> scratch_;
-  size_t stacks_stepped_ = 0;
+  absl::flat_hash_set<uint64_t> visited_;  // Expand's (position, stack below) pairs
+  size_t work_done_ = 0;
 };
 
 }  // namespace blossom

@@ -112,18 +112,18 @@ item ::= [a-z]+)g");
   GrammarMatcher::State s = matcher.Start();
   ASSERT_TRUE(matcher.AdvanceAll(s, "ab,c"));
   std::string short_key, long_key;
-  matcher.AppendKey(s, &short_key);
+  ASSERT_TRUE(matcher.AppendKey(s, &short_key, 4096));
   std::string text;
   for (int i = 0; i < 500; ++i) text += ",abc";
   ASSERT_TRUE(matcher.AdvanceAll(s, text));
-  matcher.AppendKey(s, &long_key);
+  ASSERT_TRUE(matcher.AppendKey(s, &long_key, 4096));
   EXPECT_EQ(short_key, long_key);
   // And the key is the same from another matcher, whatever ids its arena gave.
   GrammarMatcher other(&*g.grammar);
   GrammarMatcher::State t = other.Start();
   ASSERT_TRUE(other.AdvanceAll(t, "zz,yy,x"));
   std::string other_key;
-  other.AppendKey(t, &other_key);
+  ASSERT_TRUE(other.AppendKey(t, &other_key, 4096));
   EXPECT_EQ(other_key, short_key);
 }
 
