@@ -249,7 +249,10 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
 
 int RunGenerate() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  if (model_dir.empty()) {  // a usage error: exit 2, as the header says
+    std::cerr << "blossom: error: --model DIR is required (or --server HOST:PORT)" << std::endl;
+    return 2;
+  }
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   if (prompt.empty()) return Fail(absl::InvalidArgumentError("--prompt must not be empty"));
 

@@ -39,6 +39,13 @@ const char* CodeName(grpc::StatusCode code) {
     case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
     case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
     case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
     default: return "ERROR";
   }
 }
