@@ -52,16 +52,22 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
 // caches): every answer equals the one a single thread gets. Run under --config=tsan too.
 TEST(ConstraintCacheTest, ConcurrentRequestsGetTheSameMasks) {
   ConstraintCache cache([] { return FixtureVocabulary(); }, /*capacity=*/2);
-  const char* schemas[] = {R"({"type": "object"})", R"({"type": "array", "items": {"type": "integer"}})",
-                           R"({"type": "string", "format": "date"})"};
+  // Three schemas and a GBNF grammar (its matcher's arena is per call, its masks shared).
+  const char* texts[] = {R"({"type": "object"})", R"({"type": "array", "items": {"type": "integer"}})",
+                         R"({"type": "string", "format": "date"})",
+                         R"g(root ::= "{" (""" [a-z]* """)? "}" | "[" [0-9] ("," [ ]? [0-9])* "]")g"};
+  constexpr int kConstraints = 4;
+  auto get = [&](int s) {
+    return s == 3 ? cache.Grammar(texts[s]) : cache.JsonSchema(texts[s]);
+  };
   const std::vector<std::vector<int32_t>> outputs = {
       {}, *FixtureTokenizer().Encode("{\"a\""), *FixtureTokenizer().Encode("[1, 2"),
       *FixtureTokenizer().Encode("\"2026-")};
-  // The answers of one thread, by schema and output (an error where the output leaves it).
-  std::vector<std::vector<std::string>> want(3);
-  for (int s = 0; s < 3; ++s) {
-    auto c = cache.JsonSchema(schemas[s]);
-    ASSERT_TRUE(c.ok());
+  // The answers of one thread, by constraint and output (an error where the output leaves it).
+  std::vector<std::vector<std::string>> want(kConstraints);
+  for (int s = 0; s < kConstraints; ++s) {
+    auto c = get(s);
+    ASSERT_TRUE(c.ok()) << c.status();
     for (const auto& output : outputs) {
       auto mask = (*c)->AllowedTokens(output, kFixtureEos);
       want[s].push_back(mask.ok() ? std::string(reinterpret_cast<const char*>((*mask)->data()),
@@ -74,8 +80,8 @@ TEST(ConstraintCacheTest, ConcurrentRequestsGetTheSameMasks) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 40; ++i) {
-        const int s = (t + i) % 3;
-        auto c = cache.JsonSchema(schemas[s]);
+        const int s = (t + i) % kConstraints;
+        auto c = get(s);
         if (!c.ok()) {
           ++mismatches;
           continue;
