@@ -11,8 +11,10 @@
 #define BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
@@ -54,9 +56,20 @@ class PretendDeviceRunner : public ModelRunner {
 // Called by one thread (the engine's).
 class FailingStepRunner : public PretendDeviceRunner {
  public:
-  FailingStepRunner(ModelRunner* inner, int fail_from, bool fatal = false)
-      : PretendDeviceRunner(inner), fail_from_(fail_from), fatal_(fatal) {}
+  // `closed`: every step waits until Open(), so that a test can submit several requests before
+  // any step runs (on a loaded machine the engine could otherwise run steps in between).
+  FailingStepRunner(ModelRunner* inner, int fail_from, bool fatal = false, bool closed = false)
+      : PretendDeviceRunner(inner), fail_from_(fail_from), fatal_(fatal), open_(!closed) {}
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    opened_.notify_all();
+  }
   absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      opened_.wait(lock, [this] { return open_; });
+    }
     if (++calls_ >= fail_from_) return absl::DeadlineExceededError("a peer died");
     return PretendDeviceRunner::ForwardKeepLogits(batch);
   }
@@ -68,7 +81,10 @@ class FailingStepRunner : public PretendDeviceRunner {
  private:
   const int fail_from_;
   const bool fatal_;
-  int calls_ = 0;
+  int calls_ = 0;  // the engine thread's
+  std::mutex mu_;
+  std::condition_variable opened_;
+  bool open_;  // guarded by mu_
 };
 
 }  // namespace blossom

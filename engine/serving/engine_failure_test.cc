@@ -62,13 +62,16 @@ EngineConfig SmallConfig(int32_t max_num_seqs) {
 // One sequence runs at a time, so a second request is still waiting when the first one's step
 // fails: a fatal failure must end it too, and refuse what comes after.
 TEST_F(EngineFailureTest, AFailureForGoodEndsEveryRequestAndRefusesNewOnes) {
-  FailingStepRunner failing(runner_, /*fail_from=*/3, /*fatal=*/true);
+  FailingStepRunner failing(runner_, /*fail_from=*/3, /*fatal=*/true, /*closed=*/true);
   FailureObserver observer;
   auto engine = Engine::Create(&failing, tokenizer_, SmallConfig(1), &observer);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto running = (*engine)->Submit(Request(5, 20));
   auto waiting = (*engine)->Submit(Request(6, 20));
-  ASSERT_TRUE(running.ok() && waiting.ok());
+  // Both are in before the first step runs (else a loaded machine could fail the engine first
+  // and refuse the second).
+  failing.Open();
+  ASSERT_TRUE(running.ok() && waiting.ok()) << running.status() << " / " << waiting.status();
   const EngineEvent first = Last(**running);
   EXPECT_EQ(first.finish_reason, FinishReason::kError);
   EXPECT_NE(std::string(first.status.message()).find("a peer died"), std::string::npos)
