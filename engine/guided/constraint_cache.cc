@@ -6,37 +6,39 @@
 #include "engine/guided/regex_constraint.h"
 
 namespace blossom {
+namespace {
+
+// A compiled constraint of any kind, as the cache keeps it.
+template <typename T>
+absl::StatusOr<std::shared_ptr<const TokenConstraint>> AsTokenConstraint(
+    absl::StatusOr<std::shared_ptr<const T>> compiled) {
+  if (!compiled.ok()) return compiled.status();
+  return std::shared_ptr<const TokenConstraint>(*std::move(compiled));
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::JsonSchema(
     absl::string_view schema_json, JsonGrammarOptions options) {
   return Get(absl::StrCat(options.allow_whitespace ? "json:" : "compact json:", schema_json),
-             [&](std::shared_ptr<const TokenVocabulary> vocabulary)
-                 -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
-               auto c = JsonSchemaConstraint::Create(schema_json, options, std::move(vocabulary));
-               if (!c.ok()) return c.status();
-               return std::shared_ptr<const TokenConstraint>(*std::move(c));
+             [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
+               return AsTokenConstraint(JsonSchemaConstraint::Create(schema_json, options, std::move(vocabulary)));
              });
 }
 
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Regex(
     absl::string_view pattern) {
   return Get(absl::StrCat("regex:", pattern),
-             [&](std::shared_ptr<const TokenVocabulary> vocabulary)
-                 -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
-               auto c = RegexConstraint::Create(pattern, std::move(vocabulary));
-               if (!c.ok()) return c.status();
-               return std::shared_ptr<const TokenConstraint>(*std::move(c));
+             [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
+               return AsTokenConstraint(RegexConstraint::Create(pattern, std::move(vocabulary)));
              });
 }
 
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::Grammar(
     absl::string_view gbnf) {
   return Get(absl::StrCat("gbnf:", gbnf),
-             [&](std::shared_ptr<const TokenVocabulary> vocabulary)
-                 -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
-               auto c = GrammarConstraint::Create(gbnf, std::move(vocabulary));
-               if (!c.ok()) return c.status();
-               return std::shared_ptr<const TokenConstraint>(*std::move(c));
+             [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
+               return AsTokenConstraint(GrammarConstraint::Create(gbnf, std::move(vocabulary)));
              });
 }
 

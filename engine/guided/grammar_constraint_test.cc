@@ -149,14 +149,20 @@ TEST(GrammarConstraintTest, AnOutputOutsideTheGrammarIsFailedPrecondition) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(GrammarConstraintTest, AGrammarTooAmbiguousAtItsStartIsRefused) {
-  // Eleven rules, each of two ways: 2^11 stacks before the first character.
-  std::string gbnf = "root ::= r0\n";
+// Rules r0 .. r10, each of two ways to reach the next, then r11: 2^11 parse stacks where r0
+// begins.
+std::string TwoWayChain() {
+  std::string gbnf;
   for (int i = 0; i < 11; ++i) {
     gbnf += "r" + std::to_string(i) + " ::= (\"\" | \" \"?) r" + std::to_string(i + 1) + " | r" +
             std::to_string(i + 1) + " \"x\"\n";
   }
-  gbnf += "r11 ::= \"y\"\n";
+  return gbnf + "r11 ::= \"y\"\n";
+}
+
+TEST(GrammarConstraintTest, AGrammarTooAmbiguousAtItsStartIsRefused) {
+  // Eleven rules, each of two ways: 2^11 stacks before the first character.
+  const std::string gbnf = "root ::= r0\n" + TwoWayChain();
   auto constraint = GrammarConstraint::Create(gbnf, FixtureVocabulary());
   ASSERT_FALSE(constraint.ok());
   EXPECT_EQ(constraint.status().code(), absl::StatusCode::kInvalidArgument);
@@ -166,12 +172,7 @@ TEST(GrammarConstraintTest, AGrammarTooAmbiguousAtItsStartIsRefused) {
 
 TEST(GrammarConstraintTest, AStateWhoseEveryNextCharacterPassesTheBoundsIsInvalidArgument) {
   // The start is one stack; the "a" it reads leads to 2^11 (eleven two-way rules).
-  std::string gbnf = "root ::= \"a\" r0\n";
-  for (int i = 0; i < 11; ++i) {
-    gbnf += "r" + std::to_string(i) + " ::= (\"\" | \" \"?) r" + std::to_string(i + 1) + " | r" +
-            std::to_string(i + 1) + " \"x\"\n";
-  }
-  gbnf += "r11 ::= \"y\"\n";
+  const std::string gbnf = "root ::= \"a\" r0\n" + TwoWayChain();
   auto constraint = GrammarConstraint::Create(gbnf, FixtureVocabulary());
   ASSERT_TRUE(constraint.ok()) << constraint.status();
   // The start reads "a" only, and the step that reads it passes the bound.
