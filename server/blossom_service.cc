@@ -441,6 +441,7 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   if (model_info.limits().max_total_tokens() > 0) {
     options_.limits.max_total_tokens = model_info.limits().max_total_tokens();
   }
+  options_.limits.max_waiting_requests = engine->scheduler_config().max_waiting_requests;
   model_info_ = std::move(model_info);
   system_fingerprint_ = SystemFingerprint(model_info_);
   state_.store(static_cast<int>(State::kServing), std::memory_order_release);

@@ -191,6 +191,30 @@ TEST(BlossomServiceTest, FullQueueIsRefusedFastAndOthersFinish) {
   EXPECT_EQ(ok.load() + exhausted.load(), 4);
 }
 
+// The queue's capacity reaches the request checks: a group it could never hold is refused for
+// good (no RetryInfo), one it can hold is served.
+TEST(BlossomServiceTest, GroupLargerThanTheQueueIsOutOfRange) {
+  EngineConfig config;
+  config.scheduler.max_waiting_requests = 2;
+  ServiceFixture fixture({}, config);
+  fixture.Load();
+  v1::GenerateRequest request = Greedy("Grouped", 2);
+  request.set_group_size(3);
+  grpc::ClientContext refused_context;
+  v1::GenerateResponse response;
+  grpc::Status status = fixture.stub().Generate(&refused_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "GROUP_TOO_LARGE");
+  EXPECT_EQ(details.field, "group_size");
+  EXPECT_FALSE(details.retry_delay.has_value());
+  request.set_group_size(2);
+  grpc::ClientContext served_context;
+  status = fixture.stub().Generate(&served_context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.final().usage().generated_tokens(), 2);
+}
+
 TEST(BlossomServiceTest, DrainingRefusesNewGenerationsButFinishesOldOnes) {
   ServiceFixture fixture;
   fixture.Load();

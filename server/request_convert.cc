@@ -225,6 +225,19 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                    absl::StatusCode::kNotFound);
   }
   // Before tokenizing: refused whatever the prompt.
+  if (request.group_size() < 0) {
+    return Refusal(error_reason::kInvalidRequest, "group_size",
+                   absl::StrCat("group_size must be >= 0, got ", request.group_size()));
+  }
+  if (request.group_size() > limits.max_waiting_requests) {
+    return Refusal(error_reason::kGroupTooLarge, "group_size",
+                   absl::StrCat("the request asks for ", request.group_size(),
+                                " generations at once, more than this server's waiting queue "
+                                "holds (max_waiting_requests ",
+                                limits.max_waiting_requests,
+                                "): it could never be admitted; ask for fewer"),
+                   absl::StatusCode::kOutOfRange);
+  }
   if (request.priority() != 0 && !limits.priority_scheduling) {
     return Refusal(error_reason::kPriorityNotEnabled, "priority",
                    absl::StrCat("priority ", request.priority(),

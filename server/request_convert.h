@@ -9,6 +9,7 @@
 #define BLOSSOM_SERVER_REQUEST_CONVERT_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +34,9 @@ struct RequestLimits {
   // --scheduling_policy=priority: requests may set `priority`. Off (fcfs, vLLM's default), a
   // non-zero priority is refused: any client could otherwise jump every other client's queue.
   bool priority_scheduling = false;
+  // The engine's waiting-queue capacity (SchedulerConfig::max_waiting_requests): a request's
+  // group_size above it could never be queued whole.
+  int64_t max_waiting_requests = std::numeric_limits<int64_t>::max();
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,

@@ -303,6 +303,31 @@ TEST_F(RequestConvertTest, ZeroPriorityIsAcceptedWhateverThePolicy) {
   }
 }
 
+// Generations submitted together (a gateway's choices) that the waiting queue could never hold
+// at once are refused for good, not with a QUEUE_FULL that a retry would meet again.
+TEST_F(RequestConvertTest, GroupLargerThanTheQueueIsRefusedForGood) {
+  RequestLimits limits = limits_;
+  limits.max_waiting_requests = 4;
+  v1::GenerateRequest request;
+  request.set_text("x");
+  for (int32_t group : {0, 1, 4}) {
+    request.set_group_size(group);
+    EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits).ok()) << "group_size " << group;
+  }
+  request.set_group_size(5);
+  absl::Status refused = ToEngineRequest(request, *tokenizer_, limits).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(refused.message().find("5 generations at once"), absl::string_view::npos) << refused;
+  EXPECT_NE(refused.message().find("max_waiting_requests 4"), absl::string_view::npos) << refused;
+  EXPECT_EQ(DetailsOf(refused).field, "group_size");
+  EXPECT_EQ(DetailsOf(refused).reason, "GROUP_TOO_LARGE");
+  EXPECT_FALSE(DetailsOf(refused).retry_delay.has_value());
+  request.set_group_size(-1);
+  refused = ToEngineRequest(request, *tokenizer_, limits).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DetailsOf(refused).field, "group_size");
+}
+
 TEST_F(RequestConvertTest, RefusalsNameTheField) {
   struct Case {
     std::function<void(v1::GenerateRequest*)> edit;

@@ -88,6 +88,7 @@ std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor) {
       {"sampling.prompt_logprobs", "logprobs"},
       {"ids", "tokens"},  // Detokenize's ids are vLLM /detokenize's tokens
       {"beam_width", "n"},  // BeamSearch's width is vLLM's n with use_beam_search
+      {"group_size", "n"},  // a request's choices (prompts x n, or best_of) queued together
   };
   if (field == "text" || field == "token_ids" || field == "prompt") {
     return flavor == ApiFlavor::kOpenAIChat ? "messages" : "prompt";

@@ -268,6 +268,7 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
     std::vector<GenerateRequest> candidates(static_cast<size_t>(req->best_of), req->request);
     for (size_t k = 0; k < candidates.size(); ++k) {
       candidates[k].set_request_id(absl::StrCat(request_id, "-", k));
+      candidates[k].set_group_size(req->best_of);
     }
     UnaryBatch<GenerateRequest, GenerateResponse>(
         request, writer, ApiFlavor::kTgi, candidates,

@@ -69,9 +69,26 @@ TEST_F(GatewayTest, SeveralPromptsAndNGiveOneChoiceEach) {
   std::vector<v1::GenerateRequest> seen = fake_.all_requests();
   ASSERT_EQ(seen.size(), 4u);
   std::multiset<std::pair<std::string, uint64_t>> sent;
-  for (const v1::GenerateRequest& r : seen) sent.insert({r.text(), r.sampling().seed()});
+  for (const v1::GenerateRequest& r : seen) {
+    sent.insert({r.text(), r.sampling().seed()});
+    EXPECT_EQ(r.group_size(), 4);  // queued together: the server checks they fit its queue
+  }
   EXPECT_EQ(sent, (std::multiset<std::pair<std::string, uint64_t>>{
                       {"a", 10}, {"a", 11}, {"b", 10}, {"b", 11}}));
+}
+
+// TGI's best_of candidates are queued together too.
+TEST_F(GatewayTest, TgiBestOfCandidatesAreOneGroup) {
+  StartGateway({});
+  Client::Reply reply = Request("POST", "/generate",
+                                R"({"inputs":"a","parameters":{"best_of":3,"do_sample":true}})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  std::vector<v1::GenerateRequest> seen = fake_.all_requests();
+  ASSERT_EQ(seen.size(), 3u);
+  for (const v1::GenerateRequest& r : seen) EXPECT_EQ(r.group_size(), 3);
+  Client::Reply single = Request("POST", "/generate", R"({"inputs":"a"})");
+  ASSERT_EQ(single.status, 200) << single.body;
+  EXPECT_EQ(fake_.last_request().group_size(), 0);
 }
 
 // Streamed, the choices' chunks interleave, each with its index; one usage chunk and one
@@ -294,6 +311,14 @@ TEST_F(GatewayTest, BackendDetailsFillParamAndCode) {
   EXPECT_EQ(stops.status, 400);
   EXPECT_EQ(Json::parse(stops.body)["error"]["param"], "stop");
   EXPECT_EQ(Json::parse(stops.body)["error"]["code"], "too_many_stop_sequences");
+
+  // More choices than the server's queue holds: a 400 on n, never a 429 to retry.
+  Client::Reply group = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":"fail:11:too many generations|group_size|GROUP_TOO_LARGE","n":2})");
+  EXPECT_EQ(group.status, 400);
+  EXPECT_EQ(Json::parse(group.body)["error"]["param"], "n");
+  EXPECT_EQ(Json::parse(group.body)["error"]["code"], "group_too_large");
 }
 
 TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {

@@ -297,6 +297,8 @@ absl::Status FillBatch(const std::vector<GenerateRequest>& prompts, CompletionRe
       out->batch.push_back(std::move(one));
     }
   }
+  // Queued together: the server refuses for good a group its queue could never hold.
+  for (GenerateRequest& one : out->batch) one.set_group_size(static_cast<int32_t>(choices));
   return absl::OkStatus();
 }
 
