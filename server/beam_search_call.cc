@@ -78,23 +78,13 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
     // A search is admitted with room for its widest round in the waiting queue: beam_width
     // requests of up to the whole length. One that could never have it is refused for good,
     // naming beam_width (BeamSearch::Start refuses it too, without a field).
-    const SchedulerConfig& queue = service_->engine()->scheduler_config();
-    const int64_t width = converted_.search.params.beam_width;
-    const int64_t round_tokens =
-        width * (static_cast<int64_t>(converted_.search.prompt_tokens.size()) +
-                 converted_.search.params.max_new_tokens);
-    std::string message;
-    if (width > queue.max_waiting_requests) {
-      message = absl::StrCat("beam_width must be at most the server's --max_waiting_requests (",
-                             queue.max_waiting_requests, "), got ", width);
-    } else if (round_tokens > queue.max_waiting_prompt_tokens) {
-      message = absl::StrCat("beam_width (", width, ") times the prompt and max_new_tokens is ",
-                             round_tokens, " tokens, more than the server's waiting queue holds (",
-                             queue.max_waiting_prompt_tokens, ")");
-    }
-    if (!message.empty()) {
-      return WithReason(WithFieldViolation(absl::InvalidArgumentError(message), "beam_width",
-                                           message),
+    absl::Status can_hold = BeamSearch::CheckQueueCanHold(
+        service_->engine()->scheduler_config(), converted_.search.params.beam_width,
+        static_cast<int64_t>(converted_.search.prompt_tokens.size()),
+        converted_.search.params.max_new_tokens);
+    if (!can_hold.ok()) {
+      const std::string message(can_hold.message());
+      return WithReason(WithFieldViolation(std::move(can_hold), "beam_width", message),
                         error_reason::kInvalidBeamSearchParams);
     }
     auto search = BeamSearch::Start(service_->engine(), converted_.search,

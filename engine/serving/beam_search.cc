@@ -33,24 +33,36 @@ absl::StatusOr<std::shared_ptr<BeamSearch>> BeamSearch::Start(Engine* engine,
   // requests of up to the whole length), which later rounds then take without asking (they
   // pass the waiting bounds, so that an admitted search is never refused midway). A search
   // whose round could never fit the queue is refused for good.
-  const SchedulerConfig& limits = engine->scheduler_config();
   const int64_t width = request.params.beam_width;
-  const int64_t round_tokens =
-      width * (static_cast<int64_t>(request.prompt_tokens.size()) + request.params.max_new_tokens);
-  if (width > limits.max_waiting_requests || round_tokens > limits.max_waiting_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "beam_width (", width, ") times the search's length needs room for ", width,
-        " requests of ", round_tokens, " tokens in the waiting queue, more than it holds "
-        "(max_waiting_requests ", limits.max_waiting_requests, ", max_waiting_prompt_tokens ",
-        limits.max_waiting_prompt_tokens, ")"));
-  }
-  absl::Status room = engine->CheckWaitingRoom(width, round_tokens);
+  const int64_t prompt = static_cast<int64_t>(request.prompt_tokens.size());
+  absl::Status can_hold = CheckQueueCanHold(engine->scheduler_config(), width, prompt,
+                                            request.params.max_new_tokens);
+  if (!can_hold.ok()) return can_hold;
+  absl::Status room =
+      engine->CheckWaitingRoom(width, width * (prompt + request.params.max_new_tokens));
   if (!room.ok()) return room;
   std::shared_ptr<BeamSearch> search(
       new BeamSearch(engine, std::move(request), std::move(done)));
   absl::Status submitted = search->SubmitRound();
   if (!submitted.ok()) return submitted;
   return search;
+}
+
+absl::Status BeamSearch::CheckQueueCanHold(const SchedulerConfig& limits, int64_t beam_width,
+                                           int64_t prompt_tokens, int64_t max_new_tokens) {
+  if (beam_width > limits.max_waiting_requests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("beam_width must be at most the server's --max_waiting_requests (",
+                     limits.max_waiting_requests, "), got ", beam_width));
+  }
+  const int64_t round_tokens = beam_width * (prompt_tokens + max_new_tokens);
+  if (round_tokens > limits.max_waiting_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "beam_width (", beam_width, ") times the prompt and max_new_tokens is ", round_tokens,
+        " tokens, more than the server's waiting queue holds (", limits.max_waiting_prompt_tokens,
+        ")"));
+  }
+  return absl::OkStatus();
 }
 
 void BeamSearch::Cancel() {

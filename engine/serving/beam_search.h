@@ -63,6 +63,13 @@ class BeamSearch : public std::enable_shared_from_this<BeamSearch> {
   static absl::StatusOr<std::shared_ptr<BeamSearch>> Start(Engine* engine,
                                                            BeamSearchRequest request, Done done);
 
+  // Whether a search's widest round (`beam_width` requests of the prompt plus max_new_tokens)
+  // could ever fit the waiting queue `limits` describes: InvalidArgument naming the bound it
+  // exceeds otherwise (such a search is refused for good). Start checks it; the server asks
+  // first, to attribute the refusal to beam_width.
+  static absl::Status CheckQueueCanHold(const SchedulerConfig& limits, int64_t beam_width,
+                                        int64_t prompt_tokens, int64_t max_new_tokens);
+
   // Ends the search: its requests in the engine are cancelled and `done` gets Cancelled (unless
   // the search has ended already). Any thread; returns before `done` may have run.
   void Cancel();

@@ -214,6 +214,20 @@ TEST(BeamSearchTest, SearchesRunAlongsideEachOtherAndOrdinaryRequests) {
   EXPECT_EQ(engine->scheduler_stats().blocks_used, 0);
 }
 
+// The queue bound that refuses a search for good names itself; both bounds are inclusive.
+TEST(BeamSearchTest, CheckQueueCanHoldNamesTheBoundExceeded) {
+  SchedulerConfig limits;
+  limits.max_waiting_requests = 4;
+  limits.max_waiting_prompt_tokens = 40;
+  EXPECT_TRUE(BeamSearch::CheckQueueCanHold(limits, 4, 6, 4).ok());  // 4 x 10 = 40
+  absl::Status wide = BeamSearch::CheckQueueCanHold(limits, 5, 1, 1);
+  EXPECT_EQ(wide.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.message().find("--max_waiting_requests (4), got 5"), absl::string_view::npos) << wide;
+  absl::Status long_rounds = BeamSearch::CheckQueueCanHold(limits, 4, 6, 5);
+  EXPECT_EQ(long_rounds.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(long_rounds.message().find("is 44 tokens"), absl::string_view::npos) << long_rounds;
+}
+
 // One sequence runs at a time and 8 may wait. A 6-beam search is admitted only with room for
 // its widest round; then ordinary requests fill the queue to the brim. Round 1 finds the queue
 // full (at most one of them admitted meanwhile) and is queued anyway: without the bypass its
