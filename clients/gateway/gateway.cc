@@ -38,17 +38,22 @@ bool IsValidMetadataValue(absl::string_view value) {
   return true;
 }
 
+// The status recorded for a response whose client had gone before it was sent (nginx's 499,
+// "client closed request"): its call was cancelled for the client, and counting the cancelled
+// call's 503 would page on client impatience.
+constexpr int kClientClosedRequest = 499;
+
 // Records each response's status by route for /metrics; forwards everything else.
 class MeteredWriter : public ResponseWriter {
  public:
   MeteredWriter(std::shared_ptr<ResponseWriter> inner, std::string route, GatewayMetrics* metrics)
       : inner_(std::move(inner)), route_(std::move(route)), metrics_(metrics) {}
   bool Send(Response response) override {
-    metrics_->RecordRequest(route_, response.status);
+    metrics_->RecordRequest(route_, inner_->closed() ? kClientClosedRequest : response.status);
     return inner_->Send(std::move(response));
   }
   bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
-    metrics_->RecordRequest(route_, status);
+    metrics_->RecordRequest(route_, inner_->closed() ? kClientClosedRequest : status);
     return inner_->StartStream(status, std::move(headers));
   }
   bool WriteChunk(std::string data) override { return inner_->WriteChunk(std::move(data)); }

@@ -70,7 +70,7 @@ class ManyChunksBlossom : public v1::Blossom::CallbackService {
       if (left_ > 0) {
         Next();
       } else {
-        Finish(grpc::Status::OK);
+        FinishOnce(grpc::Status::OK);
       }
     }
     void OnCancel() override {
@@ -79,11 +79,16 @@ class ManyChunksBlossom : public v1::Blossom::CallbackService {
         ++fake_->cancelled_;
         fake_->cv_.notify_all();
       }
-      Finish(grpc::Status::CANCELLED);
+      FinishOnce(grpc::Status::CANCELLED);
     }
     void OnDone() override { delete this; }
 
    private:
+    // One Finish per call: OnCancel may follow the last write's Finish.
+    void FinishOnce(const grpc::Status& status) {
+      if (!finished_.exchange(true)) Finish(status);
+    }
+    std::atomic<bool> finished_{false};
     void Next() {
       message_.Clear();
       message_.set_text_delta(std::string(kDeltaBytes, 'a'));

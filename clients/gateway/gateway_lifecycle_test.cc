@@ -8,8 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -158,6 +160,16 @@ TEST_F(GatewayTest, ClientDisconnectCancelsUnaryCall) {
   ASSERT_TRUE(fake_.WaitFor([&] { return fake_.requests_ == 1; }));
   client.reset();
   EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ == 1; }));
+  // Counted as the client's doing (499), not as the cancelled call's 503.
+  for (int i = 0; i < 100 && gateway_->pending_calls() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(gateway_->pending_calls(), 0);
+  const std::string metrics = Request("GET", "/metrics", "").body;
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "blossom_gateway_requests_total{route=\"generate\",status=\"499\"} 1"))
+      << metrics;
+  EXPECT_FALSE(absl::StrContains(metrics, "status=\"503\"")) << metrics;
 }
 
 TEST_F(GatewayTest, DeadlineGives504) {

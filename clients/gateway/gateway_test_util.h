@@ -55,7 +55,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
       AddToken(response->add_tokens(), 2, "lo");
       FillFinal(response->mutable_final());
     }
-    reactor->Finish(status);
+    reactor->FinishOnce(status);
     return reactor;
   }
 
@@ -144,17 +144,23 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   std::string required_authorization_;
 
  private:
+  // gRPC allows one Finish per call, and OnCancel may come after Finish was called (a client
+  // that cancels, or a server shutting down, before OnDone): each reactor finishes once.
   class UnaryReactor : public grpc::ServerUnaryReactor {
    public:
     explicit UnaryReactor(FakeBlossom* fake) : fake_(fake) {}
+    void FinishOnce(const grpc::Status& status) {
+      if (!finished_.exchange(true)) Finish(status);
+    }
     void OnCancel() override {
       fake_->Cancelled();
-      Finish(grpc::Status::CANCELLED);
+      FinishOnce(grpc::Status::CANCELLED);
     }
     void OnDone() override { delete this; }
 
    private:
     FakeBlossom* fake_;
+    std::atomic<bool> finished_{false};
   };
 
   class StreamReactor : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
@@ -162,7 +168,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     StreamReactor(FakeBlossom* fake, const std::string& prompt) : fake_(fake), prompt_(prompt) {
       grpc::Status status = StatusFor(prompt);
       if (!status.ok()) {
-        Finish(status);
+        FinishOnce(status);
         return;
       }
       messages_.resize(prompt == "hang" ? 1 : 2);
@@ -180,16 +186,20 @@ class FakeBlossom : public v1::Blossom::CallbackService {
       if (++next_ < messages_.size()) {
         StartWrite(&messages_[next_]);
       } else if (prompt_ != "hang") {
-        Finish(grpc::Status::OK);
+        FinishOnce(grpc::Status::OK);
       }
     }
     void OnCancel() override {
       fake_->Cancelled();
-      Finish(grpc::Status::CANCELLED);
+      FinishOnce(grpc::Status::CANCELLED);
     }
     void OnDone() override { delete this; }
 
    private:
+    void FinishOnce(const grpc::Status& status) {
+      if (!finished_.exchange(true)) Finish(status);
+    }
+    std::atomic<bool> finished_{false};
     FakeBlossom* fake_;
     std::string prompt_;
     std::vector<v1::GenerateStreamResponse> messages_;
