@@ -20,7 +20,7 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
   // Which API's body it is decides the request, the error shape and the answer's encoding.
   blossom::v1::TokenizeRequest grpc_request;
   ApiFlavor flavor = ApiFlavor::kTgi;
-  std::function<Json(const blossom::v1::TokenizeResponse&)> encode = tgi::TokenizeResponse;
+  std::function<Json(const blossom::v1::TokenizeResponse&)> encode;
   absl::StatusOr<Json> body = ParseJsonObject(request.body);
   if (body.ok() && vllm::IsTokenizeRequest(*body)) {
     absl::StatusOr<vllm::TokenizeCall> parsed =
@@ -41,6 +41,9 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
       return;
     }
     grpc_request = *std::move(parsed);
+    encode = [input = grpc_request.text()](const blossom::v1::TokenizeResponse& response) {
+      return tgi::TokenizeResponse(input, response);
+    };
   }
   auto call =
       std::make_shared<UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>>();

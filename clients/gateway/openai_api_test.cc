@@ -340,6 +340,17 @@ TEST(OpenAIApiTest, EchoPutsThePromptTokensFirst) {
   Json k = CompletionResponse(*ids, response, "cmpl-2", 123);
   EXPECT_EQ(k["choices"][0]["text"], "SayHi there");
   EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
+  // A character split over byte tokens is echoed whole (a decode of the ids, as vLLM), not as
+  // one U+FFFD per token.
+  blossom::v1::GenerateResponse split = response;
+  split.clear_prompt_logprobs();
+  for (const char* piece : {"\xE2", "\x82", "\xAC", " a"}) {
+    blossom::v1::Token* t = split.add_prompt_logprobs();
+    t->set_token_bytes(piece);
+    t->set_text(static_cast<unsigned char>(piece[0]) >= 0x80 ? "\xEF\xBF\xBD" : piece);
+  }
+  EXPECT_EQ(CompletionResponse(*ids, split, "cmpl-4", 123)["choices"][0]["text"],
+            "\xE2\x82\xAC aHi there");
   // A text prompt echoed without logprobs needs no prompt logprobs: its text is the request's.
   auto text_echo = ParseCompletionRequest(R"({"prompt":"Say","echo":true,"max_tokens":2})");
   ASSERT_TRUE(text_echo.ok()) << text_echo.status();

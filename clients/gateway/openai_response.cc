@@ -8,6 +8,7 @@
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/best_of.h"
 #include "clients/gateway/openai_api.h"
+#include "engine/text/utf8.h"
 
 namespace blossom::gateway::openai {
 namespace {
@@ -124,14 +125,18 @@ void AppendCompletionLogprob(const Token& t, int top_n, size_t* offset, Json* li
   *offset += Characters(t.text());
 }
 
-// The echoed prompt's text: the request's, or for a token-id prompt its tokens' texts (the
-// server sends them as prompt logprobs).
+// The echoed prompt's text: the request's, or for a token-id prompt the decode of its tokens
+// (the server sends them as prompt logprobs), as vLLM's tokenizer.decode(prompt_token_ids):
+// their bytes joined, then decoded once, so that a character split over byte tokens is itself,
+// not one U+FFFD per token. A token without bytes (an older server) gives its text.
 std::string EchoedPrompt(const GenerateRequest& sent,
                          const google::protobuf::RepeatedPtrField<Token>& prompt_tokens) {
   if (sent.has_text()) return sent.text();
-  std::string text;
-  for (const Token& t : prompt_tokens) text += t.text();
-  return text;
+  std::string bytes;
+  for (const Token& t : prompt_tokens) {
+    bytes += t.token_bytes().empty() ? t.text() : t.token_bytes();
+  }
+  return Utf8Lossy(bytes);
 }
 
 Json UsageJson(const blossom::v1::Usage& usage) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -297,14 +298,35 @@ absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_v
   return request;
 }
 
-Json TokenizeResponse(const blossom::v1::TokenizeResponse& response) {
+namespace {
+
+// The input's bytes [start, stop) when both ends fall on character boundaries, else "" (TGI's
+// `input.get(start..stop)`, which is None inside a character, as where byte-level tokens
+// split one).
+std::string InputSlice(absl::string_view input, int64_t start, int64_t stop) {
+  const auto boundary = [&](int64_t at) {
+    return at == static_cast<int64_t>(input.size()) ||
+           (static_cast<unsigned char>(input[static_cast<size_t>(at)]) & 0xC0) != 0x80;
+  };
+  if (start < 0 || stop < start || stop > static_cast<int64_t>(input.size()) ||
+      !boundary(start) || !boundary(stop)) {
+    return "";
+  }
+  return std::string(input.substr(static_cast<size_t>(start), static_cast<size_t>(stop - start)));
+}
+
+}  // namespace
+
+Json TokenizeResponse(absl::string_view input, const blossom::v1::TokenizeResponse& response) {
   Json out = Json::array();
   for (int i = 0; i < response.ids_size(); ++i) {
-    Json t = {{"id", response.ids(i)},
-              {"text", i < response.tokens_size() ? response.tokens(i) : ""}};
+    Json t = {{"id", response.ids(i)}};
     if (i < response.offsets_size()) {
+      t["text"] = InputSlice(input, response.offsets(i).start(), response.offsets(i).end());
       t["start"] = response.offsets(i).start();
       t["stop"] = response.offsets(i).end();
+    } else {
+      t["text"] = "";
     }
     out.push_back(t);
   }

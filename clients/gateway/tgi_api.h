@@ -49,8 +49,10 @@ Json BestOfResponse(const GenerateRequest& request,
 
 // {"inputs": "...", "add_special_tokens": bool (default true)}.
 absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
-// [{"id", "text", "start", "stop"}, ...]
-Json TokenizeResponse(const blossom::v1::TokenizeResponse& response);
+// [{"id", "text", "start", "stop"}, ...]: as TGI, each token's text is the slice of `input`
+// (the request's text) between its byte offsets ("" where an end falls inside a character),
+// not the vocabulary's spelling ("Ġworld").
+Json TokenizeResponse(absl::string_view input, const blossom::v1::TokenizeResponse& response);
 
 Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id);
 

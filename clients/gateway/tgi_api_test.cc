@@ -1,6 +1,8 @@
 #include "clients/gateway/tgi_api.h"
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "clients/gateway/api_errors.h"
@@ -257,7 +259,27 @@ TEST(TgiApiTest, Tokenize) {
   auto* span = response.add_offsets();
   span->set_start(0);
   span->set_end(2);
-  EXPECT_EQ(TokenizeResponse(response), Json::parse(R"([{"id":4,"text":"ab","start":0,"stop":2}])"));
+  EXPECT_EQ(TokenizeResponse("ab", response),
+            Json::parse(R"([{"id":4,"text":"ab","start":0,"stop":2}])"));
+  // The text is the input's slice, not the vocabulary's spelling; "" where a token's bytes are
+  // part of a character (byte-level tokens), as TGI.
+  blossom::v1::TokenizeResponse split;
+  const std::vector<std::tuple<int, std::string, int, int>> tokens = {
+      {10, "Hel", 0, 3}, {11, "lo", 3, 5}, {12, "\xC4\xA0world", 5, 11}, {13, "x", 11, 12},
+      {14, "y", 12, 13}, {15, "z", 13, 14}};
+  for (const auto& [id, vocab, start, end] : tokens) {
+    split.add_ids(id);
+    split.add_tokens(vocab);
+    auto* s = split.add_offsets();
+    s->set_start(start);
+    s->set_end(end);
+  }
+  const Json j = TokenizeResponse("Hello world\xE2\x82\xAC", split);
+  EXPECT_EQ(j[0]["text"], "Hel");
+  EXPECT_EQ(j[2]["text"], " world");
+  EXPECT_EQ(j[3]["text"], "");  // the euro sign's first byte
+  EXPECT_EQ(j[5]["text"], "");  // its last
+  EXPECT_EQ(j[5]["stop"], 14);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> 
       sampling_(sampling),
       stop_(stopping, eos_token_id),
       end_token_(eos_token_id.has_value() && !stopping.ignore_eos ? *eos_token_id : -1),
+      include_stop_text_(stopping.include_stop_string_in_output),
       decoder_(tokenizer, stopping.skip_special_tokens),
       rng_(sampling.seed) {}
 
@@ -57,11 +58,13 @@ absl::StatusOr<TokenEvent> SequenceOutput::Accept(SampleResult sample) {
     event.finish_reason = result.reason;
     event.matched_stop = std::move(result.matched_stop);
     reason_ = result.reason;
-    if (result.reason == FinishReason::kLength || result.reason == FinishReason::kEosToken) {
+    if (result.reason == FinishReason::kLength || result.reason == FinishReason::kEosToken ||
+        (result.reason == FinishReason::kStopToken && include_stop_text_)) {
       // The stop checker already released its hold-back; a trailing partial UTF-8 character is
       // still in the decoder and becomes U+FFFD, exactly as a batch decode would show it (after
-      // EOS: nothing, it was flushed before it). Not after a stop string: the text from there
-      // on is cut, partial bytes with it.
+      // EOS: nothing, it was flushed before it; after a stop token shown as text: the stop
+      // token's own partial bytes). Not after a stop string, nor after a stop token left out:
+      // the text from there on is cut, partial bytes with it.
       event.text_delta += decoder_.Flush();
     }
   }

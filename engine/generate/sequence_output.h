@@ -69,6 +69,7 @@ class SequenceOutput {
   SamplingParams sampling_;
   StopChecker stop_;
   const int32_t end_token_;  // EOS unless ignore_eos, else -1 (SamplingContext::end_token)
+  const bool include_stop_text_;  // StoppingParams::include_stop_string_in_output
   IncrementalDecoder decoder_;
   RequestRng rng_;
   FinishReason reason_ = FinishReason::kNone;

@@ -106,6 +106,19 @@ TEST_F(SequenceOutputTest, PartialCharacterAtTheEndIsShownAsDecodeShowsIt) {
     EXPECT_EQ(last.finish_reason, FinishReason::kStopToken);
     EXPECT_EQ(out->text(), include ? decoded + " a" : decoded);
   }
+  for (bool include : {false, true}) {
+    // The stop token itself is a partial character: shown (U+FFFD, as a decode of every token
+    // shows it) when its text is included, nothing of it otherwise.
+    SCOPED_TRACE(include ? "partial stop token included" : "partial stop token");
+    StoppingParams stopping;
+    stopping.max_new_tokens = 10;
+    stopping.stop_token_ids = {kByteE2};
+    stopping.include_stop_string_in_output = include;
+    auto out = MakeOutput(stopping);
+    const TokenEvent last = AcceptAll(*out, {kSpaceA, kByteE2});
+    EXPECT_EQ(last.finish_reason, FinishReason::kStopToken);
+    EXPECT_EQ(out->text(), include ? tokenizer_->Decode({kSpaceA, kByteE2}, true) : " a");
+  }
   for (FinishReason reason : {FinishReason::kCancelled, FinishReason::kError}) {
     SCOPED_TRACE(FinishReasonName(reason));
     StoppingParams stopping;
