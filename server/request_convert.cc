@@ -420,6 +420,7 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
   out->set_matched_stop(final_event.token.matched_stop);
   out->set_request_id(request_id);
   out->set_seed(final_event.seed);
+  out->set_max_new_tokens(final_event.max_new_tokens);
   v1::Usage* usage = out->mutable_usage();
   usage->set_prompt_tokens(final_event.usage.prompt_tokens);
   usage->set_generated_tokens(final_event.usage.generated_tokens);

@@ -532,6 +532,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   event.timings.finished = t0 + std::chrono::milliseconds(250);
   event.timings.num_preemptions = 2;
   event.seed = 1234;
+  event.max_new_tokens = 16;
   v1::FinalInfo info;
   FillFinalInfo(event, "req-7", &info);
   EXPECT_EQ(info.finish_reason(), v1::FINISH_REASON_STOP_STRING);
@@ -545,6 +546,7 @@ TEST(FinalInfoTest, TimingsAndUsage) {
   EXPECT_NEAR(info.timings().time_per_output_token_seconds(), 0.050, 1e-9);  // 200 ms, 4 gaps
   EXPECT_EQ(info.timings().preemptions(), 2);
   EXPECT_EQ(info.seed(), 1234u);
+  EXPECT_EQ(info.max_new_tokens(), 16);
 }
 
 TEST(FinishReasonTest, EveryEngineReasonMaps) {

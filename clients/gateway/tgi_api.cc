@@ -86,8 +86,13 @@ Json SeedJson(const GenerateRequest& request, uint64_t seed) {
 
 }  // namespace
 
-const char* FinishReasonString(FinishReason reason) {
-  switch (reason) {
+const char* FinishReasonString(const blossom::v1::FinalInfo& final) {
+  // TGI's StoppingCriteria checks the length first: an EOS or a stop sequence on the last
+  // allowed token is "length" there (the OpenAI routes say "stop", as vLLM).
+  if (final.max_new_tokens() > 0 && final.usage().generated_tokens() >= final.max_new_tokens()) {
+    return "length";
+  }
+  switch (final.finish_reason()) {
     case blossom::v1::FINISH_REASON_EOS_TOKEN: return "eos_token";
     case blossom::v1::FINISH_REASON_STOP_TOKEN:
     case blossom::v1::FINISH_REASON_STOP_STRING: return "stop_sequence";
@@ -216,7 +221,7 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
     for (int i = 0; i < response.tokens_size(); ++i) {
       tokens.push_back(TokenJson(response.tokens(i)));
     }
-    out["details"] = {{"finish_reason", FinishReasonString(final.finish_reason())},
+    out["details"] = {{"finish_reason", FinishReasonString(final)},
                       {"generated_tokens", final.usage().generated_tokens()},
                       {"seed", SeedJson(request, final.seed())},
                       {"prefill", PrefillJson(response)},
@@ -272,7 +277,7 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   if (final) {
     event["generated_text"] = request_.return_full_text ? request_.inputs + text_ : text_;
     if (request_.details) {
-      event["details"] = {{"finish_reason", FinishReasonString(message.final().finish_reason())},
+      event["details"] = {{"finish_reason", FinishReasonString(message.final())},
                           {"generated_tokens", message.final().usage().generated_tokens()},
                           {"seed", SeedJson(request_, message.final().seed())},
                           {"input_length", message.final().usage().prompt_tokens()}};

@@ -56,8 +56,9 @@ Json TokenizeResponse(absl::string_view input, const blossom::v1::TokenizeRespon
 
 Json InfoJson(const blossom::v1::ModelInfo& info, const std::string& model_id);
 
-// "eos_token", "stop_sequence" or "length".
-const char* FinishReasonString(blossom::v1::FinishReason reason);
+// "eos_token", "stop_sequence" or "length"; "length" whenever the generation reached its
+// max_new_tokens (TGI checks the length before EOS and stop sequences).
+const char* FinishReasonString(const blossom::v1::FinalInfo& final);
 
 // Encodes a GenerateStream as TGI's SSE events ("data:{...}\n\n"); the last carries
 // generated_text (and details when requested). Not thread-safe: one per request.

@@ -125,6 +125,14 @@ TEST(TgiApiTest, EncodesResponseAndStream) {
   EXPECT_EQ(j["details"]["tokens"][0]["special"], false);
   EXPECT_EQ(j["details"]["tokens"][1]["special"], true);
   EXPECT_TRUE(j["details"]["seed"].is_null());  // greedy
+  // EOS on the last allowed token: TGI says "length" (it checks the length first).
+  blossom::v1::GenerateResponse at_limit = response;
+  at_limit.mutable_final()->set_max_new_tokens(2);
+  EXPECT_EQ(GenerateResponse(*r, at_limit)["details"]["finish_reason"], "length");
+  at_limit.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(GenerateResponse(*r, at_limit)["details"]["finish_reason"], "length");
+  at_limit.mutable_final()->set_max_new_tokens(3);
+  EXPECT_EQ(GenerateResponse(*r, at_limit)["details"]["finish_reason"], "stop_sequence");
 
   StreamEncoder encoder(*r);
   blossom::v1::GenerateStreamResponse m1;
