@@ -406,6 +406,24 @@ def check(overlay, objs, metric_names, version, findings):
             rs = o["spec"].get("mpiReplicaSpecs", {})
             if set(rs) != {"Launcher", "Worker"}:
                 bad(f"{name}: mpiReplicaSpecs must be Launcher and Worker")
+            worker = rs.get("Worker", {}).get("template", {})
+            labels = worker.get("metadata", {}).get("labels", {})
+            for c in worker.get("spec", {}).get("containers", []):
+                command = " ".join(c.get("lifecycle", {}).get("preStop", {})
+                                   .get("exec", {}).get("command", []))
+                # The worker's ranks must outlive its sshd's SIGTERM until rank 0 has drained.
+                if "blossom-serve[r]" not in command:
+                    bad(f"{name}: worker container {c['name']} has no preStop that waits for its "
+                        "ranks (sshd's exit at SIGTERM would end the job undrained)")
+            protected = any(
+                p["kind"] == "PodDisruptionBudget"
+                and p["spec"].get("maxUnavailable") == 0
+                and all(labels.get(k) == v
+                        for k, v in p["spec"]["selector"].get("matchLabels", {}).items())
+                for p in objs)
+            if not protected:
+                bad(f"{name}: no PodDisruptionBudget with maxUnavailable 0 selects the worker "
+                    "(evicting it alone ends the job undrained)")
 
 
 def defined_flags(root):
