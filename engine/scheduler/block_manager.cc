@@ -99,7 +99,7 @@ int32_t BlockManager::CachedPrefixLength(absl::Span<const int32_t> tokens, bool 
 
 absl::StatusOr<int32_t> BlockManager::AllocatePrompt(SeqId id, absl::Span<const int32_t> tokens,
                                                      int32_t num_tokens_to_allocate,
-                                                     bool use_cache) {
+                                                     bool use_cache, bool count_query) {
   if (tokens.empty()) return absl::InvalidArgumentError("AllocatePrompt: empty token list");
   if (num_tokens_to_allocate < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -138,7 +138,7 @@ absl::StatusOr<int32_t> BlockManager::AllocatePrompt(SeqId id, absl::Span<const 
   }
   for (int32_t i = 0; i < fresh; ++i) seq.table.push_back(AllocateFreshBlock());
 
-  if (enable_prefix_caching_) {
+  if (enable_prefix_caching_ && use_cache && count_query) {
     stats_.prefix_cache_queries_tokens += num_tokens;
     stats_.prefix_cache_queries_blocks += max_blocks;
     stats_.prefix_cache_hit_tokens += static_cast<int64_t>(num_hit) * block_size_;

@@ -37,7 +37,11 @@ int64_t BlocksInBudget(int64_t budget_bytes, size_t bytes_per_block);
 
 // Cumulative counters; the server exports them as Prometheus counters.
 struct BlockManagerStats {
-  // Prompt tokens (and eligible full blocks) looked up by successful AllocatePrompt calls.
+  // Prompt tokens (and eligible full blocks) looked up by successful AllocatePrompt calls with
+  // use_cache and count_query: a sequence that skips the cache (prompt logprobs) made no lookup,
+  // and the scheduler counts a sequence's first admission only, not its re-admissions after a
+  // preemption (as vLLM V1's prefix-cache counters): those find mostly the sequence's own blocks
+  // again, which would inflate the hit rate under memory pressure.
   int64_t prefix_cache_queries_tokens = 0;
   int64_t prefix_cache_queries_blocks = 0;
   // Of those, tokens (blocks) found in the cache, i.e. KV the engine did not have to compute.
@@ -106,9 +110,11 @@ class BlockManager {
   // enough free blocks; AlreadyExists if `id` already has a table; InvalidArgument if `tokens` is
   // empty or num_tokens_to_allocate < 1.
   // use_cache = false: no cached prefix is referenced (all blocks fresh; the sequence's full
-  // blocks are still registered for others once computed).
+  // blocks are still registered for others once computed) and the stats count no query.
+  // count_query = false: the lookup is left out of the stats' queries and hits.
   absl::StatusOr<int32_t> AllocatePrompt(SeqId id, absl::Span<const int32_t> tokens,
-                                         int32_t num_tokens_to_allocate, bool use_cache = true);
+                                         int32_t num_tokens_to_allocate, bool use_cache = true,
+                                         bool count_query = true);
 
   // Whether the table of `id` can grow to hold new_total_tokens (true if it already does).
   bool CanAppend(SeqId id, int32_t new_total_tokens) const;

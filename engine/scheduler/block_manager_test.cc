@@ -185,6 +185,29 @@ TEST(BlockManagerTest, OnlyComputedFullBlocksAreCached) {
   EXPECT_EQ(bm.CachedPrefixLength(Concat(all, {1})), 12);
 }
 
+// The hit-rate counters count only the lookups made, and counted: a sequence that skips the cache
+// (prompt logprobs) is no query, though its blocks are cached for others.
+TEST(BlockManagerTest, OnlyLookupsAreQueries) {
+  BlockManager bm(8, 4, true);
+  const std::vector<int32_t> p = Range(0, 9);
+  ASSERT_TRUE(bm.AllocatePrompt(1, p, 9, /*use_cache=*/false).ok());
+  bm.MarkComputed(1, p, 9);
+  EXPECT_EQ(bm.stats().prefix_cache_queries_tokens, 0);
+  EXPECT_EQ(bm.stats().prefix_cache_queries_blocks, 0);
+  Prefill(bm, 2, p, 8);
+  EXPECT_EQ(bm.stats().prefix_cache_queries_tokens, 9);
+  EXPECT_EQ(bm.stats().prefix_cache_queries_blocks, 2);
+  EXPECT_EQ(bm.stats().prefix_cache_hit_tokens, 8);
+  // A lookup the caller does not count (the scheduler's re-admissions after a preemption).
+  absl::StatusOr<int32_t> hit = bm.AllocatePrompt(3, p, 9, /*use_cache=*/true,
+                                                  /*count_query=*/false);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*hit, 8);
+  EXPECT_EQ(bm.stats().prefix_cache_queries_tokens, 9);
+  EXPECT_EQ(bm.stats().prefix_cache_hit_tokens, 8);
+  EXPECT_INVARIANTS(bm);
+}
+
 TEST(BlockManagerTest, PrefixCachingDisabled) {
   BlockManager bm(8, 4, false);
   Prefill(bm, 1, Range(0, 12), 0);

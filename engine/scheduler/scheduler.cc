@@ -34,7 +34,8 @@ Scheduler::Scheduler(const SchedulerConfig& config)
       blocks_(config.num_blocks, config.block_size, config.enable_prefix_caching,
               config.block_hash_fn != nullptr ? config.block_hash_fn : &DefaultBlockHash) {}
 
-absl::Status Scheduler::CheckFits(int64_t prompt, int32_t max_new_tokens) const {
+absl::Status Scheduler::CheckFits(int64_t prompt, int32_t max_new_tokens,
+                                  bool bypass_waiting_limits) const {
   if (prompt == 0) return absl::InvalidArgumentError("prompt is empty");
   if (max_new_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -63,6 +64,12 @@ absl::Status Scheduler::CheckFits(int64_t prompt, int32_t max_new_tokens) const 
         ") may need a prefill of ", total - 1, " tokens, more than max_num_batched_tokens (",
         config_.max_num_batched_tokens, ") with chunked prefill off"));
   }
+  // Not ResourceExhausted, which invites a retry: even an empty queue refuses such a prompt.
+  if (!bypass_waiting_limits && prompt > config_.max_waiting_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", prompt, " tokens) exceeds max_waiting_prompt_tokens (",
+        config_.max_waiting_prompt_tokens, "): the waiting queue can never hold it"));
+  }
   return absl::OkStatus();
 }
 
@@ -82,7 +89,7 @@ absl::Status Scheduler::CheckWaitingRoom(int64_t requests, int64_t tokens) const
 
 absl::Status Scheduler::AddRequest(const SequenceSpec& spec) {
   const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
-  absl::Status fits = CheckFits(prompt, spec.max_new_tokens);
+  absl::Status fits = CheckFits(prompt, spec.max_new_tokens, spec.bypass_waiting_limits);
   if (!fits.ok()) return fits;
   const int64_t total = prompt + spec.max_new_tokens;
   if (seqs_.contains(spec.id)) {
@@ -139,16 +146,19 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
   // step, not each sequence (eight capped prefills would otherwise take eight caps' rows).
   int32_t capped_rows_left = -1;  // unset until the first capped sequence
   // Blocks the running sequences from j on need for their own known tokens (at most what this
-  // step computes of them): drafts only take blocks beyond what the sequences after them need,
-  // so drafts never preempt anything.
+  // step computes of them), and how many of them have a token to compute: drafts only take the
+  // blocks and the budget beyond those (one token each), so drafts never preempt anything nor
+  // leave a later sequence without its step.
   std::vector<int32_t> needed_from(running_.size() + 1, 0);
+  std::vector<int32_t> pending_from(running_.size() + 1, 0);
   if (propose_draft) {
     for (size_t j = running_.size(); j-- > 0;) {
       const Sequence* r = running_[j];
-      const int32_t extra =
-          blocks_.BlocksNeeded(static_cast<int32_t>(r->tokens.size())) -
-          static_cast<int32_t>(blocks_.BlockTable(r->id).size());
+      const int32_t known = static_cast<int32_t>(r->tokens.size());
+      const int32_t extra = blocks_.BlocksNeeded(known) -
+                            static_cast<int32_t>(blocks_.BlockTable(r->id).size());
       needed_from[j] = needed_from[j + 1] + std::max(extra, 0);
+      pending_from[j] = pending_from[j + 1] + (known > r->num_computed ? 1 : 0);
     }
   }
 
@@ -179,7 +189,8 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
     std::vector<int32_t> draft;
     if (propose_draft && num_new == 1 && s->num_computed >= s->prefill_len) {
       const int32_t outputs = known - s->num_prompt;
-      const int32_t max_draft = std::min(s->max_new_tokens - outputs - 1, budget - num_new);
+      const int32_t max_draft = std::min(s->max_new_tokens - outputs - 1,
+                                         budget - num_new - pending_from[i + 1]);
       if (max_draft > 0) {
         draft = propose_draft(s->id, s->tokens, max_draft);
         // As many drafts as the slots of the table and of the spare blocks hold.
@@ -235,6 +246,9 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
     ++next;  // before EraseWaiting invalidates the current one
     const int32_t known = static_cast<int32_t>(s->tokens.size());
     const int32_t cached = blocks_.CachedPrefixLength(s->tokens, !s->skip_prefix_cache);
+    // Only a first admission counts as a prefix-cache query (BlockManagerStats): a re-admission
+    // after a preemption (queue_order < 0) finds mostly its own blocks.
+    const bool count_query = s->queue_order >= 0;
     int32_t num_new = known - cached;
     if (num_new > budget) {
       if (!config_.enable_chunked_prefill) break;  // strict FCFS: the head waits, nobody passes
@@ -245,7 +259,8 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
       if (num_new == 0) continue;
     }
     absl::StatusOr<int32_t> hit =
-        blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new, !s->skip_prefix_cache);
+        blocks_.AllocatePrompt(s->id, s->tokens, cached + num_new, !s->skip_prefix_cache,
+                               count_query);
     if (!hit.ok()) break;  // not enough free blocks: wait for running sequences to finish
     num_new = std::min(num_new, known - *hit);  // *hit == cached: nothing changed in between
     EraseWaiting(s);
@@ -270,9 +285,11 @@ StepPlan Scheduler::Schedule(const DraftFn& propose_draft) {
   return plan;
 }
 
-void Scheduler::ClearChunkCap(SeqId id) {
+void Scheduler::PromptRowsDone(SeqId id) {
   auto it = seqs_.find(id);
-  if (it != seqs_.end()) it->second->max_chunk_tokens = 0;
+  if (it == seqs_.end()) return;
+  it->second->max_chunk_tokens = 0;
+  it->second->skip_prefix_cache = false;
 }
 
 absl::Status Scheduler::Update(const StepPlan& plan, absl::Span<const SeqOutput> outputs) {

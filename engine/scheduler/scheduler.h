@@ -44,12 +44,13 @@ struct SequenceSpec {
   int32_t max_new_tokens = 0;
   int32_t priority = 0;  // lower runs first; FCFS within a priority
   // Compute every prompt position (no prefix-cache hits): the caller wants all prompt logits.
+  // Until Scheduler::PromptRowsDone.
   bool skip_prefix_cache = false;
   // Most prefill tokens of capped sequences (those with max_chunk_tokens > 0) in one step,
   // together; 0 = the token budget alone. Bounds the logit rows of steps that hold requests
   // wanting every prompt row (prompt logprobs). Capped sequences share the first one's cap
   // (callers give them one value). Ignored with chunked prefill off (a prefill then runs in
-  // one step).
+  // one step). Until Scheduler::PromptRowsDone.
   int32_t max_chunk_tokens = 0;
   // A later step of work already admitted (a beam search's rounds after its first): the waiting
   // bounds, which refuse new work under overload, do not apply (as preemption always re-queues).
@@ -118,9 +119,11 @@ struct SchedulerStats {
 // front of its priority class in the waiting queue, its prompt + outputs so far becoming its new
 // prefill) until the block fits or the sequence preempted itself. Then, if nothing was preempted
 // this step, waiting sequences are admitted in order while the token budget, max_num_seqs and the
-// free blocks allow; the head of the queue is never skipped (strict FCFS). Prefix-cache hits are
-// skipped, so they cost neither budget nor compute. Block pressure never fails a request:
-// AddRequest rejects up front whatever could not run alone on the whole pool.
+// free blocks allow: one that does not fit stops admission (nobody passes it), except a capped
+// sequence (max_chunk_tokens) whose step allowance of capped rows is spent, which keeps its place
+// while those behind it are admitted (so prompt-logprob requests do not hold up the others).
+// Prefix-cache hits are skipped, so they cost neither budget nor compute. Block pressure never
+// fails a request: AddRequest rejects up front whatever could not run alone on the whole pool.
 //
 // Invariants (CheckInvariants): every known sequence is in exactly one of waiting / running;
 // running sequences, and only they, have a block table, covering at least num_computed tokens;
@@ -139,8 +142,10 @@ class Scheduler {
 
   // Queues a request. Nothing changes on error:
   //   InvalidArgument: empty prompt, max_new_tokens < 1, prompt + max_new_tokens over
-  //     max_total_tokens, more blocks than the whole pool, or (chunked prefill off) a possible
-  //     prefill longer than max_num_batched_tokens; the message names the limit and the numbers.
+  //     max_total_tokens, more blocks than the whole pool, (chunked prefill off) a possible
+  //     prefill longer than max_num_batched_tokens, or (not for spec.bypass_waiting_limits) a
+  //     prompt over max_waiting_prompt_tokens, which no queue could ever hold; the message names
+  //     the limit and the numbers.
   //   ResourceExhausted: the waiting queue is full (max_waiting_requests or
   //     max_waiting_prompt_tokens; not for spec.bypass_waiting_limits); the server maps it to
   //     429 / RESOURCE_EXHAUSTED.
@@ -148,7 +153,9 @@ class Scheduler {
   absl::Status AddRequest(const SequenceSpec& spec);
   // AddRequest's InvalidArgument checks alone, for `prompt` tokens and `max_new_tokens`: OK
   // when such a request could run (a caller that submits the work in pieces checks the whole).
-  absl::Status CheckFits(int64_t prompt, int32_t max_new_tokens) const;
+  // bypass_waiting_limits: as SequenceSpec's (no max_waiting_prompt_tokens check).
+  absl::Status CheckFits(int64_t prompt, int32_t max_new_tokens,
+                         bool bypass_waiting_limits = false) const;
   // OK when the waiting queue has room for `requests` more of `tokens` tokens together now,
   // else ResourceExhausted as AddRequest's (for work admitted once and queued in pieces later).
   absl::Status CheckWaitingRoom(int64_t requests, int64_t tokens) const;
@@ -157,9 +164,11 @@ class Scheduler {
   // another live sequence reads: shared (prefix-cached) blocks are full and already computed.
   // With `propose_draft`, each running decode entry may carry draft tokens (speculative
   // decoding): at most max_new_tokens - outputs - 1 of them (every accepted draft and the token
-  // sampled after them must fit the request's bound) and what the token budget leaves; drafts
-  // never preempt anything: they are cut to the slots of the entry's blocks and of the free
-  // blocks the running sequences after it do not need for their own tokens.
+  // sampled after them must fit the request's bound) and what the token budget leaves after one
+  // token for each running sequence after it (drafts are guesses: they never displace another
+  // sequence's real token); drafts never preempt anything: they are cut to the slots of the
+  // entry's blocks and of the free blocks the running sequences after it do not need for their
+  // own tokens.
   StepPlan Schedule(const DraftFn& propose_draft = nullptr);
 
   // Closes the step: advances computed counts (by num_new, plus the accepted drafts), registers
@@ -177,9 +186,10 @@ class Scheduler {
 
   // Forgets a waiting or running sequence and frees its blocks now. False if unknown.
   bool Cancel(SeqId id);
-  // Lifts `id`'s max_chunk_tokens (its prompt rows are no longer wanted: a recompute after a
-  // preemption then runs at the token budget's pace). No-op for an unknown id.
-  void ClearChunkCap(SeqId id);
+  // `id`'s prompt rows are no longer wanted: lifts its max_chunk_tokens and skip_prefix_cache, so
+  // that a recompute after a preemption runs at the token budget's pace and reuses the prefix
+  // cache (its own blocks, if still cached). No-op for an unknown id.
+  void PromptRowsDone(SeqId id);
 
   // Prompt + outputs so far; empty for an unknown id. Valid until the next mutating call.
   absl::Span<const int32_t> Tokens(SeqId id) const;
@@ -205,7 +215,7 @@ class Scheduler {
     int32_t max_new_tokens = 0;
     int32_t priority = 0;
     int64_t arrival = 0;      // AddRequest order; orders the running set
-    int64_t queue_order = 0;  // waiting order within the priority; negative = preempted (front)
+    int64_t queue_order = 0;  // waiting order within the priority; < 0 once preempted (front)
     int32_t num_computed = 0;
     int32_t prefill_len = 0;  // tokens.size() when last admitted: below it we are prefilling
     bool running = false;

@@ -175,6 +175,35 @@ TEST(SchedulerDraftTest, DraftsLeaveTheBlocksLaterSequencesNeed) {
   EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
 }
 
+// Drafts are guesses: they must not take the token budget a later running sequence needs for its
+// own next token (without the reservation, sequence 1's 7 drafts spent the whole budget of 8 and
+// sequences 2 and 3 got no entry, step after step).
+TEST(SchedulerDraftTest, DraftsLeaveEachLaterSequenceItsToken) {
+  auto s = Make(Config(16, /*budget=*/8));
+  for (SeqId id : {1, 2, 3}) ASSERT_TRUE(s->AddRequest({id, {9, 9}, 20, 0}).ok());
+  StepPlan plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 3u);
+  ASSERT_TRUE(s->Update(plan, {SeqOutput{1, 100, false}, SeqOutput{2, 100, false},
+                               SeqOutput{3, 100, false}})
+                  .ok());
+  FixedDraft draft;
+  for (int step = 0; step < 3; ++step) {
+    plan = s->Schedule(draft.fn());
+    ASSERT_EQ(plan.seqs.size(), 3u) << "step " << step;
+    // 8 - its own token - one for each of the two sequences after it.
+    EXPECT_LE(plan.seqs[0].draft_tokens.size(), 5u) << "step " << step;
+    EXPECT_LE(plan.num_decode_tokens, 8) << "step " << step;
+    std::vector<SeqOutput> outs;
+    for (const ScheduledSeq& e : plan.seqs) {
+      EXPECT_EQ(e.num_new, 1);
+      outs.push_back(SeqOutput{e.id, 100, false});  // no draft accepted
+    }
+    ASSERT_TRUE(s->Update(plan, outs).ok());
+    EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+  }
+  EXPECT_EQ(draft.asked_max.front(), 5);
+}
+
 TEST(SchedulerDraftTest, ABrokenAcceptCountFinishesTheSequence) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);

@@ -161,17 +161,55 @@ TEST(SchedulerTest, PerSequenceChunkCapBoundsItsPrefillSteps) {
   shared.Step({{1, 0, 8, P, N}, {3, 0, 5, P, S}});           // 2 waits: 8 capped rows used
   shared.Step({{1, 8, 2, P, S}, {3, 5, 1, D, S}, {2, 0, 6, P, N}});
   shared.Step({{1, 10, 1, D, S}, {2, 6, 4, P, S}});
-  // Once its prompt rows are not wanted any more, a sequence is not capped (ClearChunkCap).
+  // Once its prompt rows are not wanted any more, a sequence is not capped (PromptRowsDone).
   Driver cleared(c);
   cleared.AddTokens(1, std::vector<int32_t>(20, 7), 2, 0, /*max_chunk_tokens=*/8);
   cleared.Step({{1, 0, 8, P, N}});
-  cleared.sched().ClearChunkCap(1);
+  cleared.sched().PromptRowsDone(1);
   cleared.Step({{1, 8, 12, P, S}});
   // Without chunked prefill the cap cannot apply: the prefill runs in one step.
   c.enable_chunked_prefill = false;
   Driver whole(c);
   whole.AddTokens(1, std::vector<int32_t>(30, 7), 2, 0, /*max_chunk_tokens=*/12);
   whole.Step({{1, 0, 30, P, S}});
+}
+
+// Once its prompt rows are all scored, a prompt-logprobs sequence (skip_prefix_cache) is an
+// ordinary one: re-admitted after a preemption, it reuses its own cached blocks. Re-admissions
+// are not prefix-cache queries in the stats (as vLLM's), nor are lookups skipped.
+TEST(SchedulerTest, AfterItsPromptRowsASequenceUsesThePrefixCache) {
+  SchedulerConfig c = SmallConfig();
+  c.block_size = 4;
+  c.num_blocks = 8;
+  c.max_total_tokens = 24;
+  auto s = std::move(*Scheduler::Create(c));
+  SequenceSpec rows{1, {1, 2, 3, 4, 5, 6, 7, 8}, 8, /*priority=*/1};
+  rows.skip_prefix_cache = true;
+  rows.max_chunk_tokens = 8;
+  ASSERT_TRUE(s->AddRequest(rows).ok());
+  ASSERT_TRUE(s->AddRequest({2, std::vector<int32_t>(12, 5), 12, 0}).ok());
+  bool preempted = false;
+  int32_t readmitted_cached = -1;
+  for (int step = 0; step < 40 && readmitted_cached < 0 && s->HasWork(); ++step) {
+    const StepPlan plan = s->Schedule();
+    std::vector<SeqOutput> outs;
+    for (const ScheduledSeq& e : plan.seqs) {
+      if (e.id == 1 && preempted && e.is_prefill && e.num_computed == e.num_cached) {
+        readmitted_cached = e.num_cached;
+      }
+      if (!e.sample) continue;
+      outs.push_back({e.id, 42, s->NumOutputTokens(e.id) + 1 >= (e.id == 1 ? 8 : 12)});
+    }
+    for (SeqId id : plan.preempted) preempted |= id == 1;
+    ASSERT_TRUE(s->Update(plan, outs).ok());
+    // The engine's call once every prompt row is scored (here: the first step's chunk).
+    if (step == 0) s->PromptRowsDone(1);
+    ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+  }
+  ASSERT_TRUE(preempted) << "the pool was meant to be too small";
+  EXPECT_GT(readmitted_cached, 0);
+  // Only sequence 2's first admission was a lookup.
+  EXPECT_EQ(s->stats().prefix_cache_queries_tokens, 12);
 }
 
 TEST(SchedulerTest, DecodeAndPrefillMix) {
@@ -383,6 +421,25 @@ TEST(SchedulerTest, RejectsWhatCanNeverRunNamingTheLimit) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("max_num_batched_tokens (32)"));
   EXPECT_TRUE(s->AddRequest({1, std::vector<int32_t>(30, 7), 3}).ok());
+  EXPECT_TRUE(s->CheckInvariants().ok());
+}
+
+// A prompt larger than the waiting queue's token bound could never be queued: refused for good
+// (not a retryable ResourceExhausted), even on an empty queue.
+TEST(SchedulerTest, APromptTheQueueCanNeverHoldIsInvalidArgument) {
+  SchedulerConfig c = SmallConfig();
+  c.max_waiting_prompt_tokens = 10;
+  auto s = std::move(*Scheduler::Create(c));
+  absl::Status st = s->AddRequest({1, std::vector<int32_t>(11, 1), 2});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("max_waiting_prompt_tokens (10)"));
+  EXPECT_EQ(s->CheckFits(11, 2), st);
+  EXPECT_TRUE(s->CheckFits(10, 2).ok());
+  EXPECT_FALSE(s->HasWork());
+  // Work already admitted (a beam search's later rounds) is not held to the waiting bounds.
+  SequenceSpec admitted{2, std::vector<int32_t>(11, 1), 2};
+  admitted.bypass_waiting_limits = true;
+  EXPECT_TRUE(s->AddRequest(admitted).ok());
   EXPECT_TRUE(s->CheckInvariants().ok());
 }
 

@@ -194,10 +194,10 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     spec.max_new_tokens = request.stopping.max_new_tokens;
     spec.priority = request.priority;
     spec.bypass_waiting_limits = request.bypass_waiting_limits;
-    spec.skip_prefix_cache = request.sampling.prompt_logprobs >= 0;
-    if (request.sampling.prompt_logprobs >= 0) {
-      spec.max_chunk_tokens = std::max(1, config_.max_prompt_logprob_rows);
-    }
+    // A 1-token prompt has no row to score: a cap and cache misses would only slow it down.
+    const bool rows = request.sampling.prompt_logprobs >= 0 && request.prompt_tokens.size() > 1;
+    spec.skip_prefix_cache = rows;
+    if (rows) spec.max_chunk_tokens = std::max(1, config_.max_prompt_logprob_rows);
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
@@ -539,8 +539,8 @@ void Engine::Loop() {
             continue;
           }
           // Every prompt row scored: a recompute after a preemption needs none, so it may run
-          // at the token budget's pace.
-          if (r.prompt_lp_next >= r.prompt_tokens) scheduler_->ClearChunkCap(s.id);
+          // at the token budget's pace, from the prefix cache.
+          if (r.prompt_lp_next >= r.prompt_tokens) scheduler_->PromptRowsDone(s.id);
         }
         if (!s.sample) continue;
         absl::StatusOr<SampleRow> sample_row =

@@ -85,7 +85,8 @@ struct EngineConfig {
   // A request with prompt logprobs needs a logits row per prompt token: the prefill chunks of
   // all such requests in one step hold at most this many tokens together, so that a step's
   // logits stay bounded (BLOOM's 250,880 fp32 logits are 1 MB a row: a 2,048-token step of them
-  // would be 2 GB, on the GPU and the host). Lifted for a request once its prompt is scored.
+  // would be 2 GB, on the GPU and the host). Lifted for a request once its prompt is scored;
+  // never set for a one-token prompt (nothing to score).
   int32_t max_prompt_logprob_rows = 256;
 };
 

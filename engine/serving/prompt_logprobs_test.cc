@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -214,6 +216,74 @@ TEST_P(PromptLogprobsTest, PromptLogprobPrefillIsCutToTheRowCap) {
   ASSERT_NE(plain, nullptr);
   Run(*plain, ids, -1);
   EXPECT_EQ(plain_steps.largest.load(), static_cast<int32_t>(ids.size()));
+}
+
+// Holds the engine after its first step until Open(), then records the most prefill tokens of a
+// step after the first step that preempted.
+class GatedSteps : public EngineObserver {
+ public:
+  void OnStep(const StepStats& step) override {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      open_cv_.wait(lock, [&] { return open_; });
+    }
+    if (step.preemptions > 0) {
+      preempted = true;
+    } else if (preempted) {
+      largest_after = std::max(largest_after.load(), step.prefill_tokens);
+    }
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      open_ = true;
+    }
+    open_cv_.notify_all();
+  }
+  std::atomic<bool> preempted{false};
+  std::atomic<int32_t> largest_after{0};
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable open_cv_;
+  bool open_ = false;
+};
+
+// A one-token prompt has no prompt token to score, so its request is not held to
+// max_prompt_logprob_rows: its recompute after a preemption runs at the token budget's pace
+// (it used to take 2 tokens a step here, and the step's capped rows with them).
+TEST_P(PromptLogprobsTest, AOneTokenPromptIsNotCapped) {
+  GatedSteps steps;
+  EngineConfig config;
+  config.max_prompt_logprob_rows = 2;
+  config.scheduler.block_size = 4;
+  config.scheduler.num_blocks = 6;  // too few for both requests: the lower-priority one yields
+  config.scheduler.max_num_batched_tokens = 256;
+  config.scheduler.max_total_tokens = 24;
+  config.scheduler.enable_prefix_caching = false;  // a recompute computes every token
+  auto engine = Engine::Create(model_->runner(), model_->tokenizer(), config, &steps);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const auto ids = golden_["logits"][3]["input_ids"].get<std::vector<int32_t>>();
+  EngineRequest one = engine_testing::GreedyRequest({ids[0]}, 16);
+  one.sampling.prompt_logprobs = 0;
+  one.priority = 1;
+  auto one_stream = (*engine)->Submit(one);
+  auto other = (*engine)->Submit(engine_testing::GreedyRequest({ids[0], ids[1], ids[2]}, 16));
+  steps.Open();  // both are in the engine from its second step on
+  ASSERT_TRUE(one_stream.ok()) << one_stream.status();
+  ASSERT_TRUE(other.ok()) << other.status();
+  int32_t tokens = 0, preemptions = 0;
+  EngineEvent e;
+  while ((*one_stream)->Next(&e)) {
+    EXPECT_TRUE(e.status.ok()) << e.status;
+    EXPECT_TRUE(e.prompt_logprobs.empty());
+    tokens += e.has_token ? 1 : 0;
+    if (e.finished) preemptions = e.timings.num_preemptions;
+  }
+  while ((*other)->Next(&e)) EXPECT_TRUE(e.status.ok()) << e.status;
+  EXPECT_EQ(tokens, 16);
+  ASSERT_GE(preemptions, 1) << "the pool was meant to be too small";
+  EXPECT_GT(steps.largest_after.load(), config.max_prompt_logprob_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsTest,
