@@ -16,6 +16,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -38,6 +39,7 @@
 #include "engine/serving/engine.h"
 #include "engine/speculative/speculative_flags.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -511,18 +513,35 @@ int Run() {
   service.StartDraining();
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(absl::GetFlag(FLAGS_drain_timeout)));
+  const std::chrono::duration<double> drain_timeout(absl::GetFlag(FLAGS_drain_timeout));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(drain_timeout);
+  // gRPC's shutdown starts now: the listener closes and every connection gets a GOAWAY, so
+  // clients with a long-lived channel reconnect to a replica that serves instead of meeting
+  // SHUTTING_DOWN here until the drain ends; the calls in flight run on.
+  std::atomic<bool> grpc_stopped{false};
+  std::thread grpc_shutdown([&] {
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                         drain_timeout + std::chrono::seconds(5)));
+    grpc_stopped = true;
+  });
   while (service.generations_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int64_t left = service.generations_in_flight();
   if (left > 0) spdlog::warn("drain timeout: cancelling {} generations", left);
-  // Ends what is left in the engine (their calls finish with an error status), then closes
-  // the calls and the listener.
+  // Ends what is left in the engine (their calls finish with an error status); then the calls
+  // that never end by themselves (health watches, such as the gateway's) are cancelled, which
+  // lets the shutdown finish now rather than at its deadline. Repeated: the cancellation only
+  // reaches calls once the shutdown has begun on its thread.
   (*engine)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  while (!grpc_stopped) {
+    grpc_server_cancel_all_calls(server->c_server());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  grpc_shutdown.join();
   if (metrics_server) metrics_server->Stop();
   spdlog::info("stopped ({} generations were cut by the drain timeout)", left);
   return 0;

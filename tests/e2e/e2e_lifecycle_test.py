@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -22,6 +23,14 @@ from blossom_client import errors as blossom_errors
 import e2e_common
 from e2e_common import MODEL, auth, grpc_greedy, http_status, metric, wait_idle
 from procs import MODEL_DIR, SERVER, Process, free_port, start_gateway, start_server, wait_until
+
+
+def port_open(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def setUpModule():
@@ -329,9 +338,19 @@ class DrainTest(unittest.TestCase):
         wait_until(lambda: http_status(gateway.url + "/health") == 503, timeout=10,
                    interval=0.005, what="gateway /health 503 while the server drains")
         self.assertIsNone(server.proc.poll(), "the server should still be draining")
+        # Draining, the listener is closed (gRPC's shutdown began: connections got a GOAWAY),
+        # so clients reconnect elsewhere instead of meeting SHUTTING_DOWN here.
+        host, port = server.grpc.rsplit(":", 1)
+        wait_until(lambda: not port_open(host, int(port)), timeout=10, interval=0.01,
+                   what="the server's gRPC listener closed while draining")
+        self.assertIsNone(server.proc.poll(), "the server should still be draining")
         consumer.join(120)
         self.assertTrue(done and done[-1], "the stream in flight should finish")
+        # The gateway's health watch never ends by itself: the server cancels it once the
+        # generations are done instead of waiting out its 60 s drain timeout.
+        drained = time.monotonic()
         self.assertEqual(server.proc.wait(60), 0, server.tail())
+        self.assertLess(time.monotonic() - drained, 15, "the exit waited for the health watch")
 
     def test_sigterm_loses_no_stream(self):
         server = start_server("server-drain", "--drain_timeout", "60")
