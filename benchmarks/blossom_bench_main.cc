@@ -39,7 +39,9 @@ ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32,64,128,256", "Batch sizes, co
 ABSL_FLAG(int32_t, max_new_tokens, 100, "New tokens per sequence (greedy).");
 ABSL_FLAG(int32_t, cycles, 5, "Timed generate() calls per batch size (the seed's 5).");
 ABSL_FLAG(int32_t, warmup, 1, "Untimed generate() calls per batch size before timing.");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads per rank (0 = the CPUs this process may use, its affinity mask capped by "
+          "a cgroup CPU limit, / tp).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (CPU: threads in one process).");
 ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUDA builds).");
 ABSL_FLAG(bool, cuda_time_gemm, true,

@@ -79,7 +79,9 @@ ABSL_FLAG(std::string, early_stopping, "false",
           "With --num_beams: false (HF's heuristic), true (once N beams finished) or never.");
 ABSL_FLAG(bool, show_token_ids, false,
           "With --num_beams: each beam's token ids on its '# beam' line.");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores).");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0 = the CPUs this process may use: its affinity mask, capped by a cgroup "
+          "CPU limit).");
 ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (threads of one process on the CPU backend).");
 ABSL_FLAG(std::string, launcher, "threads",
           "generate: threads (ranks are threads) or mpi (`mpirun -np <tp> blossom generate "

@@ -78,7 +78,9 @@ ABSL_FLAG(bool, cuda_graphs, true,
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "--backend cuda, --tp 1: choose each cuBLASLt plan's algorithm by timing the "
           "heuristic's top candidates, at the start-up warm-up.");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0 = all cores / tp).");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads per rank (0 = the CPUs this process may use, its affinity mask capped by "
+          "a cgroup CPU limit, / tp).");
 ABSL_FLAG(bool, strict_load, false,
           "Refuse a checkpoint holding tensors a BLOOM model does not use (default: log them).");
 ABSL_FLAG(std::string, quantize, "none",

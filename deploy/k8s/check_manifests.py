@@ -348,6 +348,15 @@ def check(overlay, objs, metric_names, version, findings):
                         bad(f"{cw}: nvidia.com/gpu {gpus} != --tp {tp}")
                 elif gpus:
                     bad(f"{cw}: requests GPUs without --backend=cuda")
+                else:
+                    # The CPU backend's default is every core it may run on: with no CPU limit
+                    # that is the whole node, spinning at the pod's CPU share.
+                    cpu = str(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+                    cpus = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+                    threads = int(flag(inner, "threads") or 0)
+                    if threads < 1 or threads * tp > cpus:
+                        bad(f"{cw}: the CPU backend needs --threads (per rank) x --tp within the "
+                            f"CPU request ({cpu}), got --threads={threads or 'unset'}")
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes:
                     bad(f"{cw}: mounts {m['name']}, which is not a volume of the pod")

@@ -16,6 +16,7 @@
 #include "engine/model/rank_setup.h"
 #include "engine/model/single_rank_runner.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "kernels/mpi/mpi_communicator.h"
 #include "kernels/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -113,7 +114,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
   int threads = options.threads_per_rank;
   if (threads <= 0) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / tp);
+    threads = std::max(1, UsableCpus() / tp);
   }
 
   // One mapping for all ranks: each rank's weights are views of its own slices of it.
@@ -130,8 +131,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // The ranks' pools spin between ops when every thread has a core of its own.
-  const bool spin_wait =
-      static_cast<int64_t>(threads) * tp <= static_cast<int64_t>(std::thread::hardware_concurrency());
+  const bool spin_wait = static_cast<int64_t>(threads) * tp <= UsableCpus();
   BackendFactory make_backend = [threads,
                                  spin_wait](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads, spin_wait));

@@ -18,6 +18,7 @@
 #include "engine/model/runner_sampler.h"
 #include "engine/model/step_plan.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "kernels/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -347,13 +348,11 @@ class MpiRunner : public ModelRunner {
       // The cores of this machine, shared by the ranks on it.
       int threads = options.threads_per_rank;
       if (threads <= 0) {
-        threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                  std::max(1, process_.local_size));
+        threads = std::max(1, UsableCpus() / std::max(1, process_.local_size));
       }
       // Spin between ops only when this machine's ranks have a core per thread (thread_pool.h).
       const bool spin_wait =
-          static_cast<int64_t>(threads) * std::max(1, process_.local_size) <=
-          static_cast<int64_t>(std::thread::hardware_concurrency());
+          static_cast<int64_t>(threads) * std::max(1, process_.local_size) <= UsableCpus();
       backend_ = std::make_unique<CpuBackend>(threads, spin_wait);
     }
     ModelLoadOptions load;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/cpu/cpu_budget.h"
+
 namespace blossom {
 
 ThreadPool::ThreadPool(int num_threads, bool spin_wait) : spin_wait_(spin_wait) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = UsableCpus();
   num_threads_ = std::max(1, num_threads);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
