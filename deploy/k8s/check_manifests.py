@@ -401,6 +401,15 @@ def check(overlay, objs, metric_names, version, findings):
                 cred = ep.get("authorization", {}).get("credentials")
                 if cred and ("Secret", cred["name"]) not in by_key:
                     bad(f"{name}: credentials Secret {cred['name']} is not defined")
+                elif cred:
+                    secret = by_key[("Secret", cred["name"])]
+                    value = {**secret.get("data", {}), **secret.get("stringData", {})}.get(cred["key"])
+                    if value is None:
+                        bad(f"{name}: credentials key {cred['key']} is not in Secret {cred['name']}")
+                    elif cred["key"] == "keys":
+                        # Sent verbatim as the Bearer token: a keys file (one per line, a final
+                        # newline) is refused by Prometheus's HTTP client.
+                        bad(f"{name}: credentials are the whole keys file; use a single-key entry")
             if not {"server", "gateway"} <= scraped:
                 bad(f"{name}: scrapes {sorted(scraped)}, not both server and gateway")
         elif o["kind"] == "HorizontalPodAutoscaler":
@@ -502,10 +511,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="blossom-k8s-")
     tree = os.path.join(tmp, "k8s")
     shutil.copytree(args.k8s_dir, tree)
-    keys = os.path.join(tree, "base", "api-keys.txt")
-    if not os.path.exists(keys):
-        with open(keys, "w") as f:
-            f.write("render-check-key\n")
+    for name, text in (("api-keys.txt", "render-check-key\nrender-scrape-key\n"),
+                       ("scrape-key.txt", "render-scrape-key")):
+        path = os.path.join(tree, "base", name)
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(text)
 
     findings = []
     overlays = sorted(os.listdir(os.path.join(tree, "overlays")))
