@@ -25,6 +25,9 @@ class EngineEvents : public EngineObserver {
 
   void OnStep(const StepStats& step) override { metrics_->OnStep(step); }
   void OnRequestFinished(const EngineEvent& event) override { metrics_->OnRequestFinished(event); }
+  void OnFirstToken(const RequestTimings& timings, bool beam_round) override {
+    metrics_->OnFirstToken(timings, beam_round);
+  }
   void OnEngineFailed(const absl::Status& failure) override;
 
  private:

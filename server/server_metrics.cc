@@ -42,7 +42,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
       queue_(registry->AddHistogram("blossom_request_queue_time_seconds",
                                     "Arrival to first scheduling.", LatencyBuckets(), Labels())),
       step_(registry->AddHistogram(
-          "blossom_step_duration_seconds", "Duration of one engine step, by phase.",
+          "blossom_step_duration_seconds",
+          "Duration of one engine step's forward pass (model execution; the host work is "
+          "blossom_step_host_seconds), by phase.",
           metrics::ExponentialBuckets(0.0005, 2.0, 16), Labels({"phase"}))),
       step_host_(registry->AddHistogram(
           "blossom_step_host_seconds",
@@ -180,17 +182,21 @@ void ServerMetrics::UpdateSchedulerTotals(const SchedulerStats& stats) {
   last_totals_ = stats;
 }
 
-void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
-  if (final_event.beam_round) return;  // counted once for its search (ObserveBeamSearch)
-  const RequestTimings& t = final_event.timings;
+void ServerMetrics::OnFirstToken(const RequestTimings& t, bool beam_round) {
+  if (beam_round) return;  // a search's rounds are not requests of their own
   const double ttft = Seconds(t.arrival, t.first_token);
   if (ttft >= 0) ttft_.Get({model_}).Observe(ttft);
   const double queue = Seconds(t.arrival, t.first_scheduled);
   if (queue >= 0) queue_.Get({model_}).Observe(queue);
-  const double e2e = Seconds(t.arrival, t.finished);
-  if (e2e >= 0) e2e_.Get({model_}).Observe(e2e);
   const double prefill = Seconds(t.first_scheduled, t.first_token);
   if (prefill >= 0) prefill_time_.Get({model_}).Observe(prefill);
+}
+
+void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
+  if (final_event.beam_round) return;  // counted once for its search (ObserveBeamSearch)
+  const RequestTimings& t = final_event.timings;
+  const double e2e = Seconds(t.arrival, t.finished);
+  if (e2e >= 0) e2e_.Get({model_}).Observe(e2e);
   const double decode = Seconds(t.first_token, t.finished);
   if (decode >= 0) decode_time_.Get({model_}).Observe(decode);
   if (final_event.max_new_tokens > 0) max_tokens_.Get({model_}).Observe(final_event.max_new_tokens);

@@ -32,8 +32,11 @@ class ServerMetrics : public EngineObserver {
   // Engine thread.
   void OnStep(const StepStats& step) override;
   void OnRequestFinished(const EngineEvent& final_event) override;
+  // TTFT, queue and prefill time, observed at the first token (as vLLM), not when the request
+  // ends: a stream of minutes would otherwise show its TTFT only after its last token.
+  void OnFirstToken(const RequestTimings& timings, bool beam_round) override;
 
-  // gRPC edge: one call per generated token (seconds since the previous token of the request),
+  // gRPC edge: one call per step that gave the request tokens (seconds since the previous one),
   // and one per request outcome ("finished", "cancelled", "error", or a refusal such as
   // "invalid_argument", "resource_exhausted", "unavailable", "unauthenticated").
   void ObserveInterTokenLatency(double seconds);

@@ -89,6 +89,12 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   final_event.timings.first_scheduled = t0 + std::chrono::milliseconds(2);
   final_event.timings.first_token = t0 + std::chrono::milliseconds(30);
   final_event.timings.finished = t0 + std::chrono::milliseconds(90);
+  // TTFT is observed at the first token, before the request ends.
+  server_metrics.OnFirstToken(final_event.timings, /*beam_round=*/false);
+  EXPECT_TRUE(Contains(registry.Render(),
+                       "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 1"));
+  EXPECT_FALSE(Contains(registry.Render(),
+                        "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 1"));
   server_metrics.OnRequestFinished(final_event);
   final_event.finish_reason = FinishReason::kCancelled;
   final_event.timings.first_token = {};  // cancelled before its first token
@@ -152,7 +158,12 @@ TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
   round.beam_round = true;
   round.usage.prompt_tokens = 9;
   round.usage.generated_tokens = 1;
-  for (int i = 0; i < 5; ++i) server_metrics.OnRequestFinished(round);
+  round.timings.arrival = Clock::now();
+  round.timings.first_scheduled = round.timings.first_token = round.timings.arrival;
+  for (int i = 0; i < 5; ++i) {
+    server_metrics.OnFirstToken(round.timings, /*beam_round=*/true);
+    server_metrics.OnRequestFinished(round);
+  }
   server_metrics.ObserveBeamSearch(0.5, 9, 12, "finished");
   const std::string text = registry.Render();
   for (const char* line : {"blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 1",

@@ -375,6 +375,7 @@ bool Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
       // A beam-search round's prompt is the search's prompt and its beam so far: the search
       // counts its prompt once, when it ends (ServerMetrics::ObserveBeamSearch).
       if (!r.beam_round) step.finished_prompt_tokens += r.prompt_tokens;
+      if (observer_) observer_->OnFirstToken(r.timings, r.beam_round);
     }
     ++step.generated_tokens;
     event.has_token = true;

@@ -199,6 +199,12 @@ class EngineObserver {
   virtual ~EngineObserver() = default;
   virtual void OnStep(const StepStats&) {}
   virtual void OnRequestFinished(const EngineEvent& final_event) { (void)final_event; }
+  // When a request's first token is sampled (its arrival, first scheduling and first token are
+  // set): time-to-first-token is known then, possibly long before the request ends.
+  virtual void OnFirstToken(const RequestTimings& timings, bool beam_round) {
+    (void)timings;
+    (void)beam_round;
+  }
   // Once, when a failed step left the runner unable to run again (ModelRunner::Health): the
   // engine has failed every request and refuses new ones; the process must be restarted.
   virtual void OnEngineFailed(const absl::Status& failure) { (void)failure; }
