@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +16,23 @@
 namespace blossom {
 namespace {
 
+// A block holding a NaN or an infinity has no scale that represents it: it is stored with a NaN
+// scale (and zero codes), so every dot product it enters is NaN, as in the fp32 GEMM, and a
+// broken model fails loudly at the sampler ("non-finite logit") instead of producing plausible
+// tokens (the max would skip a NaN, the clamp turn it into -127, and +inf would become -inf).
+void MarkNonFinite(float* scale, void* codes, size_t code_bytes) {
+  *scale = std::numeric_limits<float>::quiet_NaN();
+  std::memset(codes, 0, code_bytes);
+}
+
 void QuantizeQ8(const float* x, Q8Block* out) {
   float amax = 0.0f;
-  for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
+  bool finite = true;
+  for (int i = 0; i < kQuantBlock; ++i) {
+    finite &= std::isfinite(x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (!finite) return MarkNonFinite(&out->scale, out->codes, sizeof(out->codes));
   const float scale = amax / 127.0f;
   const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
   out->scale = scale;
@@ -30,18 +45,24 @@ void QuantizeQ8(const float* x, Q8Block* out) {
 }
 
 #if defined(__x86_64__)
-// QuantizeQ8 in AVX2, bit-identical: the same max (a NaN element is skipped, as std::max(amax,
-// NaN) keeps amax: vmaxps returns its second operand when either is NaN), the same scalar scale
-// and inverse, the same fp32 product, and vcvtps2dq rounds to nearest even in the default mode
-// as lrintf does (a NaN or out-of-range product becomes INT32_MIN there and LONG_MIN in lrintf:
-// both clamp to -127).
+// QuantizeQ8 in AVX2, bit-identical: the same non-finite check (|v| not below +inf: NaN or an
+// infinity), the same max, the same scalar scale and inverse, the same fp32 product, and
+// vcvtps2dq rounds to nearest even in the default mode as lrintf does (the clamp only guards
+// the last ulp at the block maximum).
 BLOSSOM_AVX2 void QuantizeQ8Avx2(const float* x, Q8Block* out) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
+  __m256 nonfinite = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i) {
     v[i] = _mm256_loadu_ps(x + 8 * i);
-    amax = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), amax);
+    const __m256 magnitude = _mm256_and_ps(v[i], abs_mask);
+    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(magnitude, infinity, _CMP_NLT_UQ));
+    amax = _mm256_max_ps(magnitude, amax);
+  }
+  if (_mm256_movemask_ps(nonfinite) != 0) {
+    return MarkNonFinite(&out->scale, out->codes, sizeof(out->codes));
   }
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -65,8 +86,12 @@ BLOSSOM_AVX2 void QuantizeQ8Avx2(const float* x, Q8Block* out) {
 
 void QuantizeQ4(const float* x, Q4Block* out) {
   float extreme = 0.0f;  // the value of largest magnitude, with its sign
-  for (int i = 0; i < kQuantBlock; ++i)
+  bool finite = true;
+  for (int i = 0; i < kQuantBlock; ++i) {
+    finite &= std::isfinite(x[i]);
     if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  }
+  if (!finite) return MarkNonFinite(&out->scale, out->nibbles, sizeof(out->nibbles));
   const float scale = extreme / -8.0f;
   const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
   out->scale = scale;

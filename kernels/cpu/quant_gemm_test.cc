@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -89,6 +90,41 @@ TEST(QuantGemmTest, RowResultsIndependentOfBatchThreadsAndIsa) {
     args.k = k;
     args.activation = Activation::kBloomGelu;
     ExpectBatchInvariant(&QuantGemmNT, args, big_x, max_m, DTypeName(dtype));
+  }
+}
+
+// A NaN in an input row makes that output row NaN on every path (1x4 tiles, 4- and 8-row
+// tiles, panels, AMX where the CPU has it), as the fp32 GEMM does, so the sampler refuses the
+// logits; the other rows are untouched.
+TEST(QuantGemmTest, ANanInputRowGivesANanOutputRow) {
+  std::mt19937 rng(47);
+  const int64_t n = 48, k = 128;
+  std::vector<float> w = RandomNormal(n * k, rng), bias = RandomNormal(n, rng);
+  ThreadPool pool(3);
+  for (DType dtype : {DType::kQ8G32, DType::kQ4G32, DType::kQ8G32Panel16, DType::kQ4G32Panel16}) {
+    std::vector<char> packed(DTypeBytes(dtype, k) * n);
+    ASSERT_TRUE(QuantizeWeightRows(w.data(), DType::kF32, n, k, dtype, packed.data()).ok());
+    for (int64_t m : {1, 5, 17}) {
+      std::vector<float> x = RandomNormal(m * k, rng), out(m * n);
+      const int64_t bad_row = m / 2;
+      x[bad_row * k + 70] = std::numeric_limits<float>::quiet_NaN();
+      GemmArgs args;
+      args.x = x.data();
+      args.w = packed.data();
+      args.w_dtype = dtype;
+      args.bias = bias.data();
+      args.out = out.data();
+      args.m = m;
+      args.n = n;
+      args.k = k;
+      QuantGemmNT(args, &pool);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          EXPECT_EQ(std::isnan(out[i * n + j]), i == bad_row)
+              << DTypeName(dtype) << " m " << m << " row " << i << " col " << j;
+        }
+      }
+    }
   }
 }
 

@@ -96,6 +96,34 @@ TEST(QuantTest, ActivationCodesUseTheFullInt8Range) {
   for (int i = 0; i < 32; ++i) EXPECT_NEAR(block.codes[i] * block.scale, x[i], block.scale / 2 * 1.0001f);
 }
 
+// A block with a NaN or an infinity has no finite representation: a NaN scale (so that every
+// dot product it enters is NaN, as in fp32), never -127 for a NaN or -inf for +inf.
+TEST(QuantTest, NonFiniteBlocksGetANanScale) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, inf, -inf}) {
+    std::vector<float> x(64, 0.5f);
+    x[5] = bad;  // block 0 only
+    std::vector<Q8Block> portable(2);
+    QuantizeActivationRowPortable(x.data(), 64, portable.data());
+    EXPECT_TRUE(std::isnan(portable[0].scale)) << bad;
+    EXPECT_TRUE(std::isnan(portable[0].codes[5] * portable[0].scale)) << bad;
+    EXPECT_FLOAT_EQ(portable[1].scale, 0.5f / 127.0f) << "the next block is untouched";
+    if (CpuHasAvx2Fma()) {
+      std::vector<Q8Block> avx2(2);
+      QuantizeActivationRowAvx2(x.data(), 64, avx2.data());
+      EXPECT_EQ(0, std::memcmp(portable.data(), avx2.data(), 2 * sizeof(Q8Block))) << bad;
+    }
+    for (DType dtype : {DType::kQ8G32, DType::kQ4G32}) {
+      std::vector<char> packed(DTypeBytes(dtype, 64));
+      ASSERT_TRUE(QuantizeWeightRows(x.data(), DType::kF32, 1, 64, dtype, packed.data()).ok());
+      EXPECT_TRUE(std::isnan(DequantizeAt(packed.data(), dtype, 5))) << DTypeName(dtype) << bad;
+      EXPECT_TRUE(std::isnan(DequantizeAt(packed.data(), dtype, 0))) << DTypeName(dtype) << bad;
+      EXPECT_TRUE(std::isfinite(DequantizeAt(packed.data(), dtype, 40))) << DTypeName(dtype) << bad;
+    }
+  }
+}
+
 // The AVX2 row quantizer gives the portable one's bytes: random rows at several magnitudes, exact
 // ties (x * inverse = n + 0.5 must round to even), zeros, denormals, a NaN, infinities.
 TEST(QuantTest, Avx2ActivationQuantizerMatchesPortableBitForBit) {
