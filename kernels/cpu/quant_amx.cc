@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
+
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -85,7 +87,9 @@ bool DetectAmx() {
 }  // namespace
 
 bool AmxInt8Usable() {
-  static const bool usable = DetectAmx();
+  // The tile kernels scale and store with AVX-512 (zmm) instructions: a CPU or VM that exposes
+  // AMX with AVX-512 masked off must take the other paths, not fault.
+  static const bool usable = CpuHasAvx512() && DetectAmx();
   return usable;
 }
 

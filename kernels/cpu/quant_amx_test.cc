@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant_dot_tile.h"
 
 namespace blossom {
@@ -67,6 +68,9 @@ TEST(QuantAmxTest, PackedScalarTileMatchesThePortableDots) {
     }
   }
 }
+
+// The AMX kernels scale and store with AVX-512: AMX is never chosen without it.
+TEST(QuantAmxTest, AmxImpliesAvx512) { EXPECT_TRUE(!AmxInt8Usable() || CpuHasAvx512()); }
 
 // The AMX tile gives the scalar tile's bits.
 TEST(QuantAmxTest, AmxTileMatchesTheScalarTile) {
