@@ -182,7 +182,9 @@ absl::Status BloomModel::Forward(const StepBatch& batch, KvCache& cache, float* 
     // No logits wanted; wait anyway, so the step's device errors are this step's on every rank.
     return backend_->Synchronize();
   }
-  if (kept.dim(0) == 0) return absl::OkStatus();
+  // No rows to copy: still wait, as every step does. The next step packs its metadata into the
+  // same pinned staging, which this step's copy up may still be reading on a GPU.
+  if (kept.dim(0) == 0) return backend_->Synchronize();
   return backend_->CopyToHost(kept, logits);  // waits for the backend
 }
 

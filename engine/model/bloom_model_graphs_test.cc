@@ -346,6 +346,31 @@ TEST(StepGraphsWarmUpTest, NoStagingIsRewrittenBeforeItsCopyIsWaitedFor) {
   EXPECT_EQ(backend.rewritten_before_a_wait, 0);
 }
 
+// Prefill chunks that want no logits (a long prompt's first chunks), asked with a host buffer:
+// each step waits for the device before the next one packs its metadata into the same staging
+// (the forward once returned early there, and a GPU would have run the earlier chunk on the
+// later one's ids and slots).
+TEST(StepGraphsWarmUpTest, StepsWithoutLogitRowsWaitBeforeTheStagingIsReused) {
+  StagingContractCpuBackend backend;
+  auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cache = (*model)->CreateKvCache(16, kBlockSize);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::vector<int32_t> table = {0, 1, 2, 3};
+  std::vector<float> logits((*model)->vocab_size());
+  const std::vector<std::vector<int32_t>> chunks = {{1, 17, 250}, {30, 31, 32}, {40, 41}};
+  int32_t computed = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    StepBatch chunk;
+    chunk.max_blocks_per_seq = 4;
+    chunk.AddSequence(chunks[c], computed, table, /*want_logits=*/c + 1 == chunks.size());
+    ASSERT_TRUE((*model)->Forward(chunk, **cache, logits.data()).ok()) << "chunk " << c;
+    computed += static_cast<int32_t>(chunks[c].size());
+  }
+  EXPECT_GE(backend.copies_from_staging, 3);
+  EXPECT_EQ(backend.rewritten_before_a_wait, 0);
+}
+
 TEST(StepGraphsOptionsTest, RefusesOptionsOutOfRange) {
   CpuBackend backend(1);
   auto model = BloomModel::Load(FixturePath("models/bloom-tiny-h4"), &backend, nullptr);
