@@ -77,44 +77,62 @@ size_t BloomModel::KvBytesPerBlock(int32_t block_size) const {
   return spec.BytesPerBlock();
 }
 
+namespace {
+
+struct BufferSpec {
+  OwnedTensor* out;
+  DType dtype;
+  int64_t cols;
+};
+
+// Grows `specs` to at least `needed` rows, all or nothing: twice `capacity` (amortised growth),
+// or, if that does not fit, exactly `needed`; the buffers are replaced only once every new one
+// is allocated, so a failure leaves the old ones, `capacity` and `generation` as they were
+// (step graphs captured on the old buffers stay valid). The generation moves with the
+// replacement: graphs that hold the old addresses are dropped before they replay.
+absl::Status GrowAll(Backend* backend, int32_t needed, int32_t* capacity, uint64_t* generation,
+                     const std::vector<BufferSpec>& specs) {
+  if (needed <= *capacity) return absl::OkStatus();
+  absl::Status failed;
+  for (const int64_t rows : {std::max<int64_t>(needed, 2 * static_cast<int64_t>(*capacity)),
+                             static_cast<int64_t>(needed)}) {
+    std::vector<OwnedTensor> fresh;
+    fresh.reserve(specs.size());
+    for (const BufferSpec& s : specs) {
+      absl::StatusOr<OwnedTensor> buf = backend->AllocateTensor(s.dtype, {rows, s.cols});
+      if (!buf.ok()) {
+        failed = buf.status();
+        break;
+      }
+      fresh.push_back(std::move(*buf));
+    }
+    if (fresh.size() < specs.size()) continue;  // freed here; then the exact size, once
+    for (size_t i = 0; i < specs.size(); ++i) *specs[i].out = std::move(fresh[i]);
+    *capacity = static_cast<int32_t>(rows);
+    ++*generation;
+    return absl::OkStatus();
+  }
+  return failed;
+}
+
+}  // namespace
+
 absl::Status BloomModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows) {
   Workspace& w = *workspace_;
   const DType act = backend_->activation_dtype(info_.weight_dtype);
   const int64_t h = config_.hidden_size, d = config_.head_dim(), heads = local_heads_;
   const int world = communicator_->world_size();
-  if (num_tokens > w.token_capacity) {
-    const int64_t t = std::max<int64_t>(num_tokens, 2 * static_cast<int64_t>(w.token_capacity));
-    struct Spec {
-      OwnedTensor* out;
-      DType dtype;
-      int64_t cols;
-    };
-    for (const Spec& s : {Spec{&w.hidden, act, h}, Spec{&w.attn_out, act, h}, Spec{&w.ln, act, h},
-                          Spec{&w.qkv, act, heads * 3 * d}, Spec{&w.q, act, heads * d},
-                          Spec{&w.ctx, act, heads * d},
-                          Spec{&w.mlp, act, config_.ffn_hidden_size() / world}}) {
-      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(s.dtype, {t, s.cols});
-      if (!buf.ok()) return buf.status();
-      *s.out = std::move(*buf);
-    }
-    w.token_capacity = static_cast<int32_t>(t);
-    ++w.generation;
-  }
-  if (num_logit_rows > w.logit_row_capacity) {
-    const int64_t r = std::max<int64_t>(num_logit_rows, 2 * static_cast<int64_t>(w.logit_row_capacity));
-    for (auto [out, dtype, cols] :
-         {std::tuple<OwnedTensor*, DType, int64_t>{&w.gathered, act, h},
-          {&w.gathered_ln, act, h},
-          {&w.logits_local, DType::kF32, vocab_local_max_},
-          {&w.logits_gathered, DType::kF32, vocab_local_max_ * world}}) {
-      absl::StatusOr<OwnedTensor> buf = backend_->AllocateTensor(dtype, {r, cols});
-      if (!buf.ok()) return buf.status();
-      *out = std::move(*buf);
-    }
-    w.logit_row_capacity = static_cast<int32_t>(r);
-    ++w.generation;
-  }
-  return absl::OkStatus();
+  BLOSSOM_RETURN_IF_ERROR(GrowAll(
+      backend_, num_tokens, &w.token_capacity, &w.generation,
+      {{&w.hidden, act, h}, {&w.attn_out, act, h}, {&w.ln, act, h},
+       {&w.qkv, act, heads * 3 * d}, {&w.q, act, heads * d}, {&w.ctx, act, heads * d},
+       {&w.mlp, act, config_.ffn_hidden_size() / world}}));
+  std::vector<BufferSpec> logit_buffers = {
+      {&w.gathered, act, h}, {&w.gathered_ln, act, h}, {&w.logits_local, DType::kF32, vocab_local_max_}};
+  // Only a tensor-parallel step gathers the ranks' slices (at world 1 it would be a second copy
+  // of the logits, 1 MB a row, never read).
+  if (world > 1) logit_buffers.push_back({&w.logits_gathered, DType::kF32, vocab_local_max_ * world});
+  return GrowAll(backend_, num_logit_rows, &w.logit_row_capacity, &w.generation, logit_buffers);
 }
 
 absl::Status BloomModel::ValidateBatch(const StepBatch& b, const KvCache& cache) const {

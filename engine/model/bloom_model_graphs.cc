@@ -188,16 +188,22 @@ absl::StatusOr<Tensor> BloomModel::RunBucket(const StepBatch* batch, int32_t B, 
   if (g.cache_id != cache.id() || g.block_size != block_size ||
       g.workspace_generation != w.generation) {
     g.by_bucket.clear();
+    if (g.block_size != block_size) {
+      // Both buffers first, then the layout they are sized for: a failed allocation leaves the
+      // old layout and buffers together, to be retried by the next step.
+      const int32_t table_width = (g.options.max_context + block_size - 1) / block_size;
+      const PackedLayout largest(g.max_bucket, table_width);
+      BLOSSOM_ASSIGN_OR_RETURN(OwnedTensor metadata,
+                               backend_->AllocateTensor(DType::kI32, {largest.total}));
+      BLOSSOM_ASSIGN_OR_RETURN(HostBuffer host,
+                               backend_->AllocateHostStaging(largest.total * sizeof(int32_t)));
+      g.metadata = std::move(metadata);
+      g.host = std::move(host);
+      g.block_size = block_size;
+      g.table_width = table_width;
+    }
     g.cache_id = cache.id();
     g.workspace_generation = w.generation;
-    if (g.block_size != block_size) {
-      g.block_size = block_size;
-      g.table_width = (g.options.max_context + block_size - 1) / block_size;
-      const PackedLayout largest(g.max_bucket, g.table_width);
-      BLOSSOM_ASSIGN_OR_RETURN(g.metadata, backend_->AllocateTensor(DType::kI32, {largest.total}));
-      BLOSSOM_ASSIGN_OR_RETURN(g.host,
-                               backend_->AllocateHostStaging(largest.total * sizeof(int32_t)));
-    }
   }
 
   const int32_t W = g.table_width;

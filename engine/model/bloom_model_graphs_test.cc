@@ -4,6 +4,7 @@
 // recaptures after the workspace or the KV cache changed.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -19,6 +20,17 @@ namespace {
 constexpr int32_t kBlockSize = 4;
 constexpr int32_t kBlocksPerSeq = 12;
 constexpr int32_t kSeqs = 5;
+
+// A CPU backend whose allocations fail while `fail_if(bytes)` says so (a device out of memory).
+class FailableCpuBackend : public CpuBackend {
+ public:
+  FailableCpuBackend() : CpuBackend(2) {}
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (fail_if && fail_if(bytes)) return absl::ResourceExhaustedError("test: out of memory");
+    return CpuBackend::Allocate(bytes);
+  }
+  std::function<bool(size_t)> fail_if;
+};
 
 struct Seq {
   std::vector<int32_t> tokens;
@@ -111,7 +123,7 @@ class StepGraphsTest : public ::testing::Test {
     }
   }
 
-  CpuBackend backend_{2};
+  FailableCpuBackend backend_;
   std::unique_ptr<BloomModel> graphed_, eager_;
   std::unique_ptr<KvCache> graphed_cache_, eager_cache_;
   Seq seqs_[kSeqs];
@@ -184,6 +196,45 @@ TEST_F(StepGraphsTest, RecapturesAfterTheWorkspaceGrowsOrTheCacheChanges) {
   for (int i = 0; i < 2; ++i) Decode({0, 2});
   EXPECT_EQ(graphed_->step_graph_stats().captured, 3);
   EXPECT_EQ(graphed_->step_graph_stats().replayed, 4 + 1);
+}
+
+// A step with more logit rows than the workspace holds grows it; a growth the device cannot give
+// is all or nothing: it first asks for twice the capacity, then for exactly what the step needs,
+// and when neither fits it keeps the old buffers (which the captured graphs hold) untouched, so
+// the next decode steps replay them safely (a partial replacement left the graphs writing freed
+// buffers: run under ASan to see it).
+TEST_F(StepGraphsTest, AWorkspaceGrowthThatFailsLeavesTheGraphsValid) {
+  Prefill({0, 1, 2, 3, 4});  // 5 logit rows: the workspace holds 5
+  for (int i = 0; i < 2; ++i) Decode({0, 1, 2});
+  ASSERT_EQ(graphed_->step_graph_stats().captured, 1);
+  const size_t row_bytes = static_cast<size_t>(eager_->vocab_size()) * sizeof(float);
+  // Seq 3 scores 9 more tokens: 9 logit rows. Doubling (10 rows) does not fit; 9 rows do.
+  std::vector<int32_t> more = {60, 61, 62, 63, 64, 65, 66, 67, 68};
+  Seq& q = seqs_[3];
+  StepBatch scored;
+  scored.max_blocks_per_seq = kBlocksPerSeq;
+  scored.AddSequence(more, q.computed, q.table, true, /*all_logits=*/true);
+  backend_.fail_if = [&](size_t bytes) { return bytes == 10 * row_bytes; };
+  RunBoth(scored);
+  q.tokens.pop_back();
+  q.tokens.insert(q.tokens.end(), more.begin(), more.end());
+  q.computed = static_cast<int32_t>(q.tokens.size());
+  q.tokens.push_back(7);
+  Decode({0, 1, 2});  // the grown workspace dropped the graph: captured again
+  const int64_t captured = graphed_->step_graph_stats().captured;
+  ASSERT_EQ(captured, 2);
+  // Now neither 18 nor 10 rows fit: the step fails and nothing of the workspace changes.
+  more.resize(10);
+  StepBatch too_many;
+  too_many.max_blocks_per_seq = kBlocksPerSeq;
+  too_many.AddSequence(more, q.computed, q.table, true, /*all_logits=*/true);
+  backend_.fail_if = [&](size_t bytes) { return bytes == 18 * row_bytes || bytes == 10 * row_bytes; };
+  std::vector<float> ignored(10 * eager_->vocab_size());
+  EXPECT_EQ(graphed_->Forward(too_many, *graphed_cache_, ignored.data()).code(),
+            absl::StatusCode::kResourceExhausted);
+  backend_.fail_if = nullptr;
+  for (int i = 0; i < 2; ++i) Decode({0, 1, 2});  // replays, same bits as the eager model
+  EXPECT_EQ(graphed_->step_graph_stats().captured, captured) << "the graph is still valid";
 }
 
 TEST_F(StepGraphsTest, WarmUpCapturesEveryBucketAndWritesNoKv) {
