@@ -40,6 +40,7 @@ constexpr int kDecodeMaxThreads = 512;  // AttentionArgs::decode_threads: 128, 2
 // decode step's attention at that context ran 100 us per layer on an H200, latency-bound with 160
 // blocks on 132 SMs), and the partials cost 2 * 130 floats per (token, head, partition).
 constexpr int kPartition = 256;
+constexpr int32_t kMaxGridYZ = 65535;  // CUDA's limit on gridDim.y and gridDim.z
 constexpr int kKeyUnroll = 4;    // keys a lane group works on at once in the decode kernel
 constexpr int kPrefillThreads = 128;
 constexpr int kQTile = 16;
@@ -492,16 +493,29 @@ cudaError_t LaunchAttention(const AttentionArgs& a, void* workspace, cudaStream_
         parts > 1 ? part_o + static_cast<size_t>(a.num_tokens) * a.kv.num_heads * parts * a.kv.head_dim
                   : nullptr;
     if (parts > 1 && workspace == nullptr) return cudaErrorInvalidValue;
-    const dim3 grid(a.kv.num_heads, a.num_seqs, parts);
+    if (parts > kMaxGridYZ) return cudaErrorInvalidConfiguration;  // gridDim.z
     cudaError_t err = cudaSuccess;
-    BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T, {
-      err = LaunchKernel(a.pdl, &DecodeKernel<T>, grid, dim3(DecodeThreads(a)), 0, stream, a, part_o, part_ml,
-                         parts);
-      if (err == cudaSuccess && parts > 1) {
-        err = LaunchKernel(a.pdl, &DecodeReduceKernel<T>, dim3(a.kv.num_heads, a.num_seqs), dim3(128), 0, stream,
-                           a, static_cast<const float*>(part_o), static_cast<const float*>(part_ml), parts);
-      }
-    });
+    // Sequences are the grid's y dimension (at most 65,535): more of them (a warm-up step of
+    // --max_batched_tokens rows, a huge --max_batch_size) run in slices of that many, each with
+    // its per-sequence arrays offset (the kernels index them by blockIdx.y; tokens and the
+    // split-KV scratch stay absolute, through query_start).
+    for (int32_t first = 0; first < a.num_seqs && err == cudaSuccess; first += kMaxGridYZ) {
+      AttentionArgs slice = a;
+      slice.num_seqs = std::min(kMaxGridYZ, a.num_seqs - first);
+      slice.query_start += first;
+      slice.context_len += first;
+      slice.block_tables += static_cast<int64_t>(first) * a.max_blocks_per_seq;
+      const dim3 grid(a.kv.num_heads, slice.num_seqs, parts);
+      BLOSSOM_DISPATCH_ELEM(a.kv.dtype, T, {
+        err = LaunchKernel(a.pdl, &DecodeKernel<T>, grid, dim3(DecodeThreads(a)), 0, stream, slice,
+                           part_o, part_ml, parts);
+        if (err == cudaSuccess && parts > 1) {
+          err = LaunchKernel(a.pdl, &DecodeReduceKernel<T>, dim3(a.kv.num_heads, slice.num_seqs),
+                             dim3(128), 0, stream, slice, static_cast<const float*>(part_o),
+                             static_cast<const float*>(part_ml), parts);
+        }
+      });
+    }
     return err;
   }
   if (workspace == nullptr) return cudaErrorInvalidValue;

@@ -193,6 +193,15 @@ TEST_F(AttentionParity, DecodeOverLongScatteredContexts) {
   }
 }
 
+// More decode sequences than a grid dimension holds (65,535): the launch runs them in slices
+// (a warm-up step of --max_batched_tokens placeholder rows is one such step). The last ones
+// split their contexts, so the slices' split-KV scratch is exercised too.
+TEST_F(AttentionParity, DecodeOfMoreSequencesThanAGridDimension) {
+  std::vector<SeqSpec> seqs(65535 + 9, SeqSpec{1, 1});
+  for (size_t i = seqs.size() - 3; i < seqs.size(); ++i) seqs[i] = {300, 1};
+  Run(DType::kF32, 1, 16, seqs, 210);
+}
+
 // Decode blocks of 256 and 512 threads (CudaBackend::Options::decode_attention_threads): the
 // vector path (head sizes 64, 80, 128, 256: more lane groups than keys in a short partition)
 // and the scalar one (head size 7), single and split partitions.
