@@ -427,17 +427,23 @@ absl::Status CudaBackend::Attention(const Tensor& q, const AttentionMetadata& md
       impl_->attention_workspace_bytes = 0;
     }
     void* fresh = nullptr;
+    size_t allocated = grown;
     if (cudaMalloc(&fresh, grown) != cudaSuccess) {
+      // Doubling is only amortisation: what the step needs may still fit.
       cudaGetLastError();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cuda backend: cannot allocate ", grown, " bytes of attention workspace"));
+      allocated = ws;
+      if (grown == ws || cudaMalloc(&fresh, ws) != cudaSuccess) {
+        cudaGetLastError();
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cuda backend: cannot allocate ", ws, " bytes of attention workspace"));
+      }
     }
     const int device = impl_->options.device;
     impl_->attention_workspace = std::shared_ptr<void>(fresh, [device](void* p) {
       cudaSetDevice(device);
       cudaFree(p);
     });
-    impl_->attention_workspace_bytes = grown;
+    impl_->attention_workspace_bytes = allocated;
   }
   BLOSSOM_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(a, impl_->attention_workspace.get(), impl_->stream));
   return absl::OkStatus();
