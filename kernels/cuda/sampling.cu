@@ -56,7 +56,13 @@ __device__ __forceinline__ uint32_t OrderKey(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__global__ void PenaltyKernel(SamplingLaunchArgs a) {
+// The repetition penalty applies once per distinct token of the prompt and output. With
+// `seen_words` > 0 a bitmap of the vocabulary in shared memory (31 KB for BLOOM's 250,880)
+// finds each token's first occurrence in one pass: the thread whose atomicOr sets the bit
+// applies it (the same value whichever thread that is). Without it (a vocabulary too large for
+// shared memory) each occurrence scans the ones before it, quadratic in the context.
+__global__ void PenaltyKernel(SamplingLaunchArgs a, int32_t seen_words) {
+  extern __shared__ uint32_t seen[];
   const int32_t r = blockIdx.x;
   const RowSamplingParams p = a.params[r];
   float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
@@ -66,11 +72,20 @@ __global__ void PenaltyKernel(SamplingLaunchArgs a) {
   const int32_t no = a.output_start != nullptr ? a.output_start[r + 1] - a.output_start[r] : 0;
   auto token = [&](int32_t i) { return i < np ? pt[i] : ot[i - np]; };
   if (p.repetition_penalty != 1.0f) {
+    if (seen_words > 0) {
+      for (int32_t w = threadIdx.x; w < seen_words; w += blockDim.x) seen[w] = 0u;
+      __syncthreads();
+    }
     for (int32_t i = threadIdx.x; i < np + no; i += blockDim.x) {
       const int32_t t = token(i);
       if (t < 0 || t >= a.vocab) continue;
       bool first = true;
-      for (int32_t j = 0; j < i && first; ++j) first = token(j) != t;
+      if (seen_words > 0) {
+        const uint32_t bit = 1u << (t & 31);
+        first = (atomicOr(&seen[t >> 5], bit) & bit) == 0u;
+      } else {
+        for (int32_t j = 0; j < i && first; ++j) first = token(j) != t;
+      }
       if (!first) continue;
       const float v = l[t];
       // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf.
@@ -329,7 +344,13 @@ float PhiloxUniform(uint64_t seed, uint64_t offset) { return Uniform(seed, offse
 cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   if (a.vocab <= 0 || a.vocab > INT_MAX) return cudaErrorInvalidValue;
-  if (a.any_penalty) PenaltyKernel<<<a.rows, kPenaltyThreads, 0, stream>>>(a);
+  if (a.any_penalty) {
+    // The bitmap in shared memory where it fits the default 48 KB (a vocabulary up to 393,216).
+    const int64_t words = (static_cast<int64_t>(a.vocab) + 31) / 32;
+    const int32_t seen_words = words * 4 <= 48 * 1024 ? static_cast<int32_t>(words) : 0;
+    PenaltyKernel<<<a.rows, kPenaltyThreads, static_cast<size_t>(seen_words) * 4, stream>>>(
+        a, seen_words);
+  }
   SampleKernel<<<a.rows, kSampleThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
