@@ -6,8 +6,8 @@
 //       [--tls-cert=PEM --tls-key=PEM] [--max-connections-per-ip=256]
 //
 // Flags may be spelled with dashes or underscores. SIGINT/SIGTERM drain it: /health turns 503,
-// new requests get 503, in-flight ones get --drain-timeout to finish, then the rest are
-// cancelled on the backend and it exits 0.
+// new requests get 503, in-flight ones get --drain-timeout to finish (and their clients to read
+// what is still queued for them), then the rest are cancelled on the backend and it exits 0.
 #include <signal.h>
 
 #include <cstdlib>
@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -160,6 +161,12 @@ int main(int argc, char** argv) {
   while (gateway->pending_calls() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   if (gateway->pending_calls() > 0) {
     spdlog::warn("drain timeout: cancelling {} calls", gateway->pending_calls());
+  }
+  // The last bytes of finished calls (the end of a stream, [DONE], the terminating chunk) may
+  // still be queued for slow readers, and Stop() would discard them: they get the rest of the
+  // drain timeout. This also stops accepting.
+  if (absl::Status drained = (*server)->Drain(deadline); !drained.ok()) {
+    spdlog::warn("drain timeout: {}", std::string(drained.message()));
   }
   (*server)->Stop();  // cancels what is left through OnClose
   gateway.reset();    // waits for the cancelled gRPC calls to finish

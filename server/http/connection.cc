@@ -1,7 +1,9 @@
 #include "server/http/connection.h"
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <utility>
@@ -68,6 +70,24 @@ absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_f
         absl::StrCat("cannot load TLS key ", key_file, ": ", ec.message()));
   }
   return absl::OkStatus();
+}
+
+std::string PeerName(const boost::asio::ip::tcp::endpoint& endpoint) {
+  const boost::asio::ip::address address = endpoint.address();
+  return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", endpoint.port())
+                         : absl::StrCat(address.to_string(), ":", endpoint.port());
+}
+
+void SendNow(boost::asio::ip::tcp::socket& socket, const std::string& data) {
+  ssize_t ignored =
+      send(socket.native_handle(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+}
+
+size_t KernelSendQueue(boost::asio::ip::tcp::socket& socket) {
+  int queued = 0;
+  if (ioctl(socket.native_handle(), SIOCOUTQ, &queued) != 0 || queued < 0) return 0;
+  return static_cast<size_t>(queued);
 }
 
 bool PeerReset(boost::asio::ip::tcp::socket& socket) {

@@ -46,6 +46,17 @@ std::string ErrorResponse(int status, absl::string_view message);
 absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
                           boost::asio::ssl::context* tls);
 
+// "ip:port" ("[ip]:port" for IPv6).
+std::string PeerName(const boost::asio::ip::tcp::endpoint& endpoint);
+
+// Sends a short reply at once, best effort, without blocking (it fits any socket buffer; the
+// peer may be gone). Only on a socket with no output queued.
+void SendNow(boost::asio::ip::tcp::socket& socket, const std::string& data);
+
+// The bytes in the kernel's send queue of `socket` (not yet acknowledged by the peer); 0 if
+// unknown.
+size_t KernelSendQueue(boost::asio::ip::tcp::socket& socket);
+
 // Whether a peer that sent its FIN has since reset the connection (it closed completely and
 // answered our output, such as the half-close probe, with a reset). Nothing is read after a
 // FIN, and a read would report the FIN again rather than the reset, so the TCP state is asked.
@@ -129,10 +140,11 @@ struct Connection {
   bool lingering = false;             // write side shut down; draining input until EOF
   bool peer_eof = false;              // the peer shut down its sending side; no more input
   int64_t linger_deadline = 0;
-  int64_t last_activity = NowMs();
+  int64_t last_activity = NowMs();    // the last read, or write progress
   int64_t head_start = 0;  // when the first byte of the request head being read arrived (or
                            // the TLS handshake began); 0: none
   int64_t body_start = 0;  // when the head of the request whose body is being read completed
+  size_t kernel_queue = 0;  // KernelSendQueue at the last timeout sweep
 
   // Guarded by mu.
   std::mutex mu;
@@ -147,6 +159,12 @@ struct Connection {
 
   // Unsent output (queued or being written); needs mu.
   size_t UnsentLocked() const { return out.size() + sending_left; }
+  // Whether output is queued or being written; takes mu. (It may belong to a finished exchange
+  // whose peer is still reading it.)
+  bool HasUnsentOutput() {
+    std::lock_guard<std::mutex> lock(mu);
+    return UnsentLocked() > 0;
+  }
   // Queues output for the socket; needs mu. Output that finds none unsent starts the stall
   // clock afresh: the sweep closes a connection whose unsent bytes made no progress for the
   // idle timeout, and a response after a long quiet spell has made none only because it was

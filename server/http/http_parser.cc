@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
@@ -18,12 +19,26 @@ namespace blossom::http {
 namespace beast_http = boost::beast::http;
 
 struct RequestParser::Beast {
-  explicit Beast(const ParserLimits& limits) {
+  explicit Beast(const ParserLimits& limits) : extension_bytes_left(limits.max_header_bytes) {
     parser.header_limit(static_cast<std::uint32_t>(
         std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
     parser.body_limit(limits.max_body_bytes);
+    parser.on_chunk_header(on_chunk_header);
   }
   beast_http::request_parser<beast_http::string_body> parser;
+  // Chunk extensions are consumed and dropped by Beast, unbounded; together they may take at
+  // most max_header_bytes (clients practically never send any), so a body of tiny chunks with
+  // large extensions cannot stream far more bytes than it delivers.
+  size_t extension_bytes_left;
+  std::function<void(std::uint64_t, boost::beast::string_view, boost::beast::error_code&)>
+      on_chunk_header = [this](std::uint64_t, boost::beast::string_view extensions,
+                               boost::beast::error_code& ec) {
+        if (extensions.size() > extension_bytes_left) {
+          ec = beast_http::error::header_limit;
+          return;
+        }
+        extension_bytes_left -= extensions.size();
+      };
 };
 
 namespace {
@@ -69,6 +84,8 @@ void RequestParser::Reset() {
   keep_alive_ = true;
   expect_continue_ = false;
   body_taken_ = false;
+  head_.clear();
+  in_head_ = false;
   error_status_ = 0;
   error_message_.clear();
 }
@@ -155,14 +172,31 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
   boost::beast::error_code ec;
   switch (state_) {
     case State::kHead: {
-      // Tolerate empty lines before the request line (RFC 9112 2.2).
-      size_t skip = 0;
-      while (skip + 1 < buffer->size() && (*buffer)[skip] == '\r' && (*buffer)[skip + 1] == '\n') {
-        skip += 2;
+      // Tolerate empty lines before the request line (RFC 9112 2.2); only before it: once Beast
+      // has taken the request line, a leading CRLF is the blank line that ends the head.
+      if (head_.empty()) {
+        size_t skip = 0;
+        while (skip + 1 < buffer->size() && (*buffer)[skip] == '\r' &&
+               (*buffer)[skip + 1] == '\n') {
+          skip += 2;
+        }
+        if (skip > 0) buffer->erase(0, skip);
+        if (*buffer == "\r") {  // maybe another empty line
+          in_head_ = false;
+          return Result::kNeedMore;
+        }
       }
-      if (skip > 0) buffer->erase(0, skip);
-      const size_t end = buffer->find("\r\n\r\n");
-      const size_t scan_end = end == std::string::npos ? buffer->size() : end;
+      in_head_ = !head_.empty() || !buffer->empty();
+      // Where the head's blank line starts in *buffer (scan_end) and where the head ends
+      // (head_end, npos while incomplete). Beast takes whole lines, so head_ ends in a CRLF.
+      size_t scan_end = buffer->size(), head_end = std::string::npos;
+      if (!head_.empty() && absl::StartsWith(*buffer, "\r\n")) {
+        scan_end = 0;
+        head_end = 2;
+      } else if (const size_t blank = buffer->find("\r\n\r\n"); blank != std::string::npos) {
+        scan_end = blank;
+        head_end = blank + 4;
+      }
       // Lines must end in CRLF; a bare LF would otherwise leave the head unterminated until a
       // timeout. Rejected (RFC 9112 2.2 allows that) rather than guessed at.
       for (size_t lf = buffer->find('\n'); lf != std::string::npos && lf < scan_end;
@@ -174,11 +208,30 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
           return Fail(400, "obsolete header line folding");
         }
       }
+      if (!head_.empty() && scan_end > 0 && ((*buffer)[0] == ' ' || (*buffer)[0] == '\t')) {
+        return Fail(400, "obsolete header line folding");  // folds a line taken earlier
+      }
+      // Beast checks header_limit against the request line and the fields apart (a head of
+      // twice the limit passes), so the whole head is counted here, across calls. Incomplete
+      // at the limit, it can only end over it.
+      const size_t head_bytes =
+          head_.size() + (head_end == std::string::npos ? buffer->size() : head_end);
+      if (head_end == std::string::npos ? head_bytes >= limits_.max_header_bytes
+                                        : head_bytes > limits_.max_header_bytes) {
+        (void)ParseTarget();  // for the error response, when the request line got that far
+        return Fail(431, "request header fields too large");
+      }
       const size_t used = beast_->parser.put(boost::asio::buffer(buffer->data(), buffer->size()), ec);
-      if (ec == beast_http::error::need_more) return Result::kNeedMore;
+      if (ec == beast_http::error::need_more) {
+        // Beast may have taken the request line and whole header lines even so, and goes on
+        // from after them: they must not be fed again.
+        head_.append(*buffer, 0, used);
+        buffer->erase(0, used);
+        return Result::kNeedMore;
+      }
       if (ec) {
         (void)ParseTarget();  // for the error response, when the request line got that far
-        const absl::string_view head(*buffer);
+        const std::string head = head_ + *buffer;  // the lines taken by earlier calls too
         if (ec == beast_http::error::header_limit) {
           return Fail(431, "request header fields too large");
         }
@@ -186,7 +239,7 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
         if (ec == beast_http::error::bad_version) {
           // Beast takes only HTTP/1.x; another well-formed "HTTP/d.d" is a version we do not
           // speak (505) rather than garbage (400).
-          const absl::string_view line = head.substr(0, head.find("\r\n"));
+          const absl::string_view line = absl::string_view(head).substr(0, head.find("\r\n"));
           const absl::string_view version = line.substr(line.rfind(' ') + 1);
           if (line.find(' ') != line.rfind(' ') && version.size() == 8 &&
               absl::StartsWith(version, "HTTP/") && absl::ascii_isdigit(version[5]) &&
@@ -214,6 +267,8 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
         return Fail(400, absl::StrCat("malformed request: ", ec.message()));
       }
       buffer->erase(0, used);
+      head_.clear();
+      in_head_ = false;
       Result r = CheckHead();
       if (r == Result::kError) return r;
       state_ = beast_->parser.is_done() ? State::kDone : State::kBody;
@@ -222,6 +277,7 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
     case State::kBody: {
       // Beast consumes a body piece (or one chunk's framing) per call.
       while (!beast_->parser.is_done() && !buffer->empty()) {
+        const size_t body_before = beast_->parser.get().body().size();
         const size_t used =
             beast_->parser.put(boost::asio::buffer(buffer->data(), buffer->size()), ec);
         buffer->erase(0, used);
@@ -229,12 +285,24 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
         if (ec == beast_http::error::need_more) break;
         if (ec == beast_http::error::body_limit) return Fail(413, "request body too large");
         if (ec == beast_http::error::header_limit) {
-          return Fail(431, "request trailer fields too large");
+          return Fail(431, "request chunk extensions too large");
         }
         if (ec) return Fail(400, absl::StrCat("malformed request body: ", ec.message()));
+        // What a call took beyond body bytes is chunk framing: one chunk-size line with its
+        // extensions, or the last chunk with the trailer fields, which Beast does not bound.
+        if (used - (beast_->parser.get().body().size() - body_before) > limits_.max_header_bytes) {
+          return Fail(431, "request chunk header or trailers too large");
+        }
         if (used == 0) break;
       }
-      if (!beast_->parser.is_done()) return Result::kNeedMore;
+      if (!beast_->parser.is_done()) {
+        // Body bytes and chunk data are always taken, so what is left is an unfinished
+        // chunk-size line or trailer section (which Beast would buffer without limit).
+        if (buffer->size() >= limits_.max_header_bytes) {
+          return Fail(431, "request chunk header or trailers too large");
+        }
+        return Result::kNeedMore;
+      }
       state_ = State::kDone;
       return Parse(buffer);
     }

@@ -29,19 +29,23 @@ struct Request {
 };
 
 struct ParserLimits {
-  size_t max_header_bytes = 16 << 10;  // request line + headers (+ trailers of a chunked body)
+  // The request head; also one chunk-size line, the trailers, and all chunk extensions.
+  size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
 };
 
-// Parses one request at a time out of a connection's input buffer, consuming what it used.
-// Limits are checked before the body is read (Beast's header_limit and body_limit): an oversized
-// head fails with 431 as soon as the buffer holds more than max_header_bytes without a blank
-// line, and a Content-Length over max_body_bytes fails with 413 as soon as the headers are
-// complete. On top of Beast it refuses, with 400: bare-LF line ends (at once, instead of waiting
-// for a CRLF CRLF that never comes), obsolete line folding, Transfer-Encoding in HTTP/1.0,
-// Content-Length with Transfer-Encoding, and absolute-form targets without a host; 501 for a
-// Transfer-Encoding other than "chunked", 505 for an HTTP version other than 1.0/1.1, 417 for an
-// Expect other than 100-continue. Not thread-safe: owned by one connection's I/O thread.
+// Parses one request at a time out of a connection's input buffer, consuming what it used
+// (bytes may arrive split anywhere). Limits are checked before the body is read: a head (request
+// line, header lines and blank line, counted across calls) over max_header_bytes fails with 431
+// as soon as that many bytes have arrived without its end, and a Content-Length over
+// max_body_bytes fails with 413 as soon as the headers are complete. A chunked body's framing is
+// bounded too (431): one chunk-size line, or the last chunk with its trailer fields, within
+// max_header_bytes, and all chunk extensions together within max_header_bytes. On top of Beast
+// it refuses, with 400: bare-LF line ends (at once, instead of waiting for a CRLF CRLF that
+// never comes), obsolete line folding, Transfer-Encoding in HTTP/1.0, Content-Length with
+// Transfer-Encoding, and absolute-form targets without a host; 501 for a Transfer-Encoding
+// other than "chunked", 505 for an HTTP version other than 1.0/1.1, 417 for an Expect other
+// than 100-continue. Not thread-safe: owned by one connection's I/O thread.
 class RequestParser {
  public:
   enum class Result {
@@ -70,6 +74,9 @@ class RequestParser {
   bool expects_continue() const { return expect_continue_; }
   // The head is complete and the body (or a chunk of it) is still being read.
   bool reading_body() const { return state_ == State::kBody; }
+  // Parse has seen bytes of a request head that is not complete yet; empty lines before a
+  // request (which it skips) do not count, so they do not start a header deadline.
+  bool in_head() const { return state_ == State::kHead && in_head_; }
 
  private:
   struct Beast;  // the Beast parser of the current request (keeps Beast out of this header)
@@ -87,6 +94,10 @@ class RequestParser {
   bool keep_alive_ = true;
   bool expect_continue_ = false;
   bool body_taken_ = false;  // kDone: the body has been moved into request_
+  // kHead: the lines Beast has taken from the buffer so far (it goes on after them); they count
+  // against max_header_bytes and error messages look at them.
+  std::string head_;
+  bool in_head_ = false;  // kHead: see in_head()
   int error_status_ = 0;
   std::string error_message_;
 };

@@ -1,13 +1,9 @@
 #include "server/http/http_server.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -22,9 +18,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "engine/text/sanitize.h"
 #include "server/http/connection.h"
 #include "server/http/eviction.h"
+#include "server/http/listener.h"
 #include "server/http/worker_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -38,8 +36,11 @@ using internal::Exchange;
 using internal::kLowWater;
 using internal::Loop;
 using internal::NowMs;
+using internal::PeerName;
+using internal::SendNow;
 using internal::SerializeClosing;
 using internal::Stream;
+using internal::SweepAction;
 using internal::WorkerPool;
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -54,18 +55,6 @@ constexpr size_t kInputSlack = 64 << 10;
 // reads the error instead of a reset caused by unread data.
 constexpr int64_t kLingerMs = 2000;
 
-std::string PeerName(const tcp::endpoint& endpoint) {
-  const asio::ip::address address = endpoint.address();
-  return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", endpoint.port())
-                         : absl::StrCat(address.to_string(), ":", endpoint.port());
-}
-
-// Best effort, without blocking: a short reply fits any socket buffer; the peer may be gone.
-void SendNow(tcp::socket& socket, const std::string& data) {
-  ssize_t ignored = send(socket.native_handle(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  (void)ignored;
-}
-
 }  // namespace
 
 class Server::Impl {
@@ -75,6 +64,7 @@ class Server::Impl {
         handler_(std::move(handler)),
         loop_(std::make_shared<Loop>()),
         acceptor_(*io_),
+        accept_timer_(*io_),
         sweep_timer_(*io_),
         tls_(asio::ssl::context::tls_server) {}
 
@@ -90,30 +80,12 @@ class Server::Impl {
       if (!status.ok()) return status;
       use_tls_ = true;
     }
+    if (absl::Status status = internal::OpenListener(options_.host, options_.port, &acceptor_);
+        !status.ok()) {
+      return status;
+    }
+    max_connections_ = internal::MaxConnectionsWithinFdLimit(options_.max_connections);
     error_code ec;
-    tcp::resolver resolver(*io_);
-    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
-                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot resolve ", options_.host, ": ", ec.message()));
-    }
-    std::string last_error = "no address";
-    for (const auto& entry : endpoints) {
-      error_code e;
-      acceptor_.open(entry.endpoint().protocol(), e);
-      if (!e) acceptor_.set_option(tcp::acceptor::reuse_address(true), e);
-      if (!e) acceptor_.bind(entry.endpoint(), e);
-      if (!e) acceptor_.listen(4096, e);
-      if (!e) break;
-      last_error = e.message();
-      error_code ignored;
-      acceptor_.close(ignored);
-    }
-    if (!acceptor_.is_open()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", last_error));
-    }
     port_ = acceptor_.local_endpoint(ec).port();
     loop_->flush = [this](std::shared_ptr<Connection> conn) {
       asio::post(*io_, [this, conn = std::move(conn)] { FlushAndAdvance(conn); });
@@ -126,6 +98,25 @@ class Server::Impl {
   }
 
   int port() const { return port_; }
+
+  absl::Status Drain(absl::Time deadline) {
+    // Held throughout, so the I/O thread runs until this returns (Stop waits).
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stopped_) return absl::FailedPreconditionError("the server has stopped");
+    asio::post(*io_, [this] { StartDraining(); });
+    for (;;) {
+      std::promise<size_t> busy;
+      asio::post(*io_, [this, &busy] { busy.set_value(BusyConnections()); });
+      const size_t left = busy.get_future().get();
+      if (left == 0) return absl::OkStatus();
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            left, " connections still have a response in flight or output unsent"));
+      }
+      absl::SleepFor(std::min(absl::Milliseconds(10), deadline - now));
+    }
+  }
 
   void Stop() {
     std::lock_guard<std::mutex> lock(stop_mu_);
@@ -143,16 +134,42 @@ class Server::Impl {
   // returns once the aborted operations have completed, so no handler (and no connection it
   // holds) is left queued.
   void Shutdown() {
+    shut_down_ = true;
     {
       std::lock_guard<std::mutex> lock(loop_->mu);
       loop_->stopped = true;
     }
     error_code ignored;
     acceptor_.close(ignored);
+    accept_timer_.cancel();
     sweep_timer_.cancel();
     std::vector<std::shared_ptr<Connection>> all;
     for (auto& [id, conn] : conns_) all.push_back(conn);
     for (auto& conn : all) Close(conn);
+  }
+
+  // I/O thread: stops accepting; from now on every response closes its connection, and so does
+  // an exchange in flight whose response has not started.
+  void StartDraining() {
+    draining_ = true;
+    error_code ignored;
+    acceptor_.close(ignored);
+    accept_timer_.cancel();
+    for (auto& [id, conn] : conns_) {
+      std::lock_guard<std::mutex> lock(conn->mu);
+      if (conn->current && conn->current->phase == Exchange::Phase::kIdle) {
+        conn->current->close_after = true;
+      }
+    }
+  }
+
+  // I/O thread: connections with an exchange in flight or output not yet written.
+  size_t BusyConnections() {
+    size_t busy = 0;
+    for (auto& [id, conn] : conns_) {
+      if (conn->current || conn->HasUnsentOutput()) ++busy;
+    }
+    return busy;
   }
 
   std::string ProtocolError(int status, const std::string& message, const std::string& target) {
@@ -171,7 +188,9 @@ class Server::Impl {
   void ArmSweep() {
     sweep_timer_.expires_after(std::chrono::milliseconds(SweepIntervalMs()));
     sweep_timer_.async_wait([this](error_code ec) {
-      if (ec) return;  // cancelled: the server stops
+      // A timer that expired just before Shutdown cancelled it completes without an error:
+      // re-arming then would keep io_->run() (and Stop) from ever returning.
+      if (ec || shut_down_) return;
       Sweep();
       ArmSweep();
     });
@@ -192,7 +211,15 @@ class Server::Impl {
   void Accept() {
     acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) OnAccept(std::move(socket));
+      if (ec) {  // accepting again at once would spin (see AcceptErrors)
+        accept_errors_.Record(ec, conns_.size());
+        accept_timer_.expires_after(internal::AcceptErrors::kRetry);
+        accept_timer_.async_wait([this](error_code ec) {
+          if (!ec && !shut_down_ && !draining_) Accept();
+        });
+        return;
+      }
+      OnAccept(std::move(socket));
       Accept();
     });
   }
@@ -209,7 +236,7 @@ class Server::Impl {
                                   options_.max_connections_per_ip, ")"));
       return;
     }
-    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+    if (static_cast<int>(conns_.size()) >= max_connections_) {
       if (std::shared_ptr<Connection> victim = EvictionVictim(conns_)) {
         if (!victim->stream.tls() && !victim->lingering &&
             (victim->head_start != 0 || victim->body_start != 0)) {
@@ -218,7 +245,7 @@ class Server::Impl {
         Close(victim);
       }
     }
-    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+    if (static_cast<int>(conns_.size()) >= max_connections_) {
       Refuse(socket, "too many connections");
       return;
     }
@@ -311,10 +338,10 @@ class Server::Impl {
 
   void ProcessInput(const std::shared_ptr<Connection>& conn) {
     while (conn->open && !conn->current && !conn->close_after_response && !conn->lingering) {
-      if (!conn->in.empty() && conn->head_start == 0 && !conn->parser.reading_body()) {
-        conn->head_start = NowMs();
-      }
       RequestParser::Result r = conn->parser.Parse(&conn->in);
+      // The head deadline runs from a head's first byte; empty lines before a request (which
+      // the parser skips) leave the connection idle.
+      if (conn->head_start == 0 && conn->parser.in_head()) conn->head_start = NowMs();
       if (r == RequestParser::Result::kNeedMore) {
         if (conn->peer_eof) {
           // Nothing more will come: an unfinished request gets an answer, not silence.
@@ -363,7 +390,7 @@ class Server::Impl {
     request.peer = conn->peer;
     ex->http10 = request.version_minor == 0;
     ex->head = request.method == "HEAD";
-    ex->close_after = !keep_alive;
+    ex->close_after = !keep_alive || draining_;
     conn->current = ex;
     auto writer = internal::MakeWriter(loop_, conn, ex);
     workers_->Submit([this, request = std::move(request), writer = std::move(writer)]() mutable {
@@ -448,6 +475,7 @@ class Server::Impl {
             Close(conn);
             return;
           }
+          conn->last_activity = NowMs();  // the idle timeout runs from the end of the output
           bool more;
           {
             std::lock_guard<std::mutex> lock(conn->mu);
@@ -498,31 +526,15 @@ class Server::Impl {
     int64_t now = NowMs();
     std::vector<std::shared_ptr<Connection>> expired, late;
     for (auto& [id, conn] : conns_) {
-      if (conn->lingering) {
-        if (now >= conn->linger_deadline) expired.push_back(conn);
-        continue;
-      }
-      if (conn->handshaking) {
-        if (now - conn->head_start > options_.header_timeout_ms) expired.push_back(conn);
-        continue;
-      }
-      if (conn->peer_eof && internal::PeerReset(conn->stream.tcp())) {
-        expired.push_back(conn);
-        continue;
-      }
-      bool stalled;
-      {
-        std::lock_guard<std::mutex> lock(conn->mu);
-        stalled = conn->UnsentLocked() > 0 &&
-                  now - conn->last_write_progress > options_.idle_timeout_ms;
-      }
-      bool idle = !conn->current && now - conn->last_activity > options_.idle_timeout_ms;
-      if (stalled || idle) {
-        expired.push_back(conn);
-      } else if (!conn->current && !conn->close_after_response &&
-                 ((conn->head_start != 0 && now - conn->head_start > options_.header_timeout_ms) ||
-                  (conn->body_start != 0 && now - conn->body_start > options_.body_timeout_ms))) {
-        late.push_back(conn);
+      switch (internal::SweepVerdict(*conn, now, options_)) {
+        case SweepAction::kClose:
+          expired.push_back(conn);
+          break;
+        case SweepAction::kRequestTimeout:
+          late.push_back(conn);
+          break;
+        case SweepAction::kKeep:
+          break;
       }
     }
     for (auto& conn : expired) Close(conn);
@@ -551,6 +563,7 @@ class Server::Impl {
   // connection after the server is gone). Declared before the I/O objects here.
   const std::shared_ptr<asio::io_context> io_ = std::make_shared<asio::io_context>(1);
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_timer_;  // the pause after a failed accept
   asio::steady_timer sweep_timer_;
   asio::ssl::context tls_;
   bool use_tls_ = false;
@@ -564,6 +577,10 @@ class Server::Impl {
   ConnectionMap conns_;
   std::unordered_map<std::string, int> connections_per_ip_;
   uint64_t next_id_ = 1;
+  bool draining_ = false;  // Drain() began: no more accepting or keep-alive
+  bool shut_down_ = false;  // Shutdown ran: no timer may re-arm
+  int max_connections_ = 0;  // options_.max_connections within the descriptor limit (set by Init)
+  internal::AcceptErrors accept_errors_;
 };
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
@@ -581,6 +598,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 Server::~Server() { Stop(); }
 
 int Server::port() const { return impl_->port(); }
+
+absl::Status Server::Drain(absl::Time deadline) { return impl_->Drain(deadline); }
 
 void Server::Stop() { impl_->Stop(); }
 

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/http/http_parser.h"
 
 namespace blossom::http {
@@ -75,8 +77,9 @@ struct ServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   int handler_threads = 4;
-  // A connection with no request in flight and no input, or whose output made no progress,
-  // for this long is closed. A handler still computing its response is never timed out here.
+  // A connection with no request in flight, no input and no output left to write, or whose
+  // output made no progress (the peer read nothing), for this long is closed. A handler still
+  // computing its response is never timed out here, nor a peer still reading a response.
   int idle_timeout_ms = 60000;
   // Whole-request deadlines, counted from the first byte of a request head and from the end of
   // the head, however the bytes trickle in (a slowloris defence: bytes do not reset them).
@@ -92,11 +95,14 @@ struct ServerOptions {
 };
 
 // Connections: at max_connections, a new connection evicts the connection with no request in
-// flight that has waited longest (an unfinished head first, then idle keep-alive); only when
-// every connection has a request in flight is the new one refused with 503. So slow or idle
-// clients can never lock out a client that sends its request promptly. One address may hold at
-// most max_connections_per_ip of them; past that its new connections are refused (503), so one
-// client cannot take every slot.
+// flight and no response still being written that has waited longest (an unfinished head
+// first, then idle keep-alive); only when every connection has a request in flight or a
+// response still being written is the new one refused with 503. So slow or idle clients can
+// never lock out a client that sends its request promptly. One address may hold at most
+// max_connections_per_ip of them; past that its new connections are refused (503), so one
+// client cannot take every slot. max_connections is lowered at Start (with a warning) to what
+// the process's RLIMIT_NOFILE leaves room for; a failed accept (out of descriptors) is retried
+// after 50 ms rather than at once.
 //
 // Half-close: a peer that sends a request and then shuts down its sending side still gets the
 // response, then the connection closes. To tell that apart from a peer that closed completely
@@ -111,8 +117,8 @@ struct ServerOptions {
 // are answered in order). Writers append to a per-connection buffer under its lock and post a
 // flush to the I/O thread; only the I/O thread writes to sockets, asynchronously, one write in
 // flight per connection.
-// Thread-safe: port() and Stop() may be called from any thread except a handler's own
-// (Stop() joins the workers).
+// Thread-safe: port(), Drain() and Stop() may be called from any thread except a handler's own
+// or the I/O thread's (Drain() waits on the I/O thread; Stop() joins both).
 class Server {
  public:
   class Impl;
@@ -124,6 +130,14 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
+  // For a graceful shutdown before Stop(): stops accepting new connections, makes every response
+  // from now on (and every one in flight that has not started) close its connection, and waits
+  // until no connection has an exchange in flight or output not yet written to its socket, or
+  // until `deadline`; so Stop() does not cut off what clients were already sent in part (the end
+  // of a stream, its terminating chunk). Idle and half-received connections do not hold it up.
+  // OK when all is written; DeadlineExceeded (saying how many connections were left) at the
+  // deadline; FailedPrecondition after Stop(). Stop() waits for a Drain() in progress.
+  absl::Status Drain(absl::Time deadline);
   // Stops accepting, closes connections (writers see closed, OnClose runs), joins threads.
   // Idempotent; also run by the destructor. Requests queued but not started are dropped.
   void Stop();

@@ -1,6 +1,6 @@
 // Black-box tests over sockets of how the HTTP server treats slow, half-closed and odd clients
 // (issue 14): deadlines, eviction at the connection limit, the per-address cap, half-close,
-// absolute-form targets.
+// absolute-form targets, heads split across reads, slow readers of large responses.
 // They talk raw HTTP, so they hold for any implementation of http::Server.
 #include <atomic>
 #include <chrono>
@@ -283,6 +283,109 @@ TEST(HttpServerRobustnessTest, FullyClosedClientStillCancelsItsRequest) {
   client.reset();  // close(): FIN, and a reset once the server writes anything
   EXPECT_EQ(closed.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
   server->Stop();
+}
+
+// A head may arrive in any number of reads (the parser once fed Beast the request line again
+// after Beast had taken it, and answered 400).
+TEST(HttpServerRobustnessTest, HeadSentInTwoWritesIsServed) {
+  auto server = StartServer(EchoHandler);
+  Client client(server->port());
+  ASSERT_TRUE(client.Send("GET /x HTTP/1.1\r\nHost: a\r\n"));
+  std::this_thread::sleep_for(Ms(50));
+  ASSERT_TRUE(client.Send("\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(client.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "GET /x  ");
+}
+
+// An empty line after a request (ignored, RFC 9112 2.2) is not the start of a head: it must not
+// start the header deadline on what is an idle connection.
+TEST(HttpServerRobustnessTest, StrayCrlfAfterARequestLeavesTheConnectionIdle) {
+  ServerOptions options;
+  options.header_timeout_ms = 200;
+  auto server = StartServer(EchoHandler, options);
+  Client client(server->port());
+  ASSERT_TRUE(client.Send("GET /a HTTP/1.1\r\n\r\n\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(client.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_FALSE(client.ReadableWithin(400)) << "an unsolicited 408 or a close";
+  ASSERT_TRUE(client.Send("GET /b HTTP/1.1\r\n\r\n"));
+  reply = Client::Reply();
+  ASSERT_TRUE(client.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "GET /b  ");
+}
+
+constexpr size_t kBig = 4 << 20;
+
+// /big: kBig bytes in one Send; /stream: kBig / 2 in four chunks; else echo.
+void BigHandler(const Request& req, std::shared_ptr<ResponseWriter> writer) {
+  if (req.path == "/big") {
+    writer->Send(Response{200, {}, std::string(kBig, 'x')});
+  } else if (req.path == "/stream") {
+    writer->StartStream(200, {});
+    for (int i = 0; i < 4; ++i) writer->WriteChunk(std::string(kBig / 8, 's'));
+    writer->EndStream();
+  } else {
+    EchoHandler(req, std::move(writer));
+  }
+}
+
+// Reads until `total` bytes are buffered, at most `piece` bytes at a time with `pause` after
+// each read; false if the server closes first.
+bool ReadSlowly(Client* client, size_t total, size_t piece, Ms pause) {
+  while (client->buffered() < total) {
+    if (client->FillUpTo(piece) == 0) return false;
+    std::this_thread::sleep_for(pause);
+  }
+  return true;
+}
+
+// A finished response still being written is not an idle connection: a reader taking far longer
+// than the idle timeout gets all of it while it makes progress (a stalled one is still closed).
+TEST(HttpServerRobustnessTest, SlowReaderOfAFinishedResponseGetsAllOfIt) {
+  ServerOptions options;
+  options.idle_timeout_ms = 300;
+  auto server = StartServer(BigHandler, options);
+  for (const auto& [path, size] : {std::pair<const char*, size_t>{"/big", kBig}, {"/stream", kBig / 2}}) {
+    Client client(server->port(), nullptr, 64 << 10);
+    ASSERT_TRUE(client.Send(absl::StrCat("GET ", path, " HTTP/1.1\r\n\r\n")));
+    // 64 KiB every 100 ms: several seconds, many idle timeouts.
+    ASSERT_TRUE(ReadSlowly(&client, size, 64 << 10, Ms(100))) << path << ": cut off";
+    Client::Reply reply;
+    ASSERT_TRUE(client.ReadReply(&reply)) << path;
+    EXPECT_EQ(reply.status, 200) << path;
+    EXPECT_EQ(reply.body.size(), size) << path;
+  }
+}
+
+// At max_connections a connection still writing a finished response is not evicted as idle
+// (nor sent a 408 behind it): an idle keep-alive connection goes instead.
+TEST(HttpServerRobustnessTest, AConnectionStillSendingIsNotEvicted) {
+  ServerOptions options;
+  options.max_connections = 2;
+  auto server = StartServer(BigHandler, options);
+  Client slow(server->port(), nullptr, 64 << 10);
+  ASSERT_TRUE(slow.Send("GET /big HTTP/1.1\r\n\r\n"));
+  ASSERT_GT(slow.FillUpTo(64 << 10), 0u);  // the response is done and being written
+  std::this_thread::sleep_for(Ms(50));
+  Client idle(server->port());
+  ASSERT_TRUE(idle.Send("GET /idle HTTP/1.1\r\n\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(idle.ReadReply(&reply));
+  std::this_thread::sleep_for(Ms(50));
+  Client fresh(server->port());
+  ASSERT_TRUE(fresh.Send("GET /fresh HTTP/1.1\r\n\r\n"));
+  reply = Client::Reply();
+  ASSERT_TRUE(fresh.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_TRUE(idle.WaitClosed());
+  ASSERT_TRUE(ReadSlowly(&slow, kBig, 1 << 20, Ms(0))) << "the slow reader was evicted";
+  reply = Client::Reply();
+  ASSERT_TRUE(slow.ReadReply(&reply));
+  EXPECT_EQ(reply.body.size(), kBig);
 }
 
 }  // namespace

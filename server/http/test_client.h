@@ -30,12 +30,17 @@ class Client {
     std::map<std::string, std::string> headers;  // lower-case names
     std::string body;
     std::vector<std::string> chunks;
+    bool ended = false;  // a chunked body's last chunk arrived (not cut off)
   };
 
   // Connects to 127.0.0.1:port, from `source_ip` (another loopback address such as
-  // "127.0.0.2", to look like a different client) when given.
-  explicit Client(int port, const char* source_ip = nullptr) {
+  // "127.0.0.2", to look like a different client) when given, with a receive buffer of
+  // `receive_buffer` bytes when given (a small one makes a slow reader slow the sender at once).
+  explicit Client(int port, const char* source_ip = nullptr, int receive_buffer = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) {
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    }
     if (source_ip != nullptr) {
       sockaddr_in source{};
       source.sin_family = AF_INET;
@@ -74,6 +79,26 @@ class Client {
     if (n <= 0) return false;
     buf_.append(buf, static_cast<size_t>(n));
     return true;
+  }
+
+  // Reads at most `max` more bytes into the buffer (one recv); how many: 0 on EOF, error or
+  // timeout.
+  size_t FillUpTo(size_t max) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, kTimeoutMs) <= 0) return 0;
+    std::string buf(max, '\0');
+    ssize_t n = recv(fd_, buf.data(), max, 0);
+    if (n <= 0) return 0;
+    buf_.append(buf.data(), static_cast<size_t>(n));
+    return static_cast<size_t>(n);
+  }
+  size_t buffered() const { return buf_.size(); }
+
+  // Whether anything (bytes, EOF or a reset) arrives within `ms` milliseconds.
+  bool ReadableWithin(int ms) {
+    if (!buf_.empty()) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, ms) > 0;
   }
 
   bool ReadLine(std::string* line) {
@@ -116,7 +141,7 @@ class Client {
     if (!ReadLine(&line)) return false;
     size_t size = std::stoul(line, nullptr, 16);
     if (size == 0) {
-      ReadLine(&line);  // the empty line after the last chunk
+      last_chunk_ = ReadLine(&line) && line.empty();  // the empty line after the last chunk
       return false;
     }
     std::string crlf;
@@ -129,10 +154,12 @@ class Client {
   bool ReadBody(Reply* reply) {
     if (reply->headers.count("transfer-encoding")) {
       std::string chunk;
+      last_chunk_ = false;
       while (ReadChunk(&chunk)) {
         reply->chunks.push_back(chunk);
         reply->body += chunk;
       }
+      reply->ended = last_chunk_;
       return true;
     }
     if (reply->headers.count("content-length")) {
@@ -173,6 +200,7 @@ class Client {
   int fd_ = -1;
   bool connected_ = false;
   std::string buf_;
+  bool last_chunk_ = false;  // ReadChunk saw the last chunk
 };
 
 }  // namespace blossom::http::testing
