@@ -1,7 +1,9 @@
 #include "engine/model/forward_driver.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -52,11 +54,34 @@ absl::StatusOr<std::vector<std::vector<float>>> ForwardDriver::Prefill(
   return Prefill(seqs, max_len, cache.get(), blocks);
 }
 
+namespace {
+
+// The greedy token of a logits row; a non-finite logit is an error (a parity run must not pass
+// on NaN logits by picking token 0, as a comparison-based argmax would).
+absl::StatusOr<int32_t> GreedyToken(const float* row, int64_t vocab, size_t sequence, int step) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!std::isfinite(row[i])) {
+      return absl::InternalError(absl::StrCat("non-finite logit ", row[i], " at token ", i,
+                                              " of sequence ", sequence, ", step ", step));
+    }
+    if (row[i] > row[best]) best = i;  // strict: ties keep the lowest index
+  }
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
 absl::StatusOr<GreedyResult> ForwardDriver::Greedy(const std::vector<std::vector<int32_t>>& prompts,
                                                    int new_tokens, bool keep_step_logits) {
   const int64_t V = model_->vocab_size();
   size_t max_len = 0;
-  for (const auto& p : prompts) max_len = std::max(max_len, p.size());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    if (prompts[s].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("Greedy: prompt ", s, " is empty"));
+    }
+    max_len = std::max(max_len, prompts[s].size());
+  }
   const ScatteredBlocks blocks{static_cast<int32_t>((max_len + new_tokens) / block_size_ + 1),
                               static_cast<int32_t>(prompts.size())};
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, model_->CreateKvCache(blocks.total(), block_size_));
@@ -67,7 +92,7 @@ absl::StatusOr<GreedyResult> ForwardDriver::Greedy(const std::vector<std::vector
   std::vector<int32_t> next(prompts.size());
   for (size_t s = 0; s < prompts.size(); ++s) {
     const float* last = prefill[s].data() + (prompts[s].size() - 1) * V;
-    next[s] = static_cast<int32_t>(std::max_element(last, last + V) - last);
+    BLOSSOM_ASSIGN_OR_RETURN(next[s], GreedyToken(last, V, s, 0));
     if (keep_step_logits) result.step_logits.insert(result.step_logits.end(), last, last + V);
   }
   std::vector<float> logits(prompts.size() * V);
@@ -83,8 +108,7 @@ absl::StatusOr<GreedyResult> ForwardDriver::Greedy(const std::vector<std::vector
     BLOSSOM_RETURN_IF_ERROR(model_->Forward(batch, *cache, logits.data()));
     if (keep_step_logits) result.step_logits.insert(result.step_logits.end(), logits.begin(), logits.end());
     for (size_t s = 0; s < prompts.size(); ++s) {
-      const float* row = logits.data() + s * V;
-      next[s] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      BLOSSOM_ASSIGN_OR_RETURN(next[s], GreedyToken(logits.data() + s * V, V, s, step + 1));
     }
   }
   return result;

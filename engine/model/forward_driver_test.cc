@@ -84,5 +84,11 @@ TEST_F(ForwardDriverTest, ChunkedPrefillEqualsOneShot) {
   EXPECT_EQ((*whole)[0], (*chunked)[0]);  // the CPU backend is batch- and chunk-invariant
 }
 
+TEST_F(ForwardDriverTest, AnEmptyPromptIsRefused) {
+  ForwardDriver driver(model_.get(), /*block_size=*/4);
+  auto result = driver.Greedy({{1, 2}, {}}, 2, false);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace blossom
