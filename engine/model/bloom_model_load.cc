@@ -198,6 +198,13 @@ absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
   host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
   BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant, nullptr));
   if (imported.data != view.data) host_slices_.pop_back();  // the backend copied it
+  // Nothing views the mapped tensor now (the model reads its slice or the backend's copy of
+  // it): its pages go back, as a row slice's do. The other ranks' columns are in the same pages;
+  // a rank still copying them reads them back in (a minor fault from the page cache).
+  if (use == WeightUse::kLinear || use == WeightUse::kEmbeddingAndLinear) {
+    absl::Status released = checkpoint.ReleasePages(host);
+    if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
+  }
   return imported;
 }
 
