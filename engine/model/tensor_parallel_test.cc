@@ -348,6 +348,9 @@ TEST(TensorParallelTest, CopiedWeightsGiveBackTheirMappedPages) {
     return view.ok() ? PresentPages(view->data, view->bytes()) : -1;
   };
   const int64_t page_kb = sysconf(_SC_PAGESIZE) / 1024;
+  if (present(linears[0].first, linears[0].second) < 0) {
+    GTEST_SKIP() << "SKIPPED: /proc/self/pagemap cannot be read here";
+  }
   for (const auto& [name, shape] : linears) {
     ASSERT_GE(present(name, shape), shape[0] * shape[1] * 4 / 1024 / page_kb - 1) << name;
   }
