@@ -86,6 +86,7 @@ void RequestParser::Reset() {
   body_taken_ = false;
   head_.clear();
   in_head_ = false;
+  empty_lines_ = 0;
   error_status_ = 0;
   error_message_.clear();
 }
@@ -181,6 +182,10 @@ RequestParser::Result RequestParser::Parse(std::string* buffer) {
           skip += 2;
         }
         if (skip > 0) buffer->erase(0, skip);
+        empty_lines_ += static_cast<int>(skip / 2);
+        if (empty_lines_ > kMaxEmptyLines) {
+          return Fail(400, "too many empty lines before the request line");
+        }
         if (*buffer == "\r") {  // maybe another empty line
           in_head_ = false;
           return Result::kNeedMore;

@@ -98,6 +98,11 @@ class RequestParser {
   // against max_header_bytes and error messages look at them.
   std::string head_;
   bool in_head_ = false;  // kHead: see in_head()
+  // kHead: empty lines skipped before this request. RFC 9112 2.2 asks servers to ignore "at
+  // least one"; a client that sends nothing else would otherwise keep an idle connection alive
+  // forever (each line resets the idle clock), so past kMaxEmptyLines it is a 400.
+  int empty_lines_ = 0;
+  static constexpr int kMaxEmptyLines = 16;
   int error_status_ = 0;
   std::string error_message_;
 };

@@ -253,6 +253,26 @@ TEST(HttpParserTest, EmptyLinesBeforeARequestAreNotAHead) {
   EXPECT_FALSE(parser.in_head());
 }
 
+// Empty lines are ignored before a request, but not without end: a client sending nothing else
+// would keep its connection from ever being idle.
+TEST(HttpParserTest, EndlessEmptyLinesAreRefused) {
+  RequestParser parser({});
+  std::string buffer;
+  for (int i = 0; i < 16; ++i) {
+    buffer += "\r\n";
+    EXPECT_EQ(parser.Parse(&buffer), Result::kNeedMore) << i;
+  }
+  buffer += "\r\n";
+  EXPECT_EQ(parser.Parse(&buffer), Result::kError);
+  EXPECT_EQ(parser.error_status(), 400);
+  // Sixteen, then a request: served.
+  RequestParser served({});
+  std::string pipelined = std::string(16 * 2, '\0');
+  for (size_t i = 0; i < pipelined.size(); i += 2) pipelined.replace(i, 2, "\r\n");
+  pipelined += "GET / HTTP/1.1\r\n\r\n";
+  EXPECT_EQ(served.Parse(&pipelined), Result::kHeadersComplete);
+}
+
 // The limit is on the whole head, not on the request line and the fields apart (as Beast checks
 // it), however the head arrives.
 TEST(HttpParserTest, HeadLimitCountsRequestLineAndFieldsTogether) {
