@@ -230,6 +230,26 @@ void BlockManager::MarkComputed(SeqId id, absl::Span<const int32_t> all_tokens,
   }
 }
 
+void BlockManager::Truncate(SeqId id, int32_t num_tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  SeqBlocks& seq = it->second;
+  const size_t keep = static_cast<size_t>(std::max(0, BlocksNeeded(num_tokens)));
+  while (seq.table.size() > std::max(keep, seq.chain_hash.size())) {
+    const int32_t b = seq.table.back();
+    seq.table.pop_back();
+    Block& blk = blocks_[b];
+    assert(blk.ref_count > 0);
+    if (--blk.ref_count == 0) {
+      if (blk.cached) {
+        PushBack(b);
+      } else {
+        PushFront(b);
+      }
+    }
+  }
+}
+
 void BlockManager::Free(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;

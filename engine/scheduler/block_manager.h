@@ -127,6 +127,11 @@ class BlockManager {
   // sequence's full token list (prompt + outputs). No-op with prefix caching off or unknown id.
   void MarkComputed(SeqId id, absl::Span<const int32_t> all_tokens, int32_t num_computed_tokens);
 
+  // Gives back the blocks of `id`'s table past what `num_tokens` tokens need: those a step
+  // allocated for speculative drafts that were rejected, which hold nothing but their KV (never
+  // cached: only computed blocks are). They go to the head of the free list. No-op for an
+  // unknown id or a table no longer than that.
+  void Truncate(SeqId id, int32_t num_tokens);
   // Drops every reference `id` holds (finished, cancelled or preempted). Cached blocks that reach
   // ref 0 go to the tail of the free list (last block of the sequence first, since deeper blocks
   // are less likely to be shared), uncached ones to the head. No-op for an unknown id.

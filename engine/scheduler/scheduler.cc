@@ -361,7 +361,14 @@ absl::Status Scheduler::Update(const StepPlan& plan, absl::Span<const SeqOutput>
                                     s->max_new_tokens, ") but not finished; finished"));
       finish = true;
     }
-    if (finish) Forget(s);
+    if (finish) {
+      Forget(s);
+    } else if (accepted < num_draft) {
+      // Blocks taken for rejected drafts go back now: kept, the next step would count them as
+      // this sequence's and preempt another sequence for a block they hold (drafts must never
+      // preempt), or keep a waiting prompt out.
+      blocks_.Truncate(s->id, static_cast<int32_t>(s->tokens.size()));
+    }
   }
   for (const auto& [id, out] : out_by_id) {
     if (seqs_.contains(id)) {

@@ -204,6 +204,30 @@ TEST(SchedulerDraftTest, DraftsLeaveEachLaterSequenceItsToken) {
   EXPECT_EQ(draft.asked_max.front(), 5);
 }
 
+// The blocks a step took for drafts that were then rejected go back at Update: kept, the next
+// step counted them as the drafting sequence's and preempted another sequence for a block.
+TEST(SchedulerDraftTest, RejectedDraftBlocksDoNotPreemptTheNextStep) {
+  // 5 blocks of 4. Sequence 1: 5-token prompt (2 blocks); sequence 2: 3 tokens (1 block).
+  auto s = Make(Config(5));
+  ASSERT_TRUE(s->AddRequest({1, {1, 2, 3, 4, 5}, 15, 0}).ok());
+  ASSERT_TRUE(s->AddRequest({2, {9, 9, 9}, 5, 0}).ok());
+  StepPlan plan = s->Schedule();
+  ASSERT_TRUE(s->Update(plan, {SeqOutput{1, 100, false}, SeqOutput{2, 200, false}}).ok());
+  // Sequence 2's next token fits its block: sequence 1's drafts take both free blocks.
+  FixedDraft draft;
+  plan = s->Schedule(draft.fn());
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  ASSERT_EQ(plan.seqs[0].block_table.size(), 4u);
+  ASSERT_TRUE(s->Update(plan, {SeqOutput{1, 101, false}, SeqOutput{2, 201, false}}).ok());
+  // Sequence 2 now needs its second block: free again, so nobody is preempted.
+  plan = s->Schedule();
+  EXPECT_THAT(plan.preempted, IsEmpty());
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  EXPECT_EQ(plan.seqs[0].block_table.size(), 2u) << "7 tokens need 2 blocks";
+  EXPECT_EQ(plan.seqs[1].block_table.size(), 2u);
+  EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
 TEST(SchedulerDraftTest, ABrokenAcceptCountFinishesTheSequence) {
   auto s = Make(Config());
   Prefill(*s, 1, 10);
