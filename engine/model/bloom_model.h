@@ -173,6 +173,10 @@ class BloomModel {
   // host memory). `logits` may be null on a rank whose caller does not need them: the
   // collectives still run, the full logits are not assembled.
   absl::Status Forward(const StepBatch& batch, KvCache& cache, float* logits);
+  // What Forward checks before any op or collective (shapes, token ids, slots and block tables
+  // within `cache`): a step it refuses fails the same way on every rank, so a leader can check
+  // it before telling the other ranks to run the step.
+  absl::Status ValidateBatch(const StepBatch& batch, const KvCache& cache) const;
 
   // From now on a decode step (every sequence brings one token and wants its logits, in order:
   // what AddSequence(token, n, table, true) builds) of at most options.max_batch sequences with
@@ -211,7 +215,6 @@ class BloomModel {
 
   BloomModel(Backend* backend, Communicator* communicator);
   absl::Status LoadWeights(const Checkpoint& checkpoint);
-  absl::Status ValidateBatch(const StepBatch& batch, const KvCache& cache) const;
   // The checkpoint tensor `name` with `shape`, refusing non-float dtypes.
   absl::StatusOr<Tensor> GetFloatWeight(const Checkpoint& checkpoint, const std::string& name,
                                         const std::vector<int64_t>& shape) const;

@@ -212,7 +212,8 @@ class MpiRunner : public ModelRunner {
       : process_(process), gpu_memory_fraction_(gpu_memory_fraction) {}
 
   // A step on the leader: the plan to the followers, then `run_model` (this rank's share of the
-  // step) on the worker thread. A failure that broke the group fails every later step.
+  // step) on the worker thread. A step that fails after its plan went out fails every later
+  // step (the ranks may be out of step); one refused by ValidateBatch is never sent.
   absl::Status LeaderStep(const char* what, const StepBatch& batch,
                           const std::function<absl::Status()>& run_model) {
     BLOSSOM_RETURN_IF_ERROR(LeaderOnly(what));
@@ -226,10 +227,23 @@ class MpiRunner : public ModelRunner {
           broken_.message(), "); restart the job"));
     }
     return worker_.Run([&]() -> absl::Status {
-      std::string plan = EncodeForward(batch);
-      absl::Status s = control_->Broadcast(0, &plan);
-      if (s.ok()) s = run_model();
-      if (!s.ok() && GroupBroken()) broken_ = s;
+      // A step refused here is never sent: no rank runs it.
+      absl::Status s = model_->ValidateBatch(batch, *cache_);
+      if (s.ok()) {
+        std::string plan = EncodeForward(batch);
+        s = control_->Broadcast(0, &plan);
+        if (s.ok()) {
+          s = run_model();
+          // Past the broadcast the followers run the step whatever happens here. A failure of
+          // this rank alone (an allocation only the leader makes, for the assembled logits)
+          // leaves them inside the step's collectives, which this rank's next step would pair
+          // with: every later step would compute on the wrong rank's data, silently. So any
+          // failure of a sent step puts the group out of step for good.
+          if (!s.ok()) broken_ = s;
+        } else if (GroupBroken()) {
+          broken_ = s;
+        }
+      }
       if (!s.ok()) {
         return absl::Status(s.code(),
                             absl::StrCat("tensor-parallel rank 0 of ", world_size(), ": ",

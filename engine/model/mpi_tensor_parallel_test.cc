@@ -151,7 +151,7 @@ TEST_F(MpiTensorParallelTest, BadStepFailsOnEveryRankAndTheNextStepWorks) {
   absl::Status s = g_runner->Forward(bad, logits.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;
-  // Every rank refused the same step before any collective: the group is still in step.
+  // The leader refused the step before sending it to the other ranks: the group is in step.
   std::vector<std::vector<float>> tp1 = PrefillAll(*reference_, {{5, 6, 7}});
   std::vector<std::vector<float>> tpn = PrefillAll(*g_runner, {{5, 6, 7}});
   EXPECT_LE(MaxAbsDiff(tpn[0], tp1[0]), kTpTolerance);
