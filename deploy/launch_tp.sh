@@ -54,15 +54,21 @@ fi
 mpi_args=(-np "$np" --bind-to none --mca odls_base_sigkill_timeout "$grace")
 # Running as root inside a container is common for GPU jobs; Open MPI refuses it unless asked.
 if [[ "$(id -u)" == 0 ]]; then mpi_args+=(--allow-run-as-root); fi
-if [[ -n "$hostfile" ]]; then mpi_args+=(--hostfile "$hostfile"); fi
-for var in $(env | grep -o '^NCCL_[A-Z_]*' || true) CUDA_VISIBLE_DEVICES; do
+if [[ -n "$hostfile" ]]; then
+  [[ "$hostfile" == /* ]] || hostfile="$PWD/$hostfile"  # --check runs from the source tree
+  mpi_args+=(--hostfile "$hostfile")
+fi
+# Names with digits too (NCCL_P2P_LEVEL, NCCL_P2P_DISABLE): a rank without them would run
+# another NCCL configuration than the others.
+for var in $(env | grep -o '^NCCL_[A-Z0-9_]*=' | tr -d '=' || true) CUDA_VISIBLE_DEVICES; do
   if [[ -n "${!var:-}" ]]; then mpi_args+=(-x "$var"); fi
 done
 
-cd "$(dirname "$0")/.."
 if [[ "$check" == 1 ]]; then
-  bazel build //kernels/nccl:nccl_mpi_check
-  mpirun "${mpi_args[@]}" bazel-bin/kernels/nccl/nccl_mpi_check
+  # From a source tree (Bazel builds the check); the command below keeps the caller's directory,
+  # so relative paths in it (--hostfile, --model) mean what the caller meant.
+  (cd "$(dirname "$0")/.." && bazel build //kernels/nccl:nccl_mpi_check &&
+   mpirun "${mpi_args[@]}" bazel-bin/kernels/nccl/nccl_mpi_check)
 fi
 if [[ $# -gt 0 ]]; then
   exec mpirun "${mpi_args[@]}" "$@"
