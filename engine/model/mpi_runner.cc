@@ -191,7 +191,11 @@ class MpiRunner : public ModelRunner {
           }
           case PlanKind::kAllocateKv:
             if (words.size() != 3) return absl::InternalError("malformed KV allocation plan");
-            (void)AllocateHere(words[1], words[2]);  // the leader reports the agreed status
+            // The leader reports the agreed status; this rank's pool counts as free memory in
+            // a later budget (KvBudgetHere), as the leader's does.
+            kv_bytes_ = AllocateHere(words[1], words[2]).ok()
+                            ? static_cast<int64_t>(KvBytesPerBlock(words[2])) * words[1]
+                            : 0;
             break;
           case PlanKind::kKvBudget:
             (void)KvBudgetHere(kv_bytes_);
@@ -271,6 +275,10 @@ class MpiRunner : public ModelRunner {
     return false;
   }
 
+  // How long the ranks wait for the slowest one to load (the Kubernetes manifests' startup probe
+  // allows 30 minutes).
+  static constexpr std::chrono::milliseconds kLoadAgreementTimeout = std::chrono::minutes(30);
+
   // On the worker thread, on every rank at once. Collective set-up first (each step ends with a
   // status agreement, so no rank is left waiting for one that failed), then the local load.
   absl::Status Load(const ModelRunnerOptions& options) {
@@ -316,7 +324,11 @@ class MpiRunner : public ModelRunner {
     }
     BLOSSOM_RETURN_IF_ERROR(control_->AgreeOnStatus(s));
     s = LoadHere(options, cuda, rank, world);
-    BLOSSOM_RETURN_IF_ERROR(control_->AgreeOnStatus(s));
+    // Loading takes minutes and its length differs between machines (their storage, a 352 GB
+    // checkpoint read on each): the ranks wait for each other here far longer than the
+    // per-step --collective_timeout, which a slow node would otherwise turn into a failed start.
+    BLOSSOM_RETURN_IF_ERROR(control_->AgreeOnStatus(
+        s, std::max<std::chrono::milliseconds>(mpi_options.timeout, kLoadAgreementTimeout)));
     LogWeights(model_->info());
     info_ = model_->info();
     info_.load_seconds =
@@ -424,7 +436,7 @@ class MpiRunner : public ModelRunner {
   std::unique_ptr<BloomModel> model_;
   std::unique_ptr<KvCache> cache_;
   bool has_cache_ = false;        // leader's caller thread
-  int64_t kv_bytes_ = 0;          // leader: the cache's bytes per rank
+  int64_t kv_bytes_ = 0;          // this rank's KV cache bytes (0 before an allocation)
   absl::Status broken_;           // leader: the failure that aborted the data communicator
   bool follower_done_ = false;    // follower: kShutdown received
   bool loaded_ = false;           // Create succeeded on every rank

@@ -373,6 +373,11 @@ absl::Status MpiCommunicator::Broadcast(int root, std::string* bytes,
 }
 
 absl::Status MpiCommunicator::AgreeOnStatus(const absl::Status& mine) {
+  return AgreeOnStatus(mine, impl_->timeout);
+}
+
+absl::Status MpiCommunicator::AgreeOnStatus(const absl::Status& mine,
+                                            std::chrono::milliseconds timeout) {
   static constexpr char kOp[] = "AgreeOnStatus";
   absl::Status s = impl_->Ready(kOp);
   if (!s.ok()) return s;
@@ -389,7 +394,7 @@ absl::Status MpiCommunicator::AgreeOnStatus(const absl::Status& mine) {
                 std::min(room, mine.message().size()));
   }
   if (world > 1) {
-    s = impl_->GatherInPlace(kOp, kStatusRecordBytes, impl_->timeout);
+    s = impl_->GatherInPlace(kOp, kStatusRecordBytes, timeout);
     if (!s.ok()) return s;
   }
   for (int r = 0; r < world; ++r) {

@@ -85,6 +85,9 @@ class MpiCommunicator : public Communicator {
   // Every rank's `mine` -> the first non-OK one in rank order, its message prefixed with the
   // rank ("rank 1 of 2: ...", messages cut at 1000 bytes), identical on every rank; or OK.
   absl::Status AgreeOnStatus(const absl::Status& mine);
+  // Same, waiting at most `timeout` instead of the communicator's (work whose length differs
+  // between ranks far more than a step's, such as loading the model).
+  absl::Status AgreeOnStatus(const absl::Status& mine, std::chrono::milliseconds timeout);
 
   // Fails the operation in progress (from any thread) and every later one with Aborted.
   void Abort(const absl::Status& reason);

@@ -212,6 +212,19 @@ TEST(MpiCommunicatorTest, AStalledRankIsADeadlineNotAHang) {
   EXPECT_EQ(one[0], static_cast<float>(world));
 }
 
+// An agreement given its own, longer timeout waits for a rank later than the communicator's
+// timeout (a slow model load) and leaves the communicator usable.
+TEST(MpiCommunicatorTest, AnAgreementWithItsOwnTimeoutWaitsLongerThanTheCommunicators) {
+  auto comm = MakeComm(std::chrono::milliseconds(300));
+  ASSERT_NE(comm, nullptr);
+  if (comm->world_size() < 2) GTEST_SKIP() << "needs 2 processes (run under mpirun -np 2)";
+  if (comm->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  absl::Status agreed = comm->AgreeOnStatus(absl::OkStatus(), std::chrono::seconds(20));
+  EXPECT_TRUE(agreed.ok()) << agreed;
+  EXPECT_FALSE(comm->aborted());
+  EXPECT_TRUE(comm->AgreeOnStatus(absl::OkStatus()).ok());
+}
+
 TEST(MpiCommunicatorTest, AbortFromAnotherThreadWakesAWaitingRank) {
   auto comm = MakeComm(std::chrono::seconds(60));
   auto sync = MakeComm();
