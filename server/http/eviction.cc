@@ -1,5 +1,11 @@
 #include "server/http/eviction.h"
 
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace blossom::http::internal {
 
 std::shared_ptr<Connection> EvictionVictim(const ConnectionMap& conns) {
@@ -66,6 +72,18 @@ SweepAction SweepVerdict(Connection& conn, int64_t now, const ServerOptions& opt
     return SweepAction::kRequestTimeout;
   }
   return SweepAction::kKeep;
+}
+
+int64_t SweepIntervalMs(const ServerOptions& options) {
+  const int64_t shortest =
+      std::min({options.idle_timeout_ms, options.header_timeout_ms, options.body_timeout_ms});
+  return std::max<int64_t>(10, std::min<int64_t>(250, shortest / 4));
+}
+
+std::string RequestTimeoutMessage(const Connection& conn, const ServerOptions& options) {
+  const bool head = conn.head_start != 0;
+  return absl::StrCat(head ? "request head" : "request body", " not received within ",
+                      (head ? options.header_timeout_ms : options.body_timeout_ms) / 1000.0, " s");
 }
 
 }  // namespace blossom::http::internal

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "server/http/connection.h"
@@ -36,6 +37,10 @@ enum class SweepAction {
 // the peer taking bytes from the kernel's send queue). A response still being written is
 // neither idle nor timed out while its peer reads it. I/O thread only.
 SweepAction SweepVerdict(Connection& conn, int64_t now, const ServerOptions& options);
+// How often the sweep runs: a quarter of the shortest timeout, within [10, 250] ms.
+int64_t SweepIntervalMs(const ServerOptions& options);
+// The message of a kRequestTimeout's 408: which deadline (head or body) and its length.
+std::string RequestTimeoutMessage(const Connection& conn, const ServerOptions& options);
 
 }  // namespace blossom::http::internal
 

@@ -179,14 +179,8 @@ class Server::Impl {
     return SerializeClosing(response);
   }
 
-  int64_t SweepIntervalMs() const {
-    const int64_t shortest = std::min({options_.idle_timeout_ms, options_.header_timeout_ms,
-                                       options_.body_timeout_ms});
-    return std::max<int64_t>(10, std::min<int64_t>(250, shortest / 4));
-  }
-
   void ArmSweep() {
-    sweep_timer_.expires_after(std::chrono::milliseconds(SweepIntervalMs()));
+    sweep_timer_.expires_after(std::chrono::milliseconds(internal::SweepIntervalMs(options_)));
     sweep_timer_.async_wait([this](error_code ec) {
       // A timer that expired just before Shutdown cancelled it completes without an error:
       // re-arming then would keep io_->run() (and Stop) from ever returning.
@@ -540,15 +534,10 @@ class Server::Impl {
     for (auto& conn : expired) Close(conn);
     for (auto& conn : late) {
       if (!conn->open) continue;
-      const bool head = conn->head_start != 0;
       {
         std::lock_guard<std::mutex> lock(conn->mu);
-        conn->QueueOutputLocked(ProtocolError(
-            408,
-            absl::StrCat(head ? "request head" : "request body", " not received within ",
-                         (head ? options_.header_timeout_ms : options_.body_timeout_ms) / 1000.0,
-                         " s"),
-            conn->parser.request().target));
+        conn->QueueOutputLocked(ProtocolError(408, internal::RequestTimeoutMessage(*conn, options_),
+                                              conn->parser.request().target));
       }
       conn->head_start = conn->body_start = 0;
       conn->close_after_response = true;
