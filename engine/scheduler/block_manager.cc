@@ -236,16 +236,19 @@ void BlockManager::Truncate(SeqId id, int32_t num_tokens) {
   SeqBlocks& seq = it->second;
   const size_t keep = static_cast<size_t>(std::max(0, BlocksNeeded(num_tokens)));
   while (seq.table.size() > std::max(keep, seq.chain_hash.size())) {
-    const int32_t b = seq.table.back();
+    Unreference(seq.table.back());
     seq.table.pop_back();
-    Block& blk = blocks_[b];
-    assert(blk.ref_count > 0);
-    if (--blk.ref_count == 0) {
-      if (blk.cached) {
-        PushBack(b);
-      } else {
-        PushFront(b);
-      }
+  }
+}
+
+void BlockManager::Unreference(int32_t b) {
+  Block& blk = blocks_[b];
+  assert(blk.ref_count > 0);
+  if (--blk.ref_count == 0) {
+    if (blk.cached) {
+      PushBack(b);  // most recently used: evicted last
+    } else {
+      PushFront(b);  // holds nothing reusable: reuse first
     }
   }
 }
@@ -254,17 +257,7 @@ void BlockManager::Free(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   const std::vector<int32_t>& table = it->second.table;
-  for (auto rit = table.rbegin(); rit != table.rend(); ++rit) {
-    Block& blk = blocks_[*rit];
-    assert(blk.ref_count > 0);
-    if (--blk.ref_count == 0) {
-      if (blk.cached) {
-        PushBack(*rit);  // most recently used: evicted last
-      } else {
-        PushFront(*rit);  // holds nothing reusable: reuse first
-      }
-    }
-  }
+  for (auto rit = table.rbegin(); rit != table.rend(); ++rit) Unreference(*rit);
   seqs_.erase(it);
 }
 

@@ -188,6 +188,8 @@ class BlockManager {
   int32_t MaxMatchableBlocks(int32_t num_tokens) const;
 
   void PushFront(int32_t b);
+  // Drops one reference to block b; at zero it joins the free list (Free's order rules).
+  void Unreference(int32_t b);
   void PushBack(int32_t b);
   void Unlink(int32_t b);
   // Pops the head of the free list, dropping its cache entry if any; takes one reference.
