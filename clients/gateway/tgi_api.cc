@@ -251,7 +251,11 @@ Json BestOfResponse(const GenerateRequest& request,
 std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message) {
   text_ += message.text_delta();
   const bool final = message.has_final();
-  if (!message.has_token() && !final) return "";
+  // A message with neither token nor final carries text released just before an error status
+  // (a partial stop string or an incomplete character held back at the failure): it gets an
+  // event of its own, as a final without a token does, so the text reaches the client before
+  // the error event.
+  if (!message.has_token() && !final && message.text_delta().empty()) return "";
   Json token;
   if (message.has_token()) {
     token = TokenJson(message.token());
@@ -260,8 +264,8 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
     // texts. A special token keeps its own text (TGI decodes it with specials kept).
     if (!message.token().special()) token["text"] = message.text_delta();
   } else {
-    // A final message without a token still needs a token in TGI's event shape; it carries the
-    // text released at the end, if any.
+    // A message without a token still needs a token in TGI's event shape; it carries the text
+    // released at the end, if any.
     token = {{"id", 0},
              {"text", message.text_delta()},
              {"logprob", nullptr},

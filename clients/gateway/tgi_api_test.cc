@@ -188,6 +188,24 @@ TEST(TgiApiTest, StreamTokenTextsAreTheIncrementalDecode) {
   EXPECT_EQ(joined, "\xE2\x82\xAC");
 }
 
+// Before an error status the server sends the text it held back (a partial stop string, an
+// incomplete character) in a message with neither token nor final: it must reach the client.
+TEST(TgiApiTest, StreamDeliversTextReleasedBeforeAnError) {
+  auto r = ParseGenerateRequest(R"({"inputs":"x","stream":true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  StreamEncoder encoder(*r);
+  blossom::v1::GenerateStreamResponse held;
+  held.set_text_delta("\xEF\xBF\xBD");
+  const std::string sent = encoder.OnMessage(held);
+  ASSERT_TRUE(absl::StartsWith(sent, "data:")) << sent;
+  const Json event = Json::parse(sent.substr(5));
+  EXPECT_EQ(event["token"]["text"], "\xEF\xBF\xBD");
+  EXPECT_EQ(event["token"]["special"], false);
+  EXPECT_TRUE(event["generated_text"].is_null());
+  // A message carrying nothing gives no event.
+  EXPECT_EQ(encoder.OnMessage(blossom::v1::GenerateStreamResponse()), "");
+}
+
 TEST(TgiApiTest, DecoderInputDetailsAndTopNTokens) {
   auto r = ParseGenerateRequest(
       R"({"inputs":"Say","parameters":{"details":true,"decoder_input_details":true,"top_n_tokens":2}})");
