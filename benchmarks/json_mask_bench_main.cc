@@ -24,6 +24,7 @@
 
 ABSL_FLAG(int32_t, vocab, 250680, "tokens in the synthetic vocabulary");
 ABSL_FLAG(int32_t, repeats, 20, "uncached mask computations timed per state (median reported)");
+ABSL_FLAG(int32_t, long_output_bytes, 8192, "length of the long outputs whose steps are timed");
 ABSL_FLAG(std::string, corpus, "tests/fixtures/corpus.txt", "text the tokens are cut from");
 
 namespace blossom {
@@ -50,6 +51,64 @@ std::vector<std::string> SyntheticVocabulary(int32_t size, const std::string& co
     add(word);
   }
   return tokens;
+}
+
+// A generation's steps late in a long output: one call per output length, as a request's steps
+// make them, timed at every length; reported as the mean step over the 256 lengths before each
+// mark. The output is one long string (single-byte tokens), so after its first steps the masks
+// are cache hits and a step's time is the reading of the output.
+template <typename Make>
+int LongOutputs(Make make) {
+  const int32_t length = absl::GetFlag(FLAGS_long_output_bytes);
+  struct Long {
+    const char* name;
+    const char* schema;
+    std::string prefix;
+  };
+  const Long cases[] = {
+      {"json schema: string", R"({"type": "object", "properties": {"s": {"type": "string"}}})",
+       "{\"s\": \""},
+      {"gbnf json: string",
+       R"g(gbnf:root ::= "{" ws "\"s\"" ws ":" ws string ws "}"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\/bfnrt] )* "\""
+ws ::= [ \t\n]*)g",
+       "{\"s\": \""},
+      {"gbnf: free text", "gbnf:root ::= [^\\n]* \"\\n\"", ""},
+  };
+  std::vector<int32_t> marks;
+  for (int32_t m = 1024; m <= length; m *= 2) marks.push_back(m);
+  std::printf("\nlong outputs: mean step (us) over the 256 lengths before each mark\n%-24s", "output");
+  for (int32_t m : marks) std::printf(" %10d", m);
+  std::printf("\n");
+  for (const Long& c : cases) {
+    auto constraint = make(c.schema);
+    if (!constraint.ok()) {
+      std::fprintf(stderr, "%s\n", constraint.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<int32_t> output;
+    for (char ch : c.prefix) output.push_back(static_cast<unsigned char>(ch));
+    std::vector<double> step_us(static_cast<size_t>(length) + 1, 0.0);
+    const char letters[] = "the quick brown fox jumps over a lazy dog ";
+    for (int32_t n = static_cast<int32_t>(output.size()); n <= length; ++n) {
+      const auto start = std::chrono::steady_clock::now();
+      auto mask = (*constraint)->AllowedTokens(output, -1);
+      step_us[static_cast<size_t>(n)] = Millis(std::chrono::steady_clock::now() - start) * 1000.0;
+      if (!mask.ok()) {
+        std::fprintf(stderr, "%s: %s\n", c.name, mask.status().ToString().c_str());
+        return 1;
+      }
+      output.push_back(static_cast<unsigned char>(letters[n % (sizeof(letters) - 1)]));
+    }
+    std::printf("%-24s", c.name);
+    for (int32_t m : marks) {
+      double sum = 0;
+      for (int32_t n = m - 256; n < m; ++n) sum += step_us[static_cast<size_t>(n)];
+      std::printf(" %10.1f", sum / 256);
+    }
+    std::printf("\n");
+  }
+  return 0;
 }
 
 int Run() {
@@ -103,8 +162,8 @@ ws     ::= [ \t\n]*)g";
       {"gbnf: free text", "The cache", "gbnf:root ::= [^\\n]* \"\\n\""},
   };
   std::printf("%-24s %12s %12s %10s\n", "state", "miss ms", "hit us", "allowed");
-  auto make = [&](const Case& c) -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
-    const std::string text = c.schema == nullptr ? schema : c.schema;
+  auto make_from = [&](const std::string& text)
+      -> absl::StatusOr<std::shared_ptr<const TokenConstraint>> {
     if (text.rfind("gbnf:", 0) == 0) {
       auto g = GrammarConstraint::Create(text.substr(5), vocabulary);
       if (!g.ok()) return g.status();
@@ -119,6 +178,7 @@ ws     ::= [ \t\n]*)g";
     if (!j.ok()) return j.status();
     return std::shared_ptr<const TokenConstraint>(*j);
   };
+  auto make = [&](const Case& c) { return make_from(c.schema == nullptr ? schema : c.schema); };
   for (const Case& c : states) {
     const char* name = c.name;
     const char* prefix = c.prefix;
@@ -152,7 +212,7 @@ ws     ::= [ \t\n]*)g";
     std::sort(misses.begin(), misses.end());
     std::printf("%-24s %12.2f %12.1f %10zu\n", name, misses[misses.size() / 2], hit_us, allowed);
   }
-  return 0;
+  return LongOutputs(make_from);
 }
 
 }  // namespace

@@ -29,9 +29,16 @@ GrammarConstraint::GrammarConstraint(Grammar grammar,
 
 absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTokens(
     absl::Span<const int32_t> output, int32_t end_token) const {
-  GrammarMatcher matcher(&grammar_);
+  std::unique_ptr<Resume::Entry> entry = resume_.Take(output);
+  if (entry == nullptr) {
+    entry = std::make_unique<Resume::Entry>(GrammarMatcher(&grammar_));
+    entry->checkpoints.push_back({0, entry->reader.Start()});
+  }
+  GrammarMatcher& matcher = entry->reader;
+  // The bounds are on what this call does: a resumed matcher has done (and built) more before.
+  const size_t work_at_start = matcher.work_done(), links_at_start = matcher.links();
   auto over = [&](size_t work_budget) {
-    return matcher.work_done() > work_budget || matcher.links() > kMaxGrammarLinks;
+    return matcher.work_done() > work_budget || matcher.links() - links_at_start > kMaxGrammarLinks;
   };
   auto too_costly = [&](absl::string_view doing) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -39,14 +46,15 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTo
         kMaxGrammarCallWork, " steps of work or ", kMaxGrammarLinks,
         " stack links; make the grammar less ambiguous"));
   };
-  GrammarMatcher::State state = matcher.Start();
-  for (size_t i = 0; i < output.size(); ++i) {
+  GrammarMatcher::State state = entry->checkpoints.back().state;
+  for (size_t i = entry->read.size(); i < output.size(); ++i) {
     const absl::string_view bytes = vocabulary_->bytes(output[i]);
     if (bytes.empty() || !matcher.AdvanceAll(state, bytes)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "output token ", i, " (id ", output[i], ") breaks the request's grammar"));
     }
-    if (over(kMaxGrammarCallWork)) return too_costly("reading the output");
+    if (over(work_at_start + kMaxGrammarCallWork)) return too_costly("reading the output");
+    resume_.Advance(*entry, output[i], state);
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
   // A deep state's key is long: such a mask is computed, not cached (bounding the cache).
@@ -65,6 +73,9 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> GrammarConstraint::AllowedTo
     if (over_budget) return too_costly("finding the allowed tokens");
     if (cacheable) masks_.Insert(std::move(key), mask);
   }
+  // Kept for the request's next call unless its arena has grown large (a walk of an ambiguous
+  // grammar's state can build many links): that one is dropped and the next call reads again.
+  if (matcher.links() <= kMaxResumedGrammarLinks) resume_.Put(std::move(entry));
   // Every state the grammar reaches can go on unless a bound cut it, so nothing allowed means
   // each next character passed the matcher's bounds: the request's fault, said as such rather
   // than as a masked row.

@@ -6,6 +6,7 @@
 
 #include "engine/guided/fixture_vocabulary.h"
 #include "engine/guided/grammar_matcher.h"
+#include "engine/guided/interleaved_walks.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -86,6 +87,16 @@ term ::= [0-9]{1,3} | "(" expr ")")g",
                  }
                  EXPECT_EQ(depth, 0) << text;
                });
+}
+
+// A batch's outputs through one constraint, each call resuming where that output's reading left
+// off (or going back): every mask is the one a fresh constraint gives.
+TEST(GrammarConstraintTest, InterleavedOutputsGetTheMasksOfAFreshConstraint) {
+  auto shared = GrammarConstraint::Create(kJsonGrammar, FixtureVocabulary());
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ExpectInterleavedCallsMatchFresh(
+      **shared, [] { return *GrammarConstraint::Create(kJsonGrammar, FixtureVocabulary()); }, 5,
+      400, 3);
 }
 
 // A long free text costs one walk per distinct place in the grammar: its states recur.

@@ -22,24 +22,35 @@ JsonSchemaConstraint::JsonSchemaConstraint(JsonGrammar grammar,
 
 absl::StatusOr<std::shared_ptr<const TokenBitmask>> JsonSchemaConstraint::AllowedTokens(
     absl::Span<const int32_t> output, int32_t end_token) const {
-  JsonLinkArena arena;
-  JsonState state = matcher_.Start();
-  for (size_t i = 0; i < output.size(); ++i) {
+  std::unique_ptr<Resume::Entry> entry = resume_.Take(output);
+  if (entry == nullptr) {
+    entry = std::make_unique<Resume::Entry>(JsonLinkArena());
+    entry->checkpoints.push_back({0, matcher_.Start()});
+  }
+  JsonLinkArena& arena = entry->reader;
+  JsonState state = entry->checkpoints.back().state;
+  for (size_t i = entry->read.size(); i < output.size(); ++i) {
     const absl::string_view bytes = vocabulary_->bytes(output[i]);
     if (bytes.empty() || !matcher_.AdvanceAll(state, bytes, arena)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "output token ", i, " (id ", output[i], ") breaks the request's JSON schema"));
     }
+    resume_.Advance(*entry, output[i], state);
   }
   std::string key(reinterpret_cast<const char*>(&end_token), sizeof(end_token));
   JsonMatcher::AppendKey(state, &key);
-  return masks_.GetOrCompute(std::move(key), [&] {
-    return WalkVocabulary(*vocabulary_, state, matcher_.CanEnd(state, arena), end_token,
+  // The walk's frames go to an arena of its own, dropped after it: the kept arena holds only
+  // what reading the output built.
+  std::shared_ptr<const TokenBitmask> mask = masks_.GetOrCompute(std::move(key), [&] {
+    JsonLinkArena walk_arena;
+    return WalkVocabulary(*vocabulary_, state, matcher_.CanEnd(state, walk_arena), end_token,
                           [&](const JsonState& from, uint8_t byte, JsonState* to) {
-                            matcher_.Advance(from, byte, arena, to);
+                            matcher_.Advance(from, byte, walk_arena, to);
                             return !to->empty();
                           });
   });
+  if (arena.size() <= kMaxResumedJsonLinks) resume_.Put(std::move(entry));
+  return mask;
 }
 
 }  // namespace blossom

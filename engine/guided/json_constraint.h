@@ -2,10 +2,11 @@
 // allows (vLLM's guided_json and structured_outputs.json, OpenAI's response_format json_object
 // and json_schema, TGI's json grammar).
 //
-// At each step the output so far is read again through the JsonMatcher (stateless, as
-// TokenConstraint requires; a few kilobytes at most), and the allowed tokens are found by walking
-// the vocabulary trie from that state (token_mask.h). Masks are cached by the matcher state, so
-// that the steps inside a long string or a repeated array item cost a lookup.
+// At each step the output is read through the JsonMatcher from where the request's previous
+// call left off (resume_cache.h; stateless in the output, as TokenConstraint requires: a call
+// whose resume point is gone reads the whole output again), and the allowed tokens are found by
+// walking the vocabulary trie from that state (token_mask.h). Masks are cached by the matcher
+// state, so that the steps inside a long string or a repeated array item cost a lookup.
 #ifndef BLOSSOM_ENGINE_GUIDED_JSON_CONSTRAINT_H_
 #define BLOSSOM_ENGINE_GUIDED_JSON_CONSTRAINT_H_
 
@@ -16,11 +17,19 @@
 #include "absl/strings/string_view.h"
 #include "engine/guided/json_grammar.h"
 #include "engine/guided/json_matcher.h"
+#include "engine/guided/resume_cache.h"
 #include "engine/guided/token_mask.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/sampling/token_constraint.h"
 
 namespace blossom {
+
+// Where calls left off reading (resume_cache.h): an arena is kept while it holds at most this
+// many frames (32 bytes each; reading pushes one per value entered, not per byte), for at most
+// this many outputs, with states at the last kJsonResumeCheckpoints lengths.
+inline constexpr size_t kMaxResumedJsonLinks = 1 << 14;
+inline constexpr size_t kJsonResumeEntries = 64;
+inline constexpr size_t kJsonResumeCheckpoints = 16;
 
 // Thread-safe (see TokenConstraint).
 class JsonSchemaConstraint : public TokenConstraint {
@@ -41,8 +50,12 @@ class JsonSchemaConstraint : public TokenConstraint {
 
   const JsonGrammar grammar_;
   const JsonMatcher matcher_;
+  using Resume = ResumeCache<JsonLinkArena, JsonState>;
+
   const std::shared_ptr<const TokenVocabulary> vocabulary_;
-  mutable MaskCache masks_;  // a cache: filling it does not change what the constraint allows
+  // Caches: filling them does not change what the constraint allows.
+  mutable MaskCache masks_;
+  mutable Resume resume_{kJsonResumeEntries, kJsonResumeCheckpoints};
 };
 
 }  // namespace blossom

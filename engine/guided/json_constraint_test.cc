@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/guided/fixture_vocabulary.h"
+#include "engine/guided/interleaved_walks.h"
 #include "engine/sampling/logits_processors.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -107,6 +108,19 @@ TEST(JsonSchemaConstraintTest, MasksAreTheBruteForceSetsAndEndedOutputsValidate)
                   EXPECT_LE(v["tags"].size(), 2u);
                 }
               });
+}
+
+// A batch's outputs through one constraint, each call resuming where that output's reading left
+// off (or going back): every mask is the one a fresh constraint gives.
+TEST(JsonSchemaConstraintTest, InterleavedOutputsGetTheMasksOfAFreshConstraint) {
+  static constexpr char kSchema[] = R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 6}, "tags": {"type": "array",
+      "items": {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {
+      "k": {"type": "string", "maxLength": 3}}}]}, "maxItems": 3}},
+      "required": ["name", "tags"]})";
+  auto shared = Constraint(kSchema);
+  ASSERT_NE(shared, nullptr);
+  ExpectInterleavedCallsMatchFresh(*shared, [] { return Constraint(kSchema); }, 5, 400, 5);
 }
 
 TEST(JsonSchemaConstraintTest, PatternsAndFormatsByBruteForce) {

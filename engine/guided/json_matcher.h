@@ -66,6 +66,7 @@ class JsonLinkArena {
     return &links_.back();
   }
   void Clear() { links_.clear(); }
+  size_t size() const { return links_.size(); }
 
  private:
   std::deque<JsonLink> links_;

@@ -1,8 +1,8 @@
 // Structured output by regular expression (vLLM's guided_regex, TGI's regex grammar): a
-// TokenConstraint whose output is a whole match of the pattern, ended by the end token. Works as
-// json_constraint.h does: the output is replayed through the pattern's DFA (regex_dfa.h: one
-// state, so a step costs the same however ambiguous the pattern) and the vocabulary trie walked
-// from that state, masks cached by state.
+// TokenConstraint whose output is a whole match of the pattern, ended by the end token. The
+// output is read through the pattern's DFA at every call (regex_dfa.h: one state, a table lookup
+// a byte, so unlike the JSON and grammar matchers it needs no resume point) and the vocabulary
+// trie walked from that state, masks cached by state.
 #ifndef BLOSSOM_ENGINE_GUIDED_REGEX_CONSTRAINT_H_
 #define BLOSSOM_ENGINE_GUIDED_REGEX_CONSTRAINT_H_
 
