@@ -57,6 +57,10 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
                                                  absl::optional<int32_t> eos_token_id,
                                                  int32_t vocab_size) {
   ConvertedBeamSearch out;
+  // As for Generate, before tokenizing: a group the queue could never hold is refused for good
+  // (AsGenerateRequest leaves group_size out, so the message counts beams, not generations).
+  absl::Status group = CheckGroupSize(request.group_size(), limits, "beams");
+  if (!group.ok()) return group;
   auto generation = ToEngineRequest(AsGenerateRequest(request), tokenizer, limits);
   if (!generation.ok()) return generation.status();
   out.as_generation = std::move(*generation);
@@ -80,6 +84,14 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
                                                   "], got ", request.beam_width()));
   }
   p.beam_width = request.beam_width();
+  // The group counts this search's own beams too: a smaller one is a client's mistake (it would
+  // let searches through that together overflow the queue).
+  if (request.group_size() != 0 && request.group_size() < p.beam_width) {
+    return BeamRefusal("group_size",
+                       absl::StrCat("group_size (the beams of the whole request) must be 0 or at "
+                                    "least beam_width = ", p.beam_width, ", got ",
+                                    request.group_size()));
+  }
   p.num_return_sequences =
       request.has_num_return_sequences() ? request.num_return_sequences() : p.beam_width;
   if (p.num_return_sequences < 1 || p.num_return_sequences > p.beam_width) {

@@ -2,7 +2,8 @@
 //
 // The prompt, the stopping parameters and the API limits go through ToEngineRequest, as for
 // Generate, so a beam search is refused exactly where a generation would be; the beam fields
-// are checked here, each refusal naming its blossom.v1 field.
+// are checked here, each refusal naming its blossom.v1 field. group_size is checked against
+// the waiting queue as GenerateRequest's (CheckGroupSize), and must cover beam_width when set.
 #ifndef BLOSSOM_SERVER_BEAM_SEARCH_CONVERT_H_
 #define BLOSSOM_SERVER_BEAM_SEARCH_CONVERT_H_
 

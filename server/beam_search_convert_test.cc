@@ -196,5 +196,33 @@ TEST_F(BeamSearchConvertTest, RefusalsNameTheField) {
   }
 }
 
+// A request's searches run together (a gateway's prompts x beam_width): a group the waiting
+// queue could never hold is refused for good, as GenerateRequest's; the group covers the
+// search's own beams.
+TEST_F(BeamSearchConvertTest, GroupSizeIsCheckedAgainstTheQueueAndTheWidth) {
+  RequestLimits limits = limits_;
+  limits.max_waiting_requests = 6;
+  v1::BeamSearchRequest r = Request();  // beam_width 3
+  r.mutable_stopping()->set_max_new_tokens(4);
+  for (int32_t group : {0, 3, 6}) {
+    r.set_group_size(group);
+    EXPECT_TRUE(ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).ok()) << "group_size " << group;
+  }
+  r.set_group_size(7);
+  absl::Status refused = ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kOutOfRange) << refused;
+  EXPECT_NE(refused.message().find("7 beams at once"), absl::string_view::npos) << refused;
+  EXPECT_NE(refused.message().find("max_waiting_requests 6"), absl::string_view::npos) << refused;
+  EXPECT_EQ(DetailsOf(refused).field, "group_size");
+  EXPECT_EQ(DetailsOf(refused).reason, error_reason::kGroupTooLarge);
+  EXPECT_FALSE(DetailsOf(refused).retry_delay.has_value());
+  for (int32_t group : {-1, 1, 2}) {
+    r.set_group_size(group);
+    refused = ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << "group_size " << group;
+    EXPECT_EQ(DetailsOf(refused).field, "group_size") << refused;
+  }
+}
+
 }  // namespace
 }  // namespace blossom

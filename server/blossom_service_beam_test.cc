@@ -234,6 +234,44 @@ TEST(BlossomServiceBeamTest, ARoundTheQueueCanNeverHoldIsRefusedNamingBeamWidth)
   EXPECT_TRUE(fixture.stub().BeamSearch(&again, request, &response).ok());
 }
 
+// A gateway's prompts x beam_width searches run at once: a group the queue could never hold
+// is refused for good (no RetryInfo, so no client retries it), one it can hold is served.
+TEST(BlossomServiceBeamTest, AGroupLargerThanTheQueueIsOutOfRange) {
+  EngineConfig engine_config;
+  engine_config.scheduler.max_waiting_requests = 4;
+  ServiceFixture fixture({}, engine_config);
+  fixture.Load();
+  v1::BeamSearchRequest request;
+  request.set_text("Hello");
+  request.set_beam_width(2);
+  request.mutable_stopping()->set_max_new_tokens(3);
+  request.set_group_size(6);  // three prompts x 2 beams; each search alone fits
+  grpc::ClientContext refused_context;
+  v1::BeamSearchResponse response;
+  grpc::Status status = fixture.stub().BeamSearch(&refused_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
+  StatusDetails details = DetailsOf(FromGrpcStatus(status));
+  EXPECT_EQ(details.reason, "GROUP_TOO_LARGE");
+  EXPECT_EQ(details.field, "group_size");
+  EXPECT_FALSE(details.retry_delay.has_value());
+  for (int32_t group : {-1, 1}) {  // negative; smaller than the search's own beams
+    request.set_group_size(group);
+    grpc::ClientContext context;
+    status = fixture.stub().BeamSearch(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << group;
+    details = DetailsOf(FromGrpcStatus(status));
+    EXPECT_EQ(details.field, "group_size") << status.error_message();
+    EXPECT_EQ(details.reason, group < 0 ? "INVALID_REQUEST" : "INVALID_BEAM_SEARCH_PARAMS");
+    EXPECT_FALSE(details.retry_delay.has_value());
+  }
+  request.set_group_size(4);
+  grpc::ClientContext served_context;
+  status = fixture.stub().BeamSearch(&served_context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.beams_size(), 2);
+  EXPECT_EQ(fixture.engine().num_unfinished(), 0);
+}
+
 TEST(BlossomServiceBeamTest, ADeadlineCancelsTheSearchInTheEngine) {
   ServiceFixture fixture;
   fixture.Load();

@@ -206,6 +206,24 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
 
 }  // namespace
 
+absl::Status CheckGroupSize(int32_t group_size, const RequestLimits& limits,
+                            absl::string_view what) {
+  if (group_size < 0) {
+    return Refusal(error_reason::kInvalidRequest, "group_size",
+                   absl::StrCat("group_size must be >= 0, got ", group_size));
+  }
+  if (group_size > limits.max_waiting_requests) {
+    return Refusal(error_reason::kGroupTooLarge, "group_size",
+                   absl::StrCat("the request asks for ", group_size, " ", what,
+                                " at once, more than this server's waiting queue holds "
+                                "(max_waiting_requests ",
+                                limits.max_waiting_requests,
+                                "): it could never be admitted; ask for fewer"),
+                   absl::StatusCode::kOutOfRange);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits,
@@ -225,19 +243,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                    absl::StatusCode::kNotFound);
   }
   // Before tokenizing: refused whatever the prompt.
-  if (request.group_size() < 0) {
-    return Refusal(error_reason::kInvalidRequest, "group_size",
-                   absl::StrCat("group_size must be >= 0, got ", request.group_size()));
-  }
-  if (request.group_size() > limits.max_waiting_requests) {
-    return Refusal(error_reason::kGroupTooLarge, "group_size",
-                   absl::StrCat("the request asks for ", request.group_size(),
-                                " generations at once, more than this server's waiting queue "
-                                "holds (max_waiting_requests ",
-                                limits.max_waiting_requests,
-                                "): it could never be admitted; ask for fewer"),
-                   absl::StatusCode::kOutOfRange);
-  }
+  BLOSSOM_RETURN_IF_ERROR(CheckGroupSize(request.group_size(), limits, "generations"));
   if (request.priority() != 0 && !limits.priority_scheduling) {
     return Refusal(error_reason::kPriorityNotEnabled, "priority",
                    absl::StrCat("priority ", request.priority(),

@@ -47,6 +47,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                                               const RequestLimits& limits,
                                               ConstraintCache* guided_constraints = nullptr);
 
+// A group_size (requests a client submits together, this one included; 0 = unset) checked
+// against the waiting queue, for Generate and BeamSearch alike: negative is INVALID_ARGUMENT
+// (INVALID_REQUEST); above limits.max_waiting_requests it could never be queued whole, so it is
+// OUT_OF_RANGE (GROUP_TOO_LARGE) without RetryInfo, not a QUEUE_FULL every retry would meet.
+// `what` names what the group counts in the message ("generations", "beams").
+absl::Status CheckGroupSize(int32_t group_size, const RequestLimits& limits,
+                            absl::string_view what);
+
 // Retry delays sent with overload refusals (google.rpc.RetryInfo; the gateway's Retry-After).
 inline constexpr absl::Duration kQueueFullRetryDelay = absl::Seconds(1);
 inline constexpr absl::Duration kUnavailableRetryDelay = absl::Seconds(1);

@@ -112,9 +112,15 @@ std::vector<BeamSearchRequest> BeamSearchCalls(const CompletionRequest& request)
       prompts.push_back(&request.batch[k]);
     }
   }
+  // The searches run at once, each needing room for its beams in the server's waiting queue:
+  // with the whole request's beams the server refuses for good (GROUP_TOO_LARGE, a 400 on n) a
+  // request its queue could never hold, where each search alone would fit and some be refused
+  // with a 429 on every retry. FillBatch bounds prompts x n (kMaxChoices), so this fits.
+  const int32_t group_size = static_cast<int32_t>(prompts.size()) * request.beam.beam_width();
   std::vector<BeamSearchRequest> calls;
   for (const GenerateRequest* prompt : prompts) {
     BeamSearchRequest call = request.beam;
+    call.set_group_size(group_size);
     if (prompt->has_token_ids()) {
       *call.mutable_token_ids() = prompt->token_ids();
     } else {

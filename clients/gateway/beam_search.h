@@ -24,7 +24,8 @@ namespace blossom::gateway::openai {
 // the rest of the request is parsed: it checks what beam search cannot take).
 absl::Status ParseBeamSearch(const nlohmann::json& body, CompletionRequest* request);
 
-// One BeamSearch call per prompt, in choice order (the prompt of choices k*n to k*n + n - 1).
+// One BeamSearch call per prompt, in choice order (the prompt of choices k*n to k*n + n - 1),
+// each with group_size = prompts x n, the beams the request runs at once.
 std::vector<blossom::v1::BeamSearchRequest> BeamSearchCalls(const CompletionRequest& request);
 
 // A call's beams as the GenerateResponses of its n choices, best first (CompletionResponse

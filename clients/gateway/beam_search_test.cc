@@ -63,6 +63,24 @@ TEST(OpenAIBeamSearchTest, NIsTheBeamWidthAndEveryBeamAChoice) {
   EXPECT_FALSE(BeamSearchCalls(*chat)[0].text().empty());
 }
 
+// The searches of a request run at once: each call carries prompts x n, so the server refuses
+// for good (a 400 on n) a request its waiting queue could never hold, not with a 429 a retry
+// meets again.
+TEST(OpenAIBeamSearchTest, EveryCallCarriesTheRequestsBeamsAsItsGroup) {
+  const CompletionRequest three = Completion(
+      R"({"prompt": ["a", "b", "c"], "n": 4, "use_beam_search": true, "max_tokens": 2})");
+  const std::vector<blossom::v1::BeamSearchRequest> calls = BeamSearchCalls(three);
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& call : calls) EXPECT_EQ(call.group_size(), 12) << call.text();
+  // One prompt: its own beams (never below beam_width, which the server refuses).
+  const CompletionRequest one =
+      Completion(R"({"prompt": "a", "n": 3, "use_beam_search": true})");
+  ASSERT_EQ(BeamSearchCalls(one).size(), 1u);
+  EXPECT_EQ(BeamSearchCalls(one)[0].group_size(), 3);
+  const CompletionRequest width_one = Completion(R"({"prompt": [5, 6], "use_beam_search": true})");
+  EXPECT_EQ(BeamSearchCalls(width_one)[0].group_size(), 1);
+}
+
 TEST(OpenAIBeamSearchTest, WhatBeamSearchCannotTakeIsRefusedByName) {
   const std::string beam = R"("prompt": "a", "use_beam_search": true)";
   auto with = [&](const std::string& extra) { return "{" + beam + ", " + extra + "}"; };

@@ -91,6 +91,42 @@ TEST_F(GatewayTest, TgiBestOfCandidatesAreOneGroup) {
   EXPECT_EQ(fake_.last_request().group_size(), 0);
 }
 
+// use_beam_search: one BeamSearch per prompt, run at once, each carrying the request's beams
+// (prompts x n) as its group. A group the server's waiting queue could never hold is refused
+// for good (GROUP_TOO_LARGE): a 400 naming n, never a 429 a client would retry forever.
+TEST_F(GatewayTest, BeamSearchesOfARequestAreOneGroup) {
+  StartGateway({});
+  Client::Reply reply = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":["a","b","c"],"n":2,"use_beam_search":true,"max_tokens":2})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(Json::parse(reply.body)["choices"].size(), 6u) << reply.body;
+  std::vector<v1::BeamSearchRequest> seen = fake_.beam_requests();
+  ASSERT_EQ(seen.size(), 3u);
+  std::multiset<std::string> prompts;
+  for (const v1::BeamSearchRequest& r : seen) {
+    prompts.insert(r.text());
+    EXPECT_EQ(r.beam_width(), 2);
+    EXPECT_EQ(r.group_size(), 6);
+  }
+  EXPECT_EQ(prompts, (std::multiset<std::string>{"a", "b", "c"}));
+
+  // The server's refusal (server/beam_search_convert.cc) as it sends it.
+  Client::Reply refused = Request(
+      "POST", "/v1/completions",
+      R"({"prompt":["a","fail:11:the request asks for 4 beams at once, more than this server's )"
+      R"(waiting queue holds (max_waiting_requests 3)|group_size|GROUP_TOO_LARGE"],"n":2,)"
+      R"("use_beam_search":true})");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.headers.count("retry-after"), 0u);
+  const Json error = Json::parse(refused.body)["error"];
+  EXPECT_EQ(error["param"], "n") << refused.body;
+  EXPECT_EQ(error["code"], "group_too_large");
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_TRUE(absl::StrContains(error["message"].get<std::string>(), "4 beams at once"))
+      << refused.body;
+}
+
 // Streamed, the choices' chunks interleave, each with its index; one usage chunk and one
 // [DONE] follow the last choice's end.
 TEST_F(GatewayTest, SeveralChoicesStreamWithTheirIndexes) {

@@ -40,6 +40,7 @@ namespace v1 = ::blossom::v1;
 //   "hang"                         the call never finishes until cancelled (streams send one
 //                                  message first)
 //   anything else                  text "Hello" in two tokens ("Hel", "lo"), finish reason length
+//                                  (BeamSearch: beam_width such beams)
 class FakeBlossom : public v1::Blossom::CallbackService {
  public:
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
@@ -54,6 +55,35 @@ class FakeBlossom : public v1::Blossom::CallbackService {
       AddToken(response->add_tokens(), 1, "Hel");
       AddToken(response->add_tokens(), 2, "lo");
       FillFinal(response->mutable_final());
+    }
+    reactor->FinishOnce(status);
+    return reactor;
+  }
+
+  // beam_width beams of "Hello" (as Generate's), or the prompt's "fail:" status; the request
+  // counts in requests() and is kept in beam_requests().
+  grpc::ServerUnaryReactor* BeamSearch(grpc::CallbackServerContext* context,
+                                       const v1::BeamSearchRequest* request,
+                                       v1::BeamSearchResponse* response) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++requests_;
+      beam_requests_.push_back(*request);
+      last_authorization_ = Authorization(context);
+      cv_.notify_all();
+    }
+    auto* reactor = new UnaryReactor(this);
+    grpc::Status status = StatusFor(request->text());
+    if (status.ok()) {
+      for (int i = 0; i < request->beam_width(); ++i) {
+        v1::Beam* beam = response->add_beams();
+        beam->set_text("Hello");
+        AddToken(beam->add_tokens(), 1, "Hel");
+        AddToken(beam->add_tokens(), 2, "lo");
+        beam->set_finish_reason(v1::FINISH_REASON_LENGTH);
+      }
+      response->mutable_usage()->set_prompt_tokens(3);
+      response->mutable_usage()->set_generated_tokens(2 * request->beam_width());
     }
     reactor->FinishOnce(status);
     return reactor;
@@ -124,6 +154,10 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     return all_requests_;
   }
+  std::vector<v1::BeamSearchRequest> beam_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return beam_requests_;
+  }
   std::string last_authorization() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_authorization_;
@@ -141,6 +175,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   int cancelled_ = 0;
   int requests_ = 0;
   std::vector<v1::GenerateRequest> all_requests_;
+  std::vector<v1::BeamSearchRequest> beam_requests_;
   std::string required_authorization_;
 
  private:
