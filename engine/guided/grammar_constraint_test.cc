@@ -2,6 +2,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/guided/fixture_vocabulary.h"
@@ -97,6 +98,22 @@ TEST(GrammarConstraintTest, InterleavedOutputsGetTheMasksOfAFreshConstraint) {
   ExpectInterleavedCallsMatchFresh(
       **shared, [] { return *GrammarConstraint::Create(kJsonGrammar, FixtureVocabulary()); }, 5,
       400, 3);
+}
+
+// Several sampling threads on one constraint: each takes a kept reading out while it reads with
+// it, so no two use one matcher at once (TSan checks this).
+TEST(GrammarConstraintTest, ThreadsShareOneConstraint) {
+  auto shared = GrammarConstraint::Create(kJsonGrammar, FixtureVocabulary());
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  std::vector<std::thread> threads;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    threads.emplace_back([&, seed] {
+      ExpectInterleavedCallsMatchFresh(
+          **shared, [] { return *GrammarConstraint::Create(kJsonGrammar, FixtureVocabulary()); },
+          3, 100, seed);
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 // A long free text costs one walk per distinct place in the grammar: its states recur.
