@@ -10,10 +10,12 @@
 //       [--max-concurrency 0] [--prompt-len-dist fixed:128] [--output-len-dist fixed:128]
 //       [--prompt-kind text|ids] [--http-api tgi|openai] [--seed 0] [--slo-ttft-ms X]
 //       [--slo-tpot-ms Y] [--slo-e2e-ms Z] [--json PATH] [--svg-prefix PREFIX] [--markdown PATH]
-//       [--model NAME] [--corpus tests/fixtures/corpus.txt] [--commit SHA] [--machine TEXT]
+//       [--model NAME] [--corpus tests/fixtures/corpus.txt] [--request-timeout 600]
+//       [--commit SHA] [--machine TEXT]
 //
 // `sweep` is the seed's batch-size benchmark; `serve` is the serving load generator (see
-// benchmarks/README.md for every number). Exit code 1 on errors, 2 on usage errors.
+// benchmarks/README.md for every number). A flag of the other subcommand is refused. Exit code
+// 2 on usage errors, 1 on other errors, including a `serve` run in which no request succeeded.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,21 +30,28 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/flags/reflection.h"
 #include "benchmarks/serve_command.h"
+#include "benchmarks/subcommand_flags.h"
 #include "benchmarks/sweep_command.h"
 #include "engine/model/cuda_kernel_flags.h"
 
+// Each help text starts with the subcommand(s) that read the flag; a flag of the other
+// subcommand given on the command line is refused (subcommand_flags.h).
 ABSL_FLAG(std::string, model, "",
-          "sweep: model directory (config.json, *.safetensors, tokenizer.json); "
-          "serve: the served model's name sent with each request (\"\" = whatever is served).");
-ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32,64,128,256", "Batch sizes, comma separated.");
-ABSL_FLAG(int32_t, max_new_tokens, 100, "New tokens per sequence (greedy).");
-ABSL_FLAG(int32_t, cycles, 5, "Timed generate() calls per batch size (the seed's 5).");
-ABSL_FLAG(int32_t, warmup, 1, "Untimed generate() calls per batch size before timing.");
+          "sweep: the model directory (config.json, *.safetensors, tokenizer.json); serve: the "
+          "served model's name sent with each request (\"\" = whatever is served).");
+// sweep
+ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32,64,128,256",
+          "sweep: batch sizes, comma separated.");
+ABSL_FLAG(int32_t, max_new_tokens, 100,
+          "sweep: new tokens per sequence (greedy); serve takes --output-len-dist.");
+ABSL_FLAG(int32_t, cycles, 5, "sweep: timed generate() calls per batch size (the seed's 5).");
+ABSL_FLAG(int32_t, warmup, 1, "sweep: untimed generate() calls per batch size before timing.");
 ABSL_FLAG(int32_t, threads, 0,
-          "CPU threads per rank (0 = the CPUs this process may use, its affinity mask capped by "
-          "a cgroup CPU limit, / tp).");
-ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (CPU: threads in one process).");
+          "sweep: CPU threads per rank (0 = the CPUs this process may use, its affinity mask "
+          "capped by a cgroup CPU limit, / tp).");
+ABSL_FLAG(int32_t, tp, 1, "sweep: tensor-parallel ranks (CPU: threads in one process).");
 ABSL_FLAG(std::string, backend, "cpu", "sweep: compute backend, cpu or cuda (CUDA builds).");
 ABSL_FLAG(bool, cuda_time_gemm, true,
           "sweep, --backend cuda, --tp 1: time each cuBLASLt plan's candidates on its first call "
@@ -51,26 +60,34 @@ ABSL_FLAG(bool, cuda_graphs, true,
           "sweep, --backend cuda, --tp 1: replay decode steps from CUDA graphs.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.90,
           "sweep, cuda: fraction of GPU memory for weights, activations and the KV cache.");
-ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_new_tokens per sequence.");
+ABSL_FLAG(bool, ignore_eos, true,
+          "sweep: generate exactly max_new_tokens per sequence (serve always ignores EOS).");
 ABSL_FLAG(int32_t, prompt_tokens, 0,
           "sweep: > 0 replaces the seed prompts by prompts of this many fixed pseudo-random token "
           "ids (e.g. 2048 for the prefill against the GEMM rate).");
-ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
+ABSL_FLAG(double, mem_bandwidth_gbs, 0.0,
+          "sweep: memory bandwidth for the roofline (0 = measure).");
+ABSL_FLAG(double, peak_tflops, 0.0, "sweep: GEMM rate for the roofline (0 = measure).");
+// both
+ABSL_FLAG(std::string, json, "", "sweep and serve: write the results as JSON here.");
 ABSL_FLAG(std::string, svg_prefix, "",
-          "Write PREFIX-{throughput,latency,roofline}.svg (sweep) or "
+          "sweep and serve: write PREFIX-{throughput,latency,roofline}.svg (sweep) or "
           "PREFIX-{latency-cdf,tpot-cdf,timeline}.svg (serve).");
-ABSL_FLAG(std::string, markdown, "", "Write a markdown table of the results here.");
-ABSL_FLAG(double, mem_bandwidth_gbs, 0.0, "Memory bandwidth for the roofline (0 = measure).");
-ABSL_FLAG(double, peak_tflops, 0.0, "GEMM rate for the roofline (0 = measure).");
-ABSL_FLAG(std::string, commit, "", "Git commit to record (e.g. $(git rev-parse --short HEAD)).");
-ABSL_FLAG(std::string, machine, "", "Machine description to record.");
+ABSL_FLAG(std::string, markdown, "", "sweep and serve: write a markdown table of the results here.");
+ABSL_FLAG(std::string, commit, "",
+          "sweep and serve: git commit to record (e.g. $(git rev-parse --short HEAD)).");
+ABSL_FLAG(std::string, machine, "", "sweep and serve: machine description to record.");
 // serve
-ABSL_FLAG(std::string, target, "", "serve: grpc://HOST:PORT (Blossom) or http://HOST:PORT (gateway).");
+ABSL_FLAG(std::string, target, "", "serve: grpc://HOST:PORT (Blossom) or http://HOST:PORT "
+          "(Blossom's gateway or TGI: prompts are cut with TGI's POST /tokenize).");
 ABSL_FLAG(std::string, api_key, "", "serve: sent as 'Bearer' authorization.");
 ABSL_FLAG(int32_t, num_requests, 100, "serve: requests to send.");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (inf = all at once).");
-ABSL_FLAG(std::string, arrival, "poisson", "serve: poisson or gamma inter-arrival times.");
-ABSL_FLAG(double, burstiness, 1.0, "serve: gamma shape (1 = poisson; < 1 burstier).");
+ABSL_FLAG(std::string, arrival, "",
+          "serve: poisson or gamma inter-arrival times (not given: poisson, or gamma when "
+          "--burstiness is not 1).");
+ABSL_FLAG(double, burstiness, 1.0,
+          "serve: gamma shape (1 = poisson; < 1 burstier); alone, it means --arrival gamma.");
 ABSL_FLAG(int32_t, max_concurrency, 0, "serve: most requests in flight (0 = unlimited).");
 ABSL_FLAG(std::string, prompt_len_dist, "fixed:128",
           "serve: prompt tokens: fixed:N, uniform:LO:HI or normal:MEAN:STD.");
@@ -82,7 +99,9 @@ ABSL_FLAG(double, slo_ttft_ms, 0, "serve: goodput objective on TTFT (0 = none)."
 ABSL_FLAG(double, slo_tpot_ms, 0, "serve: goodput objective on TPOT (0 = none).");
 ABSL_FLAG(double, slo_e2e_ms, 0, "serve: goodput objective on end-to-end latency (0 = none).");
 ABSL_FLAG(std::string, corpus, "tests/fixtures/corpus.txt", "serve: text the prompts are cut from.");
-ABSL_FLAG(double, request_timeout, 600, "serve: seconds before a request is failed.");
+ABSL_FLAG(double, request_timeout, 600,
+          "serve: each request's whole deadline in seconds, gRPC and HTTP alike (connect, send "
+          "and the whole stream; a request past it fails as a timeout); 0 = none.");
 
 namespace {
 
@@ -174,12 +193,15 @@ int RunServe(const std::string& command_line) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "blossom-bench sweep --model DIR [--batch-sizes 1,2,4] [--max-new-tokens 100] "
-      "[--cycles 5] [--warmup 1] [--json PATH] [--svg-prefix PREFIX] [--markdown PATH] "
-      "[--mem-bandwidth-gbs G] [--peak-tflops T] [--commit SHA] [--machine TEXT]\n"
+      "[--cycles 5] [--warmup 1] [--threads N] [--tp N] [--backend cpu|cuda] [--json PATH] "
+      "[--svg-prefix PREFIX] [--markdown PATH] [--mem-bandwidth-gbs G] [--peak-tflops T] "
+      "[--commit SHA] [--machine TEXT]\n"
       "blossom-bench serve --target grpc://HOST:PORT|http://HOST:PORT [--num-requests N] "
       "[--request-rate R|inf] [--arrival poisson|gamma] [--burstiness B] [--max-concurrency C] "
       "[--prompt-len-dist fixed:128] [--output-len-dist fixed:128] [--seed S] "
-      "[--slo-ttft-ms X] [--slo-tpot-ms Y] [--slo-e2e-ms Z] [--json PATH] [--svg-prefix P]");
+      "[--slo-ttft-ms X] [--slo-tpot-ms Y] [--slo-e2e-ms Z] [--request-timeout S] [--json PATH] "
+      "[--svg-prefix P]\n"
+      "Each flag's help names the subcommand that reads it; the other subcommand refuses it.");
   // Recorded in the results; quoted so it can be pasted back into a shell.
   const std::string command_line =
       absl::StrJoin(argv, argv + argc, " ", [](std::string* out, const char* arg) {
@@ -209,6 +231,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = positional[1];
+  // Flags set to anything but their default (this Abseil keeps IsSpecifiedOnCommandLine
+  // private; giving a flag its default changes nothing, so ignoring that is harmless).
+  std::vector<std::string> specified;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->CurrentValue() != flag->DefaultValue()) specified.emplace_back(name);
+  }
+  std::sort(specified.begin(), specified.end());  // the same flag named first every time
+  if (absl::Status s = blossom::CheckSubcommandFlags(command, specified); !s.ok()) {
+    std::cerr << "blossom-bench: error: " << s.message() << std::endl;
+    return 2;
+  }
   if (command == "sweep") return RunSweep(command_line);
   if (command == "serve") return RunServe(command_line);
   std::cerr << "blossom-bench: unknown command '" << command << "' (expected: sweep or serve)"

@@ -1,5 +1,6 @@
 #include "benchmarks/grpc_load_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -136,9 +137,10 @@ void GrpcLoadClient::Decorate(grpc::ClientContext* context) const {
     context->AddMetadata("authorization", "Bearer " + options_.api_key);
   }
   if (options_.deadline_s > 0) {
+    // Capped at ~3 years (as good as none) so the clock arithmetic cannot overflow.
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                              std::chrono::duration<double>(options_.deadline_s)));
+                              std::chrono::duration<double>(std::min(options_.deadline_s, 1e8))));
   }
 }
 

@@ -24,7 +24,8 @@ struct GrpcLoadClientOptions {
   std::string address;  // host:port
   std::string api_key;  // sent as `authorization: Bearer <key>` when set
   std::string model;    // GenerateRequest.model ("" = whatever is served)
-  double deadline_s = 0;  // per request; 0 = none
+  // Each call's whole deadline (GenerateStream: send to the last message); 0 = none.
+  double deadline_s = 0;
 };
 
 class GrpcLoadClient final : public LoadClient {

@@ -1,169 +1,19 @@
 #include "benchmarks/http_sse_client.h"
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstring>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace blossom {
 namespace {
 
 using Json = nlohmann::json;
-
-// A blocking TCP connection with a per-operation progress timeout. Not thread-safe.
-class Socket {
- public:
-  ~Socket() {
-    if (fd_ >= 0) close(fd_);
-  }
-  absl::Status Connect(const HttpTarget& target) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* list = nullptr;
-    const int rc = getaddrinfo(target.host.c_str(), std::to_string(target.port).c_str(), &hints,
-                               &list);
-    if (rc != 0) {
-      return absl::UnavailableError(absl::StrCat("resolve ", target.host, ": ", gai_strerror(rc)));
-    }
-    int err = 0;
-    for (addrinfo* a = list; a != nullptr; a = a->ai_next) {
-      fd_ = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-      if (fd_ < 0) continue;
-      if (connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
-      err = errno;
-      close(fd_);
-      fd_ = -1;
-    }
-    freeaddrinfo(list);
-    if (fd_ < 0) return absl::UnavailableError(absl::StrCat("connect: ", std::strerror(err)));
-    return absl::OkStatus();
-  }
-  absl::Status SendAll(const std::string& data) {
-    size_t off = 0;
-    while (off < data.size()) {
-      const ssize_t n = send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
-      off += static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
-  // Appends what arrives; false at EOF. An error on failure or timeout.
-  absl::StatusOr<bool> Receive(std::string* out, int timeout_ms) {
-    pollfd p{fd_, POLLIN, 0};
-    int rc;
-    do {
-      rc = poll(&p, 1, timeout_ms);
-    } while (rc < 0 && errno == EINTR);
-    if (rc == 0) return absl::DeadlineExceededError("no data from the server in time");
-    if (rc < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
-    char buf[16384];
-    ssize_t n;
-    do {
-      n = recv(fd_, buf, sizeof(buf), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
-    out->append(buf, static_cast<size_t>(n));
-    return n > 0;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// A response head plus a body reader that hands out decoded body bytes as they arrive.
-class ResponseReader {
- public:
-  ResponseReader(Socket* socket, int timeout_ms) : socket_(socket), timeout_ms_(timeout_ms) {}
-
-  absl::Status ReadHead() {
-    size_t end;
-    while ((end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-      if (buffer_.size() > (64 << 10)) return absl::InternalError("response head too large");
-      auto more = socket_->Receive(&buffer_, timeout_ms_);
-      if (!more.ok()) return more.status();
-      if (!*more) return absl::UnavailableError("connection closed before the response head");
-    }
-    const std::string head = buffer_.substr(0, end);
-    buffer_.erase(0, end + 4);
-    std::vector<std::string> lines = absl::StrSplit(head, "\r\n");
-    std::vector<std::string> status_line = absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));
-    if (status_line.size() < 2 || !absl::StartsWith(status_line[0], "HTTP/1.") ||
-        !absl::SimpleAtoi(status_line[1], &status_)) {
-      return absl::InternalError(absl::StrCat("bad status line '", lines[0], "'"));
-    }
-    for (size_t i = 1; i < lines.size(); ++i) {
-      const size_t colon = lines[i].find(':');
-      if (colon == std::string::npos) continue;
-      const std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
-      const std::string value(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
-      if (name == "transfer-encoding" && absl::StrContains(absl::AsciiStrToLower(value), "chunked")) {
-        chunked_ = true;
-      } else if (name == "content-length") {
-        int64_t n = 0;
-        if (absl::SimpleAtoi(value, &n) && n >= 0) content_length_ = n;
-      }
-    }
-    return absl::OkStatus();
-  }
-  int status() const { return status_; }
-
-  // Next decoded body bytes into *out (replacing it); false at the end of the body.
-  absl::StatusOr<bool> Next(std::string* out) {
-    out->clear();
-    while (out->empty()) {
-      if (finished_) return false;
-      if (buffer_.empty()) {
-        auto more = socket_->Receive(&buffer_, timeout_ms_);
-        if (!more.ok()) return more.status();
-        if (!*more) {
-          if (chunked_ || (content_length_ >= 0 && received_ < content_length_)) {
-            return absl::UnavailableError("connection closed mid-body");
-          }
-          finished_ = true;  // read-to-close body
-          return false;
-        }
-      }
-      std::string raw;
-      raw.swap(buffer_);
-      if (chunked_) {
-        if (!decoder_.Feed(raw, out)) return absl::InternalError("malformed chunked body");
-        if (decoder_.done()) finished_ = true;
-      } else if (content_length_ >= 0) {
-        const size_t take =
-            std::min<size_t>(raw.size(), static_cast<size_t>(content_length_ - received_));
-        out->append(raw, 0, take);
-        received_ += static_cast<int64_t>(take);
-        if (received_ == content_length_) finished_ = true;
-      } else {
-        *out = std::move(raw);
-      }
-    }
-    return true;
-  }
-
- private:
-  Socket* socket_;
-  const int timeout_ms_;
-  std::string buffer_;
-  int status_ = 0;
-  bool chunked_ = false;
-  int64_t content_length_ = -1;
-  int64_t received_ = 0;
-  bool finished_ = false;
-  ChunkedDecoder decoder_;
-};
 
 std::string BuildRequest(const HttpSseClientOptions& options, const std::string& path,
                          const std::string& body, bool stream) {
@@ -180,7 +30,17 @@ std::string BuildRequest(const HttpSseClientOptions& options, const std::string&
   return out;
 }
 
-// The error message inside a TGI ({"error": "..."}) or OpenAI ({"error": {"message"}}) body.
+// At most `max_bytes` of `text`, cut before a UTF-8 continuation byte: a character split in two
+// would be invalid UTF-8 in the report.
+std::string Utf8Prefix(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
+// The error message inside a TGI ({"error": "..."}) or OpenAI ({"error": {"message"}}) body;
+// else the body's first 200 bytes (an HTML error page would swamp the report).
 std::string ErrorText(const std::string& body) {
   Json j = Json::parse(body, nullptr, false);
   if (j.is_object() && j.contains("error")) {
@@ -190,8 +50,41 @@ std::string ErrorText(const std::string& body) {
       return e["message"].get<std::string>();
     }
   }
-  return body.substr(0, 200);
+  return Utf8Prefix(body, 200);
 }
+
+// The count `object[key]` as a server reports it: nullopt when absent or null (TGI and OpenAI
+// send null for what is not known yet); an error for anything but an integer in [0, 2^31), which
+// nlohmann's get<int32_t> would throw on (a string, an object) or wrap (a float, a huge number).
+absl::StatusOr<std::optional<int32_t>> CountField(const Json& object, const char* key,
+                                                  const char* where) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_unsigned() &&
+      it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return static_cast<int32_t>(it->get<uint64_t>());
+  }
+  if (it->is_number_integer() && it->get<int64_t>() >= 0 &&
+      it->get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
+    return static_cast<int32_t>(it->get<int64_t>());
+  }
+  const std::string value = it->dump(-1, ' ', false, Json::error_handler_t::replace);
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ".", key, " is ", Utf8Prefix(value, 40), ", not a count"));
+}
+
+void Fail(RequestRecord& r, BenchClock::time_point epoch, int32_t counted, std::string error) {
+  r.end_s = SecondsSince(epoch);
+  r.success = false;
+  r.error = std::move(error);
+  r.output_tokens = counted;
+}
+
+// What /tokenize must be, for the messages of a server that does not have it.
+constexpr char kTokenizeNeeds[] =
+    "blossom-bench cuts text prompts to exact token lengths with TGI's POST /tokenize "
+    "{\"inputs\"} -> [{\"id\", \"start\", \"stop\"}, ...], which Blossom's gateway and TGI "
+    "serve; an OpenAI-only server (vLLM, ...) cannot be the --target of an http:// run";
 
 }  // namespace
 
@@ -219,88 +112,14 @@ std::vector<std::string> SseParser::Feed(const std::string& bytes) {
   return events;
 }
 
-bool ChunkedDecoder::Feed(const std::string& bytes, std::string* out) {
-  size_t i = 0;
-  while (i < bytes.size() && state_ != State::kDone) {
-    if (state_ == State::kData) {
-      const size_t take = std::min(remaining_, bytes.size() - i);
-      out->append(bytes, i, take);
-      i += take;
-      remaining_ -= take;
-      if (remaining_ == 0) state_ = State::kDataEnd;
-      continue;
-    }
-    const char c = bytes[i++];
-    if (c != '\n') {
-      line_.push_back(c);
-      if (line_.size() > 4096) return false;
-      continue;
-    }
-    if (!line_.empty() && line_.back() == '\r') line_.pop_back();
-    std::string line;
-    line.swap(line_);
-    if (state_ == State::kSize) {
-      const std::string hex = line.substr(0, line.find(';'));  // drop chunk extensions
-      size_t size = 0;
-      if (hex.empty()) return false;
-      for (char h : hex) {
-        const int v = absl::ascii_isdigit(static_cast<unsigned char>(h))
-                          ? h - '0'
-                          : (absl::ascii_isxdigit(static_cast<unsigned char>(h))
-                                 ? absl::ascii_tolower(static_cast<unsigned char>(h)) - 'a' + 10
-                                 : -1);
-        if (v < 0 || size > (SIZE_MAX >> 4)) return false;
-        size = size * 16 + static_cast<size_t>(v);
-      }
-      remaining_ = size;
-      state_ = size == 0 ? State::kTrailer : State::kData;
-    } else if (state_ == State::kDataEnd) {
-      if (!line.empty()) return false;
-      state_ = State::kSize;
-    } else if (state_ == State::kTrailer) {
-      if (line.empty()) state_ = State::kDone;
-    }
-  }
-  return true;
-}
-
-absl::StatusOr<HttpTarget> ParseHttpTarget(const std::string& target) {
-  if (!absl::StartsWith(target, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("--target '", target, "': expected http://..."));
-  }
-  std::string rest = target.substr(7);
-  HttpTarget out;
-  const size_t slash = rest.find('/');
-  if (slash != std::string::npos) {
-    out.path_prefix = rest.substr(slash);
-    rest = rest.substr(0, slash);
-    while (!out.path_prefix.empty() && out.path_prefix.back() == '/') out.path_prefix.pop_back();
-  }
-  size_t colon = rest.rfind(':');
-  if (!rest.empty() && rest[0] == '[') {  // [v6]:port
-    const size_t close = rest.find(']');
-    if (close == std::string::npos) return absl::InvalidArgumentError("bad IPv6 host in --target");
-    out.host = rest.substr(1, close - 1);
-    colon = rest.find(':', close);
-  } else {
-    out.host = rest.substr(0, colon);
-  }
-  if (colon != std::string::npos) {
-    if (!absl::SimpleAtoi(rest.substr(colon + 1), &out.port) || out.port <= 0 || out.port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("--target '", target, "': bad port"));
-    }
-  }
-  if (out.host.empty()) return absl::InvalidArgumentError("--target has no host");
-  return out;
-}
-
 absl::StatusOr<HttpApi> ParseHttpApi(const std::string& text) {
   if (text == "tgi") return HttpApi::kTgi;
   if (text == "openai") return HttpApi::kOpenAI;
   return absl::InvalidArgumentError(absl::StrCat("--http-api '", text, "': expected tgi or openai"));
 }
 
-HttpSseClient::HttpSseClient(HttpSseClientOptions options) : options_(std::move(options)) {
+HttpSseClient::HttpSseClient(HttpSseClientOptions options)
+    : options_(std::move(options)), resolver_(options_.target) {
   const int threads = std::max(1, options_.threads);
   workers_.reserve(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Worker(); });
@@ -362,35 +181,53 @@ std::string HttpSseClient::RequestBody(const LoadRequest& request) const {
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+
 RequestRecord HttpSseClient::Exchange(const LoadRequest& request, BenchClock::time_point epoch) {
   RequestRecord r;
   r.index = request.index;
   r.scheduled_s = request.scheduled_s;
   r.prompt_tokens = request.prompt_tokens;
   r.expected_output_tokens = request.max_new_tokens;
+  r.send_s = SecondsSince(epoch);
+  int32_t counted = 0;
+  // This runs on a worker thread: an exception escaping it would end the whole process.
+  try {
+    RunExchange(request, epoch, r, counted);
+  } catch (const std::exception& e) {
+    Fail(r, epoch, counted, absl::StrCat("http client error: ", e.what()));
+  } catch (...) {
+    Fail(r, epoch, counted, "http client error: unknown exception");
+  }
+  return r;
+}
+
+void HttpSseClient::RunExchange(const LoadRequest& request, BenchClock::time_point epoch,
+                                RequestRecord& r, int32_t& counted) {
+  const Deadline deadline = Deadline::After(options_.request_timeout_s);
   const std::string path = options_.api == HttpApi::kTgi ? "/generate_stream" : "/v1/completions";
   const std::string wire = BuildRequest(options_, path, RequestBody(request), true);
-  int32_t counted = 0, reported = -1;
+  int32_t reported = -1;
   bool saw_end = false;  // TGI: an event with generated_text; OpenAI: [DONE]
-  auto fail = [&](const std::string& error) {
-    r.end_s = SecondsSince(epoch);
-    r.success = false;
-    r.error = error;
-    r.output_tokens = counted;
-    return r;
+  auto fail = [&](std::string error) { Fail(r, epoch, counted, std::move(error)); };
+  // `step` names the reason for anything but a timeout ("http connect: ...").
+  auto fail_with = [&](const char* step, const absl::Status& s) {
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      fail(absl::StrCat("http timeout: the request's ", options_.request_timeout_s,
+                        " s deadline (--request-timeout) passed while ", s.message(),
+                        counted > 0 ? absl::StrCat(" (", counted, " tokens received)") : ""));
+    } else {
+      fail(absl::StrCat("http ", step, ": ", s.message()));
+    }
   };
-  Socket socket;
-  r.send_s = SecondsSince(epoch);
-  if (absl::Status s = socket.Connect(options_.target); !s.ok()) {
-    return fail(absl::StrCat("http connect: ", s.message()));
+  auto addresses = resolver_.Resolve(deadline);
+  if (!addresses.ok()) return fail_with("connect", addresses.status());
+  HttpConnection connection;
+  if (absl::Status s = connection.Connect(**addresses, deadline); !s.ok()) {
+    return fail_with("connect", s);
   }
-  if (absl::Status s = socket.SendAll(wire); !s.ok()) {
-    return fail(absl::StrCat("http send: ", s.message()));
-  }
-  ResponseReader reader(&socket, options_.timeout_ms);
-  if (absl::Status s = reader.ReadHead(); !s.ok()) {
-    return fail(absl::StrCat("http read: ", s.message()));
-  }
+  if (absl::Status s = connection.SendAll(wire, deadline); !s.ok()) return fail_with("send", s);
+  ResponseReader reader(&connection, deadline);
+  if (absl::Status s = reader.ReadHead(); !s.ok()) return fail_with("read", s);
   std::string bytes;
   if (reader.status() != 200) {
     std::string body;
@@ -401,10 +238,20 @@ RequestRecord HttpSseClient::Exchange(const LoadRequest& request, BenchClock::ti
     }
     return fail(absl::StrCat("http ", reader.status(), ": ", ErrorText(body)));
   }
+  // A count of the wrong type is the server's bug: the request fails with it named.
+  auto read_count = [&](const Json& object, const char* key, const char* where, int32_t* into) {
+    absl::StatusOr<std::optional<int32_t>> v = CountField(object, key, where);
+    if (!v.ok()) {
+      fail(absl::StrCat("http bad event: ", v.status().message()));
+      return false;
+    }
+    if (v->has_value()) *into = **v;
+    return true;
+  };
   SseParser parser;
   for (;;) {
     auto more = reader.Next(&bytes);
-    if (!more.ok()) return fail(absl::StrCat("http read: ", more.status().message()));
+    if (!more.ok()) return fail_with("read", more.status());
     if (!*more) break;
     const double now = SecondsSince(epoch);
     for (const std::string& data : parser.Feed(bytes)) {
@@ -422,11 +269,9 @@ RequestRecord HttpSseClient::Exchange(const LoadRequest& request, BenchClock::ti
         token = event.contains("token") && event["token"].is_object();
         const auto details = event.find("details");
         if (details != event.end() && details->is_object()) {
-          if (details->contains("generated_tokens")) {
-            reported = (*details)["generated_tokens"].get<int32_t>();
-          }
-          if (details->contains("input_length")) {
-            r.prompt_tokens = (*details)["input_length"].get<int32_t>();
+          if (!read_count(*details, "generated_tokens", "details", &reported) ||
+              !read_count(*details, "input_length", "details", &r.prompt_tokens)) {
+            return;
           }
         }
         const auto text = event.find("generated_text");
@@ -436,8 +281,10 @@ RequestRecord HttpSseClient::Exchange(const LoadRequest& request, BenchClock::ti
         token = choices != event.end() && choices->is_array() && !choices->empty();
         const auto usage = event.find("usage");
         if (usage != event.end() && usage->is_object()) {
-          reported = (*usage).value("completion_tokens", -1);
-          r.prompt_tokens = (*usage).value("prompt_tokens", r.prompt_tokens);
+          if (!read_count(*usage, "completion_tokens", "usage", &reported) ||
+              !read_count(*usage, "prompt_tokens", "usage", &r.prompt_tokens)) {
+            return;
+          }
         }
       }
       if (token) {
@@ -451,39 +298,79 @@ RequestRecord HttpSseClient::Exchange(const LoadRequest& request, BenchClock::ti
   if (!saw_end) return fail("http truncated: the stream ended without its final event");
   r.output_tokens = reported >= 0 ? reported : counted;
   r.success = true;
-  return r;
 }
 
 absl::StatusOr<Tokenized> HttpSseClient::Tokenize(const std::string& text) {
-  const Json body = {{"inputs", text}, {"add_special_tokens", false}};
-  Socket socket;
-  if (absl::Status s = socket.Connect(options_.target); !s.ok()) return s;
-  if (absl::Status s = socket.SendAll(BuildRequest(options_, "/tokenize", body.dump(), false));
-      !s.ok()) {
-    return s;
+  try {
+    return TokenizeOrThrow(text);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("POST /tokenize: ", e.what()));
   }
-  ResponseReader reader(&socket, options_.timeout_ms);
-  if (absl::Status s = reader.ReadHead(); !s.ok()) return s;
+}
+
+absl::StatusOr<Tokenized> HttpSseClient::TokenizeOrThrow(const std::string& text) {
+  const Deadline deadline = Deadline::After(options_.request_timeout_s);
+  auto failed = [&](const char* step, const absl::Status& s) {
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("POST /tokenize: the request's ", options_.request_timeout_s,
+                       " s deadline (--request-timeout) passed while ", s.message()));
+    }
+    return absl::Status(s.code(), absl::StrCat("POST /tokenize: ", step, ": ", s.message()));
+  };
+  const Json body = {{"inputs", text}, {"add_special_tokens", false}};
+  auto addresses = resolver_.Resolve(deadline);
+  if (!addresses.ok()) return failed("connect", addresses.status());
+  HttpConnection connection;
+  if (absl::Status s = connection.Connect(**addresses, deadline); !s.ok()) {
+    return failed("connect", s);
+  }
+  const std::string wire = BuildRequest(
+      options_, "/tokenize", body.dump(-1, ' ', false, Json::error_handler_t::replace), false);
+  if (absl::Status s = connection.SendAll(wire, deadline); !s.ok()) return failed("send", s);
+  ResponseReader reader(&connection, deadline);
+  if (absl::Status s = reader.ReadHead(); !s.ok()) return failed("read", s);
   std::string all, bytes;
   for (;;) {
     auto more = reader.Next(&bytes);
-    if (!more.ok()) return more.status();
+    if (!more.ok()) return failed("read", more.status());
     if (!*more) break;
     all += bytes;
+  }
+  if (reader.status() == 404 || reader.status() == 405) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("POST /tokenize: http ", reader.status(), " (", ErrorText(all),
+                     "): the server has no TGI-style /tokenize; ", kTokenizeNeeds));
   }
   if (reader.status() != 200) {
     return absl::UnavailableError(
         absl::StrCat("POST /tokenize: http ", reader.status(), ": ", ErrorText(all)));
   }
-  Json json = Json::parse(all, nullptr, false);
-  if (!json.is_array()) return absl::InternalError("POST /tokenize: expected a JSON array");
+  const Json json = Json::parse(all, nullptr, false);
+  bool tgi_shape = json.is_array();
   Tokenized out;
-  for (const Json& t : json) {
-    if (!t.is_object() || !t.contains("id") || !t.contains("start") || !t.contains("stop")) {
-      return absl::InternalError("POST /tokenize: tokens need id, start and stop");
+  for (size_t i = 0; tgi_shape && i < json.size(); ++i) {
+    const Json& t = json[i];
+    if (!t.is_object()) {
+      tgi_shape = false;
+      break;
     }
-    out.ids.push_back(t["id"].get<int32_t>());
-    out.spans.emplace_back(t["start"].get<int32_t>(), t["stop"].get<int32_t>());
+    const auto id = CountField(t, "id", "token");
+    const auto start = CountField(t, "start", "token");
+    const auto stop = CountField(t, "stop", "token");
+    if (!id.ok() || !start.ok() || !stop.ok() || !id->has_value() || !start->has_value() ||
+        !stop->has_value() || **stop < **start) {
+      tgi_shape = false;
+      break;
+    }
+    out.ids.push_back(**id);
+    out.spans.emplace_back(**start, **stop);
+  }
+  if (!tgi_shape) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "POST /tokenize answered 200 but not with a list of {\"id\", \"start\", \"stop\"} tokens "
+        "(it began '",
+        Utf8Prefix(all, 80), "'); ", kTokenizeNeeds));
   }
   return out;
 }

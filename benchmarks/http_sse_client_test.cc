@@ -1,9 +1,19 @@
 // The HTTP/SSE client against a fake TGI/OpenAI-shaped server built on //server/http, with
-// events split across chunk boundaries, plus the SSE and chunked-coding parsers on their own.
+// events split across chunk boundaries, and against a raw-socket server for replies a real one
+// would not send (counts of the wrong type, a stream that never ends, no TGI /tokenize); plus
+// the SSE parser on its own.
 #include "benchmarks/http_sse_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "benchmarks/load_runner.h"
 #include "gtest/gtest.h"
@@ -27,35 +37,9 @@ TEST(SseParserTest, SplitsEventsAcrossFeedsAndLineEndings) {
   EXPECT_EQ(events[0], "one\ntwo");
 }
 
-TEST(ChunkedDecoderTest, DecodesAcrossFeedsAndRejectsGarbage) {
-  ChunkedDecoder decoder;
-  std::string out;
-  ASSERT_TRUE(decoder.Feed("5\r\nhel", &out));
-  ASSERT_TRUE(decoder.Feed("lo\r\nA;ext=1\r\n0123456789\r\n", &out));
-  EXPECT_FALSE(decoder.done());
-  ASSERT_TRUE(decoder.Feed("0\r\n\r\n", &out));
-  EXPECT_TRUE(decoder.done());
-  EXPECT_EQ(out, "hello0123456789");
-  ChunkedDecoder bad;
-  EXPECT_FALSE(bad.Feed("zz\r\n", &out));
-}
-
-TEST(HttpSseClientTest, TargetAndApiParsing) {
-  auto t = ParseHttpTarget("http://127.0.0.1:8080");
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->host, "127.0.0.1");
-  EXPECT_EQ(t->port, 8080);
-  EXPECT_EQ(t->path_prefix, "");
-  t = ParseHttpTarget("http://localhost/api/");
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->port, 80);
-  EXPECT_EQ(t->path_prefix, "/api");
-  t = ParseHttpTarget("http://[::1]:9000");
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->host, "::1");
-  EXPECT_EQ(t->port, 9000);
-  EXPECT_FALSE(ParseHttpTarget("grpc://x:1").ok());
-  EXPECT_FALSE(ParseHttpTarget("http://x:0").ok());
+TEST(HttpSseClientTest, ApiParsing) {
+  EXPECT_EQ(*ParseHttpApi("tgi"), HttpApi::kTgi);
+  EXPECT_EQ(*ParseHttpApi("openai"), HttpApi::kOpenAI);
   EXPECT_FALSE(ParseHttpApi("vllm").ok());
 }
 
@@ -151,7 +135,7 @@ HttpSseClientOptions Options(int port, HttpApi api) {
   options.target.port = port;
   options.api = api;
   options.threads = 4;
-  options.timeout_ms = 10000;
+  options.request_timeout_s = 10;
   return options;
 }
 
@@ -237,6 +221,217 @@ TEST(HttpSseClientTest, ConnectionRefusedIsAFailedRequest) {
   LoadRunResult result = RunLoad(client, requests, {0}, 1);
   EXPECT_FALSE(result.records[0].success);
   EXPECT_EQ(result.records[0].error.rfind("http connect: ", 0), 0u) << result.records[0].error;
+}
+
+// One connection at a time on raw sockets: `reply(path, body, fd)` writes whatever it likes,
+// then the connection is closed.
+class RawServer {
+ public:
+  using Reply = std::function<void(const std::string& path, const std::string& body, int fd)>;
+  explicit RawServer(Reply reply) : reply_(std::move(reply)) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~RawServer() {
+    stop_ = true;
+    thread_.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  bool stopping() const { return stop_.load(); }
+
+  static bool Write(int fd, const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      const ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  static std::string Response(int status, const std::string& type, const std::string& body) {
+    return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: " + type +
+           "\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + body;
+  }
+  // A read-to-close event stream's head.
+  static constexpr char kSseHead[] =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      std::string in;
+      char buf[4096];
+      size_t head_end;
+      ssize_t n = 1;
+      while ((head_end = in.find("\r\n\r\n")) == std::string::npos &&
+             (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+        in.append(buf, static_cast<size_t>(n));
+      }
+      if (head_end != std::string::npos) {
+        const std::string head = in.substr(0, head_end);
+        const size_t path_start = head.find(' ') + 1;
+        const std::string path = head.substr(path_start, head.find(' ', path_start) - path_start);
+        const size_t cl = head.find("Content-Length: ");
+        const size_t want = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
+        std::string body = in.substr(head_end + 4);
+        while (body.size() < want && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+          body.append(buf, static_cast<size_t>(n));
+        }
+        reply_(path, body, fd);
+      }
+      close(fd);
+    }
+  }
+
+  Reply reply_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Prompt(const std::string& body) {
+  const Json j = Json::parse(body);
+  return j.contains("inputs") ? j["inputs"].get<std::string>() : j["prompt"].get<std::string>();
+}
+
+std::vector<RequestRecord> RunTexts(HttpSseClient& client, const std::vector<std::string>& texts) {
+  std::vector<LoadRequest> requests(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    requests[i].text = texts[i];
+    requests[i].max_new_tokens = 2;
+    requests[i].prompt_tokens = 9;
+  }
+  return RunLoad(client, requests, std::vector<double>(texts.size(), 0.0), 1).records;
+}
+
+// --request-timeout bounds the whole request, as on gRPC: a stream whose tokens keep coming
+// (every 50 ms, for 5 s) still fails at the 0.5 s deadline, as a timeout.
+TEST(HttpSseClientTest, RequestTimeoutIsTheWholeRequestsDeadline) {
+  RawServer server([&server](const std::string&, const std::string&, int fd) {
+    RawServer::Write(fd, RawServer::kSseHead);
+    for (int i = 0; i < 100 && !server.stopping(); ++i) {
+      if (!RawServer::Write(fd, "data:{\"token\":{\"id\":1,\"text\":\"x\"}}\n\n")) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    RawServer::Write(fd, "data:{\"token\":{\"id\":1},\"generated_text\":\"x\"}\n\n");
+  });
+  HttpSseClientOptions options = Options(server.port(), HttpApi::kTgi);
+  options.request_timeout_s = 0.5;
+  HttpSseClient client(options);
+  const RequestRecord r = RunTexts(client, {"p"})[0];
+  EXPECT_FALSE(r.success);
+  EXPECT_EQ(r.error.rfind("http timeout: the request's 0.5 s deadline", 0), 0u) << r.error;
+  EXPECT_FALSE(r.token_times_s.empty());
+  EXPECT_LT(r.end_s - r.send_s, 3.0);
+}
+
+// 0 = no deadline (it used to make every poll return at once, failing the first Tokenize).
+TEST(HttpSseClientTest, ZeroRequestTimeoutMeansNoDeadline) {
+  FakeServer server;
+  HttpSseClientOptions options = Options(server.port(), HttpApi::kTgi);
+  options.request_timeout_s = 0;
+  HttpSseClient client(options);
+  auto t = client.Tokenize("abc");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ids.size(), 3u);
+  const RequestRecord r = RunTexts(client, {"hello"})[0];
+  EXPECT_TRUE(r.success) << r.error;
+  EXPECT_EQ(r.output_tokens, 2);
+}
+
+// Counts of the wrong type used to throw nlohmann::type_error on a worker thread, which ended the
+// process; null stays "not reported" (the counted tokens are used).
+TEST(HttpSseClientTest, CountsOfTheWrongTypeFailTheRequestNotTheProcess) {
+  RawServer server([](const std::string& path, const std::string& body, int fd) {
+    const std::string prompt = Prompt(body);
+    RawServer::Write(fd, RawServer::kSseHead);
+    if (path == "/generate_stream") {
+      RawServer::Write(fd, "data:{\"token\":{\"id\":1}}\n\n");
+      RawServer::Write(fd, "data:{\"token\":{\"id\":1},\"generated_text\":\"xx\",\"details\":" +
+                               prompt + "}\n\n");
+    } else {
+      RawServer::Write(fd, "data: {\"choices\":[{\"text\":\"x\"}]}\n\n"
+                           "data: {\"choices\":[{\"text\":\"x\"}]}\n\n"
+                           "data: {\"choices\":[],\"usage\":" + prompt + "}\n\ndata: [DONE]\n\n");
+    }
+  });
+  HttpSseClient tgi(Options(server.port(), HttpApi::kTgi));
+  const std::vector<RequestRecord> t = RunTexts(
+      tgi, {R"({"generated_tokens":null,"input_length":null})", R"({"generated_tokens":"2"})",
+            R"({"generated_tokens":2,"input_length":1.5})", R"({"generated_tokens":-1})",
+            R"({"generated_tokens":2,"input_length":4})"});
+  EXPECT_TRUE(t[0].success) << t[0].error;
+  EXPECT_EQ(t[0].output_tokens, 2);  // counted
+  EXPECT_EQ(t[0].prompt_tokens, 9);  // as built
+  EXPECT_EQ(t[1].error, R"(http bad event: details.generated_tokens is "2", not a count)");
+  EXPECT_EQ(t[2].error, "http bad event: details.input_length is 1.5, not a count");
+  EXPECT_EQ(t[3].error, "http bad event: details.generated_tokens is -1, not a count");
+  EXPECT_TRUE(t[4].success) << t[4].error;
+  EXPECT_EQ(t[4].prompt_tokens, 4);
+
+  HttpSseClient openai(Options(server.port(), HttpApi::kOpenAI));
+  const std::vector<RequestRecord> o = RunTexts(
+      openai, {R"({"completion_tokens":null,"prompt_tokens":null})",
+               R"({"completion_tokens":"x"})", R"({"completion_tokens":2,"prompt_tokens":[]})"});
+  EXPECT_TRUE(o[0].success) << o[0].error;
+  EXPECT_EQ(o[0].output_tokens, 2);
+  EXPECT_EQ(o[1].error, R"(http bad event: usage.completion_tokens is "x", not a count)");
+  EXPECT_EQ(o[2].error, "http bad event: usage.prompt_tokens is [], not a count");
+}
+
+// A non-JSON error body is cut to 200 bytes, but never inside a UTF-8 character (the report
+// would hold invalid UTF-8).
+TEST(HttpSseClientTest, ErrorBodiesAreCutOnACharacterBoundary) {
+  const std::string a199(199, 'a');
+  RawServer server([&](const std::string&, const std::string&, int fd) {
+    RawServer::Write(fd, RawServer::Response(502, "text/html", a199 + "\xc3\xa9 and more"));
+  });
+  HttpSseClient client(Options(server.port(), HttpApi::kTgi));
+  const RequestRecord r = RunTexts(client, {"p"})[0];
+  EXPECT_FALSE(r.success);
+  EXPECT_EQ(r.error, "http 502: " + a199);
+}
+
+// Prompt building needs TGI's /tokenize; a server without it (or with another API under that
+// path, as vLLM's {"prompt"} -> {"tokens"}) gets an error naming the cause, not a crash.
+TEST(HttpSseClientTest, TokenizeWithoutTgiTokenizeSaysWhy) {
+  std::string answer;
+  RawServer server([&](const std::string&, const std::string&, int fd) {
+    RawServer::Write(fd, answer);
+  });
+  HttpSseClient client(Options(server.port(), HttpApi::kOpenAI));
+  answer = RawServer::Response(404, "application/json", R"({"error":"no route for /tokenize"})");
+  auto t = client.Tokenize("abc");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("http 404 (no route for /tokenize): the server has no "
+                                      "TGI-style /tokenize"),
+            std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("Blossom's gateway and TGI"), std::string::npos);
+  answer = RawServer::Response(200, "application/json", R"({"count":2,"tokens":[5,6]})");
+  t = client.Tokenize("abc");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("not with a list of {\"id\", \"start\", \"stop\"}"),
+            std::string::npos)
+      << t.status();
+  answer = RawServer::Response(200, "application/json", R"([{"id":"7","start":0,"stop":1}])");
+  t = client.Tokenize("abc");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
 }
 
 }  // namespace

@@ -45,6 +45,36 @@ absl::Status CheckOutputDirectory(const std::string& path, const char* flag) {
   return absl::OkStatus();
 }
 
+// --arrival "" (not given) is poisson, or gamma when --burstiness is not 1 (vLLM has only
+// --burstiness, so its users pass that alone); an explicit poisson with another burstiness is a
+// contradiction.
+absl::StatusOr<ArrivalProcess> ResolveArrival(const std::string& arrival, double burstiness) {
+  if (arrival.empty()) return burstiness == 1.0 ? ArrivalProcess::kPoisson : ArrivalProcess::kGamma;
+  BLOSSOM_ASSIGN_OR_RETURN(ArrivalProcess process, ParseArrivalProcess(arrival));
+  if (process == ArrivalProcess::kPoisson && burstiness != 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--arrival poisson has burstiness 1, but --burstiness ", burstiness,
+        " was given: drop --arrival (or pass --arrival gamma) for gamma arrivals"));
+  }
+  return process;
+}
+
+absl::Status NothingSucceeded(const ServeReport& report) {
+  std::string reasons;
+  for (const auto& [reason, count] : report.summary.failures) {
+    absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", reason, " x", count);
+  }
+  std::string first = "no token received";
+  for (const RequestRecord& r : report.records) {
+    if (!r.success) {
+      first = r.error.substr(0, 300);
+      break;
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("no request succeeded: all ", report.summary.failed,
+                                             " failed (", reasons, "); the first: ", first));
+}
+
 // Seeds of the independent random streams, derived from --seed.
 uint64_t SubSeed(uint64_t seed, uint64_t stream) { return seed * 0x9E3779B97F4A7C15ULL + stream; }
 
@@ -63,12 +93,19 @@ absl::StatusOr<ServeReport> RunServeCommand(const ServeCommandOptions& options, 
   if (st.target.empty()) return absl::InvalidArgumentError("--target is required");
   if (st.num_requests < 1) return absl::InvalidArgumentError("--num-requests must be >= 1");
   if (st.max_concurrency < 0) return absl::InvalidArgumentError("--max-concurrency must be >= 0");
+  // One meaning on both protocols: the whole request's deadline (gRPC's deadline; on HTTP the
+  // connect, the send and every read share it).
+  if (!(options.request_timeout_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--request-timeout ", options.request_timeout_s,
+                     ": must be >= 0 seconds (each request's whole deadline; 0 = none)"));
+  }
   BLOSSOM_ASSIGN_OR_RETURN(LengthDist prompt_dist, ParseLengthDist(st.prompt_len_dist));
   BLOSSOM_ASSIGN_OR_RETURN(LengthDist output_dist, ParseLengthDist(st.output_len_dist));
   st.prompt_len_dist = prompt_dist.ToString();
   st.output_len_dist = output_dist.ToString();
-  BLOSSOM_ASSIGN_OR_RETURN(ArrivalProcess process, ParseArrivalProcess(st.arrival));
-  if (process == ArrivalProcess::kPoisson) st.burstiness = 1.0;
+  BLOSSOM_ASSIGN_OR_RETURN(ArrivalProcess process, ResolveArrival(st.arrival, st.burstiness));
+  st.arrival = ArrivalProcessName(process);
   ArrivalOptions arrival_options;
   arrival_options.request_rate = st.request_rate;
   arrival_options.process = process;
@@ -115,7 +152,7 @@ absl::StatusOr<ServeReport> RunServeCommand(const ServeCommandOptions& options, 
     BLOSSOM_ASSIGN_OR_RETURN(http_options.api, ParseHttpApi(st.http_api));
     http_options.api_key = options.api_key;
     http_options.model = st.model;
-    http_options.timeout_ms = static_cast<int>(std::min(options.request_timeout_s, 2e6) * 1e3);
+    http_options.request_timeout_s = options.request_timeout_s;
     const int wanted = st.max_concurrency > 0 ? st.max_concurrency : st.num_requests;
     if (wanted > kMaxHttpConcurrency) {
       st.max_concurrency = kMaxHttpConcurrency;
@@ -172,6 +209,8 @@ absl::StatusOr<ServeReport> RunServeCommand(const ServeCommandOptions& options, 
   report.summary = SummarizeRequests(report.records, run.duration_s, st.slo);
   if (log) *log << FormatServeTable(report) << std::flush;
   BLOSSOM_RETURN_IF_ERROR(WriteServeFiles(report, options.outputs));
+  // A run with nothing measured is a failed run (the files above show every request's error).
+  if (report.summary.completed == 0) return NothingSucceeded(report);
   return report;
 }
 

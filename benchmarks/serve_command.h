@@ -6,6 +6,10 @@
 //
 // Every request is greedy with ignore_eos, so each produces exactly its sampled output length.
 //
+// Errors: InvalidArgument for bad settings (checked before connecting); Unavailable when the
+// target fails (unreachable, the warm-up request failed) and when no timed request succeeded
+// (the table and files are still written, so the failures can be read there).
+//
 // Thread-safety: runs on the calling thread (the clients use their own threads); not reentrant
 // for the same output paths.
 #ifndef BLOSSOM_BENCHMARKS_SERVE_COMMAND_H_
@@ -22,14 +26,17 @@ namespace blossom {
 struct ServeCommandOptions {
   // target, model, num_requests, request_rate, arrival, burstiness, max_concurrency,
   // prompt/output_len_dist (specs as length_dist parses them), prompt_kind, seed, slo, corpus
-  // (a file path) and http_api are read from here.
+  // (a file path) and http_api are read from here. arrival "" = poisson, or gamma when
+  // burstiness is not 1; "poisson" with burstiness not 1 is refused.
   ServeSettings settings;
   std::string api_key;
   ServeOutputPaths outputs;
   std::string commit;
   std::string machine;
   std::string command;
-  double request_timeout_s = 600;  // per request; a stalled request fails instead of hanging
+  // Each request's whole deadline in seconds, on gRPC and HTTP alike (a request not finished
+  // this long after it was sent fails as a timeout); 0 = none; negative is refused.
+  double request_timeout_s = 600;
   bool warmup = true;
 };
 

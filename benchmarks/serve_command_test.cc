@@ -2,6 +2,7 @@
 // model), with prompts cut from the fixture corpus through the server's Tokenize.
 #include "benchmarks/serve_command.h"
 
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -100,14 +101,60 @@ TEST(ServeCommandTest, TokenIdPromptsAreExactAndRequestsAllAtOnceWork) {
   options.settings.prompt_kind = "ids";
   options.settings.request_rate = std::numeric_limits<double>::infinity();
   options.settings.max_concurrency = 0;
-  options.settings.arrival = "poisson";
+  options.settings.arrival = "";  // not given, burstiness 1: poisson
+  options.settings.burstiness = 1.0;
   options.settings.num_requests = 12;
   auto report = RunServeCommand(options, nullptr);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->prompts_exact, 12);
   EXPECT_EQ(report->summary.completed, 12);
-  EXPECT_EQ(report->settings.burstiness, 1.0);  // poisson
+  EXPECT_EQ(report->settings.arrival, "poisson");
+  EXPECT_EQ(report->settings.burstiness, 1.0);
   for (const RequestRecord& r : report->records) EXPECT_EQ(r.scheduled_s, 0.0);
+}
+
+// vLLM has only --burstiness: given alone (no --arrival) it means gamma arrivals, not a
+// silently ignored flag.
+TEST(ServeCommandTest, BurstinessWithoutArrivalMeansGamma) {
+  testing::InProcessServer server;
+  server.Load();
+  ServeCommandOptions options = Options("grpc://" + server.address());
+  options.settings.arrival = "";
+  options.settings.burstiness = 0.5;
+  options.settings.num_requests = 4;
+  auto report = RunServeCommand(options, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->settings.arrival, "gamma");
+  EXPECT_EQ(report->settings.burstiness, 0.5);
+  EXPECT_EQ(report->summary.completed, 4);
+}
+
+// A run where every timed request failed measured nothing: an error (exit code 1), with the
+// reasons, and the JSON still written (distributions null, not zeros).
+TEST(ServeCommandTest, NoSuccessfulRequestIsAnError) {
+  testing::InProcessServer server;
+  server.Load();
+  ServeCommandOptions options = Options("grpc://" + server.address());
+  options.warmup = false;               // the warm-up would fail first
+  options.settings.model = "no-such-model";  // every GenerateStream: NOT_FOUND
+  options.settings.num_requests = 3;
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  options.outputs.json = dir + "/failed.json";
+  std::ostringstream log;
+  auto report = RunServeCommand(options, &log);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(report.status().message().find("no request succeeded: all 3 failed (grpc NOT_FOUND x3)"),
+            std::string::npos)
+      << report.status();
+  EXPECT_NE(log.str().find("Failed requests:                         3"), std::string::npos)
+      << log.str();
+  auto text = ReadFileToString(options.outputs.json);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text);
+  EXPECT_EQ(j["summary"]["completed"], 0);
+  EXPECT_TRUE(j["summary"]["ttft_ms"].is_null());
+  EXPECT_TRUE(j["summary"]["e2e_ms"].is_null());
 }
 
 TEST(ServeCommandTest, RejectsBadSettingsBeforeConnecting) {
@@ -119,6 +166,16 @@ TEST(ServeCommandTest, RejectsBadSettingsBeforeConnecting) {
            [](ServeCommandOptions& o) { o.settings.request_rate = 0; },
            [](ServeCommandOptions& o) { o.settings.num_requests = 0; },
            [](ServeCommandOptions& o) { o.outputs.json = "/nonexistent/dir/x.json"; },
+           [](ServeCommandOptions& o) { o.request_timeout_s = -1; },
+           [](ServeCommandOptions& o) { o.request_timeout_s = std::nan(""); },
+           [](ServeCommandOptions& o) {
+             o.settings.arrival = "poisson";  // given explicitly: contradicts the burstiness
+             o.settings.burstiness = 0.5;
+           },
+           [](ServeCommandOptions& o) {
+             o.settings.arrival = "";
+             o.settings.burstiness = 0;
+           },
            [](ServeCommandOptions& o) {
              o.settings.target = "http://127.0.0.1:1";
              o.settings.prompt_kind = "ids";
@@ -128,6 +185,17 @@ TEST(ServeCommandTest, RejectsBadSettingsBeforeConnecting) {
     auto report = RunServeCommand(options, nullptr);
     EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
   }
+  ServeCommandOptions options = Options("grpc://127.0.0.1:1");
+  options.request_timeout_s = -1;
+  EXPECT_NE(RunServeCommand(options, nullptr).status().message().find(
+                "--request-timeout -1: must be >= 0 seconds"),
+            std::string::npos);
+  options = Options("grpc://127.0.0.1:1");
+  options.settings.arrival = "poisson";
+  options.settings.burstiness = 0.5;
+  EXPECT_NE(RunServeCommand(options, nullptr).status().message().find(
+                "--arrival poisson has burstiness 1, but --burstiness 0.5 was given"),
+            std::string::npos);
 }
 
 }  // namespace

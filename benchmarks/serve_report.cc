@@ -28,9 +28,23 @@ std::string Rule(const std::string& title, char fill) {
 
 std::string Rate(double r) { return std::isinf(r) ? "inf" : absl::StrFormat("%g", r); }
 
+// null for an empty distribution (no request succeeded, or none had two tokens for a TPOT):
+// zeros would read as a measured 0 ms.
 Json DistJson(const Distribution& d) {
+  if (d.count == 0) return nullptr;
   return {{"count", d.count}, {"mean", d.mean}, {"median", d.median}, {"p90", d.p90},
           {"p99", d.p99},     {"std", d.std},   {"min", d.min},       {"max", d.max}};
+}
+
+// Error texts come from the server and may hold invalid UTF-8 (a reply cut mid-character, a
+// binary body): replaced with U+FFFD rather than thrown on, which would lose the whole report.
+std::string Dump(const Json& json, int indent) {
+  return json.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+// A table or markdown cell of an empty distribution: no value rather than a fake 0.
+std::string Ms(const Distribution& d, double value) {
+  return d.count == 0 ? "n/a" : absl::StrFormat("%.2f", value);
 }
 
 // Per-request values are rounded (seconds to 1 us, milliseconds to 1 us) so the per-token lists
@@ -83,12 +97,13 @@ std::string FormatServeTable(const ServeReport& report) {
         Section{"Time per Output Token (excl. 1st token)", "TPOT", &s.tpot_ms},
         Section{"Inter-token Latency", "ITL", &s.itl_ms},
         Section{"End-to-end Latency", "E2EL", &s.e2e_ms}}) {
+    const Distribution& d = *sec.d;
     out += Rule(sec.title, '-');
-    out += Line(absl::StrCat("Mean ", sec.name, " (ms):"), sec.d->mean);
-    out += Line(absl::StrCat("Median ", sec.name, " (ms):"), sec.d->median);
-    out += Line(absl::StrCat("P90 ", sec.name, " (ms):"), sec.d->p90);
-    out += Line(absl::StrCat("P99 ", sec.name, " (ms):"), sec.d->p99);
-    out += Line(absl::StrCat("Std ", sec.name, " (ms):"), sec.d->std);
+    out += Line(absl::StrCat("Mean ", sec.name, " (ms):"), Ms(d, d.mean));
+    out += Line(absl::StrCat("Median ", sec.name, " (ms):"), Ms(d, d.median));
+    out += Line(absl::StrCat("P90 ", sec.name, " (ms):"), Ms(d, d.p90));
+    out += Line(absl::StrCat("P99 ", sec.name, " (ms):"), Ms(d, d.p99));
+    out += Line(absl::StrCat("Std ", sec.name, " (ms):"), Ms(d, d.std));
   }
   out += Rule("", '=');
   return out;
@@ -193,8 +208,9 @@ std::string ServeReportToMarkdown(const ServeReport& report) {
   absl::StrAppend(&out, "\n| ms | mean | median | p90 | p99 | std |\n|---|---|---|---|---|---|\n");
   for (const auto& [name, d] : {std::make_pair("TTFT", &s.ttft_ms), std::make_pair("TPOT", &s.tpot_ms),
                                 std::make_pair("ITL", &s.itl_ms), std::make_pair("E2E", &s.e2e_ms)}) {
-    absl::StrAppend(&out, absl::StrFormat("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name,
-                                          d->mean, d->median, d->p90, d->p99, d->std));
+    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %s | %s | %s | %s |\n", name,
+                                          Ms(*d, d->mean), Ms(*d, d->median), Ms(*d, d->p90),
+                                          Ms(*d, d->p99), Ms(*d, d->std)));
   }
   return out;
 }
@@ -247,11 +263,11 @@ std::string ServeJsonText(const ServeReport& report) {
   Json json = ServeReportToJson(report);
   const Json requests = json["requests"];
   json.erase("requests");
-  std::string text = json.dump(2);
+  std::string text = Dump(json, 2);
   text.resize(text.size() - 2);  // drop "\n}"
   text += ",\n  \"requests\": [";
   for (size_t i = 0; i < requests.size(); ++i) {
-    absl::StrAppend(&text, i ? "," : "", "\n    ", requests[i].dump());
+    absl::StrAppend(&text, i ? "," : "", "\n    ", Dump(requests[i], -1));
   }
   text += requests.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return text;

@@ -27,7 +27,7 @@ struct ServeSettings {
   std::string model;        // --model ("" = whatever is served)
   int num_requests = 0;
   double request_rate = 0;  // +inf = all at once
-  std::string arrival;      // "poisson" or "gamma"
+  std::string arrival;      // "poisson" or "gamma" ("" before RunServeCommand resolves it)
   double burstiness = 1;
   int max_concurrency = 0;  // 0 = unlimited
   std::string prompt_len_dist;

@@ -103,5 +103,42 @@ TEST(ServeReportTest, ChartsAndMarkdown) {
   EXPECT_NE(md.find("| successful / failed requests | 2 / 1 |"), std::string::npos) << md;
 }
 
+// With no successful request the distributions are empty: null in the JSON and "n/a" in the
+// table and markdown, not a measured-looking 0.
+TEST(ServeReportTest, EmptyDistributionsAreNullNotZero) {
+  ServeReport report = Example(Slo{});
+  for (RequestRecord& r : report.records) {
+    r.success = false;
+    r.error = "http timeout: the request's 1 s deadline (--request-timeout) passed";
+  }
+  report.summary = SummarizeRequests(report.records, 1.0, Slo{});
+  const nlohmann::json j = nlohmann::json::parse(ServeJsonText(report));
+  for (const char* key : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+    EXPECT_TRUE(j["summary"][key].is_null()) << key << ": " << j["summary"][key];
+  }
+  EXPECT_EQ(j["summary"]["completed"], 0);
+  EXPECT_EQ(j["summary"]["failures"]["http timeout"], 3);
+  const std::string table = FormatServeTable(report);
+  EXPECT_NE(table.find("Median TTFT (ms):                        n/a"), std::string::npos) << table;
+  EXPECT_NE(ServeReportToMarkdown(report).find("| TTFT | n/a | n/a |"), std::string::npos);
+  for (const auto& [suffix, chart] : ServeCharts(report)) {
+    EXPECT_NE(RenderSvg(chart).find("</svg>"), std::string::npos) << suffix;
+  }
+  // A distribution with values keeps its numbers.
+  EXPECT_EQ(ServeReportToJson(Example(Slo{}))["summary"]["ttft_ms"]["count"], 2);
+}
+
+// An error text with invalid UTF-8 (a server's reply cut mid-character, a binary body) is
+// written with U+FFFD in its place: the strict dump threw and lost the whole report.
+TEST(ServeReportTest, InvalidUtf8InAnErrorIsReplacedNotThrown) {
+  ServeReport report = Example(Slo{});
+  report.records[2].error = "http 502: caf\xc3";
+  report.summary = SummarizeRequests(report.records, 1.0, Slo{});
+  std::string text;
+  ASSERT_NO_THROW(text = ServeJsonText(report));
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["requests"][2]["error"], "http 502: caf\xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace blossom

@@ -1,12 +1,11 @@
 #include "benchmarks/sweep_command.h"
 
-#include "benchmarks/gpu/hardware_probe_factory.h"
 #include <algorithm>
 #include <ctime>
 #include <memory>
 #include <set>
-#include <thread>
 
+#include "benchmarks/gpu/hardware_probe_factory.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -14,6 +13,7 @@
 #include "engine/loader/file_util.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
@@ -65,6 +65,18 @@ absl::StatusOr<std::vector<int32_t>> ParseBatchSizes(const std::string& text) {
   return sizes;
 }
 
+int32_t SweepMaxContext(const SweepOptions& sweep) {
+  // The seed's prompts are a few dozen tokens, far under 1024; --prompt-tokens N prompts are N.
+  return std::max(1024, sweep.prompt_tokens) + sweep.max_new_tokens;
+}
+
+int SweepThreads(int threads_per_rank, int world_size, int usable_cpus) {
+  const int ranks = std::max(1, world_size);
+  // As ModelRunner::Create: threads_per_rank, else the usable CPUs split over the ranks.
+  const int per_rank = threads_per_rank > 0 ? threads_per_rank : std::max(1, usable_cpus / ranks);
+  return per_rank * ranks;
+}
+
 absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log) {
   if (options.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.json, "--json"));
@@ -92,7 +104,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
     const std::vector<int32_t>& sizes = options.sweep.batch_sizes;
     runner_options.step_graph_options.max_batch =
         std::min<int32_t>(4096, *std::max_element(sizes.begin(), sizes.end()));
-    runner_options.step_graph_options.max_context = 1024 + options.sweep.max_new_tokens;
+    runner_options.step_graph_options.max_context = SweepMaxContext(options.sweep);
   }
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
                            ModelRunner::Create(runner_options));
@@ -102,10 +114,8 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   context.start_to_ready_s = SecondsSince(options.process_start);
   context.backend = runner->info().backend;
   context.tensor_parallel_size = runner->world_size();
-  const int hardware_threads = std::max(1u, std::thread::hardware_concurrency());
-  context.threads = options.threads > 0 ? options.threads * runner->world_size()
-                                        : std::max(1, hardware_threads / runner->world_size()) *
-                                              runner->world_size();
+  // What the runner started (the probe below uses as many), not every core of the machine.
+  context.threads = SweepThreads(options.threads, runner->world_size(), UsableCpus());
   const BloomConfig& config = runner->config();
   context.shape =
       BloomShape{"loaded", config.hidden_size, config.n_layer, config.n_head, config.vocab_size};

@@ -28,9 +28,11 @@ struct SweepCommandOptions {
   std::string backend = "cpu";  // "cpu" or "cuda" (CUDA builds)
   double gpu_memory_fraction = 0.90;
   int tensor_parallel_size = 1;
-  int threads = 0;  // CPU threads per rank (0 = all cores / tp)
+  // CPU threads per rank (0 = UsableCpus() / tp: the affinity mask capped by a cgroup quota, as
+  // ModelRunner counts them).
+  int threads = 0;
   // Backend "cuda", tp 1: decode steps replayed from CUDA graphs (ModelRunnerOptions::step_graphs)
-  // for batches up to the largest swept, contexts up to 1024 + max_new_tokens.
+  // for batches up to the largest swept, contexts up to SweepMaxContext.
   bool cuda_graphs = true;
   // Backend "cuda", tp 1: time each cuBLASLt plan's candidates on its first call (in the untimed
   // warm-up cycles), as blossom-server does at its start (--cuda_time_gemm).
@@ -51,6 +53,14 @@ struct SweepCommandOptions {
 
 // Stats blocks and progress go to `log` (may be null).
 absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log);
+
+// The longest context of the sweep's steps, max(1024, prompt_tokens) + max_new_tokens: the step
+// graphs' max_context, so that no decode step of a long-prompt sweep runs uncaptured.
+int32_t SweepMaxContext(const SweepOptions& sweep);
+
+// CPU threads of all ranks together as the model runner starts them: threads_per_rank if > 0,
+// else usable_cpus / world_size (at least 1), per rank.
+int SweepThreads(int threads_per_rank, int world_size, int usable_cpus);
 
 // Parses "1,2,4" (positive integers, no duplicates).
 absl::StatusOr<std::vector<int32_t>> ParseBatchSizes(const std::string& text);

@@ -1,10 +1,13 @@
 #include "benchmarks/sweep_command.h"
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <sstream>
 
 #include "engine/loader/file_util.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/fixture_path.h"
 
@@ -118,6 +121,57 @@ TEST(SweepCommandTest, EndToEndOnTinyModel) {
   ASSERT_TRUE(md.ok());
   EXPECT_EQ(md->rfind("| bs |", 0), 0u);
   EXPECT_EQ(Count(*md, "\n| "), 3);  // one row per batch size (the separator starts "|-")
+}
+
+// The step graphs must cover the longest prompt: with --prompt-tokens 2048 a context limit of
+// 1024 + max_new_tokens made every decode step of the sweep run uncaptured.
+TEST(SweepMaxContextTest, CoversThePromptAndTheNewTokens) {
+  SweepOptions sweep;
+  sweep.max_new_tokens = 100;
+  EXPECT_EQ(SweepMaxContext(sweep), 1124);  // the seed's short prompts
+  sweep.prompt_tokens = 2048;
+  EXPECT_EQ(SweepMaxContext(sweep), 2148);
+  sweep.prompt_tokens = 500;
+  sweep.max_new_tokens = 4;
+  EXPECT_EQ(SweepMaxContext(sweep), 1028);
+}
+
+TEST(SweepThreadsTest, AsTheModelRunnerStartsThem) {
+  EXPECT_EQ(SweepThreads(0, 1, 3), 3);
+  EXPECT_EQ(SweepThreads(0, 2, 5), 4);   // 2 per rank
+  EXPECT_EQ(SweepThreads(0, 4, 2), 4);   // at least 1 per rank
+  EXPECT_EQ(SweepThreads(3, 2, 64), 6);  // --threads wins
+}
+
+// The threads recorded (and given to the CPU probe) are the CPUs this process may use, as the
+// model runner counts them, not std::thread::hardware_concurrency(): pinned to one CPU, 1.
+TEST(SweepCommandTest, ThreadsFollowTheAffinityMask) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  if (CPU_COUNT(&saved) < 2) GTEST_SKIP() << "one CPU only: nothing to restrict";
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &saved)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  SweepCommandOptions options;
+  options.model_dir = FixturePath("models/bloom-tiny-h4");
+  options.sweep.batch_sizes = {1};
+  options.sweep.max_new_tokens = 2;
+  options.sweep.cycles = 1;
+  options.sweep.warmup = 0;
+  options.overrides.mem_bandwidth_gbs = 10;  // no probe needed
+  options.overrides.peak_tflops = 1;
+  const int usable = UsableCpus();
+  absl::StatusOr<SweepReport> report = RunSweepCommand(options, nullptr);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(usable, 1);
+  EXPECT_EQ(report->context.threads, 1);
 }
 
 TEST(SweepCommandTest, MissingModelIsAnError) {
