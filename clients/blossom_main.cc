@@ -1,6 +1,6 @@
 // `blossom`: the command-line client.
 //
-//   blossom generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
+//   blossom generate --model DIR TEXT [--max-new-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--stop STR,...] [--threads N] [--tp N]
 //                    [--launcher mpi]   (under `mpirun -np N`, with --tp N)
 //
@@ -8,13 +8,17 @@
 // generated, then prints timings (load, prefill, ms per token) to stderr.
 //
 // Server mode (against a running blossom-server):
-//   blossom generate|stream --server HOST:PORT --prompt TEXT [sampling flags as above]
+//   blossom generate|stream --server HOST:PORT TEXT [sampling flags as above]
 //   blossom generate ... --num_beams N [--num_return_sequences K] [--length_penalty L]
-//                    [--early_stopping false|true|never]   (beam search, local or --server)
-//   blossom tokenize --server HOST:PORT --prompt TEXT
+//                    [--early_stopping false|true|never] [--show_token_ids]
+//                    (beam search, local or --server; these four flags need --num_beams)
+//   blossom tokenize --server HOST:PORT TEXT
 //   blossom health|info --server HOST:PORT
-//   common: [--api_key KEY] [--timeout SECONDS] [--tls [--tls_ca FILE]] Errors are printed as
-// one line naming the problem, with exit code 1 (2 for usage errors).
+//   common: [--api_key KEY] [--timeout SECONDS] [--tls [--tls_ca FILE]]
+//
+// TEXT is one argument, as blossom-client takes it (quote several words; put `--` before a text
+// that starts with a dash), or --prompt TEXT instead; an extra argument is refused, not dropped.
+// Errors are printed as one line naming the problem, with exit code 1 (2 for usage errors).
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
@@ -50,7 +54,9 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (config.json, *.safetensors, tokenizer.json).");
-ABSL_FLAG(std::string, prompt, "", "Prompt text.");
+ABSL_FLAG(std::string, prompt, "",
+          "Prompt text (generate, stream) or text (tokenize); or give it as the argument after "
+          "the command.");
 ABSL_FLAG(int32_t, max_new_tokens, 32, "Maximum number of tokens to generate.");
 ABSL_FLAG(int32_t, min_new_tokens, 0, "Minimum number of tokens before EOS or a stop may end it.");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature; 0 = greedy (deterministic).");
@@ -159,7 +165,7 @@ absl::StatusOr<v1::EarlyStopping> EarlyStoppingFlag() {
 }
 
 // The beam flags as the wire request (the server's, and the local search's source).
-absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
+absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags(const std::string& prompt) {
   if (!absl::GetFlag(FLAGS_stop).empty()) {
     return absl::InvalidArgumentError(
         "--stop is not supported with --num_beams (a beam's score needs the token that ends it)");
@@ -185,7 +191,7 @@ absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
   absl::StatusOr<v1::EarlyStopping> early = EarlyStoppingFlag();
   if (!early.ok()) return early.status();
   v1::BeamSearchRequest request;
-  request.set_text(absl::GetFlag(FLAGS_prompt));
+  request.set_text(prompt);
   request.set_beam_width(absl::GetFlag(FLAGS_num_beams));
   if (absl::GetFlag(FLAGS_num_return_sequences) > 0) {
     request.set_num_return_sequences(absl::GetFlag(FLAGS_num_return_sequences));
@@ -199,9 +205,9 @@ absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags() {
 }
 
 // generate --num_beams N without a server: an engine in this process runs the search.
-int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
+int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer, const std::string& text,
                        std::vector<int32_t> prompt) {
-  absl::StatusOr<v1::BeamSearchRequest> flags = BeamSearchFlags();
+  absl::StatusOr<v1::BeamSearchRequest> flags = BeamSearchFlags(text);
   if (!flags.ok()) return Fail(flags.status());
   auto engine = Engine::Create(runner, &tokenizer, EngineConfig{});
   if (!engine.ok()) return Fail(engine.status());
@@ -237,7 +243,7 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
                          : eos && beam.tokens.back() == *eos ? v1::FINISH_REASON_EOS_TOKEN
                                                              : v1::FINISH_REASON_STOP_TOKEN);
   }
-  PrintBeams(response, absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_show_token_ids), std::cout);
+  PrintBeams(response, text, absl::GetFlag(FLAGS_show_token_ids), std::cout);
   if (!absl::GetFlag(FLAGS_quiet)) {
     std::cerr << absl::StrFormat(
         "[blossom] beam search: %d beams, prompt %d tokens, %d steps (%d tokens computed, %d "
@@ -249,14 +255,13 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer,
   return 0;
 }
 
-int RunGenerate() {
+// `prompt`: ResolveCommandLine's text (never empty).
+int RunGenerate(const std::string& prompt) {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) {  // a usage error: exit 2, as the header says
     std::cerr << "blossom: error: --model DIR is required (or --server HOST:PORT)" << std::endl;
     return 2;
   }
-  const std::string prompt = absl::GetFlag(FLAGS_prompt);
-  if (prompt.empty()) return Fail(absl::InvalidArgumentError("--prompt must not be empty"));
 
   // Logs (load and memory reports, warnings) go to stderr: stdout carries only the completion.
   spdlog::set_default_logger(spdlog::stderr_color_mt("blossom"));
@@ -293,7 +298,7 @@ int RunGenerate() {
   if (!ids.ok()) return Fail(ids.status());
   if (ids->empty()) return Fail(absl::InvalidArgumentError("the prompt encodes to no tokens"));
   if (absl::GetFlag(FLAGS_num_beams) > 0) {
-    return RunLocalBeamSearch(model->get(), **tokenizer, *std::move(ids));
+    return RunLocalBeamSearch(model->get(), **tokenizer, prompt, *std::move(ids));
   }
 
   GenerateRequest request;
@@ -376,7 +381,8 @@ int RefuseFlagsOfTheOtherMode(bool remote) {
   return 0;
 }
 
-int RunRemote(const std::string& command) {
+// `text`: ResolveCommandLine's (empty for health and info).
+int RunRemote(const std::string& command, const std::string& text) {
   if (int refused = RefuseFlagsOfTheOtherMode(/*remote=*/true)) return refused;
   RemoteOptions options;
   options.server = absl::GetFlag(FLAGS_server);
@@ -386,17 +392,13 @@ int RunRemote(const std::string& command) {
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.quiet = absl::GetFlag(FLAGS_quiet);
   options.show_token_ids = absl::GetFlag(FLAGS_show_token_ids);
-  if (absl::GetFlag(FLAGS_num_beams) > 0) {
-    if (command != "generate") {
-      std::cerr << "blossom: --num_beams works with generate only" << std::endl;
-      return 2;
-    }
-    absl::StatusOr<v1::BeamSearchRequest> beam = BeamSearchFlags();
+  if (absl::GetFlag(FLAGS_num_beams) > 0) {  // generate only: ResolveCommandLine checked
+    absl::StatusOr<v1::BeamSearchRequest> beam = BeamSearchFlags(text);
     if (!beam.ok()) return Fail(beam.status());
     return RunRemoteBeamSearch(options, *beam, std::cout, std::cerr);
   }
   v1::GenerateRequest request;
-  request.set_text(absl::GetFlag(FLAGS_prompt));
+  request.set_text(text);
   v1::SamplingParameters* s = request.mutable_sampling();
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
@@ -428,28 +430,40 @@ int RunRemote(const std::string& command) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "blossom generate --model DIR --prompt TEXT [--max_new_tokens N] [--temperature T] "
+      "blossom generate --model DIR TEXT [--max_new_tokens N] [--temperature T] "
       "[--top_k K] [--top_p P] [--seed S] [--stop A,B] [--json_schema JSON|@FILE] [--regex RE] "
       "[--grammar GBNF|@FILE] "
-      "[--num_beams N]\n"
-      "  or: blossom generate|stream|tokenize|health|info --server HOST:PORT ...");
+      "[--num_beams N [--num_return_sequences K] [--length_penalty L] "
+      "[--early_stopping false|true|never] [--show_token_ids]]\n"
+      "  or: blossom generate|stream|tokenize --server HOST:PORT TEXT ...\n"
+      "  or: blossom health|info --server HOST:PORT\n"
+      "TEXT is one argument (quote several words; `--` before one that starts with a dash), or "
+      "--prompt TEXT instead.");
   blossom::NormalizeDashedFlags(argc, argv);  // --max-new-tokens and --max_new_tokens alike
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;
   }
-  const std::string command = positional[1];
-  if (!absl::GetFlag(FLAGS_server).empty()) return blossom::RunRemote(command);
+  blossom::CommandLineArguments args;
+  args.positional.assign(positional.begin() + 1, positional.end());
+  args.prompt = absl::GetFlag(FLAGS_prompt);
+  args.num_beams = absl::GetFlag(FLAGS_num_beams);
+  for (const char* name : blossom::kBeamOnlyFlags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    // Set to anything but its default (giving the default changes nothing either way).
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      args.beam_flags_set.push_back(name);
+    }
+  }
+  blossom::ResolvedCommand resolved;
+  if (int usage_error = blossom::ResolveCommandLine(args, &resolved, std::cerr)) return usage_error;
+  const std::string& command = resolved.command;
+  if (!absl::GetFlag(FLAGS_server).empty()) return blossom::RunRemote(command, resolved.text);
   if (command == "generate") {
     if (int refused = blossom::RefuseFlagsOfTheOtherMode(/*remote=*/false)) return refused;
-    return blossom::RunGenerate();
+    return blossom::RunGenerate(resolved.text);
   }
-  if (command == "stream" || command == "tokenize" || command == "health" || command == "info") {
-    std::cerr << "blossom: '" << command << "' needs --server HOST:PORT" << std::endl;
-    return 2;
-  }
-  std::cerr << "blossom: unknown command '" << command
-            << "' (expected: generate, stream, tokenize, health, info)" << std::endl;
+  std::cerr << "blossom: '" << command << "' needs --server HOST:PORT" << std::endl;
   return 2;
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
@@ -128,7 +129,70 @@ void PrintFinal(const v1::FinalInfo& final, std::ostream& err) {
       << std::endl;
 }
 
+bool TakesText(const std::string& command) {
+  return command == "generate" || command == "stream" || command == "tokenize";
+}
+
 }  // namespace
+
+int ResolveCommandLine(const CommandLineArguments& args, ResolvedCommand* resolved,
+                       std::ostream& err) {
+  if (args.positional.empty()) {
+    err << "blossom: error: no command (generate, stream, tokenize, health, info)" << std::endl;
+    return 2;
+  }
+  const std::string& command = args.positional[0];
+  if (!TakesText(command) && command != "health" && command != "info") {
+    err << "blossom: error: unknown command '" << command
+        << "' (expected: generate, stream, tokenize, health, info)" << std::endl;
+    return 2;
+  }
+  // Anything past what the command takes would be silently dropped (a prompt given as two
+  // unquoted words, or as TEXT to health), so the run would not be the one asked for.
+  const std::vector<std::string> extra(args.positional.begin() + 1, args.positional.end());
+  const size_t allowed = TakesText(command) ? 1 : 0;
+  if (extra.size() > allowed) {
+    err << "blossom: error: '" << command << "' takes "
+        << (allowed ? "one TEXT argument (quote a text of several words)" : "no arguments")
+        << ", got " << extra.size() << ": '" << absl::StrJoin(extra, "' '") << "'" << std::endl;
+    return 2;
+  }
+  std::string text = args.prompt;
+  if (!extra.empty()) {
+    if (!args.prompt.empty()) {
+      err << "blossom: error: the text is given twice, as --prompt and as the argument '"
+          << extra[0] << "' (give one)" << std::endl;
+      return 2;
+    }
+    text = extra[0];
+  }
+  if (TakesText(command) && text.empty()) {
+    err << "blossom: error: '" << command << "' needs the text: blossom " << command
+        << " ... TEXT (or --prompt TEXT)" << std::endl;
+    return 2;
+  }
+  if (!TakesText(command) && !args.prompt.empty()) {
+    err << "blossom: error: --prompt does not apply to '" << command << "'" << std::endl;
+    return 2;
+  }
+  if (args.num_beams < 0) {
+    err << "blossom: error: --num_beams must be >= 0 (0 = no beam search), got "
+        << args.num_beams << std::endl;
+    return 2;
+  }
+  if (args.num_beams > 0 && command != "generate") {
+    err << "blossom: error: --num_beams works with generate only" << std::endl;
+    return 2;
+  }
+  if (args.num_beams == 0 && !args.beam_flags_set.empty()) {
+    err << "blossom: error: --" << args.beam_flags_set[0]
+        << " applies to beam search only: add --num_beams N (N > 0), or drop it" << std::endl;
+    return 2;
+  }
+  resolved->command = command;
+  resolved->text = std::move(text);
+  return 0;
+}
 
 void PrintBeams(const v1::BeamSearchResponse& response, const std::string& prefix,
                 bool token_ids, std::ostream& out) {

@@ -1,5 +1,6 @@
 // The `blossom` CLI's server mode: generate, stream, tokenize, health and info against a running
-// blossom-server over gRPC (blocking stubs: a CLI runs one call at a time).
+// blossom-server over gRPC (blocking stubs: a CLI runs one call at a time); and the command-line
+// checks both modes share (ResolveCommandLine).
 //
 // Output: completions to `out` (streamed as deltas arrive for `stream`), statistics and errors
 // to `err`. The return value is the process exit code: 0 on success, 1 when the server refused
@@ -7,12 +8,42 @@
 #ifndef BLOSSOM_CLIENTS_REMOTE_COMMANDS_H_
 #define BLOSSOM_CLIENTS_REMOTE_COMMANDS_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "proto/blossom/v1/blossom.pb.h"
 
 namespace blossom {
+
+// Flags that only beam search reads (the flag names, without dashes): without --num_beams they
+// would be dropped, so ResolveCommandLine refuses them.
+inline constexpr const char* kBeamOnlyFlags[] = {"num_return_sequences", "length_penalty",
+                                                 "early_stopping", "show_token_ids"};
+
+// What ResolveCommandLine checks, taken from the parsed command line.
+struct CommandLineArguments {
+  // The arguments that are not flags, after the program name: the command, then its TEXT if any.
+  std::vector<std::string> positional;
+  std::string prompt;  // --prompt
+  int32_t num_beams = 0;
+  // The kBeamOnlyFlags given a value other than their default.
+  std::vector<std::string> beam_flags_set;
+};
+
+struct ResolvedCommand {
+  std::string command;  // generate, stream, tokenize, health or info
+  std::string text;     // the prompt (generate, stream) or the text (tokenize); else empty
+};
+
+// The command and its text, as the Python CLI takes them: `blossom generate|stream|tokenize
+// TEXT` or `--prompt TEXT` (either, not both; one TEXT: several words are quoted as one). A
+// usage error (an unknown command, a missing, repeated or extra argument, a beam-only flag
+// without --num_beams N > 0, --num_beams with another command than generate) is printed to `err`
+// as one line naming it, and returns 2; else 0.
+int ResolveCommandLine(const CommandLineArguments& args, ResolvedCommand* resolved,
+                       std::ostream& err);
 
 struct RemoteOptions {
   bool show_token_ids = false;  // beams: their token ids too (PrintBeams)

@@ -4,17 +4,23 @@
 # by clients/python/setup_venv.sh), writing JUnit XML of the real results to $XML_OUTPUT_FILE.
 # Without a usable interpreter it reports one SKIPPED case with the reason and exits 0.
 #
+# The package under test is this tree's blossom_client/*.py, not the venv's installed copy (which
+# is only as new as the last setup_venv.sh). The venv still supplies grpcio, protobuf and the
+# generated blossom.v1 stubs (blossom_client/_proto: generated at install time by grpcio-tools,
+# a build-time requirement the venv does not hold), so a proto change needs setup_venv.sh again.
+#
 #   clients/python/setup_venv.sh
 #   bazel test --test_env=BLOSSOM_E2E_PYTHON=$PWD/.venv-e2e/bin/python //clients/python:python_client_test
 set -uo pipefail
 
-# Under Bazel the tests are runfiles (the script itself runs from bazel-bin); run directly, they
-# sit beside this script.
+# Under Bazel the tests and sources are runfiles (the script itself runs from bazel-bin); run
+# directly, they sit beside this script.
 if [ -n "${TEST_SRCDIR:-}" ]; then
-  tests_dir="$TEST_SRCDIR/${TEST_WORKSPACE:-blossom}/clients/python/tests"
+  here="$TEST_SRCDIR/${TEST_WORKSPACE:-blossom}/clients/python"
 else
-  tests_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tests"
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 fi
+tests_dir="$here/tests"
 xml="${XML_OUTPUT_FILE:-}"
 
 skip() {
@@ -41,10 +47,40 @@ XML
 py="${BLOSSOM_E2E_PYTHON:-}"
 [ -n "$py" ] || skip "BLOSSOM_E2E_PYTHON is not set; run clients/python/setup_venv.sh and pass --test_env=BLOSSOM_E2E_PYTHON=<venv>/bin/python"
 [ -x "$py" ] || skip "BLOSSOM_E2E_PYTHON=$py is not an executable interpreter"
-# -I: isolated mode, so nothing from the working directory or PYTHON* variables shadows the
-# installed package.
-if ! err=$("$py" -I -c "import blossom_client, grpc_health.v1.health" 2>&1); then
-  skip "$py cannot import blossom_client (pip install ./clients/python into it): $(printf '%s' "$err" | tail -n 1)"
+# -I: isolated mode, so nothing from the working directory or PYTHON* variables decides what is
+# imported; the tree's package is put first on sys.path explicitly below.
+# `stubs`: the installed package's _proto directory.
+if ! stubs=$("$py" -I -c "import os, grpc_health.v1.health
+import blossom_client._proto as p
+print(os.path.dirname(p.__file__))
+import blossom_client._proto.blossom.v1.blossom_pb2_grpc" 2>&1); then
+  why="$(printf '%s' "$stubs" | tail -n 1)"
+  skip "$py cannot import blossom_client (pip install ./clients/python into it): $why"
 fi
 
-exec "$py" -I "$tests_dir/../../../tests/util/junit_runner.py" --xml "$xml" "$tests_dir"
+# The tree's modules plus the venv's stubs, as one package in a scratch directory.
+if [ -n "${TEST_TMPDIR:-}" ]; then
+  overlay="$TEST_TMPDIR/blossom_client_tree"
+  rm -rf "$overlay"
+else
+  overlay="$(mktemp -d)"
+  trap 'rm -rf "$overlay"' EXIT
+fi
+mkdir -p "$overlay/blossom_client"
+ln -s "$here"/blossom_client/*.py "$overlay/blossom_client/"
+ln -s "$stubs" "$overlay/blossom_client/_proto"
+
+# Not exec: the EXIT trap above must still run when not under Bazel.
+runner="$tests_dir/../../../tests/util/junit_runner.py"
+"$py" -I - "$overlay" "$runner" --xml "$xml" "$tests_dir" <<'PY'
+import os, runpy, sys
+overlay, runner = sys.argv[1], sys.argv[2]
+sys.path.insert(0, overlay)
+import blossom_client
+if not os.path.abspath(blossom_client.__file__).startswith(os.path.join(overlay, "")):
+    sys.exit(f"run_tests.sh: imported {blossom_client.__file__}, not the tree's copy in {overlay}")
+print(f"run_tests.sh: testing the tree's blossom_client ({overlay}; stubs from the venv)",
+      file=sys.stderr)
+sys.argv = [runner] + sys.argv[3:]
+runpy.run_path(runner, run_name="__main__")
+PY

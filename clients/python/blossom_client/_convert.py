@@ -276,16 +276,17 @@ def model_info(m: pb.ModelInfo) -> results.ModelInfo:
 
 
 def deadline(timeout):
-    """A call's timeout for grpc: None (or infinity) waits forever; NaN, a negative or a
-    non-number is a ValueError naming it (grpc would fail the call at once instead)."""
+    """A call's timeout for grpc: None, 0 or infinity is no deadline (0 as in the C++ CLI and
+    server flags, where 0 means none); NaN or a negative is a ValueError and a non-number a
+    TypeError, naming it (grpc would fail the call at once instead)."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-    if timeout == math.inf:
-        return None
     if not timeout >= 0:  # also NaN
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+        raise ValueError(f"timeout must be >= 0 seconds (0 = no deadline), got {timeout!r}")
+    if timeout == 0 or timeout == math.inf:
+        return None
     return timeout
 
 
@@ -295,14 +296,52 @@ def metadata(api_key) -> Iterable:
 
 
 _MAX_RECEIVE = "grpc.max_receive_message_length"
+_KEEPALIVE_TIME = "grpc.keepalive_time_ms"
+_KEEPALIVE_TIMEOUT = "grpc.keepalive_timeout_ms"
+_PING_TIMEOUT = "grpc.http2.ping_timeout_ms"
+_MAX_PINGS_WITHOUT_DATA = "grpc.http2.max_pings_without_data"
+
+# Keepalive: without it a call whose server vanished without closing the connection (a network
+# partition, a host powered off) waits forever when it has no deadline, e.g. a generate_stream.
+# blossom-server keeps gRPC's server ping policy (it sets none of its arguments): a ping that
+# comes less than 5 minutes (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS) after the
+# previous one, with no data sent by the server in between, is a strike, and the third strike
+# closes the connection with GOAWAY too_many_pings. So pings (sent only while a call is open and
+# the server has been silent) go no more often than that, with a margin for timer slack.
+SERVER_MIN_PING_INTERVAL_MS = 5 * 60 * 1000
+KEEPALIVE_TIME_MS = SERVER_MIN_PING_INTERVAL_MS + 30 * 1000
+# How long an unanswered ping waits before the connection is dropped (the call then fails with
+# UNAVAILABLE). gRPC's own default.
+KEEPALIVE_TIMEOUT_MS = 20 * 1000
 
 
 def channel_options(options) -> list:
-    """The caller's channel options plus no limit on received messages, unless the caller set
-    one: gRPC's 4 MiB default fails a unary answer with logprobs for a few thousand tokens."""
+    """The caller's channel options plus Blossom's defaults for those the caller did not set:
+
+    - no limit on received messages: gRPC's 4 MiB default fails a unary answer with logprobs for
+      a few thousand tokens;
+    - keepalive pings every KEEPALIVE_TIME_MS of silence during a call, each answered within
+      the keepalive timeout (KEEPALIVE_TIMEOUT_MS unless the caller set
+      grpc.keepalive_timeout_ms) or the connection is dropped;
+    - grpc.http2.ping_timeout_ms equal to that keepalive timeout: recent gRPC cores (grpcio
+      1.85 measured) time an unanswered keepalive ping out by it (default 1 minute), not by
+      grpc.keepalive_timeout_ms;
+    - grpc.http2.max_pings_without_data 0 (no cap): the client sends no data after its request,
+      and the default cap of 2 pings without data holds later pings back (by a minute in grpcio
+      1.85, for good in older cores), so a call quiet for more than two keepalive periods (a
+      long queue wait) would be watched late or not at all. The server's strikes depend only
+      on the time between pings, which KEEPALIVE_TIME_MS keeps above its minimum.
+    """
     merged = list(options or ())
-    if not any(name == _MAX_RECEIVE for name, _ in merged):
-        merged.append((_MAX_RECEIVE, -1))
+    given = dict(merged)
+    defaults = [
+        (_MAX_RECEIVE, -1),
+        (_KEEPALIVE_TIME, KEEPALIVE_TIME_MS),
+        (_KEEPALIVE_TIMEOUT, KEEPALIVE_TIMEOUT_MS),
+        (_PING_TIMEOUT, given.get(_KEEPALIVE_TIMEOUT, KEEPALIVE_TIMEOUT_MS)),
+        (_MAX_PINGS_WITHOUT_DATA, 0),
+    ]
+    merged.extend((name, value) for name, value in defaults if name not in given)
     return merged
 
 

@@ -23,6 +23,7 @@ class AsyncBlossomClient:
     def __init__(self, target: str, api_key: Optional[str] = None,
                  timeout: Optional[float] = None, *,
                  credentials: Optional[grpc.ChannelCredentials] = None, options=None):
+        _convert.deadline(timeout)  # a bad default fails here, not at the first call
         self._timeout = timeout
         self._metadata = _convert.metadata(api_key)
         options = _convert.channel_options(options)

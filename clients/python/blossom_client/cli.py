@@ -9,11 +9,23 @@ from dataclasses import asdict
 from blossom_client import BlossomClient, BlossomError
 
 
+def _timeout(text: str) -> float:
+    """--timeout's value: seconds, 0 = no deadline (as the C++ `blossom --timeout`)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds (0 = no deadline), got {text!r}")
+    return seconds
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="blossom-client")
     parser.add_argument("--target", default="localhost:50051", help="host:port")
     parser.add_argument("--api-key", default=None)
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per call")
+    parser.add_argument("--timeout", type=_timeout, default=0,
+                        help="deadline in seconds per call (default 0: none)")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="stream a completion to stdout")
     gen.add_argument("prompt")

@@ -19,13 +19,18 @@ class BlossomClient:
 
     `target` is "host:port". `api_key` is sent as "authorization: Bearer <key>" on every call.
     `timeout` (seconds) is the default deadline of every call; each method also takes `timeout=`.
+    None, 0 or math.inf is no deadline; a negative or NaN is a ValueError.
     Pass `credentials` (grpc.ssl_channel_credentials(...)) for TLS; the default is plaintext.
+    `options` are gRPC channel options; Blossom's defaults (no receive limit, keepalive pings so
+    that a call whose server vanished fails with UnavailableError instead of waiting forever)
+    fill in those not given: see _convert.channel_options.
     Failed calls raise BlossomError subclasses (see blossom_client.errors).
     """
 
     def __init__(self, target: str, api_key: Optional[str] = None,
                  timeout: Optional[float] = None, *,
                  credentials: Optional[grpc.ChannelCredentials] = None, options=None):
+        _convert.deadline(timeout)  # a bad default fails here, not at the first call
         self._timeout = timeout
         self._metadata = _convert.metadata(api_key)
         options = _convert.channel_options(options)
