@@ -35,6 +35,7 @@
 #include "benchmarks/subcommand_flags.h"
 #include "benchmarks/sweep_command.h"
 #include "engine/model/cuda_kernel_flags.h"
+#include "tools/cli/dashed_flags.h"
 
 // Each help text starts with the subcommand(s) that read the flag; a flag of the other
 // subcommand given on the command line is refused (subcommand_flags.h).
@@ -214,18 +215,10 @@ int main(int argc, char** argv) {
         for (char c : a) out->append(c == '\'' ? "'\\''" : std::string(1, c));
         out->append("'");
       });
-  // Accept the documented dashed spellings (--max-new-tokens) as well as absl's underscores.
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t end = std::min(a.find('='), a.size());
-    for (size_t i = 2; i < end; ++i)
-      if (a[i] == '-') a[i] = '_';
-  }
-  std::vector<char*> argv2;
-  for (std::string& a : args) argv2.push_back(a.data());
-  std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
+  // Accept the documented dashed spellings (--max-new-tokens) as well as absl's underscores,
+  // leaving values alone (`--stop --END--`).
+  blossom::NormalizeDashedFlags(argc, argv);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() != 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;
