@@ -175,9 +175,11 @@ absl::StatusOr<Tokenized> GrpcLoadClient::Tokenize(const std::string& text) {
   v1::TokenizeResponse response;
   grpc::Status status = stub_->Tokenize(&context, request, &response);
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat("Tokenize failed: grpc ",
-                                               CodeName(status.error_code()), ": ",
-                                               status.error_message()));
+    // The server's code is kept (gRPC's and absl's codes are the same numbers): prompt building
+    // halves its pieces on OUT_OF_RANGE, a text longer than the server tokenizes at once.
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("Tokenize failed: grpc ", CodeName(status.error_code()), ": ",
+                                     status.error_message()));
   }
   Tokenized out;
   out.ids.assign(response.ids().begin(), response.ids().end());

@@ -89,6 +89,19 @@ TEST(GrpcLoadClientTest, ErrorsAreRecordedWithTheirStatus) {
   EXPECT_FALSE(client.Tokenize("hi").ok());
 }
 
+// The server's code reaches prompt building, which halves its pieces on OUT_OF_RANGE.
+TEST(GrpcLoadClientTest, TokenizeKeepsTheServersCode) {
+  InProcessServer server;
+  server.Load();
+  GrpcLoadClientOptions options;
+  options.address = server.address();
+  GrpcLoadClient client(options);
+  std::string text;  // 70,000 tokens: past the server's tokenize limit (65,536)
+  for (int i = 0; i < 70000; ++i) text += " a";
+  auto too_long = client.Tokenize(text);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kOutOfRange) << too_long.status();
+}
+
 TEST(GrpcLoadClientTest, TargetParsing) {
   EXPECT_EQ(*GrpcAddressFromTarget("grpc://127.0.0.1:8033"), "127.0.0.1:8033");
   EXPECT_EQ(*GrpcAddressFromTarget("grpc://localhost:1/"), "localhost:1");

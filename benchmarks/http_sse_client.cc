@@ -342,6 +342,12 @@ absl::StatusOr<Tokenized> HttpSseClient::TokenizeOrThrow(const std::string& text
         absl::StrCat("POST /tokenize: http ", reader.status(), " (", ErrorText(all),
                      "): the server has no TGI-style /tokenize; ", kTokenizeNeeds));
   }
+  // A refusal of the text itself (TGI: 422; Blossom's gateway: 422 or 413) is most likely its
+  // length, so it is OUT_OF_RANGE, on which prompt building halves its pieces.
+  if (reader.status() == 400 || reader.status() == 413 || reader.status() == 422) {
+    return absl::OutOfRangeError(
+        absl::StrCat("POST /tokenize: http ", reader.status(), ": ", ErrorText(all)));
+  }
   if (reader.status() != 200) {
     return absl::UnavailableError(
         absl::StrCat("POST /tokenize: http ", reader.status(), ": ", ErrorText(all)));

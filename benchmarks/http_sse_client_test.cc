@@ -432,6 +432,10 @@ TEST(HttpSseClientTest, TokenizeWithoutTgiTokenizeSaysWhy) {
   answer = RawServer::Response(200, "application/json", R"([{"id":"7","start":0,"stop":1}])");
   t = client.Tokenize("abc");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  // A refused text (too long, most likely) is OUT_OF_RANGE: prompt building halves its pieces.
+  answer = RawServer::Response(422, "application/json", R"({"error":"too long"})");
+  t = client.Tokenize("abc");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kOutOfRange) << t.status();
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ namespace {
 bool IsContinuationByte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
 // Largest piece of the corpus sent in one Tokenize call: a token holds at least one byte, so a
-// piece stays within a server's max_input_tokens of 1024 (the default); a smaller limit halves it.
+// piece stays within any server's tokenize limit of 1,000 tokens or more (Blossom's is 65,536;
+// TGI's is its max_input_tokens); a server that refuses it (OUT_OF_RANGE) gets halves.
 constexpr size_t kPieceBytes = 1000;
 constexpr size_t kMinPieceBytes = 64;
 
