@@ -29,10 +29,10 @@ namespace blossom {
 inline constexpr size_t kMaxGrammarCallWork = 8 << 20;
 inline constexpr size_t kMaxGrammarLinks = 1 << 20;
 // Where calls left off reading (resume_cache.h): a matcher is kept while its arena holds at most
-// this many links (about 1 MiB with its index), for at most this many outputs (a batch's grammar
-// requests), with states at the last kGrammarResumeCheckpoints lengths (a speculative round's
-// drafts, beams' forks).
-inline constexpr size_t kMaxResumedGrammarLinks = 1 << 15;
+// this many links (100-200 KiB with its index and expansions; a JSON grammar's matcher holds about
+// 150 after its walks), for at most this many outputs (a batch's grammar requests), with states at
+// the last kGrammarResumeCheckpoints lengths (a speculative round's drafts, beams' forks).
+inline constexpr size_t kMaxResumedGrammarLinks = 1 << 12;
 inline constexpr size_t kGrammarResumeEntries = 64;
 inline constexpr size_t kGrammarResumeCheckpoints = 16;
 // Masks are cached by a key of the state's whole stacks; a deeper state's mask is not cached,

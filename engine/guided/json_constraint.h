@@ -25,9 +25,9 @@
 namespace blossom {
 
 // Where calls left off reading (resume_cache.h): an arena is kept while it holds at most this
-// many frames (32 bytes each; reading pushes one per value entered, not per byte), for at most
-// this many outputs, with states at the last kJsonResumeCheckpoints lengths.
-inline constexpr size_t kMaxResumedJsonLinks = 1 << 14;
+// many frames (32 bytes each, 128 KiB in all; reading pushes one per value entered, not per
+// byte), for at most this many outputs, with states at the last kJsonResumeCheckpoints lengths.
+inline constexpr size_t kMaxResumedJsonLinks = 1 << 12;
 inline constexpr size_t kJsonResumeEntries = 64;
 inline constexpr size_t kJsonResumeCheckpoints = 16;
 
