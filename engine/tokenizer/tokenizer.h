@@ -5,7 +5,9 @@
 // normalizer; BLOOM's Split regex (pre_tokenizer.h's matcher) followed by a ByteLevel pre-tokenizer
 // without regex, or a plain ByteLevel pre-tokenizer without regex; a BPE model; a ByteLevel
 // decoder; a post-processor that adds no tokens; added tokens with lstrip/rstrip/normalized/
-// special flags. Anything else is refused at load time with InvalidArgument naming the JSON path
+// special flags; saved truncation and padding settings are ignored with a warning, as
+// transformers ignores them for tokenizer(text). Anything else is refused at load time with
+// InvalidArgument naming the JSON path
 // and value, because a tokenizer that silently differs from the one the model was trained with
 // produces plausible-looking garbage.
 #ifndef BLOSSOM_ENGINE_TOKENIZER_TOKENIZER_H_

@@ -32,6 +32,7 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "kernels/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
 
 namespace blossom {
 namespace {
@@ -124,9 +125,17 @@ class TokenizerLoader {
         return Error("version", *it, "only tokenizer.json version \"1.0\" is known");
       }
     }
-    BLOSSOM_RETURN_IF_ERROR(
-        RequireNull(root, "truncation", "truncation is not supported"));
-    BLOSSOM_RETURN_IF_ERROR(RequireNull(root, "padding", "padding is not supported"));
+    // truncation and padding are the state of the trainer's last tokenizer(..., truncation=True,
+    // padding=...) call, which save_pretrained writes out; transformers turns both off for a
+    // plain tokenizer(text), as every server encodes. Ignored here too, with a warning.
+    for (const char* key : {"truncation", "padding"}) {
+      auto it = root.find(key);
+      if (it == root.end() || it->is_null()) continue;
+      if (!it->is_object()) return Error(key, *it, "expected an object or null");
+      spdlog::warn("tokenizer {}: ignoring its saved {} settings ({}), as transformers does when "
+                   "encoding a text without asking for {}",
+                   source_, key, ShowJson(*it), key);
+    }
     BLOSSOM_RETURN_IF_ERROR(
         RequireNull(root, "normalizer", "only a null normalizer is supported"));
     auto pre = root.find("pre_tokenizer");
