@@ -93,10 +93,26 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   return checkpoint;
 }
 
-absl::Status Checkpoint::OpenSingle(const std::string& path) {
+absl::Status Checkpoint::OpenFile(const std::string& path) {
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
   if (!file.ok()) return file.status();
+  const SafetensorsFile& f = **file;
+  if (f.misaligned_tensors() > 0) {
+    // Once per file, before anything is copied: the file loads, but not in place.
+    Warn(absl::StrCat(
+        f.path(), ": ", f.misaligned_tensors(), " of its ", f.entries().size(),
+        " tensors are not aligned to their element size (data starts at byte ", f.data_begin(),
+        ": a safetensors writer older than 0.3.0 did not pad the header); loading copies them "
+        "into aligned memory (slower, and the cpu backend keeps the copies); re-save the file "
+        "with a current safetensors to load it in place"));
+  }
   files_.push_back(std::move(*file));
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::OpenSingle(const std::string& path) {
+  absl::Status opened = OpenFile(path);
+  if (!opened.ok()) return opened;
   const SafetensorsFile* f = files_.back().get();
   for (const TensorEntry& entry : f->entries()) {
     absl::Status status = AddTensor(f, &entry);
@@ -162,14 +178,12 @@ absl::Status Checkpoint::OpenSharded(const std::string& index_path) {
                                               " (holding e.g. tensor ", Quoted(example),
                                               ") does not exist: ", path));
     }
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
-    if (!file.ok()) return file.status();
-    files_.push_back(std::move(*file));
+    absl::Status opened = OpenFile(path);
+    if (!opened.ok()) return opened;
     shards[shard] = files_.back().get();
   }
 
   uint64_t listed_bytes = 0;
-  absl::flat_hash_map<const SafetensorsFile*, size_t> listed_per_file;
   for (auto it = weight_map->begin(); it != weight_map->end(); ++it) {
     const std::string& shard = it->get_ref<const std::string&>();
     const SafetensorsFile* file = shards.find(shard)->second;  // all listed shards are open
@@ -182,13 +196,27 @@ absl::Status Checkpoint::OpenSharded(const std::string& index_path) {
     absl::Status status = AddTensor(file, entry);
     if (!status.ok()) return status;
     listed_bytes += entry->bytes();
-    ++listed_per_file[file];
   }
+  // Hugging Face loads every tensor of each listed shard, whatever the index says (older
+  // conversions wrote indexes that miss tensors), so the index only chooses the shards. A tensor
+  // the index lists in another shard, or stored under the other spelling elsewhere, is stored
+  // twice: AddTensor refuses it rather than pick one.
   for (const auto& file : files_) {
-    size_t unlisted = file->entries().size() - listed_per_file[file.get()];
+    size_t unlisted = 0;
+    std::string example;
+    for (const TensorEntry& entry : file->entries()) {
+      auto listed = weight_map->find(entry.name);
+      if (listed != weight_map->end() && shards.find(listed->get_ref<const std::string&>())
+                                                 ->second == file.get()) {
+        continue;  // registered above
+      }
+      absl::Status status = AddTensor(file.get(), &entry);
+      if (!status.ok()) return status;
+      if (unlisted++ == 0) example = entry.name;
+    }
     if (unlisted > 0) {
       Warn(absl::StrCat(file->path(), ": ", unlisted, " tensor(s) not listed in ", kIndexFile,
-                        " are ignored"));
+                        " (e.g. ", Quoted(example), ") are loaded too, as Hugging Face does"));
     }
   }
 
@@ -243,7 +271,8 @@ const TensorEntry* Checkpoint::FindEntry(absl::string_view canonical_name) const
 }
 
 absl::StatusOr<Tensor> Checkpoint::Get(absl::string_view canonical_name,
-                                       absl::Span<const int64_t> expected_shape) const {
+                                       absl::Span<const int64_t> expected_shape,
+                                       Misaligned misaligned) const {
   auto it = tensors_.find(canonical_name);
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -262,7 +291,7 @@ absl::StatusOr<Tensor> Checkpoint::Get(absl::string_view canonical_name,
                      ShapeString(expected_shape), " (config: hidden_size ", config_.hidden_size,
                      ", n_head ", config_.n_head, ", vocab_size ", config_.vocab_size, ")"));
   }
-  return loc.file->View(*loc.entry);
+  return loc.file->View(*loc.entry, misaligned);
 }
 
 std::vector<std::string> Checkpoint::CanonicalNames() const {

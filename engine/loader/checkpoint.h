@@ -4,7 +4,10 @@
 // Tensors are addressed by canonical names without the "transformer." prefix
 // ("h.0.mlp.dense_h_to_4h.weight"); files may store either spelling. All tensors are views into
 // read-only mappings: loading never holds a second copy of the weights, so a 352 GB BLOOM-176B
-// checkpoint costs address space and page cache, not heap.
+// checkpoint costs address space and page cache, not heap. The exception is a file whose
+// tensors are misaligned for their dtype (written before safetensors 0.3.0, see safetensors.h):
+// Get hands those out only to a caller that copies them (Misaligned::kAllow), and Open warns
+// once per such file.
 #ifndef BLOSSOM_ENGINE_LOADER_CHECKPOINT_H_
 #define BLOSSOM_ENGINE_LOADER_CHECKPOINT_H_
 
@@ -44,8 +47,10 @@ class Checkpoint {
   // Loads config.json and opens the weights. Like Hugging Face, prefers model.safetensors when
   // both it and an index exist (with a warning). For a sharded checkpoint only the shards listed
   // in the index are opened, each shard name must be a plain file name inside model_dir, and
-  // every tensor of the weight map must be in its shard. An inconsistent metadata.total_size, or
-  // shard tensors the index does not list, are warnings (see warnings()), not errors.
+  // every tensor of the weight map must be in its shard. Like Hugging Face, every tensor of a
+  // listed shard is loaded, also those the index does not list (a warning per shard); a tensor
+  // stored in two shards is an error. An inconsistent metadata.total_size and files with
+  // misaligned tensors are warnings too (see warnings()).
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& model_dir);
 
   Checkpoint(const Checkpoint&) = delete;
@@ -61,9 +66,12 @@ class Checkpoint {
 
   // The tensor as a read-only host view into the mapping. NotFound names the checkpoint and both
   // spellings looked for; a shape mismatch (InvalidArgument) names the tensor, its file, and the
-  // expected and actual shapes. Dtype and alignment errors come from SafetensorsFile::View.
+  // expected and actual shapes. Dtype and alignment errors come from SafetensorsFile::View: with
+  // Misaligned::kAllow a misaligned tensor is returned too, for reading bytewise only (see
+  // IsAlignedView, CopyWeightBlock).
   absl::StatusOr<Tensor> Get(absl::string_view canonical_name,
-                             absl::Span<const int64_t> expected_shape) const;
+                             absl::Span<const int64_t> expected_shape,
+                             Misaligned misaligned = Misaligned::kRefuse) const;
 
   // The entry behind a canonical name, or nullptr.
   const TensorEntry* FindEntry(absl::string_view canonical_name) const;
@@ -104,6 +112,8 @@ class Checkpoint {
   };
 
   Checkpoint() = default;
+  // Opens and validates one safetensors file into files_ (warning if its tensors are misaligned).
+  absl::Status OpenFile(const std::string& path);
   absl::Status OpenSingle(const std::string& path);
   absl::Status OpenSharded(const std::string& index_path);
   // Registers `entry` under its canonical name; errors if the other spelling is already there.

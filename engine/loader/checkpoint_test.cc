@@ -334,15 +334,69 @@ TEST_F(CheckpointTest, WeightMapNameNotInItsShard) {
             HasSubstr("'model-00001-of-00002.safetensors'"), HasSubstr("has no such tensor")));
 }
 
-TEST_F(CheckpointTest, UnlistedShardTensorsAreAWarning) {
+TEST_F(CheckpointTest, UnlistedShardTensorsAreLoadedWithAWarning) {
+  // As Hugging Face: every tensor of a listed shard loads; the index only chooses the shards.
   WriteShardedModel("", R"({"weight_map": {"ln_f.weight": "model-00002-of-00002.safetensors"}})");
   auto checkpoint = Checkpoint::Open(dir_);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ((*checkpoint)->files().size(), 1u);  // only the listed shard is opened
-  EXPECT_THAT((*checkpoint)->CanonicalNames(), ElementsAre("ln_f.weight"));
+  EXPECT_THAT((*checkpoint)->CanonicalNames(),
+              ElementsAre("h.0.self_attention.query_key_value.bias", "ln_f.weight"));
   EXPECT_THAT((*checkpoint)->warnings(),
               ElementsAre(AllOf(HasSubstr("model-00002-of-00002.safetensors"),
-                                HasSubstr("1 tensor(s) not listed"))));
+                                HasSubstr("1 tensor(s) not listed"),
+                                HasSubstr("'h.0.self_attention.query_key_value.bias'"),
+                                HasSubstr("loaded too"))));
+  absl::StatusOr<Tensor> bias =
+      (*checkpoint)->Get("h.0.self_attention.query_key_value.bias", {3 * kHidden});
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(BF16ToFloat(bias->as<uint16_t>()[11]), 11.0f);
+  EXPECT_EQ((*checkpoint)->total_bytes(), 24u + 16u);
+}
+
+TEST_F(CheckpointTest, UnlistedTensorAlsoInAnotherShardIsStoredTwice) {
+  WriteConfig();
+  Write("a.safetensors", BuildSafetensors({{"ln_f.weight", "F32", {1}, F32Bytes({1})}}));
+  Write("b.safetensors", BuildSafetensors({{"ln_f.bias", "F32", {1}, F32Bytes({0})},
+                                           {"transformer.ln_f.weight", "F32", {1}, F32Bytes({2})}}));
+  Write("model.safetensors.index.json",
+        R"({"weight_map": {"ln_f.weight": "a.safetensors", "ln_f.bias": "b.safetensors"}})");
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr("tensor 'ln_f.weight' is stored twice"),
+                                 HasSubstr("a.safetensors"), HasSubstr("b.safetensors")));
+}
+
+TEST_F(CheckpointTest, MisalignedShardsOpenWithOneWarningEach) {
+  // Writers before safetensors 0.3.0 did not pad the header: data starts at 8 + header length.
+  test_util::SafetensorsWriteOptions unpadded;
+  unpadded.align = 1;
+  unpadded.edit_header = [](std::string* header) {
+    while ((8 + header->size()) % 2 == 0) header->push_back(' ');
+  };
+  WriteConfig();
+  std::vector<TestTensor> all = TinyTensors("");
+  Write("model-00001-of-00002.safetensors", BuildSafetensors({all[0], all[1]}, unpadded));
+  Write("model-00002-of-00002.safetensors", BuildSafetensors({all[2], all[3]}, unpadded));
+  Write("model.safetensors.index.json",
+        absl::StrCat(R"({"weight_map": {")", all[0].name, R"(": "model-00001-of-00002.safetensors", ")",
+                     all[1].name, R"(": "model-00001-of-00002.safetensors", ")", all[2].name,
+                     R"(": "model-00002-of-00002.safetensors", ")", all[3].name,
+                     R"(": "model-00002-of-00002.safetensors"}})"));
+  auto checkpoint = Checkpoint::Open(dir_);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_THAT((*checkpoint)->warnings(),
+              ElementsAre(AllOf(HasSubstr("model-00001-of-00002.safetensors"),
+                                HasSubstr("2 of its 2 tensors are not aligned"),
+                                HasSubstr("0.3.0"), HasSubstr("copies")),
+                          AllOf(HasSubstr("model-00002-of-00002.safetensors"),
+                                HasSubstr("2 of its 2 tensors are not aligned"))));
+  // Refused where the caller would read numbers through the view; handed out to one that copies.
+  absl::StatusOr<Tensor> refused = (*checkpoint)->Get("ln_f.weight", {kHidden});
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  absl::StatusOr<Tensor> ln_f =
+      (*checkpoint)->Get("ln_f.weight", {kHidden}, Misaligned::kAllow);
+  ASSERT_TRUE(ln_f.ok()) << ln_f.status();
+  EXPECT_FALSE(IsAlignedView(*ln_f));
+  EXPECT_EQ(std::string(static_cast<const char*>(ln_f->data), ln_f->bytes()), all[3].bytes);
 }
 
 TEST_F(CheckpointTest, TotalSizeMismatchIsOnlyAWarning) {

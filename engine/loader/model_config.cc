@@ -81,6 +81,49 @@ absl::Status ReadTokenId(const json& root, absl::string_view source, const char*
   return absl::OkStatus();
 }
 
+// eos_token_id: one id, or (as Hugging Face accepts, e.g. for chat fine-tunes with several end
+// tokens) a non-empty list of ids; the first is the one the engine stops at.
+absl::Status ReadEosTokenIds(const json& root, absl::string_view source, int64_t vocab_size,
+                             BloomConfig* config) {
+  const json* v = FindOptional(root, "eos_token_id");
+  if (v == nullptr) {
+    config->eos_token_ids = {config->eos_token_id};
+    return absl::OkStatus();
+  }
+  if (!v->is_array() && !v->is_number_integer()) {
+    return WrongType(source, "eos_token_id", "an integer or a non-empty list of integers", *v);
+  }
+  if (!v->is_array()) {
+    absl::Status status =
+        ReadTokenId(root, source, "eos_token_id", vocab_size, &config->eos_token_id);
+    if (!status.ok()) return status;
+    config->eos_token_ids = {config->eos_token_id};
+    return absl::OkStatus();
+  }
+  if (v->empty()) {
+    return WrongType(source, "eos_token_id", "an integer or a non-empty list of integers", *v);
+  }
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& item = (*v)[i];
+    int64_t id;
+    if (!JsonToInt64(item, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": field 'eos_token_id'[", i, "] must be an integer, got ",
+                       DescribeJsonValue(item)));
+    }
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": field 'eos_token_id'[", i,
+                                                     "] = ", id, " is outside the vocabulary [0, ",
+                                                     vocab_size, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  config->eos_token_id = ids.front();
+  config->eos_token_ids = std::move(ids);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
@@ -101,14 +144,46 @@ absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
           src, ": field 'model_type' is ", DescribeJsonValue(*v), ", expected \"bloom\""));
     }
   }
+  if (const json* q = FindOptional(root, "quantization_config")) {
+    // The weights are packed (GPTQ/AWQ int4 with scales and zeros, bitsandbytes' int8/nf4):
+    // their tensors, shapes and dtypes are not BLOOM's, so loading would fail later on a
+    // misleading "missing tensor" or "bad dtype". Say what the checkpoint is instead.
+    std::string method = "unknown: no 'quant_method'";
+    if (q->is_object()) {
+      auto m = q->find("quant_method");
+      if (m != q->end() && m->is_string()) {
+        method = absl::StrCat("'", SanitizeForMessage(m->get_ref<const std::string&>()), "'");
+      } else if (m != q->end()) {
+        method = absl::StrCat("unknown: 'quant_method' is ", DescribeJsonValue(*m));
+      }
+    }
+    return absl::UnimplementedError(absl::StrCat(
+        src, ": field 'quantization_config' (quant_method ", method,
+        ") says the checkpoint is pre-quantized, which Blossom cannot load; use the original "
+        "unquantized checkpoint (F32, F16 or BF16 weights) and quantize it at load time with "
+        "--quantize int8, int4 or bf16"));
+  }
   if (const json* v = FindOptional(root, "slow_but_exact")) {
     if (!v->is_boolean()) return WrongType(src, "slow_but_exact", "a boolean", *v);
     if (v->get<bool>()) {
-      // Only affects how HF splits the linear layers under pretraining_tp > 1 (to mimic
-      // Megatron's rounding); released checkpoints use false. Refuse rather than silently differ.
-      return absl::UnimplementedError(absl::StrCat(
-          src,
-          ": field 'slow_but_exact' is true; only the plain linear path (false) is implemented"));
+      // Hugging Face only takes its sliced path (each Linear split into pretraining_tp parts, to
+      // mimic Megatron's rounding) when pretraining_tp > 1 as well; with 1 slice it is the plain
+      // path, which is what Blossom implements. pretraining_tp is only read here, where it
+      // matters.
+      int64_t tp = 1;
+      if (const json* t = FindOptional(root, "pretraining_tp")) {
+        if (!JsonToInt64(*t, &tp) || tp < 1) {
+          return WrongType(src, "pretraining_tp", "a positive integer", *t);
+        }
+      }
+      if (tp > 1) {
+        return absl::UnimplementedError(absl::StrCat(
+            src, ": 'slow_but_exact' is true with 'pretraining_tp' ", tp,
+            ": Hugging Face then computes every Linear layer in ", tp,
+            " slices (to reproduce Megatron's rounding), which Blossom does not implement; it "
+            "computes each Linear layer whole, as Hugging Face does with slow_but_exact false "
+            "(the released BLOOM checkpoints' setting): set it to false to load this model"));
+      }
     }
   }
 
@@ -156,11 +231,12 @@ absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
     config.tie_word_embeddings = b->get<bool>();
   }
   for (auto [field, out] : {std::make_pair("bos_token_id", &config.bos_token_id),
-                            std::make_pair("eos_token_id", &config.eos_token_id),
                             std::make_pair("pad_token_id", &config.pad_token_id)}) {
     absl::Status status = ReadTokenId(root, src, field, config.vocab_size, out);
     if (!status.ok()) return status;
   }
+  absl::Status eos = ReadEosTokenIds(root, src, config.vocab_size, &config);
+  if (!eos.ok()) return eos;
   if (const json* t = FindOptional(root, "torch_dtype")) {
     if (!t->is_string()) return WrongType(src, "torch_dtype", "a string", *t);
     config.torch_dtype = t->get<std::string>();

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -30,7 +31,13 @@ struct BloomConfig {
   // checkpoint must carry its own lm_head.weight.
   bool tie_word_embeddings = true;
   int32_t bos_token_id = 1;
+  // The end-of-sequence token the engine stops at. config.json may give a list (HF accepts
+  // one): then this is its first id, and eos_token_ids holds them all.
   int32_t eos_token_id = 2;
+  // Every id config.json lists as eos_token_id, in order ({eos_token_id} when it gives one
+  // integer or none). Only eos_token_id is a stop token for now: the engine has one EOS id, so a
+  // request that should also stop at the others must name them as stop tokens itself.
+  std::vector<int32_t> eos_token_ids{2};
   int32_t pad_token_id = 3;
   std::string torch_dtype;  // as written ("float16", "bfloat16", ...); "" if absent or null
 
@@ -40,8 +47,10 @@ struct BloomConfig {
 };
 
 // Parses config.json text. `source_name` (usually the file path) prefixes every error message.
-// Errors: InvalidArgument for malformed JSON or values (naming the field), Unimplemented for
-// slow_but_exact: true.
+// Errors: InvalidArgument for malformed JSON or values (naming the field); Unimplemented for a
+// quantized checkpoint (a quantization_config: GPTQ, AWQ, bitsandbytes, ...; Blossom quantizes
+// an unquantized checkpoint at load instead, --quantize) and for slow_but_exact: true with
+// pretraining_tp > 1 (the only combination where Hugging Face's forward differs).
 absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
                                              absl::string_view source_name);
 

@@ -1,7 +1,9 @@
 #include "engine/loader/model_config.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/loader/file_util.h"
 #include "engine/loader/safetensors_test_util.h"
 #include "gmock/gmock.h"
@@ -191,7 +193,7 @@ TEST(ModelConfigTest, HiddenNotDivisibleByHeads) {
                     HasSubstr("not divisible by n_head 4")));
 }
 
-TEST(ModelConfigTest, SlowButExactRefused) {
+TEST(ModelConfigTest, SlowButExactRefusedOnlyWithPretrainingTpAboveOne) {
   absl::StatusOr<BloomConfig> config = ParseBloomConfig(
       R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
           "slow_but_exact": true, "pretraining_tp": 4})",
@@ -199,7 +201,65 @@ TEST(ModelConfigTest, SlowButExactRefused) {
   ASSERT_FALSE(config.ok());
   EXPECT_TRUE(absl::IsUnimplemented(config.status()));
   EXPECT_THAT(std::string(config.status().message()),
-              AllOf(HasSubstr("dir/config.json"), HasSubstr("'slow_but_exact'")));
+              AllOf(HasSubstr("dir/config.json"), HasSubstr("'slow_but_exact' is true"),
+                    HasSubstr("'pretraining_tp' 4"), HasSubstr("set it to false")));
+  // Hugging Face takes its sliced path only when both hold: otherwise the plain one, Blossom's.
+  EXPECT_EQ(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                        "slow_but_exact": true, "pretraining_tp": 1})"),
+            "OK");
+  EXPECT_EQ(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                        "slow_but_exact": true})"),
+            "OK");
+  EXPECT_EQ(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                        "slow_but_exact": false, "pretraining_tp": 4})"),
+            "OK");
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "slow_but_exact": true, "pretraining_tp": "4"})"),
+              AllOf(HasSubstr("'pretraining_tp'"), HasSubstr("must be a positive integer")));
+}
+
+TEST(ModelConfigTest, QuantizedCheckpointIsRefusedNamingItsMethod) {
+  for (const char* method : {"gptq", "awq", "bitsandbytes"}) {
+    absl::StatusOr<BloomConfig> config = ParseBloomConfig(
+        absl::StrCat(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                         "quantization_config": {"bits": 4, "quant_method": ")",
+                     method, R"("}})"),
+        "dir/config.json");
+    ASSERT_FALSE(config.ok()) << method;
+    EXPECT_TRUE(absl::IsUnimplemented(config.status())) << config.status();
+    EXPECT_THAT(std::string(config.status().message()),
+                AllOf(HasSubstr("dir/config.json"), HasSubstr("'quantization_config'"),
+                      HasSubstr(absl::StrCat("'", method, "'")), HasSubstr("unquantized"),
+                      HasSubstr("--quantize int8, int4 or bf16")));
+  }
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "quantization_config": {"load_in_8bit": true}})"),
+              AllOf(HasSubstr("'quantization_config'"), HasSubstr("no 'quant_method'")));
+  EXPECT_EQ(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                        "quantization_config": null})"),
+            "OK");
+}
+
+TEST(ModelConfigTest, EosTokenIdMayBeAList) {
+  absl::StatusOr<BloomConfig> config = ParseBloomConfig(
+      R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+          "eos_token_id": [7, 2, 9]})",
+      "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->eos_token_id, 7);  // the engine's stop token: the first
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{7, 2, 9}));
+  config = ParseBloomConfig(kBloom560m, "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2}));
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "eos_token_id": []})"),
+              AllOf(HasSubstr("'eos_token_id'"), HasSubstr("non-empty list")));
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "eos_token_id": [2, "3"]})"),
+              AllOf(HasSubstr("'eos_token_id'[1]"), HasSubstr("must be an integer")));
+  EXPECT_THAT(ErrorOf(R"({"vocab_size": 10, "hidden_size": 8, "n_layer": 1, "n_head": 2,
+                          "eos_token_id": [2, 10]})"),
+              AllOf(HasSubstr("'eos_token_id'[1] = 10"), HasSubstr("outside the vocabulary")));
 }
 
 TEST(ModelConfigTest, WrongModelType) {

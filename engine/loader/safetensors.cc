@@ -113,6 +113,21 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+std::optional<DType> ViewableDType(absl::string_view dtype_name) {
+  if (dtype_name == "F32") return DType::kF32;
+  if (dtype_name == "F16") return DType::kF16;
+  if (dtype_name == "BF16") return DType::kBF16;
+  if (dtype_name == "I32") return DType::kI32;
+  if (dtype_name == "I64") return DType::kI64;
+  return std::nullopt;
+}
+
+bool IsAlignedView(const Tensor& t) {
+  if (t.numel() == 0) return true;  // nothing is ever read through it
+  const size_t element_size = DTypeSize(t.dtype);
+  return element_size <= 1 || reinterpret_cast<uintptr_t>(t.data) % element_size == 0;
+}
+
 namespace {
 
 using nlohmann::json;
@@ -330,6 +345,14 @@ absl::Status SafetensorsFile::ParseAndValidate() {
                   ": the data section (", data_size, " bytes) must be exactly covered by tensors"));
   }
 
+  for (const TensorEntry& e : entries_) {
+    // Counted here so that a loader can warn once per file, before it copies anything.
+    const std::optional<DType> dtype = ViewableDType(e.dtype_name);
+    if (dtype.has_value() && e.bytes() > 0 && e.begin % DTypeSize(*dtype) != 0) {
+      ++misaligned_tensors_;
+    }
+  }
+
   index_.reserve(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
     // ParseJsonStrict already rejects duplicated keys; this is a second line of defence.
@@ -345,24 +368,15 @@ const TensorEntry* SafetensorsFile::Find(absl::string_view name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
-absl::StatusOr<Tensor> SafetensorsFile::View(const TensorEntry& entry) const {
+absl::StatusOr<Tensor> SafetensorsFile::View(const TensorEntry& entry,
+                                             Misaligned misaligned) const {
   const std::string& path = mapping_.path();
   if (entries_.empty() || &entry < entries_.data() || &entry >= entries_.data() + entries_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", Quoted(entry.name),
                                                    ": entry does not belong to this file"));
   }
-  DType dtype;
-  if (entry.dtype_name == "F32") {
-    dtype = DType::kF32;
-  } else if (entry.dtype_name == "F16") {
-    dtype = DType::kF16;
-  } else if (entry.dtype_name == "BF16") {
-    dtype = DType::kBF16;
-  } else if (entry.dtype_name == "I32") {
-    dtype = DType::kI32;
-  } else if (entry.dtype_name == "I64") {
-    dtype = DType::kI64;
-  } else {
+  const std::optional<DType> dtype = ViewableDType(entry.dtype_name);
+  if (!dtype.has_value()) {
     return absl::UnimplementedError(absl::StrCat(path, ": tensor ", Quoted(entry.name), ": dtype ",
                                                  entry.dtype_name,
                                                  " cannot be viewed as a Tensor (supported: F32, "
@@ -373,26 +387,24 @@ absl::StatusOr<Tensor> SafetensorsFile::View(const TensorEntry& entry) const {
         path, ": tensor ", Quoted(entry.name), ": rank ", entry.shape.size(), " (shape ",
         ShapeToString(entry.shape), ") exceeds Tensor::kMaxRank ", Tensor::kMaxRank));
   }
-  // The format does not promise aligned offsets (the reference writer pads the header to 8 bytes,
-  // but nothing forces other writers to, and data_offsets need only be contiguous). The mapping
-  // starts on a page boundary, so an offset that is not a multiple of the element size gives a
-  // misaligned pointer; kernels dereference float*/uint16_t* directly (undefined behaviour on
-  // misaligned data, and a fault in vectorised/GPU copies), and realigning would need a copy of
-  // the weights, which the loader never makes. So refuse, and say how to fix the file.
-  const size_t element_size = DTypeSize(dtype);
-  uint8_t* data = const_cast<uint8_t*>(mapping_.data()) + entry.begin;
-  if (reinterpret_cast<uintptr_t>(data) % element_size != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": tensor ", Quoted(entry.name), ": data at file offset ", entry.begin,
-        " is not aligned to its ", element_size, "-byte ", entry.dtype_name,
-        " elements; rewrite the checkpoint with aligned offsets (e.g. safetensors' save_file)"));
-  }
   Tensor tensor;
-  tensor.data = data;
-  tensor.dtype = dtype;
+  tensor.data = const_cast<uint8_t*>(mapping_.data()) + entry.begin;
+  tensor.dtype = *dtype;
   tensor.device = DeviceKind::kHost;
   tensor.rank = static_cast<int>(entry.shape.size());
   for (int i = 0; i < tensor.rank; ++i) tensor.shape[i] = entry.shape[i];
+  // The mapping starts on a page boundary, so an offset that is not a multiple of the element
+  // size gives a misaligned pointer; kernels dereference float*/uint16_t* directly (undefined
+  // behaviour on misaligned data, and a fault in vectorised/GPU copies). Such a view is only for
+  // a caller that copies it bytewise (see Misaligned).
+  if (misaligned == Misaligned::kRefuse && !IsAlignedView(tensor)) {
+    const size_t element_size = DTypeSize(*dtype);
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": tensor ", Quoted(entry.name), ": data at file offset ", entry.begin,
+        " is not aligned to its ", element_size, "-byte ", entry.dtype_name,
+        " elements (a safetensors writer older than 0.3.0 did not pad the header); this reader "
+        "needs aligned data: rewrite the checkpoint with a current safetensors (save_file)"));
+  }
   return tensor;
 }
 

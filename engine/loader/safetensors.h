@@ -7,13 +7,21 @@
 //
 // Checkpoints are untrusted and may be truncated by an interrupted download, so Open validates
 // everything the format promises before any tensor is handed out; a View can then never point
-// outside the mapping. Weights are never copied: Views point into the read-only mapping.
+// outside the mapping. Weights are never copied here: Views point into the read-only mapping.
+//
+// Alignment: the format does not promise that a tensor's data sits at a multiple of its element
+// size. Writers since safetensors 0.3.0 pad the header to 8 bytes, so data tensors written in
+// the usual order are aligned; older ones (2022, e.g. bigscience's own conversions made for TGI)
+// did not, so in such a file data starts at 8 + header length, anywhere. PyTorch loads those
+// files (it copies), so they are valid: View hands them out only on request
+// (Misaligned::kAllow), as views whose bytes must be copied before they are read as numbers.
 #ifndef BLOSSOM_ENGINE_LOADER_SAFETENSORS_H_
 #define BLOSSOM_ENGINE_LOADER_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +85,23 @@ size_t SafetensorsDTypeSize(absl::string_view dtype_name);
 // "[2, 3]".
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
+// The Tensor dtype View gives a tensor of this safetensors dtype ("F16" -> kF16), or nullopt for
+// the dtypes View does not support.
+std::optional<DType> ViewableDType(absl::string_view dtype_name);
+
+// What View does with a tensor whose data is not at a multiple of its element size.
+enum class Misaligned {
+  // FailedPrecondition: the caller dereferences the data as numbers.
+  kRefuse,
+  // A view anyway. Its data pointer is misaligned for its dtype, so dereferencing it as float*
+  // or uint16_t* is undefined behaviour (and a fault in vectorised or GPU copies): read it only
+  // bytewise (memcpy, CopyWeightBlock in weight_copy.h). Check with IsAlignedView.
+  kAllow,
+};
+
+// True if t.data is a multiple of t's element size (always for an empty or byte-sized tensor).
+bool IsAlignedView(const Tensor& t);
+
 // An open, validated safetensors file. Created only by Open; not copyable or movable (Views and
 // TensorEntry pointers stay valid for the object's lifetime).
 // Invariants: entries() are sorted by offset and tile [data_begin(), file size) exactly; names
@@ -107,12 +132,18 @@ class SafetensorsFile {
   uint64_t data_begin() const { return data_begin_; }
   uint64_t file_size() const { return mapping_.size(); }
   const MappedFile& mapping() const { return mapping_; }
+  // How many non-empty tensors of a View-able dtype have data that is not at a multiple of
+  // their element size (see the file comment); normally 0 for files written by safetensors
+  // 0.3.0 or later.
+  size_t misaligned_tensors() const { return misaligned_tensors_; }
 
   // A host Tensor viewing the entry's bytes inside the mapping (no copy). Supported dtypes: F32,
   // F16, BF16, I32, I64; others are Unimplemented. Also fails for rank > Tensor::kMaxRank, for
-  // an entry not belonging to this file, and for misaligned data (see the .cc). The Tensor's
-  // memory is read-only and lives as long as this object.
-  absl::StatusOr<Tensor> View(const TensorEntry& entry) const;
+  // an entry not belonging to this file, and, unless `misaligned` is kAllow, with
+  // FailedPrecondition for data not aligned to its element size. The Tensor's memory is
+  // read-only and lives as long as this object.
+  absl::StatusOr<Tensor> View(const TensorEntry& entry,
+                              Misaligned misaligned = Misaligned::kRefuse) const;
 
  private:
   explicit SafetensorsFile(MappedFile mapping) : mapping_(std::move(mapping)) {}
@@ -123,6 +154,7 @@ class SafetensorsFile {
   std::vector<TensorEntry> entries_;
   absl::flat_hash_map<std::string, size_t> index_;  // name -> position in entries_
   std::map<std::string, std::string> metadata_;
+  size_t misaligned_tensors_ = 0;
 };
 
 }  // namespace blossom

@@ -150,6 +150,7 @@ TEST_F(SafetensorsTest, EntriesAreSortedByOffsetAndPointIntoTheMapping) {
   EXPECT_EQ(entries[4].name, "big_ids");
   EXPECT_EQ(entries[0].begin, (*file)->data_begin());
   EXPECT_EQ((*file)->data_begin() % 8, 0u);  // writer pads the header with spaces
+  EXPECT_EQ((*file)->misaligned_tensors(), 0u);
   for (size_t i = 1; i < entries.size(); ++i) EXPECT_EQ(entries[i].begin, entries[i - 1].end);
   EXPECT_EQ(entries.back().end, (*file)->file_size());
   EXPECT_EQ((*file)->metadata().at("format"), "pt");
@@ -486,6 +487,12 @@ TEST_F(SafetensorsTest, MisalignedDataIsRefused) {
   absl::StatusOr<Tensor> x = (*file)->View(*(*file)->Find("x"));
   ASSERT_FALSE(x.ok());
   EXPECT_THAT(std::string(x.status().message()), HasSubstr("4-byte F32"));
+  // Counted at Open (the U8 pads are byte-sized, never misaligned), and viewed on request.
+  EXPECT_EQ((*file)->misaligned_tensors(), 2u);
+  absl::StatusOr<Tensor> allowed = (*file)->View(*(*file)->Find("x"), Misaligned::kAllow);
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_FALSE(IsAlignedView(*allowed));
+  EXPECT_EQ(std::string(static_cast<const char*>(allowed->data), 4), F32Bytes({3}));
 }
 
 TEST_F(SafetensorsTest, RankAboveTensorMaxRank) {

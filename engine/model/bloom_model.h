@@ -126,6 +126,8 @@ struct ModelInfo {
   std::string backend;
   int rank = 0;
   int world_size = 1;
+  // The dtype the model computes in: its word embeddings' (Linear weights stored in another
+  // dtype are converted to it at load), from which the backend's activations follow.
   DType weight_dtype = DType::kF32;
   WeightQuant quantize = WeightQuant::kNone;
   bool quantize_lm_head = false;
@@ -215,7 +217,8 @@ class BloomModel {
 
   BloomModel(Backend* backend, Communicator* communicator);
   absl::Status LoadWeights(const Checkpoint& checkpoint);
-  // The checkpoint tensor `name` with `shape`, refusing non-float dtypes.
+  // The checkpoint tensor `name` with `shape`, refusing non-float dtypes. The view may be
+  // misaligned (Misaligned::kAllow): read it only through the Import* paths, which copy those.
   absl::StatusOr<Tensor> GetFloatWeight(const Checkpoint& checkpoint, const std::string& name,
                                         const std::vector<int64_t>& shape) const;
   // What a weight feeds. Only a Linear weight (read by no op but Linear) goes through
@@ -232,12 +235,25 @@ class BloomModel {
   // `rows_done`: as Backend::HostRowsDone, for the weights whose host rows may be given back.
   absl::StatusOr<Tensor> Import(const Tensor& host, WeightUse use, WeightQuant quant,
                                 const Backend::HostRowsDone& rows_done);
+  // Rows (columns) [begin, end) of the checkpoint tensor `name` of `shape`, imported. `dtype`:
+  // the dtype to import it in, if not the stored one (then converted on a host copy of the
+  // slice). A misaligned tensor's slice is imported from an aligned host copy too (ImportCopy).
   absl::StatusOr<Tensor> ImportRows(const Checkpoint& checkpoint, const std::string& name,
                                     std::vector<int64_t> shape, int64_t begin, int64_t end,
-                                    WeightUse use, WeightQuant quant);
+                                    WeightUse use, WeightQuant quant,
+                                    std::optional<DType> dtype = std::nullopt);
   absl::StatusOr<Tensor> ImportColumns(const Checkpoint& checkpoint, const std::string& name,
                                        std::vector<int64_t> shape, int64_t begin, int64_t end,
-                                       WeightUse use, WeightQuant quant);
+                                       WeightUse use, WeightQuant quant,
+                                       std::optional<DType> dtype = std::nullopt);
+  // Imports a host copy (CopyWeightBlock, as `dtype`) of the block of `mapped` (a view of
+  // checkpoint tensor `name`, possibly misaligned), giving the mapped pages back first. The copy
+  // is kept in host_slices_ only if the backend imported it in place (the CPU's zero-copy
+  // views); otherwise it is freed as soon as the backend has copied it.
+  absl::StatusOr<Tensor> ImportCopy(const Checkpoint& checkpoint, const std::string& name,
+                                    const Tensor& mapped, int64_t row_begin, int64_t row_end,
+                                    int64_t col_begin, int64_t col_end, DType dtype, WeightUse use,
+                                    WeightQuant quant);
   absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
   // The one step both Forward variants run. With `assemble`, returns the full logits
   // [logit rows, vocab] in the backend's memory; without, an empty tensor (this rank's share of
@@ -271,7 +287,9 @@ class BloomModel {
   Tensor lm_head_;  // this rank's vocabulary rows: word_embeddings_ when tied
   std::vector<LayerWeights> layers_;
   std::vector<OwnedTensor> owned_weights_;        // device copies (non-zero-copy backends)
-  std::vector<std::vector<char>> host_slices_;    // row-parallel slices copied on the host
+  // Host copies the backend views in place: row-parallel column slices, and slices of
+  // misaligned or converted tensors (ImportCopy).
+  std::vector<std::vector<char>> host_slices_;
   OwnedTensor slopes_;                            // this rank's ALiBi slopes, F32
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<StepGraphs> graphs_;  // null until EnableStepGraphs

@@ -6,8 +6,12 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/loader/progress_bar.h"
+#include "engine/loader/safetensors.h"
+#include "engine/loader/weight_copy.h"
 #include "engine/model/alibi.h"
 #include "engine/model/bloom_model.h"
 #include "engine/model/bloom_model_internal.h"
@@ -16,6 +20,104 @@
 #include "spdlog/spdlog.h"
 
 namespace blossom {
+namespace {
+
+constexpr char kEmbeddingName[] = "word_embeddings.weight";
+constexpr char kLmHeadName[] = "lm_head.weight";
+
+// The checkpoint tensor the model embeds tokens with. Normally word_embeddings.weight; but
+// older pytorch -> safetensors conversions of tied checkpoints kept only the alphabetically first
+// name of the shared tensor, lm_head.weight. With tied embeddings (config.json's
+// tie_word_embeddings, true when absent as in HF) that is the same matrix, so it serves as the
+// embedding, as HF's tie_weights makes it. Untied, lm_head.weight is another matrix: the
+// embedding is then simply missing (Get's NotFound names it).
+std::string EmbeddingTensorName(const Checkpoint& checkpoint) {
+  if (!checkpoint.Has(kEmbeddingName) && checkpoint.config().tie_word_embeddings &&
+      checkpoint.Has(kLmHeadName)) {
+    return kLmHeadName;
+  }
+  return kEmbeddingName;
+}
+
+// The tensor's dtype as stored (nullopt if absent or not a Tensor dtype).
+std::optional<DType> StoredDType(const Checkpoint& checkpoint, const std::string& name) {
+  const TensorEntry* entry = checkpoint.FindEntry(name);
+  return entry == nullptr ? std::nullopt : ViewableDType(entry->dtype_name);
+}
+
+// The weights imported in another dtype than they are stored in, and as what.
+struct DTypePlan {
+  absl::flat_hash_map<std::string, DType> convert;
+  std::optional<DType> DTypeFor(const std::string& name) const {
+    auto it = convert.find(name);
+    return it == convert.end() ? std::nullopt : std::optional<DType>(it->second);
+  }
+};
+
+// What the kernels accept decides it. Linear takes its input and weight in one dtype on CUDA
+// (the CPU's takes any float weight beside its fp32 activations), and the activations follow
+// the embedding (`compute`); so a Linear weight stored in another float dtype is converted to
+// `compute`, on every backend, so that all of them compute the same model (as HF does when it
+// loads a checkpoint into one torch_dtype). Not a quantized one (q, q_head): the backend packs it
+// from any float dtype. LayerNorm takes any float weight and bias beside any activations, but on
+// CUDA both in one dtype: a pair stored in two dtypes becomes F32, exact for either. Biases may
+// be any float dtype on both backends and keep theirs. With `log`, one warning lists the changes.
+DTypePlan PlanWeightDTypes(const Checkpoint& checkpoint, DType compute, WeightQuant q,
+                           WeightQuant q_head, bool log) {
+  const BloomConfig& config = checkpoint.config();
+  DTypePlan plan;
+  std::vector<std::string> linears, norms;
+  auto linear = [&](const std::string& name, WeightQuant quant) {
+    const std::optional<DType> stored = StoredDType(checkpoint, name);
+    // A missing or non-float tensor is GetFloatWeight's error to report, by name.
+    if (quant != WeightQuant::kNone || !stored.has_value() || !IsFloat(*stored) ||
+        *stored == compute) {
+      return;
+    }
+    plan.convert[name] = compute;
+    linears.push_back(absl::StrCat("'", name, "' ", DTypeName(*stored)));
+  };
+  auto norm = [&](const std::string& prefix) {
+    const std::string weight = prefix + "weight", bias = prefix + "bias";
+    const std::optional<DType> w = StoredDType(checkpoint, weight), b = StoredDType(checkpoint, bias);
+    if (!w.has_value() || !b.has_value() || !IsFloat(*w) || !IsFloat(*b) || *w == *b) return;
+    plan.convert[weight] = plan.convert[bias] = DType::kF32;
+    norms.push_back(absl::StrCat("'", weight, "' ", DTypeName(*w), " / 'bias' ", DTypeName(*b)));
+  };
+  norm("word_embeddings_layernorm.");
+  norm("ln_f.");
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    const std::string p = absl::StrCat("h.", i, ".");
+    norm(p + "input_layernorm.");
+    norm(p + "post_attention_layernorm.");
+    for (const char* matrix : {"self_attention.query_key_value.weight",
+                               "self_attention.dense.weight", "mlp.dense_h_to_4h.weight",
+                               "mlp.dense_4h_to_h.weight"}) {
+      linear(p + matrix, q);
+    }
+  }
+  if (!config.tie_word_embeddings) linear(kLmHeadName, q_head);
+  // The first few by name: a 70-layer checkpoint would otherwise log hundreds.
+  auto some = [](const std::vector<std::string>& names) {
+    constexpr size_t kShown = 4;
+    std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+    return absl::StrCat(absl::StrJoin(shown, ", "), names.size() > kShown ? ", ..." : "");
+  };
+  if (log && !linears.empty()) {
+    spdlog::warn("{}: {} Linear weight(s) are stored in another dtype than the word embeddings' {}, "
+                 "which the model computes in; converted to {} at load: {}",
+                 checkpoint.model_dir(), linears.size(), DTypeName(compute), DTypeName(compute),
+                 some(linears));
+  }
+  if (log && !norms.empty()) {
+    spdlog::warn("{}: {} LayerNorm(s) store weight and bias in different dtypes; both converted to "
+                 "f32 at load: {}",
+                 checkpoint.model_dir(), norms.size(), some(norms));
+  }
+  return plan;
+}
+
+}  // namespace
 
 absl::Status CheckTensorParallelSplit(const BloomConfig& config, int world_size) {
   if (world_size < 1) {
@@ -79,9 +181,23 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   const int rank = model->communicator_->rank();
   const absl::Status split = CheckTensorParallelSplit(config, world);
   if (!split.ok()) return absl::Status(split.code(), absl::StrCat(model_dir, ": ", split.message()));
-  // The KV dtype is checked before anything loads (the embedding's dtype is the checkpoint's).
-  absl::StatusOr<Tensor> embedding = checkpoint->Get("word_embeddings.weight", {config.vocab_size, config.hidden_size});
+  const std::string embedding_name = EmbeddingTensorName(*checkpoint);
+  if (embedding_name != kEmbeddingName && rank == 0) {
+    spdlog::warn(
+        "{}: the checkpoint has no '{}' but config.json ties the word embeddings to the LM head, "
+        "so its '{}' (the same matrix, the one name older conversions kept) is used as the word "
+        "embeddings",
+        model_dir, kEmbeddingName, kLmHeadName);
+  }
+  // The model computes in the embedding's dtype: the backend's activations follow from it, so
+  // it is fixed before any weight loads (and the KV dtype checked against it); Linear weights
+  // stored in another dtype are converted to it (LoadWeights). Not any other tensor's: in a
+  // checkpoint with F32 LayerNorm and bias vectors beside F16 matrices, the last one imported
+  // would make the activations F32 beside F16 Linear weights.
+  absl::StatusOr<Tensor> embedding =
+      model->GetFloatWeight(*checkpoint, embedding_name, {config.vocab_size, config.hidden_size});
   if (!embedding.ok()) return embedding.status();
+  model->info_.weight_dtype = embedding->dtype;
   const DType activations = backend->activation_dtype(embedding->dtype);
   model->info_.kv_cache_dtype = options.kv_cache_dtype.value_or(activations);
   if (!backend->SupportsKvCacheDtype(model->info_.kv_cache_dtype, activations)) {
@@ -128,7 +244,9 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
 absl::StatusOr<Tensor> BloomModel::GetFloatWeight(const Checkpoint& checkpoint,
                                                   const std::string& name,
                                                   const std::vector<int64_t>& shape) const {
-  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape);
+  // Misaligned views too: every import path checks IsAlignedView and copies those (ImportRows,
+  // ImportCopy); nothing else reads a weight's data.
+  absl::StatusOr<Tensor> host = checkpoint.Get(name, shape, Misaligned::kAllow);
   if (!host.ok()) return host.status();
   if (!IsFloat(host->dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint.DescribeLocation(name), ": tensor '",
@@ -144,7 +262,6 @@ absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightUse use, Wei
   if (!linear_only && quant != WeightQuant::kNone) {
     return absl::InternalError("bloom: only a Linear weight can be quantized");
   }
-  info_.weight_dtype = host.dtype;
   absl::StatusOr<OwnedTensor> imported =
       linear_only ? backend_->ImportLinearWeight(host, quant, rows_done)
       : use == WeightUse::kEmbeddingAndLinear
@@ -160,9 +277,15 @@ absl::StatusOr<Tensor> BloomModel::Import(const Tensor& host, WeightUse use, Wei
 absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
                                               const std::string& name,
                                               std::vector<int64_t> shape, int64_t begin,
-                                              int64_t end, WeightUse use, WeightQuant quant) {
+                                              int64_t end, WeightUse use, WeightQuant quant,
+                                              std::optional<DType> dtype) {
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   const Tensor rows = host.Rows(begin, end);
+  if (!IsAlignedView(rows) || (dtype.has_value() && *dtype != rows.dtype)) {
+    const int64_t width = host.dim(0) > 0 ? host.numel() / host.dim(0) : 0;
+    return ImportCopy(checkpoint, name, host, begin, end, 0, width, dtype.value_or(host.dtype), use,
+                      quant);
+  }
   // A weight nothing else views: once the backend has copied rows of it (a CPU with AVX-512
   // copies every Linear weight, weight_pairs.h; --quantize does; a GPU backend uploads), their
   // mapped pages would only sit next to the copy. Given back slice by slice as the backend goes
@@ -182,29 +305,38 @@ absl::StatusOr<Tensor> BloomModel::ImportRows(const Checkpoint& checkpoint,
 absl::StatusOr<Tensor> BloomModel::ImportColumns(const Checkpoint& checkpoint,
                                                  const std::string& name,
                                                  std::vector<int64_t> shape, int64_t begin,
-                                                 int64_t end, WeightUse use, WeightQuant quant) {
+                                                 int64_t end, WeightUse use, WeightQuant quant,
+                                                 std::optional<DType> dtype) {
   if (begin == 0 && end == shape[1])
-    return ImportRows(checkpoint, name, shape, 0, shape[0], use, quant);
+    return ImportRows(checkpoint, name, shape, 0, shape[0], use, quant, dtype);
   BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
   // A column slice is strided in the file: copy just this rank's part (never the whole tensor).
-  const size_t elem = DTypeSize(host.dtype);
-  const int64_t rows = shape[0], cols = end - begin;
-  std::vector<char> slice(static_cast<size_t>(rows * cols) * elem);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(slice.data() + r * cols * elem,
-                static_cast<const char*>(host.data) + (r * shape[1] + begin) * elem, cols * elem);
+  return ImportCopy(checkpoint, name, host, 0, shape[0], begin, end, dtype.value_or(host.dtype),
+                    use, quant);
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportCopy(const Checkpoint& checkpoint,
+                                              const std::string& name, const Tensor& mapped,
+                                              int64_t row_begin, int64_t row_end,
+                                              int64_t col_begin, int64_t col_end, DType dtype,
+                                              WeightUse use, WeightQuant quant) {
+  std::vector<char> copy;
+  absl::StatusOr<Tensor> view =
+      CopyWeightBlock(mapped, row_begin, row_end, col_begin, col_end, dtype, &copy);
+  if (!view.ok()) {
+    return absl::Status(view.status().code(), absl::StrCat(checkpoint.DescribeLocation(name), ": '",
+                                                           name, "': ", view.status().message()));
   }
-  Tensor view(slice.data(), host.dtype, {rows, cols});
-  host_slices_.push_back(std::move(slice));  // zero-copy backends point into it; moving keeps data
-  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant, nullptr));
-  if (imported.data != view.data) host_slices_.pop_back();  // the backend copied it
-  // Nothing views the mapped tensor now (the model reads its slice or the backend's copy of
-  // it): its pages go back, as a row slice's do. The other ranks' columns are in the same pages;
-  // a rank still copying them reads them back in (a minor fault from the page cache).
-  if (use == WeightUse::kLinear || use == WeightUse::kEmbeddingAndLinear) {
-    absl::Status released = checkpoint.ReleasePages(host);
-    if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
-  }
+  // Nothing views these mapped rows now (the model reads the copy or the backend's copy of it):
+  // their pages go back before the backend copies, so the block is never resident three times.
+  // For a column slice the other ranks' columns share the pages; a rank still copying them reads
+  // them back in (a minor fault from the page cache). Only a hint if the kernel refuses.
+  absl::Status released = checkpoint.ReleasePages(mapped.Rows(row_begin, row_end));
+  if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
+  host_slices_.push_back(std::move(copy));  // zero-copy backends point into it; moving keeps data
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(*view, use, quant, nullptr));
+  // The backend copied it (a GPU upload, a repack, quantization): the host copy has served.
+  if (imported.data != view->data) host_slices_.pop_back();
   return imported;
 }
 
@@ -217,6 +349,9 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t h_local = heads_local * d;
   const WeightQuant q = info_.quantize;  // for the Linear weights
   const WeightQuant q_head = info_.quantize_lm_head ? q : WeightQuant::kNone;
+  const std::string emb = EmbeddingTensorName(ckpt);
+  const DType compute = info_.weight_dtype;  // the embedding's (Load)
+  const DTypePlan plan = PlanWeightDTypes(ckpt, compute, q, q_head, /*log=*/rank == 0);
   // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given
   // (then imported as `linear_use` says).
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
@@ -224,7 +359,7 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
                   WeightUse linear_use = WeightUse::kLinear) -> absl::Status {
     absl::StatusOr<Tensor> t =
         ImportRows(ckpt, name, std::move(shape), b, e, linear_quant ? linear_use : WeightUse::kOther,
-                   linear_quant.value_or(WeightQuant::kNone));
+                   linear_quant.value_or(WeightQuant::kNone), plan.DTypeFor(name));
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -235,8 +370,8 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   };
   auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, WeightQuant linear_quant) -> absl::Status {
-    absl::StatusOr<Tensor> t =
-        ImportColumns(ckpt, name, std::move(shape), b, e, WeightUse::kLinear, linear_quant);
+    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e,
+                                             WeightUse::kLinear, linear_quant, plan.DTypeFor(name));
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -245,10 +380,9 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const bool embedding_is_head = config_.tie_word_embeddings && q_head == WeightQuant::kNone;
   BLOSSOM_RETURN_IF_ERROR(
       embedding_is_head
-          ? rows("word_embeddings.weight", {v, h}, vocab_begin_, vocab_begin_ + vocab_local_,
-                 &word_embeddings_, WeightQuant::kNone, WeightUse::kEmbeddingAndLinear)
-          : rows("word_embeddings.weight", {v, h}, vocab_begin_, vocab_begin_ + vocab_local_,
-                 &word_embeddings_));
+          ? rows(emb, {v, h}, vocab_begin_, vocab_begin_ + vocab_local_, &word_embeddings_,
+                 WeightQuant::kNone, WeightUse::kEmbeddingAndLinear)
+          : rows(emb, {v, h}, vocab_begin_, vocab_begin_ + vocab_local_, &word_embeddings_));
   BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.weight", {h}, &emb_ln_gamma_));
   BLOSSOM_RETURN_IF_ERROR(whole("word_embeddings_layernorm.bias", {h}, &emb_ln_beta_));
   BLOSSOM_RETURN_IF_ERROR(whole("ln_f.weight", {h}, &ln_f_gamma_));
@@ -256,25 +390,24 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   if (!config_.tie_word_embeddings) {
     // An untied head is its own matrix; serving the embeddings instead would silently change
     // every logit, so a config that unties it without the tensor is an error.
-    if (!ckpt.Has("lm_head.weight")) {
+    if (!ckpt.Has(kLmHeadName)) {
       return absl::InvalidArgumentError(absl::StrCat(
           ckpt.model_dir(), ": config.json sets tie_word_embeddings: false but the checkpoint "
           "has no 'lm_head.weight' (the untied LM head)"));
     }
-    BLOSSOM_RETURN_IF_ERROR(rows("lm_head.weight", {v, h}, vocab_begin_,
+    BLOSSOM_RETURN_IF_ERROR(rows(kLmHeadName, {v, h}, vocab_begin_,
                                  vocab_begin_ + vocab_local_, &lm_head_, q_head));
   } else {
-    if (ckpt.Has("lm_head.weight")) {
+    if (emb != kLmHeadName && ckpt.Has(kLmHeadName)) {
       // Tied: an explicit copy must agree in shape. It is not loaded (the embedding is used),
       // exactly as Hugging Face ties it on load.
-      absl::StatusOr<Tensor> lm_head = ckpt.Get("lm_head.weight", {v, h});
+      absl::StatusOr<Tensor> lm_head = ckpt.Get(kLmHeadName, {v, h}, Misaligned::kAllow);
       if (!lm_head.ok()) return lm_head.status();
     }
     lm_head_ = word_embeddings_;
     if (q_head != WeightQuant::kNone) {
-      BLOSSOM_RETURN_IF_ERROR(rows("word_embeddings.weight", {v, h}, vocab_begin_,
-                                   vocab_begin_ + vocab_local_, &lm_head_, q_head,
-                                   WeightUse::kLinearOfViewedTensor));
+      BLOSSOM_RETURN_IF_ERROR(rows(emb, {v, h}, vocab_begin_, vocab_begin_ + vocab_local_,
+                                   &lm_head_, q_head, WeightUse::kLinearOfViewedTensor));
     }
   }
   layers_.resize(config_.n_layer);
