@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/stop_checker.h"
 #include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
 
@@ -106,8 +107,10 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   std::vector<std::unique_ptr<SequenceOutput>> seqs;
   std::vector<GenerateResult> results(n);
   for (int32_t i = 0; i < n; ++i) {
+    StoppingParams stopping = requests[i].stopping;
+    AddModelEndTokens(runner_->config().eos_token_ids, &stopping);
     seqs.push_back(std::make_unique<SequenceOutput>(
-        tokenizer_, requests[i].prompt, requests[i].sampling, requests[i].stopping,
+        tokenizer_, requests[i].prompt, requests[i].sampling, stopping,
         absl::optional<int32_t>(runner_->config().eos_token_id)));
     stats->prompt_tokens += requests[i].prompt.size();
   }

@@ -5,6 +5,9 @@
 // sampler and never asks for host logits.
 #include "engine/generate/batch_generator.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -225,6 +228,48 @@ TEST_F(BatchGeneratorTest, SpeculativeDecodingGivesTheSameResults) {
   EXPECT_EQ(device.host_forwards.load(), 0);
   EXPECT_EQ(device.copied_rows.load(), 0);
   EXPECT_EQ(device.sampled_rows.load(), tokens) << "one sampled row per generated token";
+}
+
+// A chat fine-tune lists its end-of-turn token beside EOS in generation_config.json: the model's
+// requests stop there too (as stop tokens), unless they ignore EOS.
+TEST_F(BatchGeneratorTest, GenerationConfigEndTokensStopRequests) {
+  GenerateRequest request;
+  request.prompt = *tokenizer_->Encode("Hello world, this is");
+  request.stopping.max_new_tokens = 12;
+  request.sampling.temperature = 0.0f;
+  std::vector<int32_t> plain;
+  {
+    BatchGenerator gen(runner_.get(), tokenizer_.get());
+    auto out = gen.Generate({request});
+    ASSERT_TRUE(out.ok()) << out.status();
+    plain = (*out)[0].tokens;
+  }
+  ASSERT_GE(plain.size(), 4u);
+  const int32_t end_of_turn = plain[3];
+  const size_t first = std::find(plain.begin(), plain.end(), end_of_turn) - plain.begin();
+
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("TEST_TMPDIR")) / "with-generation-config";
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    std::filesystem::copy_file(FixturePath("models/bloom-tiny-h4") + "/" + file, dir / file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::ofstream(dir / "generation_config.json")
+      << "{\"eos_token_id\": [2, " << end_of_turn << "], \"do_sample\": false}";
+  auto model = BloomModel::Load(dir.string(), backend_.get(), nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().eos_token_ids, (std::vector<int32_t>{2, end_of_turn}));
+  auto runner = ModelRunner::ForModel(model->get());
+  BatchGenerator gen(runner.get(), tokenizer_.get());
+  auto stopped = gen.Generate({request});
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ((*stopped)[0].tokens, std::vector<int32_t>(plain.begin(), plain.begin() + first + 1));
+  EXPECT_EQ((*stopped)[0].finish_reason, FinishReason::kStopToken);
+  request.stopping.ignore_eos = true;
+  auto ignored = gen.Generate({request});
+  ASSERT_TRUE(ignored.ok()) << ignored.status();
+  EXPECT_EQ((*ignored)[0].tokens.size(), 12u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "engine/loader/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -260,7 +261,30 @@ absl::StatusOr<BloomConfig> LoadBloomConfig(const std::string& model_dir) {
   }
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return text.status();
-  return ParseBloomConfig(*text, path);
+  absl::StatusOr<BloomConfig> config = ParseBloomConfig(*text, path);
+  if (!config.ok()) return config;
+  // generation_config.json's eos_token_id (what transformers' generate() stops at; a chat
+  // fine-tune lists its end-of-turn token there) joins config.json's ids, as vLLM does.
+  const std::string generation_path = JoinPath(model_dir, "generation_config.json");
+  if (GetPathKind(generation_path) == PathKind::kMissing) return config;
+  absl::StatusOr<std::string> generation_text = ReadFileToString(generation_path);
+  if (!generation_text.ok()) return generation_text.status();
+  const json generation = json::parse(*generation_text, nullptr, /*allow_exceptions=*/false);
+  if (!generation.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(generation_path, ": expected a JSON object (or remove the file)"));
+  }
+  if (FindOptional(generation, "eos_token_id") == nullptr) return config;
+  BloomConfig listed;
+  absl::Status read = ReadEosTokenIds(generation, generation_path, config->vocab_size, &listed);
+  if (!read.ok()) return read;
+  for (int32_t id : listed.eos_token_ids) {
+    if (std::find(config->eos_token_ids.begin(), config->eos_token_ids.end(), id) ==
+        config->eos_token_ids.end()) {
+      config->eos_token_ids.push_back(id);
+    }
+  }
+  return config;
 }
 
 }  // namespace blossom

@@ -34,9 +34,10 @@ struct BloomConfig {
   // The end-of-sequence token the engine stops at. config.json may give a list (HF accepts
   // one): then this is its first id, and eos_token_ids holds them all.
   int32_t eos_token_id = 2;
-  // Every id config.json lists as eos_token_id, in order ({eos_token_id} when it gives one
-  // integer or none). Only eos_token_id is a stop token for now: the engine has one EOS id, so a
-  // request that should also stop at the others must name them as stop tokens itself.
+  // Every end-of-sequence id: config.json's eos_token_id (one or a list, in order;
+  // {eos_token_id} when it gives one integer or none), then generation_config.json's that are
+  // not among them (LoadBloomConfig). The first is the EOS; the others end a request as stop
+  // tokens unless it ignores EOS (AddModelEndTokens, stop_checker.h), as vLLM does.
   std::vector<int32_t> eos_token_ids{2};
   int32_t pad_token_id = 3;
   std::string torch_dtype;  // as written ("float16", "bfloat16", ...); "" if absent or null
@@ -54,7 +55,9 @@ struct BloomConfig {
 absl::StatusOr<BloomConfig> ParseBloomConfig(absl::string_view json_text,
                                              absl::string_view source_name);
 
-// Reads and parses model_dir/config.json. NotFound names the directory or the file looked for.
+// Reads and parses model_dir/config.json, and adds generation_config.json's eos_token_id (an
+// id or a list) to eos_token_ids when that file exists. NotFound names the directory or the
+// file looked for; InvalidArgument names a malformed file or field.
 absl::StatusOr<BloomConfig> LoadBloomConfig(const std::string& model_dir);
 
 }  // namespace blossom

@@ -286,6 +286,31 @@ TEST(ModelConfigTest, LoadFromDirectory) {
   EXPECT_EQ(config->hidden_size, 1024);
 }
 
+// generation_config.json's end tokens (a chat fine-tune's end of turn) join config.json's.
+TEST(ModelConfigTest, GenerationConfigEndTokensJoinTheConfigs) {
+  std::string dir = test_util::FreshTestDir("config_generation");
+  ASSERT_TRUE(WriteStringToFile(JoinPath(dir, "config.json"), kBloom560m).ok());
+  const std::string generation = JoinPath(dir, "generation_config.json");
+  ASSERT_TRUE(WriteStringToFile(generation, R"({"eos_token_id": [2, 250679, 2]})").ok());
+  absl::StatusOr<BloomConfig> config = LoadBloomConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->eos_token_id, 2);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2, 250679}));
+  ASSERT_TRUE(WriteStringToFile(generation, R"({"do_sample": true})").ok());
+  config = LoadBloomConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2}));
+  ASSERT_TRUE(WriteStringToFile(generation, R"({"eos_token_id": 999999})").ok());
+  config = LoadBloomConfig(dir);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              AllOf(HasSubstr("generation_config.json"), HasSubstr("outside the vocabulary")));
+  ASSERT_TRUE(WriteStringToFile(generation, "[1]").ok());
+  config = LoadBloomConfig(dir);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("generation_config.json"));
+}
+
 TEST(ModelConfigTest, LoadErrorsNameThePath) {
   std::string dir = test_util::FreshTestDir("config_missing");
   absl::StatusOr<BloomConfig> config = LoadBloomConfig(dir);

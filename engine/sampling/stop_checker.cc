@@ -216,4 +216,12 @@ std::vector<int32_t> StopChecker::SuppressedTokens(int32_t num_generated) const 
   return out;
 }
 
+void AddModelEndTokens(absl::Span<const int32_t> eos_token_ids, StoppingParams* stopping) {
+  if (stopping->ignore_eos || eos_token_ids.size() < 2) return;
+  std::vector<int32_t>& stops = stopping->stop_token_ids;
+  for (int32_t id : eos_token_ids.subspan(1)) {
+    if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+  }
+}
+
 }  // namespace blossom

@@ -46,6 +46,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
+#include "absl/types/span.h"
 #include "engine/sampling/sampling_params.h"
 
 namespace blossom {
@@ -122,6 +123,12 @@ class StopChecker {
   int32_t num_generated_ = 0;
   FinishReason reason_ = FinishReason::kNone;
 };
+
+// The model's end tokens past its EOS (`eos_token_ids[0]`: a chat fine-tune's end-of-turn token,
+// listed in config.json or generation_config.json) added to `stopping`'s stop tokens, unless it
+// ignores EOS, as vLLM adds generation_config's. Call after Validate: they are the model's, not
+// the client's, so they do not count against kMaxStopTokenIds.
+void AddModelEndTokens(absl::Span<const int32_t> eos_token_ids, StoppingParams* stopping);
 
 }  // namespace blossom
 

@@ -374,6 +374,19 @@ TEST(StopCheckerTest, TokenRulesLengthAndPrecedence) {
   }
 }
 
+TEST(StopCheckerTest, ModelEndTokensPastEosBecomeStopTokensUnlessEosIsIgnored) {
+  StoppingParams p;
+  p.stop_token_ids = {7};
+  AddModelEndTokens(std::vector<int32_t>{2}, &p);
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{7}));
+  AddModelEndTokens(std::vector<int32_t>{2, 9, 7}, &p);
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{7, 9}));
+  StoppingParams ignoring;
+  ignoring.ignore_eos = true;
+  AddModelEndTokens(std::vector<int32_t>{2, 9}, &ignoring);
+  EXPECT_TRUE(ignoring.stop_token_ids.empty());
+}
+
 TEST(StopCheckerTest, NoEosTokenMeansNoEosRule) {
   StopChecker checker(Stops({}), absl::nullopt);
   const Stream s = Feed(checker, {{kEos, "</s>"}});

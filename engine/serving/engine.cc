@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_checker.h"
 #include "engine/scheduler/block_manager.h"
 #include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
@@ -165,6 +166,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   }
   BLOSSOM_RETURN_IF_ERROR(Validate(request.sampling, static_cast<int32_t>(vocab)));
   BLOSSOM_RETURN_IF_ERROR(Validate(request.stopping, static_cast<int32_t>(vocab)));
+  AddModelEndTokens(runner_->config().eos_token_ids, &request.stopping);
 
   auto req = std::make_unique<Request>();
   req->timings.arrival = Clock::now();
