@@ -32,6 +32,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "engine/model/cuda_kernel_flags.h"
@@ -43,10 +44,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
 #include "kernels/dtype.h"
 #include "kernels/status_macros.h"
 #include "kernels/weight_quant.h"
 #include "server/auth/api_keys.h"
+#include "server/auth/exposure.h"
 #include "server/blossom_service.h"
 #include "server/engine_events.h"
 #include "server/kv_fit.h"
@@ -92,7 +95,11 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "activations (half the memory per token; K and V rows rounded when written).");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC server binds.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the gRPC server binds. Loopback by default, like the gateway's: calls need no "
+          "key unless --api_keys_file is given. A container serving gRPC itself passes 0.0.0.0 "
+          "(with API keys; a warning is logged at start for a non-loopback address without "
+          "keys or TLS); the Kubernetes pods keep it on loopback behind their gateway.");
 ABSL_FLAG(int32_t, port, 8033, "gRPC port (0 = pick a free one and print it).");
 ABSL_FLAG(int32_t, metrics_port, 9090,
           "HTTP port of /metrics, /health and /live (-1 = off, 0 = free).");
@@ -133,7 +140,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require and verify client certificates (mutual TLS).");
 ABSL_FLAG(std::string, api_keys_file, "",
-          "File with one API key per line; calls must send 'authorization: Bearer <key>'.");
+          "File with one API key per line; calls must send 'authorization: Bearer <key>'. Read "
+          "once at start: a changed file takes effect at the next restart.");
+ABSL_FLAG(std::string, grpc_reflection, "auto",
+          "gRPC server reflection (grpcurl list/describe): auto = on without --api_keys_file, "
+          "off with it (reflection answers without a key); true or false decide either way.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 
 namespace blossom {
@@ -217,6 +228,18 @@ v1::ModelInfo DescribeModel(const ModelRunner& runner, const std::string& name,
   out.set_version(kVersion);
   return out;
 }
+
+// Removes gRPC reflection (answered without a key) from a builder: gRPC's static initializer
+// adds its plugin to every builder wherever the library is linked, so not registering it is
+// not enough.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    auto reflection = [](const auto& p) { return p->name() == "proto_server_reflection"; };
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(), reflection), plugins->end());
+  }
+};
 
 // Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that WaitForSignal
 // receives them synchronously instead of an async handler.
@@ -349,8 +372,16 @@ int Run() {
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
     auto keys = auth::ApiKeys::LoadFile(absl::GetFlag(FLAGS_api_keys_file));
     if (!keys.ok()) return Fail(keys.status());
+    if (const std::vector<int>& weak = keys->short_key_lines(); !weak.empty()) {
+      spdlog::warn("--api_keys_file: the keys on line(s) {} are shorter than {} characters and "
+                   "may be guessed; use random keys (e.g. `openssl rand -hex 32`)",
+                   absl::StrJoin(weak, ", "), auth::kMinStrongKeyLength);
+    }
     service_options.api_keys = std::move(*keys);
   }
+  const absl::StatusOr<bool> reflection = auth::ReflectionEnabled(
+      absl::GetFlag(FLAGS_grpc_reflection), service_options.api_keys.enabled());
+  if (!reflection.ok()) return Fail(reflection.status());
   if (service_options.limits.max_input_tokens < 1) {
     return Fail(absl::InvalidArgumentError("--max_input_tokens must be >= 1"));
   }
@@ -394,6 +425,8 @@ int Run() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Health stays open to probes; reflection only where --grpc_reflection (auth/exposure.h) says.
+  if (!*reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int bound_port = 0;
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
@@ -408,8 +441,15 @@ int Run() {
   const std::string kServiceName = "blossom.v1.Blossom";
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
-  spdlog::info("gRPC listening on {}:{} ({}), loading {}", absl::GetFlag(FLAGS_host), bound_port,
-               absl::GetFlag(FLAGS_tls_cert).empty() ? "plaintext" : "TLS", model_dir);
+  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
+  const bool keys = service_options.api_keys.enabled();
+  spdlog::info("gRPC listening on {}:{} ({}, API keys {}, reflection {}), loading {}",
+               absl::GetFlag(FLAGS_host), bound_port, tls ? "TLS" : "plaintext",
+               keys ? "on" : "off", *reflection ? "on" : "off", model_dir);
+  // Not loopback: no keys (anyone may generate) or no TLS (keys and text in clear) is warned of.
+  for (const std::string& warning : auth::ExposureWarnings(absl::GetFlag(FLAGS_host), keys, tls)) {
+    spdlog::warn("{}", warning);
+  }
 
   std::unique_ptr<http::Server> metrics_server;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {

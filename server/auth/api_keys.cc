@@ -19,6 +19,27 @@ absl::string_view TrimSpaceAndTab(absl::string_view s) {
   return s;
 }
 
+// Why no Authorization header could carry `key` (trimmed, non-empty), or "" when one can.
+// The reason never quotes the key: it ends up in logs.
+std::string UnusableKeyReason(absl::string_view key) {
+  if (BearerToken(key).has_value()) {
+    return "holds 'Bearer <key>': write the key alone (clients add the scheme)";
+  }
+  for (size_t i = 0; i < key.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
+    if (IsSpaceOrTab(key[i])) {
+      return "has a space or tab inside the key (one key per line; a Bearer token has no "
+             "whitespace)";
+    }
+    if (c < 0x21 || c > 0x7e) {
+      return absl::StrCat("has a control or non-ASCII byte at column ", i + 1,
+                          " (keys are printable ASCII; gRPC metadata and HTTP headers carry "
+                          "nothing else intact)");
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::optional<absl::string_view> BearerToken(absl::string_view authorization) {
@@ -49,15 +70,22 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 absl::StatusOr<ApiKeys> ApiKeys::LoadFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read API keys file ", path));
-  std::vector<std::string> keys;
+  ApiKeys loaded;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int number = 1; std::getline(in, line); ++number) {
     absl::string_view key = absl::StripAsciiWhitespace(line);
     if (key.empty() || key[0] == '#') continue;
-    keys.emplace_back(key);
+    if (std::string reason = UnusableKeyReason(key); !reason.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("API keys file ", path, " line ", number, ": ", reason));
+    }
+    if (key.size() < kMinStrongKeyLength) loaded.short_key_lines_.push_back(number);
+    loaded.keys_.emplace_back(key);
   }
-  if (keys.empty()) return absl::InvalidArgumentError(absl::StrCat("no API keys in ", path));
-  return ApiKeys(std::move(keys));
+  if (loaded.keys_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no API keys in ", path));
+  }
+  return loaded;
 }
 
 bool ApiKeys::Allows(const std::string* authorization) const {

@@ -23,13 +23,20 @@ absl::optional<absl::string_view> BearerToken(absl::string_view authorization);
 // differ (the length difference is folded into the result, not returned early).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
+// Keys shorter than this are accepted but reported (ApiKeys::short_key_lines): a guessable
+// key is a deployment's choice to fix, not a reason to refuse starting.
+inline constexpr size_t kMinStrongKeyLength = 16;
+
 // Immutable after construction; safe to share between threads.
 class ApiKeys {
  public:
   ApiKeys() = default;
   explicit ApiKeys(std::vector<std::string> keys) : keys_(std::move(keys)) {}
   // One key per line; surrounding whitespace, blank lines and lines starting with '#' are
-  // skipped. A file without keys is an error (it would silently disable auth).
+  // skipped. A file without keys is an error (it would silently disable auth), and so is a
+  // line no client could ever present (BearerToken would never yield it, so the server would
+  // lock everyone out without a word): inner spaces or tabs (e.g. "Bearer sk-abc", two keys on
+  // one line), or a control or non-ASCII byte. Such errors name the line, never the key.
   static absl::StatusOr<ApiKeys> LoadFile(const std::string& path);
 
   // False when no keys are configured (every request is allowed).
@@ -40,8 +47,13 @@ class ApiKeys {
   bool Allows(const std::string* authorization) const;
   bool Allows(absl::string_view authorization) const;
 
+  // LoadFile: the 1-based line numbers of keys shorter than kMinStrongKeyLength, in file
+  // order, for the caller to warn about (empty for the vector constructor).
+  const std::vector<int>& short_key_lines() const { return short_key_lines_; }
+
  private:
   std::vector<std::string> keys_;
+  std::vector<int> short_key_lines_;
 };
 
 }  // namespace blossom::auth

@@ -1,6 +1,7 @@
 """End-to-end protocol checks over loopback against the real blossom-server and blossom-gateway:
 malformed and hostile HTTP requests, gRPC reflection, health and 1000 concurrent streams, and TLS
-(server, gateway and mutual TLS with a throw-away CA).
+(server, gateway and mutual TLS, for the Python client, the gateway and the CLI, with a
+throw-away CA).
 """
 import asyncio
 import json
@@ -22,8 +23,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from blossom_client import errors as blossom_errors
 
 import e2e_common
-from e2e_common import MODEL, auth, grpc_greedy, http_status, wait_idle
-from procs import start_gateway, start_server, wait_until
+from e2e_common import CLI, MODEL, auth, grpc_greedy, http_status, wait_idle
+from procs import MODEL_DIR, SERVER, Process, start_gateway, start_server, wait_until
 
 
 def setUpModule():
@@ -214,27 +215,117 @@ class HostileClientTest(unittest.TestCase):
         server = start_server("server-any-host", "--host", "0.0.0.0")
         try:
             port = int(server.metrics.rsplit(":", 1)[1])
-            addresses = set()
-            for line in open("/proc/net/tcp").read().splitlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                if state == "0A" and int(local.split(":")[1], 16) == port:  # LISTEN
-                    addresses.add(local.split(":")[0])
-            self.assertEqual(addresses, {"0100007F"})  # 127.0.0.1 only
+            self.assertEqual(listening_addresses(port), {"0100007F"})  # 127.0.0.1 only
+            # A gRPC port others can reach, without keys or TLS, is warned about at start.
+            log = log_text(server)
+            self.assertIn("reachable from other machines, and has no API keys", log)
+            self.assertIn("reachable from other machines, and serves plaintext", log)
         finally:
             server.stop()
 
 
+def listening_addresses(port):
+    """The hex local addresses (as /proc/net/tcp{,6} write them, "0100007F" for 127.0.0.1)
+    listening on TCP `port`; an IPv4-mapped IPv6 address (gRPC's socket for 127.0.0.1) as its
+    IPv4 address."""
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, local_port = local.rsplit(":", 1)
+            if state == "0A" and int(local_port, 16) == port:  # LISTEN
+                addresses.add(address[24:] if address.startswith("0000000000000000FFFF0000")
+                              else address)
+    return addresses
+
+
+def log_text(proc):
+    with open(proc.log_path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def reflect(target):
+    """(service names, whether the Blossom service's descriptor came back) by gRPC reflection."""
+    with grpc.insecure_channel(target) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
+                    reflection_pb2.ServerReflectionRequest(
+                        file_containing_symbol="blossom.v1.Blossom")]
+        responses = list(stub.ServerReflectionInfo(iter(requests), timeout=10))
+    return ([s.name for s in responses[0].list_services_response.service],
+            len(responses[1].file_descriptor_response.file_descriptor_proto) > 0)
+
+
+def bare_server(name, *flags):
+    """blossom-server with only `flags` beyond the model and ephemeral ports (no --host, unlike
+    start_server), once its gRPC port is open; proc.grpc is its loopback address."""
+    proc = Process(name, [SERVER, "--model", MODEL_DIR, "--port", "0", "--metrics_port", "-1",
+                          "--threads", "1", *flags], r"grpc_port=(\d+)")
+    proc.port = int(proc.match.group(1))
+    proc.grpc = f"127.0.0.1:{proc.port}"
+    return proc
+
+
+def keys_file(text):
+    path = os.path.join(tempfile.mkdtemp(), "keys.txt")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class ServerExposureTest(unittest.TestCase):
+    """What the gRPC port exposes unless flags say otherwise: this machine only, reflection only
+    without API keys, and keys files that could lock every client out refused."""
+
+    def test_grpc_binds_loopback_by_default(self):
+        server = bare_server("server-default-host")
+        try:
+            self.assertEqual(listening_addresses(server.port), {"0100007F"})  # 127.0.0.1 only
+            self.assertNotIn("reachable from other machines", log_text(server))
+        finally:
+            server.stop()
+
+    def test_reflection_is_off_with_api_keys_unless_asked_for(self):
+        keys = keys_file("# keys\nshort-key\ne2e-key-0123456789abcdef\n")
+        server = bare_server("server-keys-no-reflection", "--api_keys_file", keys)
+        try:
+            with self.assertRaises(grpc.RpcError) as cm:
+                reflect(server.grpc)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+            log = log_text(server)
+            # The short key is named by its line, never quoted.
+            self.assertIn("line(s) 2 are shorter than 16 characters", log)
+            self.assertNotIn("short-key", log)
+        finally:
+            server.stop()
+        server = bare_server("server-keys-reflection", "--api_keys_file", keys,
+                             "--grpc-reflection=true")
+        try:
+            services, described = reflect(server.grpc)
+            self.assertIn("blossom.v1.Blossom", services)
+            self.assertTrue(described)
+        finally:
+            server.stop()
+
+    def test_unusable_keys_file_stops_the_server(self):
+        keys = keys_file("e2e-key-0123456789abcdef\nBearer sk-0123456789abcdef\n")
+        run = subprocess.run([SERVER, "--model", MODEL_DIR, "--port", "0", "--metrics_port", "-1",
+                              "--api_keys_file", keys], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn(f"{keys} line 2: holds 'Bearer <key>'", run.stdout + run.stderr)
+        self.assertNotIn("sk-0123456789abcdef", run.stdout + run.stderr)
+        self.assertNotIn("grpc_port=", run.stdout)
+
+
 class GrpcProtocolTest(unittest.TestCase):
     def test_reflection_describes_the_api(self):
-        with grpc.insecure_channel(SRV.grpc) as channel:
-            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-            requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
-                        reflection_pb2.ServerReflectionRequest(
-                            file_containing_symbol="blossom.v1.Blossom")]
-            responses = list(stub.ServerReflectionInfo(iter(requests), timeout=10))
-        services = [s.name for s in responses[0].list_services_response.service]
+        # The shared server has no API keys: reflection is on by default.
+        services, described = reflect(SRV.grpc)
         self.assertIn("blossom.v1.Blossom", services)
-        self.assertGreater(len(responses[1].file_descriptor_response.file_descriptor_proto), 0)
+        self.assertTrue(described)
 
     def test_health_watch_streams_status(self):
         with grpc.insecure_channel(SRV.grpc) as channel:
@@ -370,6 +461,38 @@ class TlsTest(unittest.TestCase):
             with blossom_client.BlossomClient(server.grpc, timeout=5, credentials=tls) as no_cert:
                 with self.assertRaises(blossom_errors.BlossomError):
                     no_cert.health()
+            # The gateway and the CLI present a client certificate (--backend-tls-cert/-key,
+            # --tls_cert/--tls_key); without one the server turns them away.
+            client_flags = ["--backend_tls", "--backend_ca_file", os.path.join(work, "ca.pem"),
+                            "--backend-tls-cert", os.path.join(work, "client.pem"),
+                            "--backend-tls-key", os.path.join(work, "client.key")]
+            gateway = start_gateway("gateway-mtls", server, *client_flags)
+            try:
+                wait_until(lambda: http_status(gateway.url + "/health") == 200,
+                           what="gateway-mtls /health 200")
+                req = urllib.request.Request(gateway.url + "/generate", method="POST",
+                                             data=json.dumps({"inputs": "mutual", "parameters": {
+                                                 "max_new_tokens": 2}}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    self.assertEqual(r.status, 200)
+            finally:
+                gateway.stop()
+            no_cert_gateway = start_gateway("gateway-mtls-no-cert", server, *client_flags[:3])
+            try:
+                self.assertEqual(http_status(no_cert_gateway.url + "/health"), 503)
+            finally:
+                no_cert_gateway.stop()
+            cli = [CLI, "health", "--server", server.grpc, "--tls", "--tls_ca",
+                   os.path.join(work, "ca.pem")]
+            with_cert = subprocess.run(cli + ["--tls_cert", os.path.join(work, "client.pem"),
+                                              "--tls_key", os.path.join(work, "client.key")],
+                                       capture_output=True, text=True, timeout=60)
+            self.assertEqual(with_cert.returncode, 0, with_cert.stderr)
+            self.assertEqual(with_cert.stdout.strip(), "SERVING")
+            without = subprocess.run(cli + ["--timeout", "5"], capture_output=True, text=True,
+                                     timeout=60)
+            self.assertEqual(without.returncode, 1, without.stderr)
         finally:
             server.stop()
 
