@@ -14,13 +14,16 @@
 //                    (beam search, local or --server; these four flags need --num_beams)
 //   blossom tokenize --server HOST:PORT TEXT
 //   blossom health|info --server HOST:PORT
-//   common: [--api_key KEY] [--timeout SECONDS] [--tls [--tls_ca FILE]]
+//   common: [--api_key_file FILE | --api_key KEY] [--timeout SECONDS]
+//           [--tls [--tls_ca FILE] [--tls_cert PEM --tls_key PEM]]
+//   (without either key flag, the key is $BLOSSOM_API_KEY if set; --api_key shows in `ps`)
 //
 // TEXT is one argument, as blossom-client takes it (quote several words; put `--` before a text
 // that starts with a dash), or --prompt TEXT instead; an extra argument is refused, not dropped.
 // Errors are printed as one line naming the problem, with exit code 1 (2 for usage errors).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -105,10 +108,19 @@ ABSL_FLAG(bool, quantize_lm_head, false,
           "With --quantize: quantize the LM head too (a tied head gets its own packed copy).");
 ABSL_FLAG(bool, quiet, false, "Print only the completion (no timings).");
 ABSL_FLAG(std::string, server, "", "host:port of a blossom-server: run the command against it.");
-ABSL_FLAG(std::string, api_key, "", "API key for --server (sent as a Bearer token).");
+ABSL_FLAG(std::string, api_key, "",
+          "API key for --server (sent as a Bearer token). Visible to other local users (ps, "
+          "/proc): prefer --api_key_file or the BLOSSOM_API_KEY environment variable.");
+ABSL_FLAG(std::string, api_key_file, "",
+          "File holding the API key for --server (surrounding whitespace trimmed; an empty "
+          "file is an error). Without --api_key and --api_key_file, BLOSSOM_API_KEY is used.");
 ABSL_FLAG(double, timeout, 0.0, "Deadline in seconds for --server calls (0 = none).");
 ABSL_FLAG(bool, tls, false, "Use TLS for --server.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates for --tls (default: system roots).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain for --tls, for a server that requires one (mutual TLS: "
+          "blossom-server --tls_client_ca); with --tls_key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 
 namespace blossom {
 namespace {
@@ -363,7 +375,8 @@ int RefuseFlagsOfTheOtherMode(bool remote) {
   static constexpr const char* kLocalOnly[] = {
       "model", "tp", "threads", "launcher", "strict_load", "quantize", "quantize_lm_head",
       "kv_cache_dtype", "speculative_tokens", "ngram_lookup_max", "ngram_lookup_min"};
-  static constexpr const char* kRemoteOnly[] = {"api_key", "timeout", "tls", "tls_ca"};
+  static constexpr const char* kRemoteOnly[] = {"api_key", "api_key_file", "timeout", "tls",
+                                                "tls_ca",  "tls_cert",     "tls_key"};
   const absl::Span<const char* const> others =
       remote ? absl::MakeConstSpan(kLocalOnly) : absl::MakeConstSpan(kRemoteOnly);
   for (const char* name : others) {
@@ -386,10 +399,19 @@ int RunRemote(const std::string& command, const std::string& text) {
   if (int refused = RefuseFlagsOfTheOtherMode(/*remote=*/true)) return refused;
   RemoteOptions options;
   options.server = absl::GetFlag(FLAGS_server);
-  options.api_key = absl::GetFlag(FLAGS_api_key);
+  absl::StatusOr<std::string> api_key =
+      ResolveApiKey(absl::GetFlag(FLAGS_api_key), absl::GetFlag(FLAGS_api_key_file),
+                    std::getenv(kApiKeyEnvironmentVariable));
+  if (!api_key.ok()) {  // a usage error: exit 2
+    std::cerr << "blossom: error: " << api_key.status().message() << std::endl;
+    return 2;
+  }
+  options.api_key = *std::move(api_key);
   options.timeout_seconds = absl::GetFlag(FLAGS_timeout);
   options.tls = absl::GetFlag(FLAGS_tls);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.quiet = absl::GetFlag(FLAGS_quiet);
   options.show_token_ids = absl::GetFlag(FLAGS_show_token_ids);
   if (absl::GetFlag(FLAGS_num_beams) > 0) {  // generate only: ResolveCommandLine checked

@@ -1,13 +1,14 @@
 #include "clients/remote_commands.h"
 
 #include <chrono>
-#include <fstream>
 #include <memory>
-#include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/gateway/credential_files.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
@@ -59,36 +60,52 @@ int Failed(const grpc::Status& status, std::ostream& err) {
 
 std::shared_ptr<grpc::Channel> Connect(const RemoteOptions& options, std::ostream& err,
                                        bool* ok) {
-  *ok = true;
+  *ok = false;
   // gRPC's 4 MiB receive default fails a unary answer with logprobs for a few thousand tokens.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  if (!options.tls && !options.tls_ca_file.empty()) {
-    // A CA file says TLS was meant: plaintext would send --api_key in the clear.
-    err << "blossom: error: --tls_ca is set without --tls (add --tls)" << std::endl;
-    *ok = false;
+  if (!options.tls) {
+    // A CA file or a client certificate says TLS was meant: plaintext would send --api_key in
+    // the clear.
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--tls_ca", options.tls_ca_file},
+          {"--tls_cert", options.tls_cert_file},
+          {"--tls_key", options.tls_key_file}}) {
+      if (!value.empty()) {
+        err << "blossom: error: " << flag << " is set without --tls (add --tls)" << std::endl;
+        return nullptr;
+      }
+    }
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    err << "blossom: error: --tls_cert and --tls_key go together (a client certificate is "
+           "useless without its key)"
+        << std::endl;
     return nullptr;
   }
   if (!(options.timeout_seconds >= 0)) {  // also NaN
     err << "blossom: error: --timeout must be >= 0 seconds (0 = none)" << std::endl;
-    *ok = false;
     return nullptr;
   }
   if (!options.tls) {
+    *ok = true;
     return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
   }
   grpc::SslCredentialsOptions ssl;
-  if (!options.tls_ca_file.empty()) {
-    std::ifstream in(options.tls_ca_file);
-    if (!in) {
-      err << "blossom: error: cannot read --tls_ca " << options.tls_ca_file << std::endl;
-      *ok = false;
+  for (const auto& [flag, path, pem] :
+       {std::tuple<const char*, const std::string&, std::string*>{
+            "--tls_ca", options.tls_ca_file, &ssl.pem_root_certs},
+        {"--tls_cert", options.tls_cert_file, &ssl.pem_cert_chain},
+        {"--tls_key", options.tls_key_file, &ssl.pem_private_key}}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> contents = gateway::ReadPemFile(flag, path);
+    if (!contents.ok()) {
+      err << "blossom: error: " << contents.status().message() << std::endl;
       return nullptr;
     }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    ssl.pem_root_certs = buffer.str();
+    *pem = *std::move(contents);
   }
+  *ok = true;
   return grpc::CreateCustomChannel(options.server, grpc::SslCredentials(ssl), args);
 }
 
@@ -134,6 +151,21 @@ bool TakesText(const std::string& command) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ResolveApiKey(const std::string& flag, const std::string& file,
+                                          const char* env) {
+  if (!flag.empty() && !file.empty()) {
+    return absl::InvalidArgumentError("give one of --api_key and --api_key_file");
+  }
+  if (!file.empty()) return gateway::ReadApiKeyFile("--api_key_file", file);
+  const std::string key = !flag.empty() ? flag : env != nullptr ? env : "";
+  if (key.empty()) return key;
+  // gRPC aborts the process on metadata it cannot carry.
+  absl::Status usable =
+      gateway::CheckApiKey(flag.empty() ? kApiKeyEnvironmentVariable : "--api_key", key);
+  if (!usable.ok()) return usable;
+  return key;
+}
 
 int ResolveCommandLine(const CommandLineArguments& args, ResolvedCommand* resolved,
                        std::ostream& err) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "proto/blossom/v1/blossom.pb.h"
 
 namespace blossom {
@@ -52,8 +53,23 @@ struct RemoteOptions {
   double timeout_seconds = 0;  // per-call deadline; 0 = none
   bool tls = false;
   std::string tls_ca_file;    // PEM roots for TLS (empty = system roots)
+  // --tls_cert/--tls_key: a client certificate chain and its key (PEM) for a server that
+  // requires one (blossom-server --tls_client_ca). Both or neither, with tls.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   bool quiet = false;         // no statistics on `err`
 };
+
+// The environment variable the CLI reads the API key from when neither flag gives one.
+inline constexpr char kApiKeyEnvironmentVariable[] = "BLOSSOM_API_KEY";
+
+// The key --server calls send: --api_key (`flag`), else the file --api_key_file names (`file`,
+// trimmed), else BLOSSOM_API_KEY (`env`, null or empty when unset), else "" (none). A flag's
+// value shows in `ps` to every local user; the file and the variable do not. Both flags, an
+// unreadable or empty file, or a key that cannot be sent (spaces, control bytes) is an
+// InvalidArgument naming its source, never quoting the key.
+absl::StatusOr<std::string> ResolveApiKey(const std::string& flag, const std::string& file,
+                                          const char* env);
 
 // command: "generate", "stream", "tokenize", "health" or "info". `request` is used by
 // generate/stream; tokenize uses request.text().

@@ -1,20 +1,27 @@
-// The `blossom` CLI: its command-line checks (ResolveCommandLine), its server-mode calls
-// (RunRemoteCommand) against the real service on loopback, and the binary itself, so that main's
-// wiring of the two (a TEXT argument, the beam-only flags) is covered too.
+// The `blossom` CLI: its command-line checks (ResolveCommandLine, ResolveApiKey), its server-mode
+// calls (RunRemoteCommand) against the real service on loopback and a mutual-TLS server, and the
+// binary itself, so that main's wiring (a TEXT argument, the beam-only flags, where the API key
+// comes from) is covered too.
 #include "clients/remote_commands.h"
 
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "clients/gateway/test_certs.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "server/auth/api_keys.h"
 #include "server/testing/in_process_server.h"
 
 namespace blossom {
@@ -126,6 +133,103 @@ TEST(ResolveCommandLineTest, NumBeamsIsForGenerateAndNotNegative) {
   EXPECT_NE(r.err.find("--num_beams must be >= 0"), std::string::npos) << r.err;
 }
 
+std::string WriteTempFile(const std::string& name, const std::string& contents) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
+  std::ofstream(path) << contents;
+  return path;
+}
+
+// --api_key, else --api_key_file, else BLOSSOM_API_KEY; a key shows in `ps` only as a flag.
+TEST(ResolveApiKeyTest, FlagThenFileThenEnvironment) {
+  const std::string file = WriteTempFile("cli.key", "from-file\n");
+  EXPECT_EQ(*ResolveApiKey("from-flag", "", "from-env"), "from-flag");
+  EXPECT_EQ(*ResolveApiKey("", file, "from-env"), "from-file");
+  EXPECT_EQ(*ResolveApiKey("", "", "from-env"), "from-env");
+  EXPECT_EQ(*ResolveApiKey("", "", ""), "");       // an empty variable is no key
+  EXPECT_EQ(*ResolveApiKey("", "", nullptr), "");  // nor is an unset one
+}
+
+TEST(ResolveApiKeyTest, ConflictsAndUnusableKeysAreErrors) {
+  const std::string file = WriteTempFile("cli2.key", "from-file\n");
+  absl::StatusOr<std::string> both = ResolveApiKey("k", file, nullptr);
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message(), "give one of --api_key and --api_key_file");
+  absl::StatusOr<std::string> empty = ResolveApiKey("", WriteTempFile("empty.key", "\n"), "env");
+  ASSERT_FALSE(empty.ok());  // not silently the variable's key, nor no key
+  EXPECT_NE(empty.status().message().find("holds no key"), absl::string_view::npos)
+      << empty.status();
+  EXPECT_FALSE(ResolveApiKey("", "/nonexistent/key", nullptr).ok());
+  absl::StatusOr<std::string> spaced = ResolveApiKey("", "", "two words");
+  ASSERT_FALSE(spaced.ok());
+  EXPECT_NE(spaced.status().message().find("BLOSSOM_API_KEY"), absl::string_view::npos);
+  EXPECT_EQ(spaced.status().message().find("two words"), absl::string_view::npos);
+  EXPECT_FALSE(ResolveApiKey("bad\nkey", "", nullptr).ok());
+}
+
+// A backend whose grpc.health.v1 Check always answers SERVING.
+class Serving : public grpc::health::v1::Health::CallbackService {
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest*,
+                                  grpc::health::v1::HealthCheckResponse* response) override {
+    response->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+// A server that requires a client certificate (blossom-server --tls_client_ca): `health` gets
+// through with --tls_cert/--tls_key and not without; the pair is checked before connecting.
+TEST(MutualTlsTest, ClientCertificateReachesAServerThatRequiresOne) {
+  const gateway::testing::TestCerts& certs = gateway::testing::MakeTestCerts();
+  Serving health;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", certs.MutualTlsServerCredentials(), &port);
+  builder.RegisterService(&health);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  RemoteOptions options;
+  options.server = absl::StrCat("localhost:", port);  // the name the server certificate holds
+  options.timeout_seconds = 10;
+  options.tls = true;
+  options.tls_ca_file = certs.ca;
+  options.tls_cert_file = certs.client_cert;
+  options.tls_key_file = certs.client_key;
+  v1::GenerateRequest none;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunRemoteCommand("health", options, none, out, err), 0) << err.str();
+  EXPECT_EQ(out.str(), "SERVING\n");
+
+  RemoteOptions without = options;
+  without.tls_cert_file.clear();
+  without.tls_key_file.clear();
+  without.timeout_seconds = 2;
+  err.str("");
+  EXPECT_EQ(RunRemoteCommand("health", without, none, out, err), 1) << err.str();
+
+  RemoteOptions half = options;
+  half.tls_key_file.clear();
+  err.str("");
+  EXPECT_EQ(RunRemoteCommand("health", half, none, out, err), 2);
+  EXPECT_NE(err.str().find("--tls_cert and --tls_key go together"), std::string::npos)
+      << err.str();
+  RemoteOptions plain = options;
+  plain.tls = false;
+  plain.tls_ca_file.clear();
+  err.str("");
+  EXPECT_EQ(RunRemoteCommand("health", plain, none, out, err), 2);
+  EXPECT_NE(err.str().find("--tls_cert is set without --tls"), std::string::npos) << err.str();
+  RemoteOptions unreadable = options;
+  unreadable.tls_key_file = "/nonexistent/client.key";
+  err.str("");
+  EXPECT_EQ(RunRemoteCommand("health", unreadable, none, out, err), 2);
+  EXPECT_NE(err.str().find("--tls_key: cannot read /nonexistent/client.key"), std::string::npos)
+      << err.str();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
 // The real service (tiny fixture model) on loopback, loaded.
 class ServerTest : public ::testing::Test {
  protected:
@@ -211,8 +315,9 @@ std::string ShellQuote(const std::string& s) {
   return quoted + "'";
 }
 
-// The `blossom` binary (a runfile) with `args`; its exit code, stdout and stderr.
-CliRun RunCli(const std::vector<std::string>& args) {
+// The `blossom` binary (a runfile) with `args` (and `env`, "NAME=value" settings, in its
+// environment); its exit code, stdout and stderr.
+CliRun RunCli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
   const char* tmpdir = std::getenv("TEST_TMPDIR");
@@ -221,6 +326,8 @@ CliRun RunCli(const std::vector<std::string>& args) {
                                            "/clients/blossom")
                             : "clients/blossom";
   command = ShellQuote(command);
+  for (auto it = env.rbegin(); it != env.rend(); ++it) command = ShellQuote(*it) + " " + command;
+  if (!env.empty()) command = "env " + command;
   for (const std::string& arg : args) absl::StrAppend(&command, " ", ShellQuote(arg));
   const std::string err_file = absl::StrCat(tmpdir ? tmpdir : "/tmp", "/blossom_cli.err");
   absl::StrAppend(&command, " 2>", ShellQuote(err_file));
@@ -297,6 +404,41 @@ TEST_F(ServerTest, CliRefusesWhatItWouldDrop) {
   // Giving a beam flag its default changes nothing, so it is no reason to refuse.
   run = RunCli({"tokenize", "--server", server, "Hi", "--length_penalty", "1"});
   EXPECT_EQ(run.rc, 0) << run.err;
+}
+
+// The real service with API keys on: the CLI's key from --api_key_file or BLOSSOM_API_KEY
+// (neither shows in `ps`) gets through, none is refused by the server, and both flags are a
+// usage error.
+TEST(KeyedServerTest, CliReadsTheKeyFromAFileOrTheEnvironment) {
+  ServiceOptions service;
+  service.api_keys = auth::ApiKeys({"cli-secret"});
+  testing::InProcessServer server(std::move(service));
+  server.Load();
+  const std::string address = server.address();
+  CliRun run = RunCli({"tokenize", "--server", address, "hi"});
+  EXPECT_EQ(run.rc, 1) << run.err;
+  EXPECT_NE(run.err.find("UNAUTHENTICATED"), std::string::npos) << run.err;
+  const std::string key_file = WriteTempFile("cli-secret.key", "cli-secret\n");
+  run = RunCli({"tokenize", "--server", address, "--api_key_file", key_file, "hi"});
+  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_FALSE(run.out.empty());
+  run = RunCli({"tokenize", "--server", address, "hi"}, {"BLOSSOM_API_KEY=cli-secret"});
+  EXPECT_EQ(run.rc, 0) << run.err;
+  // A flag wins over the variable (here a wrong one: refused by the server).
+  run = RunCli({"tokenize", "--server", address, "--api_key", "wrong", "hi"},
+               {"BLOSSOM_API_KEY=cli-secret"});
+  EXPECT_EQ(run.rc, 1) << run.err;
+  run = RunCli({"tokenize", "--server", address, "--api-key-file", key_file, "--api_key", "x", "hi"});
+  EXPECT_EQ(run.rc, 2) << run.err;
+  EXPECT_NE(run.err.find("give one of --api_key and --api_key_file"), std::string::npos) << run.err;
+  run = RunCli({"tokenize", "--server", address, "--api_key_file", WriteTempFile("e.key", ""), "hi"});
+  EXPECT_EQ(run.rc, 2) << run.err;
+  EXPECT_NE(run.err.find("holds no key"), std::string::npos) << run.err;
+  // Without --server the key would be sent nowhere.
+  run = RunCli({"generate", "--api_key_file", key_file, "hi"});
+  EXPECT_EQ(run.rc, 2) << run.err;
+  EXPECT_NE(run.err.find("--api_key_file applies to --server calls only"), std::string::npos)
+      << run.err;
 }
 
 }  // namespace

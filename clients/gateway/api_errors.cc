@@ -17,7 +17,7 @@ constexpr size_t kMaxMessage = 1024;
 
 const char* OpenAIType(int status) {
   switch (status) {
-    case 400: case 413: case 422: return "invalid_request_error";
+    case 400: case 413: case 415: case 422: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
@@ -30,7 +30,7 @@ const char* OpenAIType(int status) {
 
 const char* TgiType(int status) {
   switch (status) {
-    case 400: case 413: case 422: return "validation";
+    case 400: case 413: case 415: case 422: return "validation";
     case 401: return "authentication";
     case 403: return "permission";
     case 404: return "not_found";

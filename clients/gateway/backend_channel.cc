@@ -1,11 +1,11 @@
 #include "clients/gateway/backend_channel.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "clients/gateway/credential_files.h"
+#include "kernels/status_macros.h"
 
 namespace blossom::gateway {
 
@@ -22,22 +22,30 @@ grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& opti
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeBackendChannel(
     const BackendChannelOptions& options) {
+  if (options.cert_file.empty() != options.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--backend-tls-cert and --backend-tls-key go together (a client certificate is "
+        "useless without its key)");
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls) {
     grpc::SslCredentialsOptions ssl;
     if (!options.ca_file.empty()) {
-      std::ifstream in(options.ca_file, std::ios::binary);
-      if (!in) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot read CA file ", options.ca_file));
-      }
-      ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      if (ssl.pem_root_certs.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("CA file ", options.ca_file, " is empty"));
-      }
+      BLOSSOM_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                               ReadPemFile("--backend-ca-file", options.ca_file));
+    }
+    if (!options.cert_file.empty()) {
+      BLOSSOM_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                               ReadPemFile("--backend-tls-cert", options.cert_file));
+      BLOSSOM_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                               ReadPemFile("--backend-tls-key", options.key_file));
     }
     credentials = grpc::SslCredentials(ssl);
-  } else if (!options.ca_file.empty()) {
-    return absl::InvalidArgumentError("a CA file needs TLS (--backend-tls)");
+  } else if (!options.ca_file.empty() || !options.cert_file.empty()) {
+    // Plaintext would ignore them: the operator meant TLS.
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.ca_file.empty() ? "--backend-tls-cert" : "--backend-ca-file",
+        " needs TLS (--backend-tls)"));
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }

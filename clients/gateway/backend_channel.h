@@ -1,5 +1,5 @@
-// The gateway's gRPC channel to the Blossom server: credentials (plaintext or TLS) and the
-// reconnect policy.
+// The gateway's gRPC channel to the Blossom server: credentials (plaintext, TLS, or mutual TLS
+// with a client certificate) and the reconnect policy.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
 #define BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
 
@@ -15,6 +15,10 @@ struct BackendChannelOptions {
   std::string target;  // host:port
   bool tls = false;
   std::string ca_file;  // PEM roots for TLS; empty: the system roots
+  // A client certificate chain and its private key (PEM), presented to a server that requires
+  // one (blossom-server --tls_client_ca): both or neither, and only with TLS.
+  std::string cert_file;
+  std::string key_file;
   // Upper bound of gRPC's reconnect backoff. gRPC's default grows to 120 s, so after an outage
   // of a few minutes a restarted server stayed unreachable for up to that long (issue 14).
   int max_reconnect_backoff_ms = 1000;
@@ -27,7 +31,9 @@ struct BackendChannelOptions {
 // RESOURCE_EXHAUSTED, a 429 that invites retrying a request that can never succeed.
 grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& options);
 
-// A channel to options.target. InvalidArgument when the CA file cannot be read.
+// A channel to options.target. InvalidArgument (naming the gateway's flag) when a CA,
+// certificate or key file cannot be read or is empty, when only one of cert_file and key_file
+// is given, or when either of them or ca_file is given without tls.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeBackendChannel(
     const BackendChannelOptions& options);
 

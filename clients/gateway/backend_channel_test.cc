@@ -1,11 +1,14 @@
-// The reconnect policy against a real server that goes away and comes back on the same port.
+// The reconnect policy against a real server that goes away and comes back on the same port; TLS
+// options, and mutual TLS against a server that requires a client certificate.
 #include "clients/gateway/backend_channel.h"
 
 #include <chrono>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "clients/gateway/test_certs.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
@@ -162,8 +165,75 @@ TEST(BackendChannelTest, TlsOptionsAreChecked) {
   EXPECT_FALSE(MakeBackendChannel(options).ok());  // a CA file without TLS
   options.tls = true;
   EXPECT_FALSE(MakeBackendChannel(options).ok());  // unreadable
+  options.ca_file = "/dev/null";
+  EXPECT_FALSE(MakeBackendChannel(options).ok());  // empty: would mean the system roots
   options.ca_file.clear();
   EXPECT_TRUE(MakeBackendChannel(options).ok());   // system roots
+}
+
+// A client certificate: both files or neither, with TLS, readable.
+TEST(BackendChannelTest, ClientCertificateOptionsAreChecked) {
+  const testing::TestCerts& certs = testing::MakeTestCerts();
+  BackendChannelOptions options;
+  options.target = "localhost:1";
+  options.tls = true;
+  options.cert_file = certs.client_cert;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeBackendChannel(options);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(channel.status().message(),
+            "--backend-tls-cert and --backend-tls-key go together (a client certificate is "
+            "useless without its key)");
+  options.cert_file.clear();
+  options.key_file = certs.client_key;
+  EXPECT_FALSE(MakeBackendChannel(options).ok());
+  options.cert_file = "/nonexistent/client.pem";
+  channel = MakeBackendChannel(options);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_TRUE(absl::StrContains(channel.status().message(), "--backend-tls-cert: cannot read"))
+      << channel.status();
+  options.cert_file = certs.client_cert;
+  options.tls = false;
+  channel = MakeBackendChannel(options);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_EQ(channel.status().message(), "--backend-tls-cert needs TLS (--backend-tls)");
+  options.tls = true;
+  EXPECT_TRUE(MakeBackendChannel(options).ok());
+}
+
+// blossom-server --tls_client_ca: a server that requires a client certificate from its CA. The
+// channel built with --backend-tls-cert/--backend-tls-key gets through; without them it cannot.
+TEST(BackendChannelTest, PresentsTheClientCertificateForMutualTls) {
+  const testing::TestCerts& certs = testing::MakeTestCerts();
+  Healthy service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", certs.MutualTlsServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+
+  BackendChannelOptions options;
+  options.target = absl::StrCat("localhost:", port);  // the name the server certificate holds
+  options.tls = true;
+  options.ca_file = certs.ca;
+  options.cert_file = certs.client_cert;
+  options.key_file = certs.client_key;
+  auto channel = MakeBackendChannel(options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
+  bool ok = false;
+  for (int i = 0; i < 40 && !ok; ++i) ok = CheckOnce(stub.get());  // a handshake may be slow
+  EXPECT_TRUE(ok) << "the mutual-TLS server refused the gateway's certificate";
+
+  options.cert_file.clear();
+  options.key_file.clear();
+  auto without = MakeBackendChannel(options);
+  ASSERT_TRUE(without.ok()) << without.status();
+  auto refused = grpc::health::v1::Health::NewStub(*without);
+  EXPECT_FALSE(CheckOnce(refused.get())) << "the server took a client without a certificate";
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

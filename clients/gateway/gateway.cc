@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/backend_channel.h"
+#include "clients/gateway/content_type.h"
 #include "clients/gateway/gateway_internal.h"
 #include "clients/gateway/json_fields.h"
 #include "clients/gateway/openapi.h"
@@ -232,6 +233,20 @@ http::Response Gateway::ProtocolErrorResponse(int status, const std::string& mes
                        message);
 }
 
+bool Gateway::Authorized(const Route& route, const http::Request& request) const {
+  const std::string name = route.name;
+  // /health is open like /live (vLLM's convention): a kubelet readiness probe cannot send a key,
+  // and the answer reveals only whether this gateway and its backend are serving.
+  if (name == "live" || name == "health") return true;
+  const std::string* authorization = request.Header("authorization");
+  if (name == "metrics" && options_.metrics_api_keys.enabled()) {
+    // A scrape key opens /metrics and nothing else; a client key opens it too.
+    return options_.metrics_api_keys.Allows(authorization) ||
+           (options_.api_keys.enabled() && options_.api_keys.Allows(authorization));
+  }
+  return options_.api_keys.Allows(authorization);
+}
+
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
   const Route* found = FindRoute(request.path);
   const ApiFlavor flavor = FlavorOf(request.path);
@@ -242,8 +257,15 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     return;
   }
   const Route& route = *found;
-  // The method first, for every route (/live too): a method a route does not have is 405 with
-  // Allow, whoever asks and whatever state the gateway is in.
+  // The key before the method: a 405 with Allow to anyone would list the keyed routes and their
+  // methods to callers who may use none of them.
+  if (!Authorized(route, request)) {
+    Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
+    response.headers.emplace_back("WWW-Authenticate", "Bearer");
+    writer->Send(std::move(response));
+    return;
+  }
+  // A method a route does not have is 405 with Allow, whatever state the gateway is in.
   const bool head_ok = request.method == "HEAD" && std::string(route.method) == "GET";
   if (request.method != route.method && !head_ok) {
     Response response = ErrorResponse(flavor, 405, absl::StrCat("use ", route.method, " for ", request.path));
@@ -259,18 +281,19 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     writer->Send(ErrorResponse(flavor, 503, "the gateway is shutting down"));
     return;
   }
-  // /health is open like /live (vLLM's convention): a kubelet readiness probe cannot send a key,
-  // and the answer reveals only whether this gateway and its backend are serving.
-  if (route.name != std::string("health") && !options_.api_keys.Allows(request.Header("authorization"))) {
-    Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
-    response.headers.emplace_back("WWW-Authenticate", "Bearer");
-    writer->Send(std::move(response));
-    return;
-  }
   if (absl::StatusOr<std::string> forwarded = ForwardedAuthorization(request); !forwarded.ok()) {
     const absl::Status& error = forwarded.status();
     writer->Send(ErrorResponse(flavor, error.code() == absl::StatusCode::kOutOfRange ? 431 : 400,
                                error.message()));
+    return;
+  }
+  // Before any body is parsed: a page in the user's browser can post a form or text/plain here
+  // without a CORS preflight (content_type.h).
+  if (std::string(route.method) == "POST" && !AcceptsAsJson(request.Header("content-type"))) {
+    writer->Send(ErrorResponse(
+        flavor, 415,
+        absl::StrCat("the body must be JSON: send 'Content-Type: application/json' (got '",
+                     request.Header("content-type")->substr(0, 100), "')")));
     return;
   }
   const std::string name = route.name;
@@ -319,7 +342,7 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
   CallStarted();
   stub_->async()->GetModelInfo(
       &call->context, &call->request, &call->response,
-      [this, call, writer, route, asked](grpc::Status status) {
+      [this, call, writer, route, asked, detail = ShowsBackendErrors(request)](grpc::Status status) {
         const ApiFlavor flavor =
             route == "models" || route == "model" ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
         if (status.ok()) RememberModelId(call->response.model_id());
@@ -328,12 +351,7 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                                       : options_.served_model_name;
         if (route == "health") {
           // Readiness: any failure (including auth) means this gateway cannot serve.
-          if (status.ok()) {
-            writer->Send(Response{200, {}, ""});
-          } else {
-            writer->Send(ErrorResponse(flavor, 503, absl::StrCat("backend not ready: ",
-                                                                 status.error_message())));
-          }
+          writer->Send(status.ok() ? Response{200, {}, ""} : BackendNotReady(detail, status));
         } else if (!status.ok()) {
           writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
         } else if (route == "info") {
@@ -359,6 +377,16 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
         }
         CallFinished();
       });
+}
+
+bool Gateway::ShowsBackendErrors(const http::Request& request) const {
+  return options_.api_keys.Allows(request.Header("authorization"));
+}
+
+http::Response Gateway::BackendNotReady(bool detail, const grpc::Status& status) {
+  if (!detail) return ErrorResponse(ApiFlavor::kTgi, 503, "backend not ready");
+  return ErrorResponse(ApiFlavor::kTgi, 503,
+                       absl::StrCat("backend not ready: ", status.error_message()));
 }
 
 void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<ResponseWriter> writer) {
@@ -390,8 +418,7 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
           writer->Send(ErrorResponse(ApiFlavor::kTgi, 503, kLoadingOrDraining));
         } else if (!status.ok() && status.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
                    status.error_code() != grpc::StatusCode::NOT_FOUND) {
-          writer->Send(ErrorResponse(ApiFlavor::kTgi, 503,
-                                     absl::StrCat("backend not ready: ", status.error_message())));
+          writer->Send(BackendNotReady(ShowsBackendErrors(request), status));
         } else if (status.ok()) {
           // SERVING: ready. No key is needed for this (the probe carries none), so no call that
           // checks one (GetModelInfo) may decide readiness.

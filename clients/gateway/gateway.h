@@ -41,13 +41,20 @@ struct GatewayOptions {
   // Authorization header (if any) is forwarded instead.
   std::string backend_api_key;
   auth::ApiKeys api_keys;  // empty: no authentication
+  // Keys accepted on GET /metrics only (--metrics-api-keys-file): a Prometheus scrape key that
+  // cannot run generations. The api_keys are accepted there too. When set, /metrics needs a key
+  // even if api_keys is empty.
+  auth::ApiKeys metrics_api_keys;
   // How /v1/chat/completions renders messages into a prompt (--chat-template).
   ChatTemplate chat_template;
 };
 
-// Routes:
+// Routes (with API keys, every route but /live and /health needs one; /metrics also takes a
+// metrics key):
 //   GET  /live                    liveness, never authenticated
-//   GET  /health                  readiness: 200 if the backend's grpc.health.v1 status for
+//   GET  /health                  never authenticated (probes send no key; a caller without a
+//                                 valid key gets no backend error text in a 503);
+//                                 readiness: 200 if the backend's grpc.health.v1 status for
 //                                 blossom.v1.Blossom is SERVING, else 503 (so it is 503 while
 //                                 the server loads or drains). The status comes from one Watch
 //                                 stream the gateway keeps open (HealthWatch), so it follows the
@@ -61,6 +68,9 @@ struct GatewayOptions {
 //   POST /                        TGI's compatibility route ("stream": true -> /generate_stream,
 //                                 else /generate answered as a list of one), which the
 //                                 text-generation Python client uses
+// Order of refusals: an unknown path 404; a keyed route without a valid key 401 (before 405, so
+// that no one without a key learns which paths and methods exist); 405; 503 while draining; a
+// POST whose Content-Type is present and not JSON 415 (content_type.h: no cross-site form posts).
 // Every gRPC call is asynchronous (callback API): no thread waits per request. A client that
 // disconnects cancels its gRPC call (ClientContext::TryCancel from ResponseWriter::OnClose).
 //
@@ -100,6 +110,15 @@ class Gateway {
   struct Route;
   static const std::map<std::string, Route>& RouteTable();
   static const Route* FindRoute(absl::string_view path);  // null: no route
+  // Whether the request's Authorization opens `route` (always true for /live and /health).
+  bool Authorized(const Route& route, const http::Request& request) const;
+  // Whether a /health 503 may carry the backend's error text: for a caller with a valid key, or
+  // when there are no keys. /health is open to anyone, and gRPC's messages name addresses,
+  // certificates and the server's own refusals.
+  bool ShowsBackendErrors(const http::Request& request) const;
+  // The 503 of a /health whose backend call failed with `status` ("backend not ready", and the
+  // status's message when `detail`).
+  static http::Response BackendNotReady(bool detail, const grpc::Status& status);
   static ApiFlavor FlavorOf(absl::string_view path);
   template <typename Req, typename Resp>
   struct UnaryCall;

@@ -12,6 +12,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,7 +29,7 @@ namespace {
 using testing::Client;
 using testing::GatewayTest;
 
-TEST_F(GatewayTest, AuthOnEveryRouteButLive) {
+TEST_F(GatewayTest, AuthOnEveryRouteButLiveAndHealth) {
   GatewayOptions options;
   options.api_keys = auth::ApiKeys({"good-key"});
   options.backend_api_key = "backend-secret";
@@ -50,6 +53,93 @@ TEST_F(GatewayTest, AuthOnEveryRouteButLive) {
   EXPECT_EQ(Json::parse(models.body)["data"][0]["id"], "bloom-test");
   EXPECT_EQ(fake_.last_authorization(), "Bearer backend-secret");
   EXPECT_EQ(Request("GET", "/health", "", "Authorization: Bearer good-key\r\n").status, 200);
+}
+
+// With keys, a caller without one learns nothing about the keyed routes: a wrong method is 401
+// like a right one (a 405 with Allow would list the routes and their methods). Unknown paths stay
+// 404, and the open routes (/live, /health) keep their 405.
+TEST_F(GatewayTest, KeyIsCheckedBeforeTheMethod) {
+  GatewayOptions options;
+  options.api_keys = auth::ApiKeys({"good-key"});
+  StartGateway(options);
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/v1/completions"}, {"DELETE", "/v1/models"}, {"PUT", "/generate"},
+           {"POST", "/metrics"}, {"GET", "/tokenize"}, {"POST", "/v1/models/x"}}) {
+    Client::Reply reply = Request(method, path, "");
+    EXPECT_EQ(reply.status, 401) << method << " " << path << ": " << reply.body;
+    EXPECT_EQ(reply.headers.count("allow"), 0u) << method << " " << path;
+    Client::Reply keyed = Request(method, path, "", "Authorization: Bearer good-key\r\n");
+    EXPECT_EQ(keyed.status, 405) << method << " " << path << ": " << keyed.body;
+    EXPECT_EQ(keyed.headers.count("allow"), 1u) << method << " " << path;
+  }
+  EXPECT_EQ(Request("GET", "/no/such/route", "").status, 404);
+  EXPECT_EQ(Request("POST", "/live", "").status, 405);
+  EXPECT_EQ(Request("POST", "/health", "").status, 405);
+  EXPECT_EQ(fake_.requests(), 0);
+}
+
+// --metrics-api-keys-file: a scrape key opens /metrics and nothing else; the client keys open
+// /metrics too.
+TEST_F(GatewayTest, MetricsKeysOpenOnlyMetrics) {
+  GatewayOptions options;
+  options.api_keys = auth::ApiKeys({"client-key"});
+  options.metrics_api_keys = auth::ApiKeys({"scrape-key"});
+  StartGateway(options);
+  const std::string scrape = "Authorization: Bearer scrape-key\r\n";
+  const std::string client = "Authorization: Bearer client-key\r\n";
+  Client::Reply metrics = Request("GET", "/metrics", "", scrape);
+  EXPECT_EQ(metrics.status, 200) << metrics.body;
+  EXPECT_TRUE(absl::StrContains(metrics.body, "blossom_gateway_requests_total")) << metrics.body;
+  EXPECT_EQ(Request("GET", "/metrics", "", client).status, 200);
+  EXPECT_EQ(Request("GET", "/metrics", "").status, 401);
+  EXPECT_EQ(Request("GET", "/metrics", "", "Authorization: Bearer wrong\r\n").status, 401);
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/completions", R"({"prompt":"hi"})"},
+           {"POST", "/generate", R"({"inputs":"hi"})"},
+           {"POST", "/tokenize", R"({"inputs":"hi"})"},
+           {"GET", "/v1/models", ""},
+           {"GET", "/info", ""},
+           {"GET", "/openapi.json", ""}}) {
+    EXPECT_EQ(Request(method, path, body, scrape).status, 401) << method << " " << path;
+  }
+  EXPECT_EQ(fake_.requests(), 0);
+  EXPECT_EQ(Request("POST", "/v1/completions", R"({"prompt":"hi"})", client).status, 200);
+
+  // Scrape keys alone: /metrics needs one while the other routes stay open.
+  GatewayOptions scrape_only;
+  scrape_only.metrics_api_keys = auth::ApiKeys({"scrape-key"});
+  StartGateway(scrape_only);
+  EXPECT_EQ(Request("GET", "/metrics", "").status, 401);
+  EXPECT_EQ(Request("GET", "/metrics", "", scrape).status, 200);
+  EXPECT_EQ(Request("GET", "/v1/models", "").status, 200);
+}
+
+// /health is open, and gRPC's error text (addresses, certificate and resolver errors, the
+// server's refusals) is for callers with a key: others get a fixed message.
+TEST_F(GatewayTest, HealthShowsBackendErrorsOnlyToKeyHolders) {
+  GatewayOptions options;
+  options.health_timeout = absl::Milliseconds(300);
+  options.api_keys = auth::ApiKeys({"good-key"});
+  StartGateway(options, /*backend_port=*/1);  // nothing listens there
+  for (const char* header : {"", "Authorization: Bearer wrong\r\n"}) {
+    Client::Reply anonymous = Request("GET", "/health", "", header);
+    EXPECT_EQ(anonymous.status, 503);
+    EXPECT_EQ(Json::parse(anonymous.body)["error"], "backend not ready") << anonymous.body;
+  }
+  Client::Reply keyed = Request("GET", "/health", "", "Authorization: Bearer good-key\r\n");
+  EXPECT_EQ(keyed.status, 503);
+  const std::string detail = Json::parse(keyed.body)["error"].get<std::string>();
+  EXPECT_TRUE(absl::StartsWith(detail, "backend not ready: ")) << detail;
+  EXPECT_GT(detail.size(), std::string("backend not ready: ").size()) << detail;
+
+  // Without keys there is no one to hide it from.
+  GatewayOptions open;
+  open.health_timeout = absl::Milliseconds(300);
+  StartGateway(open, /*backend_port=*/1);
+  const std::string open_detail =
+      Json::parse(Request("GET", "/health", "").body)["error"].get<std::string>();
+  EXPECT_TRUE(absl::StartsWith(open_detail, "backend not ready: ")) << open_detail;
 }
 
 // OpenAI's model retrieval: the served model by name (percent-encoded or not), 404 otherwise.

@@ -1,9 +1,11 @@
 // blossom-gateway: OpenAI- and TGI-compatible HTTP in front of a Blossom gRPC server.
 //
 //   blossom-gateway --backend=127.0.0.1:50051 --port=8080 [--api-keys-file=FILE]
-//       [--backend-api-key=KEY] [--served-model-name=NAME] [--request-timeout=600]
-//       [--max-body-bytes=1048576] [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]]
-//       [--tls-cert=PEM --tls-key=PEM] [--max-connections-per-ip=256]
+//       [--metrics-api-keys-file=FILE] [--backend-api-key-file=FILE | --backend-api-key=KEY]
+//       [--served-model-name=NAME] [--request-timeout=600] [--max-body-bytes=1048576]
+//       [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]
+//       [--backend-tls-cert=PEM --backend-tls-key=PEM]] [--tls-cert=PEM --tls-key=PEM]
+//       [--max-connections-per-ip=256]
 //
 // Flags may be spelled with dashes or underscores. SIGINT/SIGTERM drain it: /health turns 503,
 // new requests get 503, in-flight ones get --drain-timeout to finish (and their clients to read
@@ -22,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "clients/gateway/backend_channel.h"
+#include "clients/gateway/credential_files.h"
 #include "clients/gateway/gateway.h"
 #include "grpcpp/grpcpp.h"
 #include "server/auth/api_keys.h"
@@ -36,13 +39,26 @@ ABSL_FLAG(bool, backend_tls, false, "Connect to the backend over TLS.");
 ABSL_FLAG(std::string, backend_ca_file, "",
           "PEM CA bundle that signs the backend's certificate (--backend-tls; default: the "
           "system roots).");
+ABSL_FLAG(std::string, backend_tls_cert, "",
+          "PEM client certificate chain the gateway presents to the backend, for a server that "
+          "requires one (blossom-server --tls_client_ca); with --backend-tls-key and "
+          "--backend-tls.");
+ABSL_FLAG(std::string, backend_tls_key, "", "PEM private key of --backend-tls-cert.");
 ABSL_FLAG(int, max_reconnect_backoff_ms, 1000,
           "Longest wait between reconnect attempts to a backend that went away.");
 ABSL_FLAG(std::string, api_keys_file, "",
-          "File with one API key per line; if set, every route but /live needs "
-          "'Authorization: Bearer <key>'.");
+          "File with one API key per line; if set, every route but /live and /health needs "
+          "'Authorization: Bearer <key>' (/metrics also takes a --metrics-api-keys-file key).");
+ABSL_FLAG(std::string, metrics_api_keys_file, "",
+          "File with one API key per line (as --api-keys-file) accepted on /metrics only, e.g. "
+          "Prometheus's scrape key; the --api-keys-file keys work there too. If set, /metrics "
+          "needs a key.");
 ABSL_FLAG(std::string, backend_api_key, "",
-          "API key sent to the gRPC server; if empty the client's Authorization is forwarded.");
+          "API key sent to the gRPC server; if empty the client's Authorization is forwarded. "
+          "Visible to other local users (ps, /proc): prefer --backend-api-key-file.");
+ABSL_FLAG(std::string, backend_api_key_file, "",
+          "File holding the API key sent to the gRPC server (surrounding whitespace trimmed; "
+          "an empty file is an error); instead of --backend-api-key.");
 ABSL_FLAG(std::string, served_model_name, "",
           "Model name clients must use and that /v1/models reports (default: the backend's).");
 ABSL_FLAG(double, request_timeout, 600, "gRPC deadline per generation request, in seconds.");
@@ -78,9 +94,24 @@ int main(int argc, char** argv) {
   blossom::gateway::GatewayOptions options;
   options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   options.backend_api_key = absl::GetFlag(FLAGS_backend_api_key);
-  for (char c : options.backend_api_key) {
-    if (c < 0x21 || c > 0x7e) {  // it is sent as gRPC metadata, which aborts on anything else
-      spdlog::error("--backend-api-key may only hold printable ASCII without spaces");
+  if (const std::string path = absl::GetFlag(FLAGS_backend_api_key_file); !path.empty()) {
+    if (!options.backend_api_key.empty()) {
+      spdlog::error("give one of --backend-api-key and --backend-api-key-file");
+      return 2;
+    }
+    absl::StatusOr<std::string> key =
+        blossom::gateway::ReadApiKeyFile("--backend-api-key-file", path);
+    if (!key.ok()) {
+      spdlog::error("{}", std::string(key.status().message()));
+      return 2;
+    }
+    options.backend_api_key = *std::move(key);
+  } else if (!options.backend_api_key.empty()) {
+    // It is sent as gRPC metadata, which aborts the process on anything else.
+    if (absl::Status usable = blossom::gateway::CheckApiKey("--backend-api-key",
+                                                            options.backend_api_key);
+        !usable.ok()) {
+      spdlog::error("{}", std::string(usable.message()));
       return 2;
     }
   }
@@ -98,6 +129,20 @@ int main(int argc, char** argv) {
     }
     options.api_keys = std::move(*keys);
   }
+  if (const std::string path = absl::GetFlag(FLAGS_metrics_api_keys_file); !path.empty()) {
+    auto keys = blossom::auth::ApiKeys::LoadFile(path);
+    if (!keys.ok()) {
+      spdlog::error("--metrics-api-keys-file: {}", keys.status().ToString());
+      return 2;
+    }
+    options.metrics_api_keys = std::move(*keys);
+  }
+  if (!options.backend_api_key.empty() && !options.api_keys.enabled()) {
+    // Every caller who can reach the port then runs generations with the backend's key.
+    spdlog::warn(
+        "the gateway holds a backend API key but checks no client keys (no --api-keys-file): "
+        "anyone who can reach its port calls the backend with that key");
+  }
   if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
     auto chat_template = blossom::gateway::ChatTemplate::FromFile(path);
     if (!chat_template.ok()) {
@@ -111,10 +156,12 @@ int main(int argc, char** argv) {
   channel_options.target = absl::GetFlag(FLAGS_backend);
   channel_options.tls = absl::GetFlag(FLAGS_backend_tls);
   channel_options.ca_file = absl::GetFlag(FLAGS_backend_ca_file);
+  channel_options.cert_file = absl::GetFlag(FLAGS_backend_tls_cert);
+  channel_options.key_file = absl::GetFlag(FLAGS_backend_tls_key);
   channel_options.max_reconnect_backoff_ms = absl::GetFlag(FLAGS_max_reconnect_backoff_ms);
   auto channel = blossom::gateway::MakeBackendChannel(channel_options);
   if (!channel.ok()) {
-    spdlog::error("{}", channel.status().ToString());
+    spdlog::error("{}", std::string(channel.status().message()));
     return 2;
   }
   auto gateway = std::make_unique<blossom::gateway::Gateway>(*channel, std::move(options));

@@ -376,6 +376,55 @@ TEST_F(GatewayTest, ValidationErrorsNeverReachTheBackend) {
   EXPECT_EQ(Request("GET", "/live", "").status, 200);
 }
 
+// A page in the user's browser can POST text/plain, a form or multipart data to the gateway
+// without a CORS preflight: every POST route refuses a present non-JSON Content-Type with 415 in
+// its API's shape before reading the body, and no call reaches the backend.
+TEST_F(GatewayTest, NonJsonContentTypesGet415BeforeTheBody) {
+  StartGateway({});
+  const std::vector<std::pair<std::string, std::string>> routes = {
+      {"/v1/completions", R"({"prompt":"hi"})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})"},
+      {"/generate", R"({"inputs":"hi"})"},
+      {"/generate_stream", R"({"inputs":"hi"})"},
+      {"/", R"({"inputs":"hi"})"},
+      {"/tokenize", R"({"inputs":"hi"})"},
+      {"/detokenize", R"({"tokens":[1]})"}};
+  for (const auto& [path, body] : routes) {
+    for (const char* type : {"text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                             "multipart/form-data; boundary=x", "text/json", ""}) {
+      SCOPED_TRACE(absl::StrCat(path, " with '", type, "'"));
+      Client::Reply reply =
+          Request("POST", path, body, absl::StrCat("Content-Type: ", type, "\r\n"));
+      ASSERT_EQ(reply.status, 415) << reply.body;
+      EXPECT_EQ(reply.headers["content-type"], "application/json");
+      const Json error = Json::parse(reply.body);
+      if (absl::StartsWith(path, "/v1/") || path == "/detokenize") {
+        EXPECT_EQ(error["error"]["type"], "invalid_request_error") << reply.body;
+        EXPECT_TRUE(absl::StrContains(error["error"]["message"].get<std::string>(),
+                                      "Content-Type: application/json"))
+            << reply.body;
+      } else {
+        EXPECT_EQ(error["error_type"], "validation") << reply.body;
+        EXPECT_TRUE(absl::StrContains(error["error"].get<std::string>(), "must be JSON"))
+            << reply.body;
+      }
+    }
+  }
+  EXPECT_EQ(fake_.requests(), 0);
+  // JSON (any case, with parameters, or a +json type) and no Content-Type at all still work.
+  for (const std::string& header :
+       {std::string("Content-Type: application/json\r\n"),
+        std::string("Content-Type: Application/JSON; charset=utf-8\r\n"),
+        std::string("Content-Type: application/vnd.blossom+json\r\n"), std::string()}) {
+    SCOPED_TRACE(header);
+    EXPECT_EQ(Request("POST", "/v1/completions", R"({"prompt":"hi"})", header).status, 200);
+    EXPECT_EQ(Request("POST", "/generate", R"({"inputs":"hi"})", header).status, 200);
+    EXPECT_EQ(Request("POST", "/tokenize", R"({"inputs":"hi"})", header).status, 200);
+  }
+  // GET routes have no body to read: their Content-Type does not matter.
+  EXPECT_EQ(Request("GET", "/v1/models", "", "Content-Type: text/plain\r\n").status, 200);
+}
+
 TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
   StartGateway({});
   const std::string big(5000, 'a');

@@ -9,7 +9,7 @@ const std::string& OpenApiJson() {
   "info": {
     "title": "blossom-gateway",
     "version": "1",
-    "description": "OpenAI- and TGI-compatible HTTP in front of the Blossom gRPC server. Every route but /live and /health needs 'Authorization: Bearer <key>' when the gateway has API keys."
+    "description": "OpenAI- and TGI-compatible HTTP in front of the Blossom gRPC server. Every route but /live and /health needs 'Authorization: Bearer <key>' when the gateway has API keys (/metrics also takes a scrape key). Request bodies are JSON: a POST whose Content-Type is present and is not application/json (or application/*+json) is refused with 415."
   },
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -116,8 +116,8 @@ const std::string& OpenApiJson() {
       "DetokenizeRequest": {"type": "object", "required": ["tokens"], "properties": {"model": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}
     },
     "responses": {
-      "OpenAIError": {"description": "Error (400, 401, 404, 413, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
-      "TgiError": {"description": "Error (400, 401, 413, 422, 424 a failed generation, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}},
+      "OpenAIError": {"description": "Error (400, 401, 404, 413, 415 a body that is not JSON, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}},
+      "TgiError": {"description": "Error (400, 401, 413, 415 a body that is not JSON, 422, 424 a failed generation, 429, 503, 504)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}},
       "TokenizeError": {"description": "Error in the shape of the body's API: TGI's for an inputs body, OpenAI's (vLLM's) for a prompt or messages body", "content": {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/TgiError"}, {"$ref": "#/components/schemas/OpenAIError"}]}}}}
     }
   },
@@ -125,7 +125,7 @@ const std::string& OpenApiJson() {
   "paths": {
     "/live": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "The process is up"}}}},
     "/health": {"get": {"summary": "Readiness: the gateway is not draining and the backend is SERVING and answers", "security": [], "responses": {"200": {"description": "Ready"}, "503": {"$ref": "#/components/responses/TgiError"}}}},
-    "/metrics": {"get": {"summary": "Prometheus metrics of the gateway", "responses": {"200": {"description": "Text format 0.0.4", "content": {"text/plain": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
+    "/metrics": {"get": {"summary": "Prometheus metrics of the gateway (an API key or a --metrics-api-keys-file scrape key)", "responses": {"200": {"description": "Text format 0.0.4", "content": {"text/plain": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
     "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.0", "content": {"application/json": {}}}, "401": {"$ref": "#/components/responses/TgiError"}}}},
     "/info": {"get": {"summary": "TGI model information and limits", "responses": {"200": {"description": "Model info", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/v1/models": {"get": {"summary": "OpenAI model list", "responses": {"200": {"description": "One model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
