@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "clients/gateway/backend_channel.h"
@@ -121,20 +122,28 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.request_timeout = absl::Seconds(timeout);
-  if (const std::string path = absl::GetFlag(FLAGS_api_keys_file); !path.empty()) {
+  // Loaded as the server loads its own: a line no client could present stops the start, a
+  // short key is warned about by line (never quoting it).
+  auto load_keys = [](const char* flag, const std::string& path) {
     auto keys = blossom::auth::ApiKeys::LoadFile(path);
     if (!keys.ok()) {
-      spdlog::error("{}", keys.status().ToString());
-      return 2;
+      spdlog::error("{}: {}", flag, keys.status().ToString());
+    } else if (!keys->short_key_lines().empty()) {
+      spdlog::warn("{}: the keys on line(s) {} are shorter than {} characters and may be guessed; "
+                   "use random keys (e.g. `openssl rand -hex 32`)",
+                   flag, absl::StrJoin(keys->short_key_lines(), ", "),
+                   blossom::auth::kMinStrongKeyLength);
     }
+    return keys;
+  };
+  if (const std::string path = absl::GetFlag(FLAGS_api_keys_file); !path.empty()) {
+    auto keys = load_keys("--api-keys-file", path);
+    if (!keys.ok()) return 2;
     options.api_keys = std::move(*keys);
   }
   if (const std::string path = absl::GetFlag(FLAGS_metrics_api_keys_file); !path.empty()) {
-    auto keys = blossom::auth::ApiKeys::LoadFile(path);
-    if (!keys.ok()) {
-      spdlog::error("--metrics-api-keys-file: {}", keys.status().ToString());
-      return 2;
-    }
+    auto keys = load_keys("--metrics-api-keys-file", path);
+    if (!keys.ok()) return 2;
     options.metrics_api_keys = std::move(*keys);
   }
   if (!options.backend_api_key.empty() && !options.api_keys.enabled()) {

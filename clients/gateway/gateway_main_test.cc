@@ -104,6 +104,10 @@ TEST(GatewayMainTest, WarnsOfAnOpenProxyHoldingABackendKey) {
   EXPECT_EQ(run.rc, 124) << run.err;
   EXPECT_FALSE(absl::StrContains(run.err, "checks no client keys")) << run.err;
   EXPECT_TRUE(absl::StrContains(run.err, "listening on")) << run.err;
+  // client-key is 10 characters: warned about by its line, never quoted.
+  EXPECT_TRUE(absl::StrContains(run.err, "--api-keys-file: the keys on line(s) 1 are shorter"))
+      << run.err;
+  EXPECT_FALSE(absl::StrContains(run.err, "client-key")) << run.err;
 }
 
 TEST(GatewayMainTest, MetricsKeysFileIsLoadedAsTheKeysFile) {
