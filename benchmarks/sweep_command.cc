@@ -109,7 +109,7 @@ absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, 
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
                            ModelRunner::Create(runner_options));
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                           Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
+                           Tokenizer::FromModelDir(options.model_dir, runner->vocab_size()));
   context.load_s = SecondsSince(load_start);
   context.start_to_ready_s = SecondsSince(options.process_start);
   context.backend = runner->info().backend;

@@ -304,7 +304,7 @@ int RunGenerate(const std::string& prompt) {
     const absl::Status served = (*model)->RunFollower();
     return served.ok() ? 0 : Fail(served);
   }
-  auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  auto tokenizer = Tokenizer::FromModelDir(model_dir, (*model)->vocab_size());
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   auto ids = (*tokenizer)->Encode(prompt);
   if (!ids.ok()) return Fail(ids.status());

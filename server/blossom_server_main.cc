@@ -493,7 +493,7 @@ int Run() {
 
   auto runner = ModelRunner::Create(runner_options);
   if (!runner.ok()) return Fail(runner.status());
-  auto tokenizer = Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  auto tokenizer = Tokenizer::FromModelDir(model_dir, (*runner)->vocab_size());
   if (!tokenizer.ok()) return Fail(tokenizer.status());
 
   EngineConfig engine_config;

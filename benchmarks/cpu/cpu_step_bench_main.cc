@@ -121,7 +121,7 @@ int Run() {
   options.kv_cache_dtype = *kv_cache_dtype;
   auto runner = ModelRunner::Create(options);
   if (!runner.ok()) return Fail(runner.status());
-  auto tokenizer = Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+  auto tokenizer = Tokenizer::FromModelDir(options.model_dir, (*runner)->vocab_size());
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   const int32_t vocab = static_cast<int32_t>((*runner)->config().vocab_size);
   BatchGenerator generator(runner->get(), tokenizer->get());

@@ -38,6 +38,13 @@ class Tokenizer {
  public:
   // Reads and parses a tokenizer.json. NotFound if the file cannot be opened.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
+  // A model directory's dir/tokenizer.json, checked against what would make it encode or decode
+  // otherwise than transformers' AutoTokenizer on that directory: dir/tokenizer_config.json's
+  // add_prefix_space: true (BloomTokenizerFast applies it to the pre-tokenizer at load; not
+  // supported, InvalidArgument), and, when model_vocab_size > 0, token ids past the model's
+  // embedding rows (FailedPrecondition: a request would fail only once it met such a token).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir,
+                                                                  int64_t model_vocab_size = 0);
   // Parses tokenizer.json text; `source_name` prefixes error messages (e.g. the path).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(absl::string_view json,
                                                              absl::string_view source_name);

@@ -484,6 +484,37 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
   return FromJson(contents.str(), path);
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir,
+                                                                   int64_t model_vocab_size) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = FromFile(dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer;
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (std::ifstream in(config_path, std::ios::binary); in) {
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    const Json config = Json::parse(contents.str(), nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path, ": expected a JSON object (transformers could not load it)"));
+    }
+    if (auto it = config.find("add_prefix_space"); it != config.end() && it->is_boolean() &&
+                                                   it->get<bool>()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config_path, ": add_prefix_space = true (transformers puts a space before the first "
+          "word of every text) is not supported; encoding without it would give other ids than "
+          "the model was trained with"));
+    }
+  }
+  if (model_vocab_size > 0 && (*tokenizer)->vocab_size() > model_vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, "/tokenizer.json has ids up to ", (*tokenizer)->vocab_size() - 1,
+        ", past the model's ", model_vocab_size,
+        " embedding rows (config.json vocab_size): its added tokens were not given rows; resize "
+        "the embeddings (transformers' resize_token_embeddings) and save the model again"));
+  }
+  return tokenizer;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view json,
                                                                absl::string_view source_name) {
   return TokenizerLoader(source_name).Load(json);

@@ -1,5 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -388,6 +390,30 @@ TEST(TinyTokenizerTest, SavedTruncationAndPaddingAreIgnored) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_GT(a->size(), 1u);
   EXPECT_EQ(*a, *b);
+}
+
+// A model directory's tokenizer as transformers' AutoTokenizer would load it: tokenizer_config's
+// add_prefix_space (applied at load by BloomTokenizerFast) is refused, not silently dropped, and
+// ids past the model's embedding rows are refused at start, not at the first request using one.
+TEST(TinyTokenizerTest, FromModelDirChecksTheConfigAndTheModelsRows) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/model-dir";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/tokenizer.json") << TinyBase().dump();
+  auto plain = Tokenizer::FromModelDir(dir);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const int32_t vocab = (*plain)->vocab_size();
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"add_prefix_space": false})";
+  EXPECT_TRUE(Tokenizer::FromModelDir(dir, vocab).ok());
+  auto too_many = Tokenizer::FromModelDir(dir, vocab - 1);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(too_many.status().message()), HasSubstr("embedding rows"));
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"add_prefix_space": true})";
+  auto prefixed = Tokenizer::FromModelDir(dir, vocab);
+  EXPECT_EQ(prefixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(prefixed.status().message()),
+              HasSubstr("tokenizer_config.json: add_prefix_space = true"));
+  std::ofstream(dir + "/tokenizer_config.json") << "[";
+  EXPECT_EQ(Tokenizer::FromModelDir(dir).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TinyTokenizerTest, DropoutZeroIsAccepted) {
