@@ -52,26 +52,6 @@ std::string ResponseHead(int status, const std::vector<std::pair<std::string, st
 
 }  // namespace
 
-absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
-                          boost::asio::ssl::context* tls) {
-  using boost::asio::ssl::context;
-  boost::system::error_code ec;
-  tls->set_options(context::default_workarounds | context::no_sslv2 | context::no_sslv3 |
-                       context::no_tlsv1 | context::no_tlsv1_1 | context::single_dh_use,
-                   ec);
-  if (!ec) tls->use_certificate_chain_file(cert_file, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot load TLS certificate ", cert_file, ": ", ec.message()));
-  }
-  tls->use_private_key_file(key_file, context::pem, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot load TLS key ", key_file, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 std::string PeerName(const boost::asio::ip::tcp::endpoint& endpoint) {
   const boost::asio::ip::address address = endpoint.address();
   return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", endpoint.port())

@@ -41,11 +41,6 @@ std::string SerializeClosing(const Response& response);
 // A text/plain error response that closes the connection.
 std::string ErrorResponse(int status, absl::string_view message);
 
-// Loads a PEM certificate chain and key into a server TLS context (TLS 1.2 or newer);
-// InvalidArgument naming the file that failed.
-absl::Status ConfigureTls(const std::string& cert_file, const std::string& key_file,
-                          boost::asio::ssl::context* tls);
-
 // "ip:port" ("[ip]:port" for IPv6).
 std::string PeerName(const boost::asio::ip::tcp::endpoint& endpoint);
 
@@ -82,8 +77,9 @@ class Stream {
   using Tls = boost::asio::ssl::stream<Tcp>;
 
   explicit Stream(Tcp socket) : plain_(std::make_unique<Tcp>(std::move(socket))) {}
-  Stream(Tcp socket, boost::asio::ssl::context& tls)
-      : tls_(std::make_unique<Tls>(std::move(socket), tls)) {}
+  // Keeps `context` alive as long as the stream: the server may have moved on to a reloaded one.
+  Stream(Tcp socket, std::shared_ptr<boost::asio::ssl::context> context)
+      : context_(std::move(context)), tls_(std::make_unique<Tls>(std::move(socket), *context_)) {}
 
   bool tls() const { return tls_ != nullptr; }
   Tls& tls_stream() { return *tls_; }
@@ -108,6 +104,7 @@ class Stream {
 
  private:
   std::unique_ptr<Tcp> plain_;
+  std::shared_ptr<boost::asio::ssl::context> context_;  // declared before tls_: outlives it
   std::unique_ptr<Tls> tls_;
 };
 

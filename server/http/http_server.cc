@@ -23,6 +23,7 @@
 #include "server/http/connection.h"
 #include "server/http/eviction.h"
 #include "server/http/listener.h"
+#include "server/http/tls_context.h"
 #include "server/http/worker_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -65,8 +66,7 @@ class Server::Impl {
         loop_(std::make_shared<Loop>()),
         acceptor_(*io_),
         accept_timer_(*io_),
-        sweep_timer_(*io_),
-        tls_(asio::ssl::context::tls_server) {}
+        sweep_timer_(*io_) {}
 
   ~Impl() { Stop(); }
 
@@ -75,9 +75,10 @@ class Server::Impl {
       return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
     }
     if (!options_.tls_cert_file.empty()) {
-      absl::Status status =
-          internal::ConfigureTls(options_.tls_cert_file, options_.tls_key_file, &tls_);
-      if (!status.ok()) return status;
+      absl::StatusOr<std::unique_ptr<internal::TlsContextSource>> tls =
+          internal::TlsContextSource::Create(options_.tls_cert_file, options_.tls_key_file);
+      if (!tls.ok()) return tls.status();
+      tls_ = std::move(*tls);
       use_tls_ = true;
     }
     if (absl::Status status = internal::OpenListener(options_.host, options_.port, &acceptor_);
@@ -246,7 +247,7 @@ class Server::Impl {
     socket.set_option(tcp::no_delay(true), ec);
     const uint64_t id = next_id_++;
     auto conn = std::make_shared<Connection>(
-        io_, id, use_tls_ ? Stream(std::move(socket), tls_) : Stream(std::move(socket)),
+        io_, id, use_tls_ ? Stream(std::move(socket), tls_->Current()) : Stream(std::move(socket)),
         PeerName(remote), ip, ParserLimits{options_.max_header_bytes, options_.max_body_bytes});
     conns_[id] = conn;
     ++connections_per_ip_[ip];
@@ -554,7 +555,7 @@ class Server::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_timer_;  // the pause after a failed accept
   asio::steady_timer sweep_timer_;
-  asio::ssl::context tls_;
+  std::unique_ptr<internal::TlsContextSource> tls_;  // null for plain HTTP
   bool use_tls_ = false;
   int port_ = 0;
   std::thread io_thread_;
