@@ -14,8 +14,10 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// Latency buckets from 1 ms to ~65 s (x2), fine enough for TTFT on a CPU and an H100 alike.
-std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2.0, 17); }
+// Request latency buckets from 1 ms to ~17.5 min (x2): fine enough for TTFT on a CPU and an H100
+// alike, and past the gateway's 600 s default deadline, so that a long generation lands in a
+// finite bucket instead of +Inf (where histogram_quantile would report the top bound).
+std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2.0, 21); }
 std::vector<double> TokenCountBuckets() { return metrics::ExponentialBuckets(1.0, 2.0, 16); }
 
 }  // namespace

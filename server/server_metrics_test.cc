@@ -1,5 +1,8 @@
 #include "server/server_metrics.h"
 
+#include <algorithm>
+#include <string>
+
 #include "gtest/gtest.h"
 #include "server/metrics/promtool_test_util.h"
 
@@ -41,6 +44,27 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
   }
   EXPECT_TRUE(registry.errors().empty());
+}
+
+// Requests may run for the gateway's whole --request-timeout (600 s by default): their latencies
+// need finite buckets that far.
+TEST(ServerMetricsTest, RequestLatencyBucketsReachPastTheDefaultRequestDeadline) {
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry, "m", "9.9");
+  const std::string text = registry.Render();
+  for (const char* family :
+       {"blossom_time_to_first_token_seconds", "blossom_e2e_request_latency_seconds",
+        "blossom_request_queue_time_seconds", "blossom_request_prefill_time_seconds",
+        "blossom_request_decode_time_seconds"}) {
+    const std::string prefix = std::string(family) + "_bucket{model_name=\"m\",le=\"";
+    double largest = 0;
+    for (size_t at = text.find(prefix); at != std::string::npos;
+         at = text.find(prefix, at + 1)) {
+      const std::string bound = text.substr(at + prefix.size(), 32);
+      if (bound.rfind("+Inf", 0) != 0) largest = std::max(largest, std::stod(bound));
+    }
+    EXPECT_GE(largest, 600.0) << family;
+  }
 }
 
 TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
