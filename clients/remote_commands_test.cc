@@ -4,10 +4,7 @@
 // comes from) is covered too.
 #include "clients/remote_commands.h"
 
-#include <sys/wait.h>
-
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -20,9 +17,10 @@
 #include "clients/gateway/test_certs.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/auth/api_keys.h"
+#include "server/testing/fake_health_service.h"
 #include "server/testing/in_process_server.h"
+#include "server/testing/run_binary.h"
 
 namespace blossom {
 namespace {
@@ -167,23 +165,11 @@ TEST(ResolveApiKeyTest, ConflictsAndUnusableKeysAreErrors) {
   EXPECT_FALSE(ResolveApiKey("bad\nkey", "", nullptr).ok());
 }
 
-// A backend whose grpc.health.v1 Check always answers SERVING.
-class Serving : public grpc::health::v1::Health::CallbackService {
-  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
-                                  const grpc::health::v1::HealthCheckRequest*,
-                                  grpc::health::v1::HealthCheckResponse* response) override {
-    response->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
-
 // A server that requires a client certificate (blossom-server --tls_client_ca): `health` gets
 // through with --tls_cert/--tls_key and not without; the pair is checked before connecting.
 TEST(MutualTlsTest, ClientCertificateReachesAServerThatRequiresOne) {
   const gateway::testing::TestCerts& certs = gateway::testing::MakeTestCerts();
-  Serving health;
+  testing::ServingHealthService health;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", certs.MutualTlsServerCredentials(), &port);
@@ -303,61 +289,33 @@ TEST_F(ServerTest, UsageErrorsExitTwoAndServerErrorsOne) {
   EXPECT_NE(err.str().find("INVALID_ARGUMENT"), std::string::npos) << err.str();
 }
 
-struct CliRun {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ShellQuote(const std::string& s) {
-  std::string quoted = "'";
-  for (char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 // The `blossom` binary (a runfile) with `args` (and `env`, "NAME=value" settings, in its
-// environment); its exit code, stdout and stderr.
-CliRun RunCli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  const char* tmpdir = std::getenv("TEST_TMPDIR");
-  std::string command = srcdir != nullptr
-                            ? absl::StrCat(srcdir, "/", workspace ? workspace : "blossom",
-                                           "/clients/blossom")
-                            : "clients/blossom";
-  command = ShellQuote(command);
-  for (auto it = env.rbegin(); it != env.rend(); ++it) command = ShellQuote(*it) + " " + command;
-  if (!env.empty()) command = "env " + command;
-  for (const std::string& arg : args) absl::StrAppend(&command, " ", ShellQuote(arg));
-  const std::string err_file = absl::StrCat(tmpdir ? tmpdir : "/tmp", "/blossom_cli.err");
-  absl::StrAppend(&command, " 2>", ShellQuote(err_file));
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  std::stringstream err;
-  err << in.rdbuf();
-  run.err = err.str();
-  return run;
+// environment); its exit code, stdout (output) and stderr (error), apart: tests compare stdout
+// exactly.
+testing::RunResult RunCli(const std::vector<std::string>& args,
+                          const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv = {testing::RunfilePath("clients/blossom")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  testing::RunOptions options;
+  options.env = env;
+  options.merge_stderr = false;
+  return testing::RunBinary(argv, options);
 }
 
 TEST_F(ServerTest, CliTakesTheTextAsItsArgument) {
-  const CliRun tokenized = RunCli({"tokenize", "--server", server_.address(), "hello world"});
-  ASSERT_EQ(tokenized.rc, 0) << tokenized.err;
+  const testing::RunResult tokenized =
+      RunCli({"tokenize", "--server", server_.address(), "hello world"});
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.error;
   v1::GenerateRequest request;
   request.set_text("hello world");
   std::ostringstream want, err;
   ASSERT_EQ(RunRemoteCommand("tokenize", Options(), request, want, err), 0) << err.str();
-  EXPECT_EQ(tokenized.out, want.str());
+  EXPECT_EQ(tokenized.output, want.str());
   // After `--`, a text that starts with dashes.
-  const CliRun dashes = RunCli({"tokenize", "--server", server_.address(), "--", "--a-b"});
-  EXPECT_EQ(dashes.rc, 0) << dashes.err;
-  EXPECT_FALSE(dashes.out.empty());
+  const testing::RunResult dashes =
+      RunCli({"tokenize", "--server", server_.address(), "--", "--a-b"});
+  EXPECT_EQ(dashes.exit_code, 0) << dashes.error;
+  EXPECT_FALSE(dashes.output.empty());
 
   const std::vector<std::string> greedy = {"--server", server_.address(), "--temperature", "0",
                                            "--max_new_tokens", "4", "--ignore_eos", "--quiet"};
@@ -365,23 +323,23 @@ TEST_F(ServerTest, CliTakesTheTextAsItsArgument) {
   as_argument.insert(as_argument.end(), greedy.begin(), greedy.end());
   std::vector<std::string> as_flag = {"generate", "--prompt", "Hello"};
   as_flag.insert(as_flag.end(), greedy.begin(), greedy.end());
-  const CliRun by_argument = RunCli(as_argument);
-  const CliRun by_flag = RunCli(as_flag);
-  ASSERT_EQ(by_argument.rc, 0) << by_argument.err;
-  ASSERT_EQ(by_flag.rc, 0) << by_flag.err;
-  EXPECT_EQ(by_argument.out, by_flag.out);
-  EXPECT_NE(by_argument.out, "\n");  // a completion, not the empty prompt's refusal
+  const testing::RunResult by_argument = RunCli(as_argument);
+  const testing::RunResult by_flag = RunCli(as_flag);
+  ASSERT_EQ(by_argument.exit_code, 0) << by_argument.error;
+  ASSERT_EQ(by_flag.exit_code, 0) << by_flag.error;
+  EXPECT_EQ(by_argument.output, by_flag.output);
+  EXPECT_NE(by_argument.output, "\n");  // a completion, not the empty prompt's refusal
 }
 
 TEST_F(ServerTest, CliRefusesWhatItWouldDrop) {
   const std::string server = server_.address();
-  CliRun run = RunCli({"generate", "--server", server, "Hello", "world"});
-  EXPECT_EQ(run.rc, 2);
-  EXPECT_NE(run.err.find("'Hello' 'world'"), std::string::npos) << run.err;
-  EXPECT_EQ(run.out, "");
+  testing::RunResult run = RunCli({"generate", "--server", server, "Hello", "world"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.error.find("'Hello' 'world'"), std::string::npos) << run.error;
+  EXPECT_EQ(run.output, "");
   run = RunCli({"tokenize", "--server", server});
-  EXPECT_EQ(run.rc, 2);
-  EXPECT_NE(run.err.find("needs the text"), std::string::npos) << run.err;
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.error.find("needs the text"), std::string::npos) << run.error;
   for (const std::vector<std::string>& beam_flag :
        std::vector<std::vector<std::string>>{{"--num_return_sequences", "2"},
                                              {"--length_penalty", "2"},
@@ -390,20 +348,20 @@ TEST_F(ServerTest, CliRefusesWhatItWouldDrop) {
     std::vector<std::string> args = {"generate", "--server", server, "Hi"};
     args.insert(args.end(), beam_flag.begin(), beam_flag.end());
     run = RunCli(args);
-    EXPECT_EQ(run.rc, 2) << beam_flag[0];
-    EXPECT_NE(run.err.find(beam_flag[0] + " applies to beam search only"), std::string::npos)
-        << run.err;
-    EXPECT_EQ(run.out, "");
+    EXPECT_EQ(run.exit_code, 2) << beam_flag[0];
+    EXPECT_NE(run.error.find(beam_flag[0] + " applies to beam search only"), std::string::npos)
+        << run.error;
+    EXPECT_EQ(run.output, "");
   }
   // With --num_beams the same flags are taken (and the beams printed).
   run = RunCli({"generate", "--server", server, "Hi", "--num_beams", "2",
                 "--num_return_sequences", "2", "--max_new_tokens", "2", "--show_token_ids",
                 "--quiet"});
-  EXPECT_EQ(run.rc, 0) << run.err;
-  EXPECT_NE(run.out.find("# beam 2:"), std::string::npos) << run.out;
+  EXPECT_EQ(run.exit_code, 0) << run.error;
+  EXPECT_NE(run.output.find("# beam 2:"), std::string::npos) << run.output;
   // Giving a beam flag its default changes nothing, so it is no reason to refuse.
   run = RunCli({"tokenize", "--server", server, "Hi", "--length_penalty", "1"});
-  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.error;
 }
 
 // The real service with API keys on: the CLI's key from --api_key_file or BLOSSOM_API_KEY
@@ -415,30 +373,31 @@ TEST(KeyedServerTest, CliReadsTheKeyFromAFileOrTheEnvironment) {
   testing::InProcessServer server(std::move(service));
   server.Load();
   const std::string address = server.address();
-  CliRun run = RunCli({"tokenize", "--server", address, "hi"});
-  EXPECT_EQ(run.rc, 1) << run.err;
-  EXPECT_NE(run.err.find("UNAUTHENTICATED"), std::string::npos) << run.err;
+  testing::RunResult run = RunCli({"tokenize", "--server", address, "hi"});
+  EXPECT_EQ(run.exit_code, 1) << run.error;
+  EXPECT_NE(run.error.find("UNAUTHENTICATED"), std::string::npos) << run.error;
   const std::string key_file = WriteTempFile("cli-secret.key", "cli-secret\n");
   run = RunCli({"tokenize", "--server", address, "--api_key_file", key_file, "hi"});
-  EXPECT_EQ(run.rc, 0) << run.err;
-  EXPECT_FALSE(run.out.empty());
+  EXPECT_EQ(run.exit_code, 0) << run.error;
+  EXPECT_FALSE(run.output.empty());
   run = RunCli({"tokenize", "--server", address, "hi"}, {"BLOSSOM_API_KEY=cli-secret"});
-  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.error;
   // A flag wins over the variable (here a wrong one: refused by the server).
   run = RunCli({"tokenize", "--server", address, "--api_key", "wrong", "hi"},
                {"BLOSSOM_API_KEY=cli-secret"});
-  EXPECT_EQ(run.rc, 1) << run.err;
+  EXPECT_EQ(run.exit_code, 1) << run.error;
   run = RunCli({"tokenize", "--server", address, "--api-key-file", key_file, "--api_key", "x", "hi"});
-  EXPECT_EQ(run.rc, 2) << run.err;
-  EXPECT_NE(run.err.find("give one of --api_key and --api_key_file"), std::string::npos) << run.err;
+  EXPECT_EQ(run.exit_code, 2) << run.error;
+  EXPECT_NE(run.error.find("give one of --api_key and --api_key_file"), std::string::npos)
+      << run.error;
   run = RunCli({"tokenize", "--server", address, "--api_key_file", WriteTempFile("e.key", ""), "hi"});
-  EXPECT_EQ(run.rc, 2) << run.err;
-  EXPECT_NE(run.err.find("holds no key"), std::string::npos) << run.err;
+  EXPECT_EQ(run.exit_code, 2) << run.error;
+  EXPECT_NE(run.error.find("holds no key"), std::string::npos) << run.error;
   // Without --server the key would be sent nowhere.
   run = RunCli({"generate", "--api_key_file", key_file, "hi"});
-  EXPECT_EQ(run.rc, 2) << run.err;
-  EXPECT_NE(run.err.find("--api_key_file applies to --server calls only"), std::string::npos)
-      << run.err;
+  EXPECT_EQ(run.exit_code, 2) << run.error;
+  EXPECT_NE(run.error.find("--api_key_file applies to --server calls only"), std::string::npos)
+      << run.error;
 }
 
 }  // namespace

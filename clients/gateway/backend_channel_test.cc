@@ -13,24 +13,14 @@
 #include "gtest/gtest.h"
 #include "proto/blossom/v1/blossom.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "server/testing/fake_health_service.h"
 
 namespace blossom::gateway {
 namespace {
 
-// A backend that is always SERVING.
-class Healthy : public grpc::health::v1::Health::CallbackService {
-  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
-                                  const grpc::health::v1::HealthCheckRequest*,
-                                  grpc::health::v1::HealthCheckResponse* response) override {
-    response->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
-
 std::unique_ptr<grpc::Server> StartHealthServer(int port, int* bound) {
-  static Healthy* service = new Healthy;
+  // Never destroyed: it outlives every server the tests start and stop on it.
+  static auto* service = new blossom::testing::ServingHealthService;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(), bound);
   builder.RegisterService(service);
@@ -205,7 +195,7 @@ TEST(BackendChannelTest, ClientCertificateOptionsAreChecked) {
 // channel built with --backend-tls-cert/--backend-tls-key gets through; without them it cannot.
 TEST(BackendChannelTest, PresentsTheClientCertificateForMutualTls) {
   const testing::TestCerts& certs = testing::MakeTestCerts();
-  Healthy service;
+  blossom::testing::ServingHealthService service;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", certs.MutualTlsServerCredentials(), &port);

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/http/http_server.h"
 #include "server/http/test_client.h"
+#include "server/testing/run_binary.h"
 
 namespace blossom::http {
 namespace {
@@ -36,11 +37,11 @@ const TestCert& Cert() {
     const char* dir = std::getenv("TEST_TMPDIR");
     auto* c = new TestCert{absl::StrCat(dir ? dir : "/tmp", "/tls_test_cert.pem"),
                            absl::StrCat(dir ? dir : "/tmp", "/tls_test_key.pem")};
-    const std::string command = absl::StrCat(
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-        "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ", c->key, " -out ", c->cert,
-        " 2>/dev/null");
-    EXPECT_EQ(std::system(command.c_str()), 0) << "needs the openssl CLI: " << command;
+    const blossom::testing::RunResult openssl = blossom::testing::RunBinary(
+        {"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout",
+         c->key, "-out", c->cert});
+    EXPECT_EQ(openssl.exit_code, 0) << "needs the openssl CLI: " << openssl.output;
     return c;
   }();
   return *cert;
