@@ -235,8 +235,14 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer, const st
                                                                             : EarlyStopping::kHeuristic;
   p.max_new_tokens = flags->stopping().max_new_tokens();
   p.min_new_tokens = flags->stopping().min_new_tokens();
-  const absl::optional<int32_t> eos = (*engine)->eos_token_id();
-  if (eos && !flags->stopping().ignore_eos()) p.end_tokens.push_back(*eos);
+  if (!flags->stopping().ignore_eos()) {
+    for (int32_t id : (*engine)->end_token_ids()) {
+      // config.json's list may repeat an id; a search's end tokens must be distinct.
+      if (std::find(p.end_tokens.begin(), p.end_tokens.end(), id) == p.end_tokens.end()) {
+        p.end_tokens.push_back(id);
+      }
+    }
+  }
   std::promise<BeamSearchOutcome> done;
   auto search = BeamSearch::Start(engine->get(), std::move(request),
                                   [&done](BeamSearchOutcome outcome) { done.set_value(outcome); });
@@ -251,9 +257,9 @@ int RunLocalBeamSearch(ModelRunner* runner, const Tokenizer& tokenizer, const st
     for (int32_t id : beam.tokens) b->add_tokens()->set_id(id);
     b->set_score(beam.score);
     b->set_cumulative_logprob(beam.cumulative_logprob);
-    b->set_finish_reason(!beam.ended_by_end_token ? v1::FINISH_REASON_LENGTH
-                         : eos && beam.tokens.back() == *eos ? v1::FINISH_REASON_EOS_TOKEN
-                                                             : v1::FINISH_REASON_STOP_TOKEN);
+    // The model's end tokens are the only ones here, each an EOS.
+    b->set_finish_reason(beam.ended_by_end_token ? v1::FINISH_REASON_EOS_TOKEN
+                                                 : v1::FINISH_REASON_LENGTH);
   }
   PrintBeams(response, text, absl::GetFlag(FLAGS_show_token_ids), std::cout);
   if (!absl::GetFlag(FLAGS_quiet)) {

@@ -70,9 +70,8 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
 
  private:
   absl::Status StartSearch(const RequestLimits& limits) {
-    const absl::optional<int32_t> eos = service_->eos_token_id();
-    auto converted = ToBeamSearch(request_, *service_->tokenizer(), limits, eos,
-                                  service_->vocab_size());
+    auto converted = ToBeamSearch(request_, *service_->tokenizer(), limits,
+                                  service_->end_token_ids(), service_->vocab_size());
     if (!converted.ok()) return converted.status();
     converted_ = std::move(*converted);
     // A search is admitted with room for its widest round in the waiting queue: beam_width
@@ -107,7 +106,7 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
   void OnOutcome(const BeamSearchOutcome& outcome) {
     grpc::Status status = grpc::Status::OK;
     if (outcome.status.ok()) {
-      FillBeamSearchResponse(outcome, request_, converted_, service_->eos_token_id(),
+      FillBeamSearchResponse(outcome, request_, converted_, service_->end_token_ids(),
                              *service_->tokenizer(), response_);
       response_->set_request_id(request_id_);
       response_->set_system_fingerprint(service_->system_fingerprint());

@@ -54,7 +54,7 @@ v1::GenerateRequest AsGenerateRequest(const v1::BeamSearchRequest& request) {
 absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& request,
                                                  const Tokenizer& tokenizer,
                                                  const RequestLimits& limits,
-                                                 absl::optional<int32_t> eos_token_id,
+                                                 absl::Span<const int32_t> end_token_ids,
                                                  int32_t vocab_size) {
   ConvertedBeamSearch out;
   // As for Generate, before tokenizing: a group the queue could never hold is refused for good
@@ -112,21 +112,26 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
   p.early_stopping = *early_stopping;
   p.max_new_tokens = stopping.max_new_tokens;
   p.min_new_tokens = stopping.min_new_tokens;
-  if (eos_token_id && !stopping.ignore_eos) p.end_tokens.push_back(*eos_token_id);
-  for (int32_t id : stopping.stop_token_ids) {
+  auto add_end_token = [&p](int32_t id) {
     if (std::find(p.end_tokens.begin(), p.end_tokens.end(), id) == p.end_tokens.end()) {
       p.end_tokens.push_back(id);
     }
+  };
+  if (!stopping.ignore_eos) {
+    for (int32_t id : end_token_ids) add_end_token(id);
   }
+  BeamSearchParams without_stop_ids = p;
+  for (int32_t id : stopping.stop_token_ids) add_end_token(id);
   const int32_t candidates = CandidatesPerStep(p);
   if (candidates > kMaxLogprobs) {
-    // The width alone fits (2 candidates a beam): then the end tokens are what to cut.
+    // The width with the model's end tokens fits: then the client's stop ids are what to cut.
     return BeamRefusal(
-        2 * p.beam_width <= kMaxLogprobs ? "stopping.stop_token_ids" : "beam_width",
+        CandidatesPerStep(without_stop_ids) <= kMaxLogprobs ? "stopping.stop_token_ids"
+                                                            : "beam_width",
         absl::StrCat("beam_width times max(2, 1 + end tokens) must be at most ", kMaxLogprobs,
                      " (each beam weighs that many candidates a step); ", p.beam_width,
                      " beams with ", p.end_tokens.size(),
-                     " end tokens (EOS and stopping.stop_token_ids) need ",
+                     " end tokens (the model's and stopping.stop_token_ids) need ",
                      candidates));
   }
   // Anything left (a vocabulary smaller than the candidates) is refused in the engine's words.
@@ -139,9 +144,15 @@ absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& re
 
 void FillBeamSearchResponse(const BeamSearchOutcome& outcome, const v1::BeamSearchRequest& request,
                             const ConvertedBeamSearch& converted,
-                            absl::optional<int32_t> eos_token_id, const Tokenizer& tokenizer,
+                            absl::Span<const int32_t> end_token_ids, const Tokenizer& tokenizer,
                             v1::BeamSearchResponse* out) {
   const StoppingParams& stopping = converted.as_generation.stopping;
+  // As the stop checker decides for a generation: a model's end token is an EOS, before it is
+  // a stop token the client also listed.
+  auto is_eos = [&](int32_t token) {
+    return !stopping.ignore_eos &&
+           std::find(end_token_ids.begin(), end_token_ids.end(), token) != end_token_ids.end();
+  };
   int32_t generated = 0;
   for (const BeamHypothesis& beam : outcome.beams) {
     v1::Beam* b = out->add_beams();
@@ -159,7 +170,7 @@ void FillBeamSearchResponse(const BeamSearchOutcome& outcome, const v1::BeamSear
     b->set_cumulative_logprob(beam.cumulative_logprob);
     if (!beam.ended_by_end_token) {
       b->set_finish_reason(v1::FINISH_REASON_LENGTH);
-    } else if (eos_token_id && !stopping.ignore_eos && beam.tokens.back() == *eos_token_id) {
+    } else if (is_eos(beam.tokens.back())) {
       b->set_finish_reason(v1::FINISH_REASON_EOS_TOKEN);
     } else {
       b->set_finish_reason(v1::FINISH_REASON_STOP_TOKEN);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/optional.h"
+#include "absl/types/span.h"
 #include "engine/serving/beam_search.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "proto/blossom/v1/blossom.pb.h"
@@ -26,20 +26,22 @@ struct ConvertedBeamSearch {
   EngineRequest as_generation;
 };
 
-// `eos_token_id`: the model's, an end token unless stopping.ignore_eos.
+// End tokens: the model's (`end_token_ids`, each an EOS) unless stopping.ignore_eos, then
+// stopping.stop_token_ids, each once.
 absl::StatusOr<ConvertedBeamSearch> ToBeamSearch(const v1::BeamSearchRequest& request,
                                                  const Tokenizer& tokenizer,
                                                  const RequestLimits& limits,
-                                                 absl::optional<int32_t> eos_token_id,
+                                                 absl::Span<const int32_t> end_token_ids,
                                                  int32_t vocab_size);
 
 // The beams of a successful outcome, best first: text (skip_special_tokens; the end token's
 // text only with include_stop_in_output), tokens (logprobs when asked), score, cumulative
-// logprob and finish reason; usage, steps and time. request_id and the fingerprint are the
-// caller's.
+// logprob and finish reason (EOS_TOKEN for any of the model's `end_token_ids` unless
+// ignore_eos, as a generation reports it; STOP_TOKEN for a stop token); usage, steps and time.
+// request_id and the fingerprint are the caller's.
 void FillBeamSearchResponse(const BeamSearchOutcome& outcome, const v1::BeamSearchRequest& request,
                             const ConvertedBeamSearch& converted,
-                            absl::optional<int32_t> eos_token_id, const Tokenizer& tokenizer,
+                            absl::Span<const int32_t> end_token_ids, const Tokenizer& tokenizer,
                             v1::BeamSearchResponse* out);
 
 // The wire request as the GenerateRequest that ToEngineRequest checks: the prompt, stopping,

@@ -42,7 +42,7 @@ Tokenizer* BeamSearchConvertTest::tokenizer_ = nullptr;
 TEST_F(BeamSearchConvertTest, DefaultsAndEndTokens) {
   v1::BeamSearchRequest r = Request();
   r.mutable_stopping()->set_max_new_tokens(7);
-  auto converted = ToBeamSearch(r, *tokenizer_, limits_, kEos, kVocab);
+  auto converted = ToBeamSearch(r, *tokenizer_, limits_, {kEos}, kVocab);
   ASSERT_TRUE(converted.ok()) << converted.status();
   const BeamSearchParams& p = converted->search.params;
   EXPECT_EQ(converted->search.prompt_tokens, (std::vector<int32_t>{5, 6}));
@@ -59,7 +59,7 @@ TEST_F(BeamSearchConvertTest, DefaultsAndEndTokens) {
   r.set_num_return_sequences(2);
   r.set_length_penalty(-0.5);
   r.set_early_stopping(v1::EARLY_STOPPING_NEVER);
-  converted = ToBeamSearch(r, *tokenizer_, limits_, kEos, kVocab);
+  converted = ToBeamSearch(r, *tokenizer_, limits_, {kEos}, kVocab);
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(converted->search.params.end_tokens, (std::vector<int32_t>{kEos, 9}));
   EXPECT_EQ(converted->search.params.num_return_sequences, 2);
@@ -68,16 +68,74 @@ TEST_F(BeamSearchConvertTest, DefaultsAndEndTokens) {
   r.mutable_stopping()->set_ignore_eos(true);
   r.mutable_stopping()->set_max_new_tokens_to_limit(true);
   r.mutable_stopping()->clear_max_new_tokens();
-  converted = ToBeamSearch(r, *tokenizer_, limits_, kEos, kVocab);
+  converted = ToBeamSearch(r, *tokenizer_, limits_, {kEos}, kVocab);
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(converted->search.params.end_tokens, (std::vector<int32_t>{9, kEos}));
   EXPECT_EQ(converted->search.params.max_new_tokens, 98);
   // A model without EOS: only the stop ids end beams.
   r.mutable_stopping()->set_ignore_eos(false);
   r.mutable_stopping()->clear_stop_token_ids();
-  converted = ToBeamSearch(r, *tokenizer_, limits_, absl::nullopt, kVocab);
+  converted = ToBeamSearch(r, *tokenizer_, limits_, {}, kVocab);
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_TRUE(converted->search.params.end_tokens.empty());
+}
+
+// A model with several end tokens (a chat fine-tune's end of turn beside EOS): each ends a beam
+// as EOS, as it ends a generation, unless ignore_eos.
+TEST_F(BeamSearchConvertTest, EveryModelEndTokenEndsABeamAsEos) {
+  const std::vector<int32_t> ends = {kEos, 9, 7};
+  v1::BeamSearchRequest r = Request();
+  r.mutable_stopping()->set_max_new_tokens(4);
+  r.mutable_stopping()->add_stop_token_ids(9);
+  r.mutable_stopping()->add_stop_token_ids(11);
+  auto converted = ToBeamSearch(r, *tokenizer_, limits_, ends, kVocab);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->search.params.end_tokens, (std::vector<int32_t>{kEos, 9, 7, 11}));
+
+  const std::vector<int32_t> words = tokenizer_->Encode("Hello world").value();
+  auto ended_by = [&](int32_t last) {
+    BeamHypothesis h;
+    h.tokens = words;
+    h.tokens.push_back(last);
+    h.logprobs.assign(h.tokens.size(), -0.5f);
+    h.ended_by_end_token = true;
+    return h;
+  };
+  BeamSearchOutcome outcome;
+  outcome.beams = {ended_by(9), ended_by(7), ended_by(11)};
+  v1::BeamSearchResponse response;
+  FillBeamSearchResponse(outcome, r, *converted, ends, *tokenizer_, &response);
+  ASSERT_EQ(response.beams_size(), 3);
+  EXPECT_EQ(response.beams(0).finish_reason(), v1::FINISH_REASON_EOS_TOKEN);  // listed too
+  EXPECT_EQ(response.beams(1).finish_reason(), v1::FINISH_REASON_EOS_TOKEN);
+  EXPECT_EQ(response.beams(2).finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
+  for (const v1::Beam& b : response.beams()) EXPECT_EQ(b.text(), "Hello world");
+
+  // ignore_eos: only the client's stop ids end beams, as stop tokens.
+  r.mutable_stopping()->set_ignore_eos(true);
+  converted = ToBeamSearch(r, *tokenizer_, limits_, ends, kVocab);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->search.params.end_tokens, (std::vector<int32_t>{9, 11}));
+  outcome.beams = {ended_by(9), ended_by(11)};
+  response.Clear();
+  FillBeamSearchResponse(outcome, r, *converted, ends, *tokenizer_, &response);
+  ASSERT_EQ(response.beams_size(), 2);
+  EXPECT_EQ(response.beams(0).finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
+  EXPECT_EQ(response.beams(1).finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
+
+  // The model's end tokens count among each beam's candidates: 5 x (1 + 3) = 20 fits; a wider
+  // search is refused naming beam_width, a stop id more naming stop_token_ids.
+  r = Request();
+  r.mutable_stopping()->set_max_new_tokens(4);
+  r.set_beam_width(5);
+  EXPECT_TRUE(ToBeamSearch(r, *tokenizer_, limits_, ends, kVocab).ok());
+  r.set_beam_width(6);
+  EXPECT_EQ(DetailsOf(ToBeamSearch(r, *tokenizer_, limits_, ends, kVocab).status()).field,
+            "beam_width");
+  r.set_beam_width(5);
+  r.mutable_stopping()->add_stop_token_ids(11);
+  EXPECT_EQ(DetailsOf(ToBeamSearch(r, *tokenizer_, limits_, ends, kVocab).status()).field,
+            "stopping.stop_token_ids");
 }
 
 TEST_F(BeamSearchConvertTest, AsGenerateRequestKeepsWhatAGenerationChecks) {
@@ -104,7 +162,7 @@ TEST_F(BeamSearchConvertTest, ResponseTextFinishReasonsAndUsage) {
   v1::BeamSearchRequest r = Request();
   r.mutable_stopping()->set_max_new_tokens(4);
   r.mutable_stopping()->add_stop_token_ids(9);
-  auto converted = ToBeamSearch(r, *tokenizer_, limits_, kEos, kVocab);
+  auto converted = ToBeamSearch(r, *tokenizer_, limits_, {kEos}, kVocab);
   ASSERT_TRUE(converted.ok());
   const std::vector<int32_t> words = tokenizer_->Encode("Hello world").value();
   ASSERT_GE(words.size(), 2u);
@@ -125,7 +183,7 @@ TEST_F(BeamSearchConvertTest, ResponseTextFinishReasonsAndUsage) {
   };
   outcome.beams = {beam(kEos, true, -0.1), beam(9, true, -0.2), beam(-1, false, -0.3)};
   v1::BeamSearchResponse response;
-  FillBeamSearchResponse(outcome, r, *converted, kEos, *tokenizer_, &response);
+  FillBeamSearchResponse(outcome, r, *converted, {kEos}, *tokenizer_, &response);
   ASSERT_EQ(response.beams_size(), 3);
   EXPECT_EQ(response.beams(0).finish_reason(), v1::FINISH_REASON_EOS_TOKEN);
   EXPECT_EQ(response.beams(1).finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
@@ -145,7 +203,7 @@ TEST_F(BeamSearchConvertTest, ResponseTextFinishReasonsAndUsage) {
   r.set_logprobs(true);
   r.set_return_prompt_tokens(true);
   response.Clear();
-  FillBeamSearchResponse(outcome, r, *converted, kEos, *tokenizer_, &response);
+  FillBeamSearchResponse(outcome, r, *converted, {kEos}, *tokenizer_, &response);
   EXPECT_FLOAT_EQ(response.beams(0).tokens(0).logprob(), -0.5f);
   EXPECT_EQ(response.prompt_token_ids_size(), 2);
 }
@@ -184,7 +242,7 @@ TEST_F(BeamSearchConvertTest, RefusalsNameTheField) {
     v1::BeamSearchRequest r = Request();
     r.mutable_stopping()->set_max_new_tokens(4);
     cases[i].edit(&r);
-    auto converted = ToBeamSearch(r, *tokenizer_, limits_, kEos, kVocab);
+    auto converted = ToBeamSearch(r, *tokenizer_, limits_, {kEos}, kVocab);
     if (cases[i].field.empty()) {
       EXPECT_TRUE(converted.ok()) << "case " << i << ": " << converted.status();
       continue;
@@ -206,10 +264,11 @@ TEST_F(BeamSearchConvertTest, GroupSizeIsCheckedAgainstTheQueueAndTheWidth) {
   r.mutable_stopping()->set_max_new_tokens(4);
   for (int32_t group : {0, 3, 6}) {
     r.set_group_size(group);
-    EXPECT_TRUE(ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).ok()) << "group_size " << group;
+    EXPECT_TRUE(ToBeamSearch(r, *tokenizer_, limits, {kEos}, kVocab).ok())
+        << "group_size " << group;
   }
   r.set_group_size(7);
-  absl::Status refused = ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).status();
+  absl::Status refused = ToBeamSearch(r, *tokenizer_, limits, {kEos}, kVocab).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kOutOfRange) << refused;
   EXPECT_NE(refused.message().find("7 beams at once"), absl::string_view::npos) << refused;
   EXPECT_NE(refused.message().find("max_waiting_requests 6"), absl::string_view::npos) << refused;
@@ -218,7 +277,7 @@ TEST_F(BeamSearchConvertTest, GroupSizeIsCheckedAgainstTheQueueAndTheWidth) {
   EXPECT_FALSE(DetailsOf(refused).retry_delay.has_value());
   for (int32_t group : {-1, 1, 2}) {
     r.set_group_size(group);
-    refused = ToBeamSearch(r, *tokenizer_, limits, kEos, kVocab).status();
+    refused = ToBeamSearch(r, *tokenizer_, limits, {kEos}, kVocab).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << "group_size " << group;
     EXPECT_EQ(DetailsOf(refused).field, "group_size") << refused;
   }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/guided/constraint_cache.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -93,8 +94,8 @@ class BlossomService final : public v1::Blossom::CallbackService {
   ConstraintCache* guided_constraints() const { return guided_constraints_.get(); }
   ServerMetrics* metrics() const { return metrics_; }
   int32_t vocab_size() const { return model_info_.vocab_size(); }
-  // The engine's (what ends a generation unless ignore_eos).
-  absl::optional<int32_t> eos_token_id() const { return engine_->eos_token_id(); }
+  // The model's end tokens (Engine::end_token_ids).
+  absl::Span<const int32_t> end_token_ids() const { return engine_->end_token_ids(); }
   const std::string& system_fingerprint() const { return system_fingerprint_; }
   void CallFinished(const std::string& outcome);
 

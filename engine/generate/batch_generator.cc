@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "engine/sampling/stop_checker.h"
 #include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
 
@@ -107,11 +106,9 @@ absl::StatusOr<std::vector<GenerateResult>> BatchGenerator::Generate(
   std::vector<std::unique_ptr<SequenceOutput>> seqs;
   std::vector<GenerateResult> results(n);
   for (int32_t i = 0; i < n; ++i) {
-    StoppingParams stopping = requests[i].stopping;
-    AddModelEndTokens(runner_->config().eos_token_ids, &stopping);
-    seqs.push_back(std::make_unique<SequenceOutput>(
-        tokenizer_, requests[i].prompt, requests[i].sampling, stopping,
-        absl::optional<int32_t>(runner_->config().eos_token_id)));
+    seqs.push_back(std::make_unique<SequenceOutput>(tokenizer_, requests[i].prompt,
+                                                    requests[i].sampling, requests[i].stopping,
+                                                    runner_->config().eos_token_ids));
     stats->prompt_tokens += requests[i].prompt.size();
   }
   auto deliver = [&](int32_t i, const TokenEvent& event) {

@@ -231,7 +231,8 @@ TEST_F(BatchGeneratorTest, SpeculativeDecodingGivesTheSameResults) {
 }
 
 // A chat fine-tune lists its end-of-turn token beside EOS in generation_config.json: the model's
-// requests stop there too (as stop tokens), unless they ignore EOS.
+// requests end there too, as at EOS (transformers' generate() with a list eos_token_id), unless
+// they ignore EOS.
 TEST_F(BatchGeneratorTest, GenerationConfigEndTokensStopRequests) {
   GenerateRequest request;
   request.prompt = *tokenizer_->Encode("Hello world, this is");
@@ -265,7 +266,7 @@ TEST_F(BatchGeneratorTest, GenerationConfigEndTokensStopRequests) {
   auto stopped = gen.Generate({request});
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ((*stopped)[0].tokens, std::vector<int32_t>(plain.begin(), plain.begin() + first + 1));
-  EXPECT_EQ((*stopped)[0].finish_reason, FinishReason::kStopToken);
+  EXPECT_EQ((*stopped)[0].finish_reason, FinishReason::kEosToken);
   request.stopping.ignore_eos = true;
   auto ignored = gen.Generate({request});
   ASSERT_TRUE(ignored.ok()) << ignored.status();

@@ -8,11 +8,11 @@ namespace blossom {
 
 SequenceOutput::SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> prompt,
                                const SamplingParams& sampling, const StoppingParams& stopping,
-                               absl::optional<int32_t> eos_token_id)
+                               absl::Span<const int32_t> end_token_ids)
     : prompt_(std::move(prompt)),
       sampling_(sampling),
-      stop_(stopping, eos_token_id),
-      end_token_(eos_token_id.has_value() && !stopping.ignore_eos ? *eos_token_id : -1),
+      stop_(stopping, end_token_ids),
+      end_token_(!end_token_ids.empty() && !stopping.ignore_eos ? end_token_ids.front() : -1),
       include_stop_text_(stopping.include_stop_string_in_output),
       decoder_(tokenizer, stopping.skip_special_tokens),
       rng_(sampling.seed) {}

@@ -2,8 +2,8 @@
 //
 // This is the per-request half of generation, shared by the offline batch generator and the
 // serving engine: sampling (with penalties, seed and min-token suppression), streaming
-// detokenization that never splits a UTF-8 character, and stop rules (length, EOS, stop tokens,
-// stop strings that are never shown in part).
+// detokenization that never splits a UTF-8 character, and stop rules (length, the model's end
+// tokens, stop tokens, stop strings that are never shown in part).
 //
 // Not thread-safe: one per sequence, driven by the engine thread.
 #ifndef BLOSSOM_ENGINE_GENERATE_SEQUENCE_OUTPUT_H_
@@ -38,9 +38,10 @@ struct TokenEvent {
 class SequenceOutput {
  public:
   // `tokenizer` must outlive this object; params must have passed Validate().
+  // `end_token_ids`: the model's end tokens (StopChecker's), empty when it has none.
   SequenceOutput(const Tokenizer* tokenizer, std::vector<int32_t> prompt,
                  const SamplingParams& sampling, const StoppingParams& stopping,
-                 absl::optional<int32_t> eos_token_id);
+                 absl::Span<const int32_t> end_token_ids);
 
   // Samples the next token from `logits` (the full vocabulary row) and applies the stop rules.
   absl::StatusOr<TokenEvent> Next(absl::Span<const float> logits, SamplerScratch& scratch);
@@ -68,7 +69,9 @@ class SequenceOutput {
   std::string text_;
   SamplingParams sampling_;
   StopChecker stop_;
-  const int32_t end_token_;  // EOS unless ignore_eos, else -1 (SamplingContext::end_token)
+  // The first end token unless ignore_eos, else -1: where a guided output is complete, the one
+  // token it may end with (SamplingContext::end_token).
+  const int32_t end_token_;
   const bool include_stop_text_;  // StoppingParams::include_stop_string_in_output
   IncrementalDecoder decoder_;
   RequestRng rng_;

@@ -25,9 +25,10 @@ class SequenceOutputTest : public ::testing::Test {
     tokenizer_ = tokenizer->release();
   }
 
-  std::unique_ptr<SequenceOutput> MakeOutput(StoppingParams stopping) {
+  std::unique_ptr<SequenceOutput> MakeOutput(StoppingParams stopping,
+                                             std::vector<int32_t> end_token_ids = {kEos}) {
     return std::make_unique<SequenceOutput>(tokenizer_, std::vector<int32_t>{5}, SamplingParams(),
-                                            stopping, kEos);
+                                            stopping, end_token_ids);
   }
 
   // Accepts `tokens` in order; returns the last event.
@@ -140,6 +141,34 @@ TEST_F(SequenceOutputTest, AbortReleasesHeldBackTextBeforeThePartialCharacter) {
   EXPECT_EQ(AcceptAll(*out, {kSpaceA}).text_delta, "");
   EXPECT_EQ(AcceptAll(*out, {kByteE2, kByte82}).text_delta, "");
   EXPECT_EQ(out->Abort(FinishReason::kCancelled), std::string(" a") + kReplacement);
+}
+
+// A model's second end token (a chat fine-tune's end of turn) ends the output as EOS does: its
+// text left out, the partial character before it shown, suppressed below min_new_tokens. Guided
+// output may end only with the first.
+TEST_F(SequenceOutputTest, EveryModelEndTokenEndsTheOutputAsEos) {
+  StoppingParams stopping;
+  stopping.max_new_tokens = 10;
+  stopping.min_new_tokens = 1;
+  auto out = MakeOutput(stopping, {kEos, kSpaceA});
+  absl::StatusOr<SampleRow> row = out->PrepareSample(0);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(std::vector<int32_t>(row->context.suppressed_tokens.begin(),
+                                 row->context.suppressed_tokens.end()),
+            (std::vector<int32_t>{kEos, kSpaceA}));
+  EXPECT_EQ(row->context.end_token, kEos);
+  const TokenEvent last = AcceptAll(*out, {kByteE2, kByte82, kSpaceA});
+  EXPECT_EQ(last.finish_reason, FinishReason::kEosToken);
+  EXPECT_EQ(out->text(), tokenizer_->Decode({kByteE2, kByte82}, /*skip_special_tokens=*/true));
+
+  stopping.ignore_eos = true;
+  out = MakeOutput(stopping, {kEos, kSpaceA});
+  row = out->PrepareSample(0);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_TRUE(row->context.suppressed_tokens.empty());
+  EXPECT_EQ(row->context.end_token, -1);
+  EXPECT_FALSE(AcceptAll(*out, {kSpaceA}).finished);
+  EXPECT_EQ(out->text(), " a");
 }
 
 TEST_F(SequenceOutputTest, NothingAfterAStopStringIsShown) {

@@ -83,7 +83,8 @@ absl::Status ReadTokenId(const json& root, absl::string_view source, const char*
 }
 
 // eos_token_id: one id, or (as Hugging Face accepts, e.g. for chat fine-tunes with several end
-// tokens) a non-empty list of ids; the first is the one the engine stops at.
+// tokens) a non-empty list of ids; the engine stops at every one of them (StopChecker), the
+// first is eos_token_id.
 absl::Status ReadEosTokenIds(const json& root, absl::string_view source, int64_t vocab_size,
                              BloomConfig* config) {
   const json* v = FindOptional(root, "eos_token_id");

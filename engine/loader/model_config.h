@@ -31,13 +31,14 @@ struct BloomConfig {
   // checkpoint must carry its own lm_head.weight.
   bool tie_word_embeddings = true;
   int32_t bos_token_id = 1;
-  // The end-of-sequence token the engine stops at. config.json may give a list (HF accepts
-  // one): then this is its first id, and eos_token_ids holds them all.
+  // The first end-of-sequence id (what ModelInfo reports, and the one a guided output ends
+  // with). config.json may give a list (HF accepts one): then eos_token_ids holds them all.
   int32_t eos_token_id = 2;
   // Every end-of-sequence id: config.json's eos_token_id (one or a list, in order;
   // {eos_token_id} when it gives one integer or none), then generation_config.json's that are
-  // not among them (LoadBloomConfig). The first is the EOS; the others end a request as stop
-  // tokens unless it ignores EOS (AddModelEndTokens, stop_checker.h), as vLLM does.
+  // not among them (LoadBloomConfig). Each is an EOS: it ends a request (finish reason
+  // eos_token) and a beam unless the request ignores EOS (StopChecker, stop_checker.h), as
+  // transformers' generate() treats a list eos_token_id.
   std::vector<int32_t> eos_token_ids{2};
   int32_t pad_token_id = 3;
   std::string torch_dtype;  // as written ("float16", "bfloat16", ...); "" if absent or null

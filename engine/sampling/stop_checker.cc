@@ -60,8 +60,13 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-StopChecker::StopChecker(const StoppingParams& params, absl::optional<int32_t> eos_token_id)
-    : params_(params), eos_token_id_(eos_token_id) {
+StopChecker::StopChecker(const StoppingParams& params, absl::Span<const int32_t> end_token_ids)
+    : params_(params) {
+  if (!params_.ignore_eos) {
+    for (int32_t id : end_token_ids) {
+      if (!IsEndToken(id)) end_token_ids_.push_back(id);
+    }
+  }
   for (const std::string& s : params_.stop_strings) {
     if (!s.empty()) stops_.push_back(s);
   }
@@ -129,11 +134,18 @@ StopChecker::Result StopChecker::Finish(FinishReason reason, std::string text,
   return result;
 }
 
-bool StopChecker::EndsOn(int32_t token) const {
-  if (finished() || num_generated_ + 1 < params_.min_new_tokens) return false;
-  if (eos_token_id_.has_value() && token == *eos_token_id_ && !params_.ignore_eos) return true;
+bool StopChecker::IsEndToken(int32_t token) const {
+  return std::find(end_token_ids_.begin(), end_token_ids_.end(), token) != end_token_ids_.end();
+}
+
+bool StopChecker::IsStopToken(int32_t token) const {
   const std::vector<int32_t>& ids = params_.stop_token_ids;
   return std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+bool StopChecker::EndsOn(int32_t token) const {
+  if (finished() || num_generated_ + 1 < params_.min_new_tokens) return false;
+  return IsEndToken(token) || IsStopToken(token);
 }
 
 StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_delta,
@@ -151,15 +163,14 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
   const bool check_stop_tokens = num_generated_ >= params_.min_new_tokens;
   const bool check_stop_strings = num_generated_ > params_.min_new_tokens;
   if (check_stop_tokens) {
-    if (eos_token_id_.has_value() && token == *eos_token_id_ && !params_.ignore_eos) {
+    if (IsEndToken(token)) {
       // vLLM leaves out the ending token's text unless include_stop_str_in_output (EOS has text
       // only with skip_special_tokens off).
       std::string text = std::move(held_);
       if (params_.include_stop_string_in_output) text.append(text_delta.data(), text_delta.size());
       return Finish(FinishReason::kEosToken, std::move(text), "");
     }
-    const std::vector<int32_t>& ids = params_.stop_token_ids;
-    if (std::find(ids.begin(), ids.end(), token) != ids.end()) {
+    if (IsStopToken(token)) {
       std::string text = std::move(held_);
       if (params_.include_stop_string_in_output) text.append(text_delta.data(), text_delta.size());
       return Finish(FinishReason::kStopToken, std::move(text), "");
@@ -207,21 +218,12 @@ std::string StopChecker::Flush() {
 }
 
 std::vector<int32_t> StopChecker::SuppressedTokens(int32_t num_generated) const {
-  std::vector<int32_t> out;
-  if (num_generated >= params_.min_new_tokens) return out;
-  if (eos_token_id_.has_value() && !params_.ignore_eos) out.push_back(*eos_token_id_);
+  if (num_generated >= params_.min_new_tokens) return {};
+  std::vector<int32_t> out = end_token_ids_;
   for (int32_t id : params_.stop_token_ids) {
     if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
   }
   return out;
-}
-
-void AddModelEndTokens(absl::Span<const int32_t> eos_token_ids, StoppingParams* stopping) {
-  if (stopping->ignore_eos || eos_token_ids.size() < 2) return;
-  std::vector<int32_t>& stops = stopping->stop_token_ids;
-  for (int32_t id : eos_token_ids.subspan(1)) {
-    if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
-  }
 }
 
 }  // namespace blossom

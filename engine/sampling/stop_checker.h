@@ -6,8 +6,12 @@
 //      skipped; n == min_new_tokens: rule 3 is (vLLM V1 checks stop strings only once more than
 //      min_tokens tokens exist). EOS and stop tokens cannot normally appear below it, because
 //      SuppressedTokens() masks them at sampling; if one is forced anyway it is ordinary text.
-//   1. EOS (unless ignore_eos) -> kEosToken. Its text is emitted only with
-//      include_stop_string_in_output (vLLM; the text is empty unless skip_special_tokens is off).
+//   1. one of the model's end tokens (unless ignore_eos) -> kEosToken. Every id the model lists
+//      (config.json's eos_token_id, one or a list, and generation_config.json's: a chat
+//      fine-tune's end of turn) is an EOS, as transformers' generate() treats a list
+//      eos_token_id, and reports as TGI does ("eos_token"), not as a client's stop token. Its
+//      text is emitted only with include_stop_string_in_output (vLLM; the text is empty unless
+//      skip_special_tokens is off).
 //   2. a stop_token_ids entry -> kStopToken. Its text is emitted only with
 //      include_stop_string_in_output (vLLM).
 //   3. a stop string completed within this token's text -> kStopString. The output is cut right
@@ -45,7 +49,6 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "absl/types/optional.h"
 #include "absl/types/span.h"
 #include "engine/sampling/sampling_params.h"
 
@@ -67,8 +70,8 @@ class StopChecker {
   };
 
   // params should have passed Validate(); empty stop strings are ignored regardless.
-  // eos_token_id: absent when the model has none.
-  StopChecker(const StoppingParams& params, absl::optional<int32_t> eos_token_id);
+  // end_token_ids: the model's end tokens (BloomConfig::eos_token_ids), empty when it has none.
+  StopChecker(const StoppingParams& params, absl::Span<const int32_t> end_token_ids);
   StopChecker(const StopChecker&) = delete;
   StopChecker& operator=(const StopChecker&) = delete;
 
@@ -82,16 +85,17 @@ class StopChecker {
   Result Process(int32_t token, absl::string_view text_delta,
                  absl::string_view completed_before = {});
 
-  // Whether `token`, as the next one, ends the output on itself (EOS unless ignore_eos, or a
-  // stop token, from min_new_tokens on), so that its own text may be left out.
+  // Whether `token`, as the next one, ends the output on itself (an end token unless
+  // ignore_eos, or a stop token, from min_new_tokens on), so that its own text may be left out.
   bool EndsOn(int32_t token) const;
 
   // Returns and clears the text held back so far. For ends the checker did not decide.
   std::string Flush();
 
   // Token ids to suppress when sampling token number num_generated + 1 (num_generated tokens so
-  // far): EOS (unless ignore_eos) and the stop token ids while num_generated < min_new_tokens, so
-  // that at least min_new_tokens tokens precede any stop token. Empty otherwise.
+  // far): the end tokens (unless ignore_eos) and the stop token ids, each once, while
+  // num_generated < min_new_tokens, so that at least min_new_tokens tokens precede any of them.
+  // Empty otherwise.
   std::vector<int32_t> SuppressedTokens(int32_t num_generated) const;
 
   int32_t num_generated() const { return num_generated_; }
@@ -110,12 +114,16 @@ class StopChecker {
     int32_t match = -1;
   };
 
+  bool IsEndToken(int32_t token) const;
+  bool IsStopToken(int32_t token) const;
   int32_t Child(int32_t node, unsigned char byte) const;
   int32_t Step(int32_t node, unsigned char byte) const;
   Result Finish(FinishReason reason, std::string text, std::string matched_stop);
 
   const StoppingParams params_;
-  const absl::optional<int32_t> eos_token_id_;
+  // The model's end tokens, distinct; empty with ignore_eos, so that none of them ends the
+  // output or is suppressed.
+  std::vector<int32_t> end_token_ids_;
   std::vector<std::string> stops_;
   std::vector<Node> nodes_;  // nodes_[0] is the root (the empty string)
   int32_t state_ = 0;
@@ -123,12 +131,6 @@ class StopChecker {
   int32_t num_generated_ = 0;
   FinishReason reason_ = FinishReason::kNone;
 };
-
-// The model's end tokens past its EOS (`eos_token_ids[0]`: a chat fine-tune's end-of-turn token,
-// listed in config.json or generation_config.json) added to `stopping`'s stop tokens, unless it
-// ignores EOS, as vLLM adds generation_config's. Call after Validate: they are the model's, not
-// the client's, so they do not count against kMaxStopTokenIds.
-void AddModelEndTokens(absl::Span<const int32_t> eos_token_ids, StoppingParams* stopping);
 
 }  // namespace blossom
 

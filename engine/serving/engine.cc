@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
-#include "engine/sampling/stop_checker.h"
 #include "engine/scheduler/block_manager.h"
 #include "engine/speculative/draft_rounds.h"
 #include "kernels/status_macros.h"
@@ -166,7 +165,6 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   }
   BLOSSOM_RETURN_IF_ERROR(Validate(request.sampling, static_cast<int32_t>(vocab)));
   BLOSSOM_RETURN_IF_ERROR(Validate(request.stopping, static_cast<int32_t>(vocab)));
-  AddModelEndTokens(runner_->config().eos_token_ids, &request.stopping);
 
   auto req = std::make_unique<Request>();
   req->timings.arrival = Clock::now();
@@ -203,7 +201,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
     req->output = std::make_unique<SequenceOutput>(
         tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
-        eos_token_id());
+        end_token_ids());
     requests_[req->id] = std::move(req);
   }
   work_cv_.notify_one();

@@ -54,7 +54,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/optional.h"
+#include "absl/types/span.h"
 #include "engine/generate/sequence_output.h"
 #include "engine/model/model_runner.h"
 #include "engine/sampling/batch_sampler.h"
@@ -238,8 +238,9 @@ class Engine {
   const SchedulerConfig& scheduler_config() const { return config_.scheduler; }
   // The model's vocabulary size: token ids lie in [0, vocab_size()).
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->vocab_size()); }
-  // The model's end-of-sequence token: what ends a generation unless ignore_eos.
-  absl::optional<int32_t> eos_token_id() const { return runner_->config().eos_token_id; }
+  // The model's end tokens (BloomConfig::eos_token_ids): each ends a generation unless
+  // ignore_eos, and a beam search's callers make them its end tokens. Valid while the engine is.
+  absl::Span<const int32_t> end_token_ids() const { return runner_->config().eos_token_ids; }
   // OK when a request of `prompt_tokens` and `max_new_tokens` could run (the InvalidArgument
   // checks of Submit's capacity: max_total_tokens, the KV cache, the prefill budget).
   absl::Status CheckFits(int64_t prompt_tokens, int32_t max_new_tokens) const {
