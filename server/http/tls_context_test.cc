@@ -1,17 +1,13 @@
 // Certificate renewal without a restart (TlsContextSource) and the cipher floor, on the source
 // alone and through http::Server. Certificates are made in-process with OpenSSL (EC P-256,
-// self-signed, for localhost and 127.0.0.1).
+// self-signed, for localhost and 127.0.0.1: server/testing/self_signed_cert.h).
 #include "server/http/tls_context.h"
 
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <openssl/x509v3.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/http/http_server.h"
+#include "server/testing/self_signed_cert.h"
 
 namespace blossom::http::internal {
 namespace {
@@ -33,51 +30,9 @@ namespace asio = boost::asio;
 namespace beast_http = boost::beast::http;
 using asio::ip::tcp;
 
-struct Pem {
-  std::string cert, key;
-};
-
-std::string BioText(BIO* bio) {
-  char* data = nullptr;
-  const long size = BIO_get_mem_data(bio, &data);
-  return std::string(data, static_cast<size_t>(size));
-}
-
-Pem SelfSigned(const std::string& common_name) {
-  static long serial = 1;
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  X509* x509 = X509_new();
-  X509_set_version(x509, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(x509), serial++);
-  X509_gmtime_adj(X509_getm_notBefore(x509), -60);
-  X509_gmtime_adj(X509_getm_notAfter(x509), 86400);
-  X509_set_pubkey(x509, key);
-  X509_NAME* name = X509_get_subject_name(x509);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
-                             0);
-  X509_set_issuer_name(x509, name);
-  X509V3_CTX v3;
-  X509V3_set_ctx_nodb(&v3);
-  X509V3_set_ctx(&v3, x509, x509, nullptr, nullptr, 0);
-  X509_EXTENSION* san =
-      X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1");
-  X509_add_ext(x509, san, -1);
-  X509_EXTENSION_free(san);
-  X509_sign(x509, key, EVP_sha256());
-  Pem pem;
-  BIO* cert_bio = BIO_new(BIO_s_mem());
-  PEM_write_bio_X509(cert_bio, x509);
-  pem.cert = BioText(cert_bio);
-  BIO* key_bio = BIO_new(BIO_s_mem());
-  PEM_write_bio_PrivateKey(key_bio, key, nullptr, nullptr, 0, nullptr, nullptr);
-  pem.key = BioText(key_bio);
-  BIO_free(cert_bio);
-  BIO_free(key_bio);
-  X509_free(x509);
-  EVP_PKEY_free(key);
-  return pem;
-}
+using ::blossom::testing::PemPair;
+using ::blossom::testing::SelfSignedCert;
+using ::blossom::testing::WriteTextFile;
 
 std::string CommonName(X509* x509) {
   if (x509 == nullptr) return "(none)";
@@ -91,7 +46,7 @@ std::string ServedName(const std::shared_ptr<asio::ssl::context>& context) {
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  ASSERT_TRUE(WriteTextFile(path, text)) << path;
 }
 
 class TlsFiles : public ::testing::Test {
@@ -103,7 +58,7 @@ class TlsFiles : public ::testing::Test {
     cert_ = base + "_cert.pem";
     key_ = base + "_key.pem";
   }
-  void Install(const Pem& pem) {
+  void Install(const PemPair& pem) {
     WriteFile(cert_, pem.cert);
     WriteFile(key_, pem.key);
   }
@@ -112,7 +67,7 @@ class TlsFiles : public ::testing::Test {
 };
 
 TEST_F(TlsFiles, RenewedFilesAreServedAndUnchangedOnesAreNotRebuilt) {
-  Install(SelfSigned("first"));
+  Install(SelfSignedCert("first"));
   auto source = TlsContextSource::Create(cert_, key_, std::chrono::seconds(0));
   ASSERT_TRUE(source.ok()) << source.status();
   std::shared_ptr<asio::ssl::context> first = (*source)->Current();
@@ -120,7 +75,7 @@ TEST_F(TlsFiles, RenewedFilesAreServedAndUnchangedOnesAreNotRebuilt) {
   EXPECT_EQ((*source)->Current(), first);  // nothing changed: the same context
   EXPECT_EQ((*source)->reloads(), 0);
 
-  Install(SelfSigned("second-name"));
+  Install(SelfSignedCert("second-name"));
   std::shared_ptr<asio::ssl::context> second = (*source)->Current();
   EXPECT_EQ(ServedName(second), "second-name");
   EXPECT_EQ((*source)->reloads(), 1);
@@ -128,14 +83,14 @@ TEST_F(TlsFiles, RenewedFilesAreServedAndUnchangedOnesAreNotRebuilt) {
 }
 
 TEST_F(TlsFiles, FilesThatDoNotLoadKeepThePreviousCertificateUntilTheyDo) {
-  const Pem first = SelfSigned("first");
+  const PemPair first = SelfSignedCert("first");
   Install(first);
   auto source = TlsContextSource::Create(cert_, key_, std::chrono::seconds(0));
   ASSERT_TRUE(source.ok()) << source.status();
   std::shared_ptr<asio::ssl::context> served = (*source)->Current();
 
   // Mid-rotation: the new certificate is in place, its key not yet.
-  const Pem second = SelfSigned("second-name");
+  const PemPair second = SelfSignedCert("second-name");
   WriteFile(cert_, second.cert);
   EXPECT_EQ((*source)->Current(), served);
   WriteFile(cert_, "not a certificate");
@@ -149,17 +104,17 @@ TEST_F(TlsFiles, FilesThatDoNotLoadKeepThePreviousCertificateUntilTheyDo) {
 }
 
 TEST_F(TlsFiles, ChangesAreLookedAtOncePerInterval) {
-  Install(SelfSigned("first"));
+  Install(SelfSignedCert("first"));
   auto source = TlsContextSource::Create(cert_, key_, std::chrono::hours(1));
   ASSERT_TRUE(source.ok()) << source.status();
-  Install(SelfSigned("second-name"));
+  Install(SelfSignedCert("second-name"));
   EXPECT_EQ(ServedName((*source)->Current()), "first");
   EXPECT_EQ((*source)->reloads(), 0);
 }
 
 TEST_F(TlsFiles, AKeyThatDoesNotMatchFailsCreateNamingTheKeyFile) {
-  WriteFile(cert_, SelfSigned("first").cert);
-  WriteFile(key_, SelfSigned("other").key);
+  WriteFile(cert_, SelfSignedCert("first").cert);
+  WriteFile(key_, SelfSignedCert("other").key);
   auto source = TlsContextSource::Create(cert_, key_);
   ASSERT_FALSE(source.ok());
   EXPECT_NE(source.status().message().find(key_), std::string::npos) << source.status();
@@ -204,12 +159,12 @@ absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& cert,
 }
 
 TEST_F(TlsFiles, TheServerHandsNewConnectionsTheRenewedCertificate) {
-  Install(SelfSigned("first"));
+  Install(SelfSignedCert("first"));
   auto server = StartServer(cert_, key_);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(Connect((*server)->port()).served_name, "first");
 
-  Install(SelfSigned("second-name"));
+  Install(SelfSignedCert("second-name"));
   // The server looks at the files at most once a second.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(Connect((*server)->port()).served_name, "second-name");
@@ -217,7 +172,7 @@ TEST_F(TlsFiles, TheServerHandsNewConnectionsTheRenewedCertificate) {
 }
 
 TEST_F(TlsFiles, Tls12WithoutForwardSecrecyOrAeadIsRefused) {
-  Install(SelfSigned("first"));
+  Install(SelfSignedCert("first"));
   auto server = StartServer(cert_, key_);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
