@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "benchmarks/engine_overhead.h"
+#include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(std::string, model, "",
           "Model directory: config.json and tokenizer.json (no weights are read).");
@@ -20,6 +21,7 @@ ABSL_FLAG(double, forward_ms, 0.0, "Simulated forward time per step, in ms.");
 ABSL_FLAG(std::string, json, "", "Also write the report as JSON here.");
 
 int main(int argc, char** argv) {
+  blossom::NormalizeDashedFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
   blossom::EngineOverheadOptions options;
   options.model_dir = absl::GetFlag(FLAGS_model);

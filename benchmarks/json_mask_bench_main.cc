@@ -21,6 +21,7 @@
 #include "engine/guided/json_constraint.h"
 #include "engine/guided/regex_constraint.h"
 #include "engine/guided/token_vocabulary.h"
+#include "tools/cli/dashed_flags.h"
 
 ABSL_FLAG(int32_t, vocab, 250680, "tokens in the synthetic vocabulary");
 ABSL_FLAG(int32_t, repeats, 20, "uncached mask computations timed per state (median reported)");
@@ -219,6 +220,7 @@ ws     ::= [ \t\n]*)g";
 }  // namespace blossom
 
 int main(int argc, char** argv) {
+  blossom::NormalizeDashedFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
   return blossom::Run();
 }
