@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "clients/gateway/json_fields.h"
 #include "server/status_details.h"
 
@@ -134,7 +135,8 @@ std::string TgiErrorJson(int http_status, absl::string_view message) {
 
 http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_view message,
                              absl::string_view param) {
-  return JsonError(flavor, http_status, message, param, "", http_status == 429 ? "1" : "");
+  return JsonError(flavor, http_status, message, param, "",
+                   http_status == 429 || http_status == 503 ? "1" : "");
 }
 
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status) {
@@ -150,6 +152,16 @@ http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status) {
   const std::string param = details.field.empty() ? "" : OpenAIParamFor(details.field, flavor);
   return JsonError(flavor, http_status, status.message(), param,
                    OpenAICodeFor(details.reason, http_status), retry_after);
+}
+
+bool IsTransportFailure(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         DetailsOf(status).domain != kErrorDomain;
+}
+
+absl::Status ForClient(absl::Status backend_status) {
+  if (!IsTransportFailure(backend_status)) return backend_status;
+  return WithRetryDelay(absl::UnavailableError(kBackendUnavailableMessage), absl::Seconds(1));
 }
 
 }  // namespace blossom::gateway

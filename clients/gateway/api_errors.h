@@ -39,12 +39,26 @@ std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::st
                             absl::string_view code = "");
 std::string TgiErrorJson(int http_status, absl::string_view message);
 
-// A JSON error response in the flavour's shape; 429 carries "Retry-After: 1".
+// A JSON error response in the flavour's shape; 429 and 503 (the gateway draining, the
+// backend not ready, too many connections) carry "Retry-After: 1".
 http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_view message,
                              absl::string_view param = "");
 // The same for a status: param and code from its details, Retry-After (429 and 503) from its
 // RetryInfo (rounded up to whole seconds). Messages are truncated to 1 KiB.
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status);
+
+// What a client is told when the backend cannot be reached.
+inline constexpr char kBackendUnavailableMessage[] = "the model server is unavailable; retry later";
+
+// Whether `status` is an UNAVAILABLE of gRPC's transport (no connection to the server, or one
+// that broke) rather than the server's own refusal: the server's UNAVAILABLE answers (loading,
+// draining, a failed engine) always carry an ErrorInfo in kErrorDomain.
+bool IsTransportFailure(const absl::Status& status);
+
+// A backend status as clients may see it: a transport failure, whose message names the
+// backend's address and port ("failed to connect to all addresses; ... ipv4:10.0.0.7:8033"),
+// becomes kBackendUnavailableMessage with a 1 s RetryInfo; anything else is returned as is.
+absl::Status ForClient(absl::Status backend_status);
 
 }  // namespace blossom::gateway
 

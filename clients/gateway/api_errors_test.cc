@@ -1,6 +1,7 @@
 #include "clients/gateway/api_errors.h"
 
 #include "clients/gateway/json_fields.h"
+#include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
 #include "server/grpc_status.h"
 #include "server/status_details.h"
@@ -135,6 +136,47 @@ TEST(ApiErrorsTest, RetryAfterComesFromRetryInfo) {
   // A 503 without RetryInfo says nothing about when; a bare 429 keeps the 1 s default.
   EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kTgi, absl::UnavailableError("x")), "Retry-After"), "");
   EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kTgi, 429, "slow down"), "Retry-After"), "1");
+}
+
+// The gateway's own 503s (draining, backend not ready, too many connections) invite a retry.
+TEST(ApiErrorsTest, GatewayUnavailableInvitesARetry) {
+  for (ApiFlavor flavor : {ApiFlavor::kOpenAI, ApiFlavor::kTgi}) {
+    http::Response r = ErrorResponse(flavor, 503, "the gateway is shutting down");
+    EXPECT_EQ(Header(r, "Retry-After"), "1");
+  }
+  EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kOpenAI, 400, "bad"), "Retry-After"), "");
+  EXPECT_EQ(Header(ErrorResponse(ApiFlavor::kOpenAI, 500, "failed"), "Retry-After"), "");
+}
+
+// gRPC's own UNAVAILABLE (no connection) names the backend's address: clients get a fixed
+// message and a retry invitation. The server's UNAVAILABLE answers (with their ErrorInfo) and
+// other codes pass unchanged.
+TEST(ApiErrorsTest, TransportFailuresDoNotReachClients) {
+  const grpc::Status refused(grpc::StatusCode::UNAVAILABLE,
+                             "failed to connect to all addresses; last error: UNKNOWN: "
+                             "ipv4:127.0.0.1:18033: Failed to connect to remote host: "
+                             "Connection refused");
+  const absl::Status transport = FromGrpcStatus(refused);
+  EXPECT_TRUE(IsTransportFailure(transport));
+  const absl::Status shown = ForClient(transport);
+  EXPECT_EQ(shown.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(shown.message(), kBackendUnavailableMessage);
+  for (ApiFlavor flavor : {ApiFlavor::kOpenAI, ApiFlavor::kTgi}) {
+    http::Response r = ErrorResponse(flavor, shown);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(Header(r, "Retry-After"), "1");
+    EXPECT_EQ(r.body.find("ipv4:"), std::string::npos) << r.body;
+    EXPECT_EQ(r.body.find("18033"), std::string::npos) << r.body;
+  }
+
+  const absl::Status draining = FromGrpcStatus(ToGrpcStatus(WithRetryDelay(
+      WithReason(absl::UnavailableError("the server is shutting down"), "SHUTTING_DOWN"),
+      absl::Seconds(2))));
+  EXPECT_FALSE(IsTransportFailure(draining));
+  EXPECT_EQ(ForClient(draining).message(), "the server is shutting down");
+  EXPECT_FALSE(IsTransportFailure(absl::InternalError("ipv4:1.2.3.4:5")));
+  EXPECT_EQ(ForClient(absl::DeadlineExceededError("Deadline Exceeded")).message(),
+            "Deadline Exceeded");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "clients/gateway/openapi.h"
 #include "clients/gateway/tgi_api.h"
 #include "server/grpc_status.h"
+#include "server/status_details.h"
 #include "spdlog/spdlog.h"
 
 namespace blossom::gateway {
@@ -159,6 +160,50 @@ void Gateway::CallFinished() {
   if (--pending_calls_ == 0) calls_done_.notify_all();
 }
 
+uint64_t Gateway::TrackCancel(std::function<void()> cancel) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.load()) {
+      cancels_.emplace(++next_cancel_, std::move(cancel));
+      return next_cancel_;
+    }
+  }
+  cancel();  // a call that starts after AbortInFlight (gRPC cancels it as it starts)
+  return 0;
+}
+
+void Gateway::UntrackCancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.erase(id);
+}
+
+void Gateway::AbortInFlight() {
+  std::vector<std::function<void()>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.store(true);
+    for (auto& [id, cancel] : cancels_) cancels.push_back(cancel);
+  }
+  // Outside mu_: a cancelled call's callback may run at once, and it takes mu_.
+  for (auto& cancel : cancels) cancel();
+}
+
+absl::Status Gateway::BackendStatus(const grpc::Status& status) const {
+  if (ShutDownStatus(status)) {
+    return WithRetryDelay(absl::UnavailableError(kShutDownMessage), absl::Seconds(1));
+  }
+  absl::Status backend = FromGrpcStatus(status);
+  if (IsTransportFailure(backend)) {
+    // The detail is for the operator; one line a second at most while the backend is down.
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    int64_t last = last_transport_log_ms_.load();
+    if (now_ms - last >= 1000 && last_transport_log_ms_.compare_exchange_strong(last, now_ms)) {
+      spdlog::warn("backend unavailable: {}", status.error_message());
+    }
+  }
+  return ForClient(std::move(backend));
+}
+
 std::string Gateway::NextRequestId() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   uint64_t n;
@@ -220,6 +265,11 @@ const Gateway::Route* Gateway::FindRoute(absl::string_view path) {
   return it == routes.end() ? nullptr : &it->second;
 }
 
+std::string Gateway::RouteName(absl::string_view path) {
+  const Route* route = FindRoute(path);
+  return route == nullptr ? "other" : route->name;
+}
+
 // Errors in the route's own API shape (vLLM's /detokenize is OpenAI-shaped); an unknown path
 // by its prefix.
 ApiFlavor Gateway::FlavorOf(absl::string_view path) {
@@ -250,8 +300,8 @@ bool Gateway::Authorized(const Route& route, const http::Request& request) const
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
   const Route* found = FindRoute(request.path);
   const ApiFlavor flavor = FlavorOf(request.path);
-  auto writer = std::make_shared<MeteredWriter>(std::move(raw_writer),
-                                                found == nullptr ? "other" : found->name, &metrics_);
+  auto writer = std::make_shared<MeteredWriter>(std::move(raw_writer), RouteName(request.path),
+                                                &metrics_);
   if (found == nullptr) {
     writer->Send(ErrorResponse(flavor, 404, absl::StrCat("no route for ", request.path)));
     return;
@@ -278,6 +328,8 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
     return;
   }
   if (draining_.load() && route.name != std::string("metrics")) {
+    // With Retry-After (ErrorResponse's 503s); the HTTP server closes the connection after it
+    // (EndKeepAlive), so a pooled client retries on a fresh connection, to another replica.
     writer->Send(ErrorResponse(flavor, 503, "the gateway is shutting down"));
     return;
   }
@@ -340,9 +392,11 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
   auto call = std::make_shared<UnaryCall<blossom::v1::GetModelInfoRequest, blossom::v1::ModelInfo>>();
   SetupContext(request, options_.health_timeout, &call->context);
   CallStarted();
+  const uint64_t tracked = TrackCall(call);
   stub_->async()->GetModelInfo(
       &call->context, &call->request, &call->response,
-      [this, call, writer, route, asked, detail = ShowsBackendErrors(request)](grpc::Status status) {
+      [this, call, writer, route, asked, tracked,
+       detail = ShowsBackendErrors(request)](grpc::Status status) {
         const ApiFlavor flavor =
             route == "models" || route == "model" ? ApiFlavor::kOpenAI : ApiFlavor::kTgi;
         if (status.ok()) RememberModelId(call->response.model_id());
@@ -353,7 +407,7 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
           // Readiness: any failure (including auth) means this gateway cannot serve.
           writer->Send(status.ok() ? Response{200, {}, ""} : BackendNotReady(detail, status));
         } else if (!status.ok()) {
-          writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
+          writer->Send(ErrorResponse(flavor, BackendStatus(status)));
         } else if (route == "info") {
           writer->Send(JsonResponse(200, tgi::InfoJson(call->response, model)));
         } else {
@@ -375,6 +429,7 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                                        "model"));
           }
         }
+        UntrackCancel(tracked);
         CallFinished();
       });
 }
@@ -410,9 +465,10 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
   SetupContext(request, std::min(options_.health_timeout, absl::Seconds(2)), &call->context);
   call->context.set_wait_for_ready(true);
   CallStarted();
+  const uint64_t tracked = TrackCall(call);
   health_stub_->async()->Check(
       &call->context, &call->request, &call->response,
-      [this, call, writer, request](grpc::Status status) {
+      [this, call, writer, request, tracked](grpc::Status status) {
         using Serving = grpc::health::v1::HealthCheckResponse;
         if (status.ok() && call->response.status() != Serving::SERVING) {
           writer->Send(ErrorResponse(ApiFlavor::kTgi, 503, kLoadingOrDraining));
@@ -427,6 +483,7 @@ void Gateway::HandleHealth(const http::Request& request, std::shared_ptr<Respons
           // A backend without the health service: GetModelInfo shows that it answers.
           HandleModelInfo(request, writer, "health");
         }
+        UntrackCancel(tracked);
         CallFinished();
       });
 }

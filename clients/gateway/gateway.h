@@ -3,6 +3,7 @@
 #define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_H_
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -11,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/time/time.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/metrics.h"
 #include "clients/gateway/openai_api.h"
@@ -96,10 +98,23 @@ class Gateway {
   static std::vector<RouteSpec> Routes();
 
   // Drain (SIGTERM): /health turns 503 so load balancers stop sending, every new request but
-  // /live and /metrics gets 503, and requests in flight run on. Irreversible.
+  // /live and /metrics gets 503 (with Retry-After), and requests in flight run on. Irreversible.
+  // (The HTTP server's EndKeepAlive() goes with it: gateway_main.cc.)
   void StartDraining() { draining_.store(true); }
+  // The end of a drain whose requests did not all finish (its timeout, or a second signal):
+  // cancels every backend call in flight, and each request is answered as its call ends: a
+  // stream that started gets an error event in its API's shape (503, kShutDownMessage; OpenAI
+  // then `data: [DONE]`), the same path as a backend failure mid-stream, counted in
+  // blossom_gateway_stream_errors_total{reason="shutdown"}; a request whose response has not
+  // started gets a 503 with Retry-After. Calls that start later are cancelled at once. The
+  // answers are queued by the time pending_calls() is 0; the HTTP server's Drain() then writes
+  // them out. Irreversible.
+  void AbortInFlight();
   // gRPC calls started and not finished (generations, streams, probes).
   int pending_calls() const;
+
+  // What AbortInFlight's answers say.
+  static constexpr char kShutDownMessage[] = "the gateway shut down before the request finished";
 
   // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, ...)
   // in the OpenAI shape on /v1/ targets and TGI's elsewhere.
@@ -110,6 +125,7 @@ class Gateway {
   struct Route;
   static const std::map<std::string, Route>& RouteTable();
   static const Route* FindRoute(absl::string_view path);  // null: no route
+  static std::string RouteName(absl::string_view path);    // its metrics label; "other": none
   // Whether the request's Authorization opens `route` (always true for /live and /health).
   bool Authorized(const Route& route, const http::Request& request) const;
   // Whether a /health 503 may carry the backend's error text: for a caller with a valid key, or
@@ -199,6 +215,26 @@ class Gateway {
   void RememberModelId(const std::string& model_id);
   void CallStarted();
   void CallFinished();
+  // Registers how to cancel a request's backend calls for AbortInFlight (which runs `cancel` at
+  // once if it already ran); the id unregisters it when the request is answered. `cancel` may
+  // run after the calls ended (so it holds them weakly) and must not block.
+  uint64_t TrackCancel(std::function<void()> cancel);
+  void UntrackCancel(uint64_t id);
+  // TrackCancel for one UnaryCall.
+  template <typename Call>
+  uint64_t TrackCall(const std::shared_ptr<Call>& call) {
+    return TrackCancel([weak = std::weak_ptr<Call>(call)] {
+      if (auto c = weak.lock()) c->context.TryCancel();
+    });
+  }
+  // A backend call's status as its client sees it: CANCELLED after AbortInFlight is the
+  // shutdown (kShutDownMessage); a transport failure's text (addresses, ports) is logged here
+  // and replaced (api_errors.h ForClient); the rest as FromGrpcStatus gives it.
+  absl::Status BackendStatus(const grpc::Status& status) const;
+  // Whether a failed call's status is the one AbortInFlight caused.
+  bool ShutDownStatus(const grpc::Status& status) const {
+    return aborted_.load() && status.error_code() == grpc::StatusCode::CANCELLED;
+  }
 
   const GatewayOptions options_;
   const std::shared_ptr<grpc::ChannelInterface> channel_;
@@ -208,11 +244,16 @@ class Gateway {
   HealthWatch health_watch_;
 
   std::atomic<bool> draining_{false};
+  std::atomic<bool> aborted_{false};  // AbortInFlight ran (set under mu_)
+  mutable std::atomic<int64_t> last_transport_log_ms_{0};  // BackendStatus logs 1/s at most
   mutable std::mutex mu_;
   std::condition_variable calls_done_;
   int pending_calls_ = 0;      // guarded by mu_
   uint64_t next_request_ = 0;  // guarded by mu_
   std::string model_id_;       // guarded by mu_: last model_id reported by the backend
+  // guarded by mu_: AbortInFlight's cancels, by TrackCancel id.
+  std::map<uint64_t, std::function<void()>> cancels_;
+  uint64_t next_cancel_ = 0;  // guarded by mu_
 };
 
 }  // namespace blossom::gateway

@@ -17,7 +17,6 @@
 #include "clients/gateway/openai_api.h"
 #include "clients/gateway/stream_call.h"
 #include "clients/gateway/tgi_api.h"
-#include "server/grpc_status.h"
 
 namespace blossom::gateway {
 namespace {
@@ -51,13 +50,15 @@ void Gateway::UnaryGenerate(
       c->context.TryCancel();
     }
   });
+  const uint64_t tracked = TrackCall(call);
   stub_->async()->Generate(
       &call->context, &call->request, &call->response,
-      [this, call, writer, flavor, respond = std::move(respond),
+      [this, call, writer, flavor, tracked, respond = std::move(respond),
        refine_error = std::move(refine_error)](grpc::Status status) {
-        absl::Status failure = FromGrpcStatus(status);
+        absl::Status failure = BackendStatus(status);
         if (refine_error) failure = refine_error(std::move(failure));
         writer->Send(status.ok() ? respond(call->response) : ErrorResponse(flavor, failure));
+        UntrackCancel(tracked);
         metrics_.AddInFlight(-1);
         CallFinished();
       });
@@ -162,9 +163,14 @@ void Gateway::UnaryBatch(
       for (auto& call : b->calls) call->context.TryCancel();
     }
   });
+  const uint64_t tracked = TrackCancel([weak] {
+    if (auto b = weak.lock()) {
+      for (auto& call : b->calls) call->context.TryCancel();
+    }
+  });
   for (auto& call : batch->calls) {
     invoke(&call->context, &call->request, &call->response,
-           [this, batch, writer, flavor, respond, refine_error](grpc::Status status) {
+           [this, batch, writer, flavor, respond, refine_error, tracked](grpc::Status status) {
              bool last = false, first_failure = false;
              {
                std::lock_guard<std::mutex> lock(batch->mu);
@@ -180,7 +186,7 @@ void Gateway::UnaryBatch(
              }
              if (!last) return;
              if (!batch->failure.ok()) {
-               absl::Status failure = FromGrpcStatus(batch->failure);
+               absl::Status failure = BackendStatus(batch->failure);
                if (refine_error) failure = refine_error(std::move(failure));
                writer->Send(ErrorResponse(flavor, failure));
              } else {
@@ -189,6 +195,7 @@ void Gateway::UnaryBatch(
                for (auto& done : batch->calls) responses.push_back(std::move(done->response));
                writer->Send(respond(responses));
              }
+             UntrackCancel(tracked);
              metrics_.AddInFlight(-1);
              CallFinished();
            });
@@ -312,10 +319,13 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
   // different calls run concurrently: `mu` orders the encoder and the writes. Headers go out
   // with the first message, so a request refused by the server still gets a real HTTP status
   // instead of a 200 followed by an error event. The first failure ends the response (an error
-  // response, or an error event after the headers) and cancels the other calls.
+  // response, or an error event after the headers) and cancels the other calls. AbortInFlight
+  // ends it the same way (its calls fail CANCELLED, which BackendStatus turns into the
+  // shutdown's 503).
   struct Shared {
     SseEncoder encoder;
     std::vector<std::shared_ptr<StreamCall>> calls;  // fixed before the first call starts
+    uint64_t tracked = 0;                            // TrackCancel's id, as fixed
     std::mutex mu;
     bool started = false;  // guarded by mu
     bool ended = false;    // guarded by mu: the response is complete (or failed)
@@ -324,6 +334,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
   };
   auto shared = std::make_shared<Shared>();
   shared->encoder = std::move(encoder);
+  const std::string route_name = RouteName(request.path);  // the metrics' label
   shared->finals_left = shared->calls_left = grpc_requests.size();
   // Requires shared->mu.
   auto start_stream = [writer](Shared& sh) {
@@ -357,20 +368,24 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
       }
       return true;
     };
-    auto on_done = [this, flavor, writer, start_stream, cancel_all, shared](
+    auto on_done = [this, flavor, writer, start_stream, cancel_all, shared, route_name](
                        const grpc::Status& status) {
       bool failed_now = false, last = false;
       {
         std::lock_guard<std::mutex> lock(shared->mu);
         if (!status.ok() && !shared->ended) {
           shared->ended = failed_now = true;
-          absl::Status s = FromGrpcStatus(status);
+          absl::Status s = BackendStatus(status);
           if (shared->encoder.refine_error) s = shared->encoder.refine_error(std::move(s));
           if (!shared->started) {
             shared->started = true;
             writer->Send(ErrorResponse(flavor, s));
-          } else {
-            writer->QueueChunk(shared->encoder.encode_error(HttpStatusFor(s, flavor), s.message()));
+          } else if (writer->QueueChunk(
+                         shared->encoder.encode_error(HttpStatusFor(s, flavor), s.message()))) {
+            // Counted only when the event reached a client (a client that left gets none).
+            metrics_.RecordStreamError(route_name, ShutDownStatus(status)
+                                                       ? GatewayMetrics::StreamError::kShutdown
+                                                       : GatewayMetrics::StreamError::kBackendError);
             writer->EndStream();
           }
         }
@@ -384,6 +399,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
       }
       if (failed_now) cancel_all(*shared);
       if (last) {
+        UntrackCancel(shared->tracked);
         metrics_.AddInFlight(-1);
         CallFinished();
       }
@@ -399,6 +415,11 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
   writer->OnClose([this, weak] {
     if (auto sh = weak.lock()) {
       metrics_.RecordCancelled();
+      for (auto& call : sh->calls) call->Cancel();
+    }
+  });
+  shared->tracked = TrackCancel([weak] {
+    if (auto sh = weak.lock()) {
       for (auto& call : sh->calls) call->Cancel();
     }
   });

@@ -1,12 +1,10 @@
 // Everything around the gateway's calls rather than their translation, in-process (fixture:
-// gateway_test_util.h): API keys and the forwarded Authorization, health and metrics, draining,
-// and how calls end (client disconnects, deadlines, an unreachable backend).
+// gateway_test_util.h): API keys and the forwarded Authorization, health and metrics, draining
+// and its end (AbortInFlight), and how calls end (client disconnects, deadlines, a stream that
+// fails midway, an unreachable backend).
 #include "clients/gateway/gateway.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -28,6 +26,9 @@ namespace {
 
 using testing::Client;
 using testing::GatewayTest;
+using testing::OpenStream;
+using testing::RestOfStream;
+using testing::UnusedLoopbackPort;
 
 TEST_F(GatewayTest, AuthOnEveryRouteButLiveAndHealth) {
   GatewayOptions options;
@@ -225,6 +226,148 @@ TEST_F(GatewayTest, DrainRefusesNewRequestsAndLetsStreamsRun) {
   EXPECT_EQ(fake_.cancelled(), 0);
 }
 
+// The drain's end (gateway_main.cc at --drain-timeout or a second signal): AbortInFlight, then
+// the HTTP server's Drain writes the answers out, then Stop. Every open stream ends in its
+// API's shape: OpenAI an error event and [DONE], TGI its error event, each with the chunked
+// body's end; a request whose response has not started gets a 503 with Retry-After. Before,
+// Stop() cut the streams off mid-body (curl: "transfer closed with outstanding read data").
+TEST_F(GatewayTest, AbortInFlightEndsEveryRequestInItsShape) {
+  StartGateway({});
+  auto openai = OpenStream(http_->port(), "/v1/completions", R"({"prompt":"hang","stream":true})");
+  auto tgi = OpenStream(http_->port(), "/generate_stream", R"({"inputs":"hang"})");
+  Client unary(http_->port());
+  const std::string body = R"({"inputs":"hang"})";
+  ASSERT_TRUE(unary.Send(absl::StrCat("POST /generate HTTP/1.1\r\nContent-Length: ", body.size(),
+                                      "\r\n\r\n", body)));
+  ASSERT_TRUE(fake_.WaitFor([&] { return fake_.requests_ >= 3; }));
+
+  gateway_->StartDraining();
+  http_->EndKeepAlive();
+  gateway_->AbortInFlight();
+  for (int i = 0; i < 200 && gateway_->pending_calls() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(gateway_->pending_calls(), 0);
+  EXPECT_TRUE(http_->Drain(absl::Now() + absl::Seconds(2)).ok());
+  http_->Stop();
+
+  Client::Reply rest = RestOfStream(*openai);
+  std::vector<std::string> events = GatewayTest::Events(rest.body);
+  ASSERT_EQ(events.size(), 2u) << rest.body;
+  Json error = Json::parse(events[0])["error"];
+  EXPECT_EQ(error["message"], Gateway::kShutDownMessage) << events[0];
+  EXPECT_EQ(error["type"], "service_unavailable_error");
+  EXPECT_EQ(events[1], "[DONE]");
+  EXPECT_TRUE(rest.ended) << "no terminating chunk";
+
+  rest = RestOfStream(*tgi);
+  events = GatewayTest::Events(rest.body);
+  ASSERT_EQ(events.size(), 1u) << rest.body;
+  EXPECT_EQ(Json::parse(events[0])["error"], Gateway::kShutDownMessage);
+  EXPECT_EQ(Json::parse(events[0])["error_type"], "unhealthy");
+  EXPECT_TRUE(rest.ended) << "no terminating chunk";
+
+  Client::Reply answer;
+  ASSERT_TRUE(unary.ReadReply(&answer));
+  EXPECT_EQ(answer.status, 503);
+  EXPECT_EQ(answer.headers["retry-after"], "1");
+  EXPECT_EQ(Json::parse(answer.body)["error"], Gateway::kShutDownMessage);
+  EXPECT_EQ(answer.headers["connection"], "close");
+
+  EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ >= 3; })) << "backend calls cancelled";
+  const std::string metrics = gateway_->metrics().Text();
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "blossom_gateway_stream_errors_total{route=\"completions\",reason=\"shutdown\"} 1"))
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(
+      metrics,
+      "blossom_gateway_stream_errors_total{route=\"generate_stream\",reason=\"shutdown\"} 1"))
+      << metrics;
+}
+
+// From the start of the drain, the 503 for a new request invites a retry elsewhere: Retry-After,
+// and its connection closes (a pooled keep-alive client would otherwise keep reusing it).
+TEST_F(GatewayTest, DrainingRefusalClosesTheConnectionAndInvitesARetry) {
+  StartGateway({});
+  Client pooled(http_->port());
+  ASSERT_TRUE(pooled.Send("GET /v1/models HTTP/1.1\r\n\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(pooled.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.headers.count("connection"), 0u);
+  gateway_->StartDraining();
+  http_->EndKeepAlive();  // as gateway_main.cc does with StartDraining
+  const std::string body = R"({"prompt":"hi"})";
+  ASSERT_TRUE(pooled.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nContent-Length: ",
+                                       body.size(), "\r\n\r\n", body)));
+  reply = Client::Reply();
+  ASSERT_TRUE(pooled.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(reply.headers["retry-after"], "1");
+  EXPECT_EQ(reply.headers["connection"], "close");
+  EXPECT_TRUE(pooled.WaitClosed());
+  Client::Reply tgi = Request("POST", "/generate", R"({"inputs":"hi"})");
+  EXPECT_EQ(tgi.status, 503);
+  EXPECT_EQ(tgi.headers["retry-after"], "1");
+  EXPECT_EQ(tgi.headers["connection"], "close");
+}
+
+// A stream whose backend call fails after the 200 went out ends in an error event, and
+// blossom_gateway_stream_errors_total counts it (requests_total has its 200).
+TEST_F(GatewayTest, StreamFailingMidwayIsCountedAsAStreamError) {
+  StartGateway({});
+  auto openai = OpenStream(http_->port(), "/v1/completions",
+                           R"({"prompt":"midway-fail:13:the engine failed","stream":true})");
+  std::vector<std::string> events = GatewayTest::Events(RestOfStream(*openai).body);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[0])["error"]["message"], "the engine failed");
+  EXPECT_EQ(events[1], "[DONE]");
+  auto tgi = OpenStream(http_->port(), "/generate_stream",
+                        R"({"inputs":"midway-fail:13:the engine failed"})");
+  events = GatewayTest::Events(RestOfStream(*tgi).body);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(Json::parse(events[0])["error_type"], "generation");
+  const std::string metrics = Request("GET", "/metrics", "").body;
+  for (const char* route : {"completions", "generate_stream"}) {
+    EXPECT_TRUE(absl::StrContains(
+        metrics, absl::StrCat("blossom_gateway_stream_errors_total{route=\"", route,
+                              "\",reason=\"backend_error\"} 1")))
+        << metrics;
+    EXPECT_TRUE(absl::StrContains(
+        metrics, absl::StrCat("blossom_gateway_requests_total{route=\"", route,
+                              "\",status=\"200\"} 1")))
+        << metrics;
+  }
+}
+
+// A backend that is down: gRPC's text names its address and port ("failed to connect to all
+// addresses; ... ipv4:127.0.0.1:PORT: Connection refused"); clients get a fixed 503 that
+// invites a retry, on every route that calls the backend.
+TEST_F(GatewayTest, DeadBackendGivesAGeneric503) {
+  GatewayOptions options;
+  options.health_timeout = absl::Milliseconds(500);
+  options.request_timeout = absl::Seconds(5);
+  const int port = UnusedLoopbackPort();
+  StartGateway(options, port);
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/completions", R"({"prompt":"x"})"},
+           {"POST", "/v1/completions", R"({"prompt":"x","stream":true})"},
+           {"POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})"},
+           {"POST", "/generate", R"({"inputs":"x"})"},
+           {"POST", "/generate_stream", R"({"inputs":"x"})"},
+           {"POST", "/tokenize", R"({"inputs":"x"})"},
+           {"GET", "/v1/models", ""},
+           {"GET", "/info", ""}}) {
+    Client::Reply reply = Request(method, path, body);
+    EXPECT_EQ(reply.status, 503) << path << ": " << reply.body;
+    EXPECT_EQ(reply.headers["retry-after"], "1") << path;
+    EXPECT_TRUE(absl::StrContains(reply.body, kBackendUnavailableMessage)) << reply.body;
+    EXPECT_FALSE(absl::StrContains(reply.body, "ipv4:")) << path << ": " << reply.body;
+    EXPECT_FALSE(absl::StrContains(reply.body, absl::StrCat(port))) << path << ": " << reply.body;
+  }
+}
+
 TEST_F(GatewayTest, ClientDisconnectCancelsStreamingCall) {
   StartGateway({});
   auto client = std::make_unique<Client>(http_->port());
@@ -239,6 +382,11 @@ TEST_F(GatewayTest, ClientDisconnectCancelsStreamingCall) {
   EXPECT_TRUE(absl::StrContains(chunk, "Hel")) << chunk;
   client.reset();  // drop the connection mid-stream
   EXPECT_TRUE(fake_.WaitFor([&] { return fake_.cancelled_ == 1; }));
+  // No error event went out: a client that left is no stream error.
+  for (int i = 0; i < 100 && gateway_->pending_calls() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(absl::StrContains(gateway_->metrics().Text(), "blossom_gateway_stream_errors_total{"));
 }
 
 TEST_F(GatewayTest, ClientDisconnectCancelsUnaryCall) {
@@ -288,20 +436,7 @@ TEST_F(GatewayTest, HealthAndMetrics) {
 TEST_F(GatewayTest, HealthIs503WhenBackendIsDown) {
   GatewayOptions options;
   options.health_timeout = absl::Milliseconds(500);
-  // A port with nothing listening: bind one, then close it.
-  int probe_port = 0;
-  {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    probe_port = ntohs(addr.sin_port);
-    close(fd);
-  }
-  StartGateway(options, probe_port);
+  StartGateway(options, UnusedLoopbackPort());
   EXPECT_EQ(Request("GET", "/health", "").status, 503);
   EXPECT_EQ(Request("GET", "/live", "").status, 200);
   EXPECT_EQ(Request("POST", "/v1/completions", R"({"prompt":"x"})").status, 503);

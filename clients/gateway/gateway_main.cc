@@ -5,14 +5,20 @@
 //       [--served-model-name=NAME] [--request-timeout=600] [--max-body-bytes=1048576]
 //       [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]
 //       [--backend-tls-cert=PEM --backend-tls-key=PEM]] [--tls-cert=PEM --tls-key=PEM]
-//       [--max-connections-per-ip=256]
+//       [--max-connections-per-ip=256] [--drain-timeout=30]
 //
 // Flags may be spelled with dashes or underscores. SIGINT/SIGTERM drain it: /health turns 503,
-// new requests get 503, in-flight ones get --drain-timeout to finish (and their clients to read
-// what is still queued for them), then the rest are cancelled on the backend and it exits 0.
+// new requests get 503 with Retry-After and every response closes its connection, in-flight
+// ones get --drain-timeout to finish (and their clients to read what is still queued for them).
+// Those still running then are ended for their clients (an error event on a stream, a 503 on a
+// request not yet answered) and cancelled on the backend, and it exits 0. A second signal ends
+// the drain at once the same way; a third skips the last writes.
 #include <signal.h>
+#include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,7 +83,33 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
 ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
 ABSL_FLAG(double, drain_timeout, 30,
           "On SIGTERM, seconds in-flight requests get to finish (new ones get 503) before the "
-          "rest are cancelled.");
+          "rest are ended with an error and cancelled. A second signal ends the drain at once.");
+
+namespace {
+
+// How long the answers of requests ended by the drain (error events, 503s) get to be written.
+constexpr absl::Duration kAbortFlush = absl::Seconds(2);
+
+enum class Waited { kDone, kTimedOut, kSignalled };
+
+// Polls `done` every 10 ms until it holds, `until` passes, or a stop signal arrives. The stop
+// signals stay blocked in every thread and are taken here (sigtimedwait), so a signal sent at
+// any moment is seen by the next wait, never lost or delivered to another thread.
+Waited WaitUntil(const std::function<bool()>& done, absl::Time until, const sigset_t& signals) {
+  for (;;) {
+    if (done()) return Waited::kDone;
+    const absl::Time now = absl::Now();
+    if (now >= until) return Waited::kTimedOut;
+    const timespec step = absl::ToTimespec(std::min(absl::Milliseconds(10), until - now));
+    const int signal_number = sigtimedwait(&signals, nullptr, &step);
+    if (signal_number > 0) {
+      spdlog::warn("signal {}: ending the drain now", signal_number);
+      return Waited::kSignalled;
+    }
+  }
+}
+
+}  // namespace
 
 
 int main(int argc, char** argv) {
@@ -210,19 +242,39 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  spdlog::info("signal {}: draining ({} calls in flight, timeout {} s)", signal_number,
-               gateway->pending_calls(), drain_timeout);
+  spdlog::info("signal {}: draining ({} calls in flight, timeout {} s; a second signal ends it)",
+               signal_number, gateway->pending_calls(), drain_timeout);
+  // Keep-alive ends first, so that every 503 of the drain closes its connection and pooled
+  // clients leave this gateway; load balancers see /health turn 503.
+  (*server)->EndKeepAlive();
   gateway->StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(drain_timeout);
-  while (gateway->pending_calls() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  if (gateway->pending_calls() > 0) {
-    spdlog::warn("drain timeout: cancelling {} calls", gateway->pending_calls());
+  const Waited calls = WaitUntil([&] { return gateway->pending_calls() == 0; }, deadline,
+                                 stop_signals);
+  int later_signals = calls == Waited::kSignalled ? 1 : 0;
+  absl::Time flush_until = std::max(deadline, absl::Now() + kAbortFlush);
+  if (calls != Waited::kDone) {
+    // Closing the sockets would cut the streams off mid-event (curl: "transfer closed with
+    // outstanding read data remaining"): each request still running gets its error instead.
+    spdlog::warn("{}: ending {} calls", calls == Waited::kSignalled ? "signal" : "drain timeout",
+                 gateway->pending_calls());
+    gateway->AbortInFlight();
+    flush_until = absl::Now() + kAbortFlush;
   }
-  // The last bytes of finished calls (the end of a stream, [DONE], the terminating chunk) may
-  // still be queued for slow readers, and Stop() would discard them: they get the rest of the
-  // drain timeout. This also stops accepting.
-  if (absl::Status drained = (*server)->Drain(deadline); !drained.ok()) {
-    spdlog::warn("drain timeout: {}", std::string(drained.message()));
+  // The last bytes (the end of a stream, [DONE], the terminating chunk, the aborted requests'
+  // errors) may still be queued for slow readers, and Stop() would discard them: they get the
+  // rest of the drain timeout, or kAbortFlush after an abort or a second signal; a third signal
+  // stops at once. Drain() also stops accepting.
+  Waited written;
+  while ((written = WaitUntil(
+              [&] { return gateway->pending_calls() == 0 && (*server)->Drain(absl::Now()).ok(); },
+              flush_until, stop_signals)) == Waited::kSignalled &&
+         ++later_signals < 2) {
+    flush_until = std::min(flush_until, absl::Now() + kAbortFlush);
+  }
+  if (written == Waited::kTimedOut) {
+    spdlog::warn("drain: {} calls in flight, {}", gateway->pending_calls(),
+                 std::string((*server)->Drain(absl::Now()).message()));
   }
   (*server)->Stop();  // cancels what is left through OnClose
   gateway.reset();    // waits for the cancelled gRPC calls to finish

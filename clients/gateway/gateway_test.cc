@@ -172,7 +172,7 @@ TEST_F(GatewayTest, SeveralChoicesStreamWithTheirIndexes) {
 TEST_F(GatewayTest, AFailedStreamedChoiceEndsTheStream) {
   StartGateway({});
   Client::Reply reply = Request("POST", "/v1/completions",
-                                R"({"prompt":["hang","fail:14:gone"],"stream":true})");
+                                R"({"prompt":["hang","fail:14:gone||SHUTTING_DOWN"],"stream":true})");
   // "hang" sends a message first, so the headers may be out: an error event then, else a 503.
   if (reply.status == 200) {
     std::vector<std::string> events = Events(reply.body);

@@ -1,8 +1,13 @@
-// The fixture of the gateway's in-process tests (gateway_test, gateway_lifecycle_test): a fake
-// blossom.v1.Blossom callback service on 127.0.0.1:0, the gateway behind the real HTTP server, and
-// raw-socket HTTP clients. Header-only, as the fixture's members are all defined in its classes.
+// The fixture of the gateway's in-process tests (gateway_test, gateway_lifecycle_test; and
+// gateway_signal_test's backend): a fake blossom.v1.Blossom callback service on 127.0.0.1:0, the
+// gateway behind the real HTTP server, and raw-socket HTTP clients. Header-only, as the
+// fixture's members are all defined in its classes.
 #ifndef BLOSSOM_CLIENTS_GATEWAY_GATEWAY_TEST_UTIL_H_
 #define BLOSSOM_CLIENTS_GATEWAY_GATEWAY_TEST_UTIL_H_
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -35,10 +40,25 @@ namespace blossom::gateway::testing {
 using ::blossom::http::testing::Client;
 namespace v1 = ::blossom::v1;
 
+// A loopback port with nothing listening on it (bound, read back, closed): a dead backend's
+// address, or a port for a process to bind next.
+inline int UnusedLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 // Prompt conventions understood by the fake backend:
 //   "fail:<grpc code>:<message>"  the call fails with that status (before any stream message)
 //   "hang"                         the call never finishes until cancelled (streams send one
 //                                  message first)
+//   "midway-fail:<code>:<message>" streams send one message, then fail with that status
 //   anything else                  text "Hello" in two tokens ("Hel", "lo"), finish reason length
 //                                  (BeamSearch: beam_width such beams)
 class FakeBlossom : public v1::Blossom::CallbackService {
@@ -200,13 +220,14 @@ class FakeBlossom : public v1::Blossom::CallbackService {
 
   class StreamReactor : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
    public:
-    StreamReactor(FakeBlossom* fake, const std::string& prompt) : fake_(fake), prompt_(prompt) {
-      grpc::Status status = StatusFor(prompt);
+    StreamReactor(FakeBlossom* fake, const std::string& prompt)
+        : fake_(fake), prompt_(prompt), midway_(absl::StrContains(prompt, "midway-fail:")) {
+      grpc::Status status = midway_ ? grpc::Status::OK : StatusFor(prompt);
       if (!status.ok()) {
         FinishOnce(status);
         return;
       }
-      messages_.resize(prompt == "hang" ? 1 : 2);
+      messages_.resize(prompt == "hang" || midway_ ? 1 : 2);
       messages_[0].set_text_delta("Hel");
       AddToken(messages_[0].mutable_token(), 1, "Hel");
       if (messages_.size() == 2) {
@@ -220,6 +241,8 @@ class FakeBlossom : public v1::Blossom::CallbackService {
       if (!ok) return;  // cancelled; OnCancel/OnDone follow
       if (++next_ < messages_.size()) {
         StartWrite(&messages_[next_]);
+      } else if (midway_) {
+        FinishOnce(StatusFor(prompt_));
       } else if (prompt_ != "hang") {
         FinishOnce(grpc::Status::OK);
       }
@@ -237,6 +260,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::atomic<bool> finished_{false};
     FakeBlossom* fake_;
     std::string prompt_;
+    const bool midway_;  // a "midway-fail:" prompt
     std::vector<v1::GenerateStreamResponse> messages_;
     size_t next_ = 0;
   };
@@ -295,6 +319,28 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   v1::GenerateRequest last_request_;
   std::string last_authorization_;
 };
+
+// POSTs `body` to `path` on a new connection and reads the stream's head and first event.
+inline std::unique_ptr<Client> OpenStream(int port, const std::string& path, const std::string& body) {
+  auto client = std::make_unique<Client>(port);
+  EXPECT_TRUE(client->Send(absl::StrCat("POST ", path, " HTTP/1.1\r\nContent-Length: ",
+                                        body.size(), "\r\n\r\n", body)));
+  Client::Reply head;
+  EXPECT_TRUE(client->ReadHead(&head));
+  EXPECT_EQ(head.status, 200) << path;
+  std::string chunk;
+  EXPECT_TRUE(client->ReadChunk(&chunk)) << path;
+  EXPECT_TRUE(absl::StrContains(chunk, "Hel")) << chunk;
+  return client;
+}
+
+// The rest of a stream opened by OpenStream: its chunks, and whether its last chunk came.
+inline Client::Reply RestOfStream(Client& client) {
+  Client::Reply reply;
+  reply.headers["transfer-encoding"] = "chunked";
+  EXPECT_TRUE(client.ReadBody(&reply));
+  return reply;
+}
 
 class GatewayTest : public ::testing::Test {
  protected:

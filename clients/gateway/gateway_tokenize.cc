@@ -10,7 +10,6 @@
 #include "clients/gateway/json_fields.h"
 #include "clients/gateway/tgi_api.h"
 #include "clients/gateway/vllm_api.h"
-#include "server/grpc_status.h"
 
 namespace blossom::gateway {
 
@@ -50,14 +49,16 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
   call->request = std::move(grpc_request);
   SetupContext(request, options_.health_timeout, &call->context);
   CallStarted();
+  const uint64_t tracked = TrackCall(call);
   stub_->async()->Tokenize(
       &call->context, &call->request, &call->response,
-      [this, call, writer, flavor, encode = std::move(encode)](grpc::Status status) {
+      [this, call, writer, flavor, tracked, encode = std::move(encode)](grpc::Status status) {
         if (!status.ok()) {
-          writer->Send(ErrorResponse(flavor, FromGrpcStatus(status)));
+          writer->Send(ErrorResponse(flavor, BackendStatus(status)));
         } else {
           writer->Send(JsonResponse(200, encode(call->response)));
         }
+        UntrackCancel(tracked);
         CallFinished();
       });
 }
@@ -75,13 +76,16 @@ void Gateway::HandleDetokenize(const http::Request& request,
   call->request = std::move(*parsed);
   SetupContext(request, options_.health_timeout, &call->context);
   CallStarted();
+  const uint64_t tracked = TrackCall(call);
   stub_->async()->Detokenize(
-      &call->context, &call->request, &call->response, [this, call, writer](grpc::Status status) {
+      &call->context, &call->request, &call->response,
+      [this, call, writer, tracked](grpc::Status status) {
         if (!status.ok()) {
-          writer->Send(ErrorResponse(ApiFlavor::kOpenAI, FromGrpcStatus(status)));
+          writer->Send(ErrorResponse(ApiFlavor::kOpenAI, BackendStatus(status)));
         } else {
           writer->Send(JsonResponse(200, vllm::DetokenizeResponse(call->response)));
         }
+        UntrackCancel(tracked);
         CallFinished();
       });
 }

@@ -22,5 +22,20 @@ TEST(GatewayMetricsTest, CountsByRouteAndStatus) {
   EXPECT_TRUE(absl::StrContains(text, "blossom_gateway_client_disconnects_total 1\n"));
 }
 
+TEST(GatewayMetricsTest, CountsStreamErrorsByRouteAndReason) {
+  GatewayMetrics metrics;
+  metrics.RecordStreamError("completions", GatewayMetrics::StreamError::kBackendError);
+  metrics.RecordStreamError("generate_stream", GatewayMetrics::StreamError::kShutdown);
+  metrics.RecordStreamError("generate_stream", GatewayMetrics::StreamError::kShutdown);
+  const std::string text = metrics.Text();
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE blossom_gateway_stream_errors_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(
+      text, "blossom_gateway_stream_errors_total{route=\"completions\",reason=\"backend_error\"} 1\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "blossom_gateway_stream_errors_total{route=\"generate_stream\",reason=\"shutdown\"} 2\n"))
+      << text;
+}
+
 }  // namespace
 }  // namespace blossom::gateway

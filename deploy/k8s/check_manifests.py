@@ -15,7 +15,8 @@ Needs PyYAML and kubernetes-validate (deploy/setup_venv.sh makes a venv with bot
 3. What the issue asks of each pod: startup, readiness and liveness probes on every container,
    probes on ports that exist, the gateway's readiness not /live, the server's liveness its
    /live, preStop on server and gateway,
-   a grace period above preStop + drain, non-root pod and locked-down containers, /dev/shm from
+   a grace period above preStop + drain, a gateway's drain timeout above its pod's server's
+   (else at the gateway's deadline it ends streams the server is still finishing), non-root pod and locked-down containers, /dev/shm from
    memory for the server, volumes that reference a PVC and a Secret defined in the same render,
    nvidia.com/gpu equal to the tensor-parallel ranks, --metrics-host=0.0.0.0 where the metrics
    port is probed or scraped; Services, the PDB, the PodMonitor select pods with the named
@@ -271,6 +272,7 @@ def check(overlay, objs, metric_names, version, findings):
             for p in c.get("ports", []):
                 pod_ports[p.get("name")] = p["containerPort"]
         grace = spec.get("terminationGracePeriodSeconds", 30)
+        drains = {True: [], False: []}  # --drain-timeout of the pod's servers (True), gateways
         for c in spec["containers"]:
             cw = f"{where}/{c['name']}"
             argv = c.get("command", []) + c.get("args", [])
@@ -319,6 +321,7 @@ def check(overlay, objs, metric_names, version, findings):
                 elif pre and "sleep" in pre:
                     sleep = int(pre["sleep"]["seconds"])
                 drain = float(flag(inner if runs_server else argv, "drain-timeout") or 30)
+                drains[runs_server].append((cw, drain))
                 if grace < sleep + drain + 10:
                     bad(f"{cw}: terminationGracePeriodSeconds {grace} < preStop {sleep} s + "
                         f"drain {drain:g} s + 10 s")
@@ -365,6 +368,12 @@ def check(overlay, objs, metric_names, version, findings):
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes:
                     bad(f"{cw}: mounts {m['name']}, which is not a volume of the pod")
+        for gateway, gateway_drain in drains[False]:
+            for server, server_drain in drains[True]:
+                if gateway_drain <= server_drain:
+                    bad(f"{gateway}: --drain-timeout {gateway_drain:g} s is not above {server}'s "
+                        f"{server_drain:g} s (the gateway would end streams the server is still "
+                        "finishing; give it the server's + 5 s)")
 
     def selected(selector):
         labels = selector.get("matchLabels", selector) if selector else {}

@@ -118,6 +118,15 @@ CASES = [
       ("base/scrape-key.txt", None, "prometheus-key-0123456789")],
      "the scrape key (Secret blossom-scrape-key key scrape) is also a line of "
      "Deployment/blossom/gateway's --api-keys-file"),
+    ("the gateway's drain no longer than the server's (both 60 s, SIGTERM together)",
+     [(DEPLOYMENT, '"--metrics-api-keys-file=/etc/blossom-scrape/key", "--drain-timeout=65"',
+       '"--metrics-api-keys-file=/etc/blossom-scrape/key", "--drain-timeout=60"')],
+     "cpu: Deployment/blossom/gateway: --drain-timeout 60 s is not above "
+     "Deployment/blossom/server's 60 s"),
+    ("the grace period short of preStop + the gateway's drain",
+     [(DEPLOYMENT, "      terminationGracePeriodSeconds: 90\n",
+       "      terminationGracePeriodSeconds: 80\n")],
+     "Deployment/blossom/gateway: terminationGracePeriodSeconds 80 < preStop 10 s + drain 65 s"),
     ("the MPIJob named like the base Service",
      [(MPIJOB, "metadata:\n  name: blossom-mpi\n", "metadata:\n  name: blossom\n")],
      "MPIJob/blossom: shares its name with Service/blossom"),

@@ -38,7 +38,8 @@ inline int64_t NowMs() {
 
 // A complete response that closes the connection.
 std::string SerializeClosing(const Response& response);
-// A text/plain error response that closes the connection.
+// A text/plain error response, and the same serialized to close the connection.
+Response PlainError(int status, absl::string_view message);
 std::string ErrorResponse(int status, absl::string_view message);
 
 // "ip:port" ("[ip]:port" for IPv6).

@@ -100,7 +100,8 @@ struct ServerOptions {
 // response still being written is the new one refused with 503. So slow or idle clients can
 // never lock out a client that sends its request promptly. One address may hold at most
 // max_connections_per_ip of them; past that its new connections are refused (503), so one
-// client cannot take every slot. max_connections is lowered at Start (with a warning) to what
+// client cannot take every slot. A refusal carries "Retry-After: 1" (the slots free up as
+// connections end), added to error_response's answer when that has none. max_connections is lowered at Start (with a warning) to what
 // the process's RLIMIT_NOFILE leaves room for; a failed accept (out of descriptors) is retried
 // after 50 ms rather than at once.
 //
@@ -117,8 +118,9 @@ struct ServerOptions {
 // are answered in order). Writers append to a per-connection buffer under its lock and post a
 // flush to the I/O thread; only the I/O thread writes to sockets, asynchronously, one write in
 // flight per connection.
-// Thread-safe: port(), Drain() and Stop() may be called from any thread except a handler's own
-// or the I/O thread's (Drain() waits on the I/O thread; Stop() joins both).
+// Thread-safe: port(), EndKeepAlive(), Drain() and Stop() may be called from any thread except
+// a handler's own or the I/O thread's (EndKeepAlive() and Drain() wait on the I/O thread;
+// Stop() joins both).
 class Server {
  public:
   class Impl;
@@ -130,6 +132,13 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
+  // The first step of a graceful shutdown, while a load balancer still sends requests here:
+  // from its return every response closes its connection ("Connection: close"; a response
+  // already streaming closes its connection when it ends, and idle keep-alive connections close
+  // after their next response), so pooled clients move to another server, while new
+  // connections are still accepted and served. Irreversible; Drain() does it too. Waits on the
+  // I/O thread; a no-op after Stop().
+  void EndKeepAlive();
   // For a graceful shutdown before Stop(): stops accepting new connections, makes every response
   // from now on (and every one in flight that has not started) close its connection, and waits
   // until no connection has an exchange in flight or output not yet written to its socket, or

@@ -120,5 +120,64 @@ TEST(HttpServerDrainTest, WaitsForTheExchangeInFlightAndClosesItsConnection) {
   EXPECT_TRUE(drained.ok()) << drained;
 }
 
+// EndKeepAlive, a drain's first step while requests still come: new connections are served,
+// and from then on every response closes its connection, also those of exchanges already in
+// flight (a stream closes its connection once it ends) and of idle keep-alive connections.
+TEST(HttpServerDrainTest, EndKeepAliveClosesEveryConnectionAfterItsResponse) {
+  std::promise<void> slow_started, stream_started, release;
+  std::shared_future<void> released = release.get_future().share();
+  auto server = StartServer([&](const Request& req, std::shared_ptr<ResponseWriter> writer) {
+    if (req.path == "/slow") {
+      slow_started.set_value();
+      released.wait();
+    } else if (req.path == "/stream") {
+      writer->StartStream(200, {{"Content-Type", "text/event-stream"}});
+      writer->QueueChunk("data: 1\n\n");
+      stream_started.set_value();
+      released.wait();
+      writer->QueueChunk(kLastEvent);
+      writer->EndStream();
+      return;
+    }
+    writer->Send(Response{200, {}, "ok"});
+  });
+  Client idle(server->port());
+  ASSERT_TRUE(idle.Send("GET / HTTP/1.1\r\n\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(idle.ReadReply(&reply));
+  EXPECT_EQ(reply.headers.count("connection"), 0u) << "keep-alive before";
+  Client slow(server->port()), stream(server->port());
+  ASSERT_TRUE(slow.Send("GET /slow HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(stream.Send("GET /stream HTTP/1.1\r\n\r\n"));
+  slow_started.get_future().wait();
+  stream_started.get_future().wait();
+  Client::Reply stream_reply;
+  ASSERT_TRUE(stream.ReadHead(&stream_reply));
+
+  server->EndKeepAlive();
+  Client fresh(server->port());
+  ASSERT_TRUE(fresh.Send("GET / HTTP/1.1\r\n\r\n")) << "still accepting";
+  reply = Client::Reply();
+  ASSERT_TRUE(fresh.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.headers["connection"], "close");
+  EXPECT_TRUE(fresh.WaitClosed());
+  ASSERT_TRUE(idle.Send("GET / HTTP/1.1\r\n\r\n"));
+  reply = Client::Reply();
+  ASSERT_TRUE(idle.ReadReply(&reply));
+  EXPECT_EQ(reply.headers["connection"], "close");
+  EXPECT_TRUE(idle.WaitClosed());
+
+  release.set_value();
+  reply = Client::Reply();
+  ASSERT_TRUE(slow.ReadReply(&reply));
+  EXPECT_EQ(reply.headers["connection"], "close") << "an exchange in flight, not started";
+  EXPECT_TRUE(slow.WaitClosed());
+  ASSERT_TRUE(stream.ReadBody(&stream_reply));
+  EXPECT_TRUE(stream_reply.ended) << "the stream ends whole";
+  EXPECT_TRUE(stream.WaitClosed()) << "then its connection closes";
+  server->Stop();
+}
+
 }  // namespace
 }  // namespace blossom::http

@@ -180,6 +180,7 @@ TEST(HttpServerRobustnessTest, RefusesWith503OnlyWhenEveryConnectionIsBusy) {
   Client::Reply reply;
   ASSERT_TRUE(c.ReadReply(&reply));
   EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(reply.headers["retry-after"], "1");  // the slots free up as responses end
   release.set_value();
   for (Client* x : {&a, &b}) {
     ASSERT_TRUE(x->ReadReply(&reply));
@@ -206,6 +207,7 @@ TEST(HttpServerRobustnessTest, PerAddressCapRefusesOnlyThatAddress) {
     ASSERT_TRUE(over.ReadReply(&reply));
     EXPECT_EQ(reply.status, 503);
     EXPECT_EQ(reply.body, "too many connections from 127.0.0.1 (at most 2)\n");
+    EXPECT_EQ(reply.headers["retry-after"], "1");
     EXPECT_TRUE(over.WaitClosed());
   }
   {
@@ -231,6 +233,41 @@ TEST(HttpServerRobustnessTest, PerAddressCapRefusesOnlyThatAddress) {
   }
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(reply.body, "GET /again  ");
+}
+
+// The refusal formatted by error_response (the gateway's JSON) still invites a retry, once.
+TEST(HttpServerRobustnessTest, RefusalThroughErrorResponseCarriesRetryAfter) {
+  ServerOptions options;
+  options.max_connections_per_ip = 1;
+  options.error_response = [](int status, const std::string& message, const std::string&) {
+    return Response{status, {{"Content-Type", "application/json"}}, absl::StrCat("\"", message, "\"")};
+  };
+  auto server = StartServer(EchoHandler, options);
+  Client held(server->port());
+  ASSERT_TRUE(held.Send("GET /held HTTP/1.1\r\n\r\n"));
+  Client::Reply reply;
+  ASSERT_TRUE(held.ReadReply(&reply));
+  Client over(server->port());
+  reply = Client::Reply();
+  ASSERT_TRUE(over.ReadReply(&reply));
+  EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(reply.headers["content-type"], "application/json");
+  EXPECT_EQ(reply.headers["retry-after"], "1");
+
+  // One that sets its own Retry-After keeps it, with no second one.
+  options.error_response = [](int status, const std::string&, const std::string&) {
+    return Response{status, {{"Retry-After", "7"}}, "busy"};
+  };
+  server = StartServer(EchoHandler, options);
+  Client first(server->port());
+  ASSERT_TRUE(first.Send("GET /held HTTP/1.1\r\n\r\n"));
+  reply = Client::Reply();
+  ASSERT_TRUE(first.ReadReply(&reply));
+  Client second(server->port());
+  std::string raw, line;  // the head as sent (the reply's header map would merge two)
+  while (second.ReadLine(&line) && !line.empty()) absl::StrAppend(&raw, line, "\r\n");
+  EXPECT_TRUE(absl::StrContains(raw, "Retry-After: 7\r\n")) << raw;
+  EXPECT_FALSE(absl::StrContains(raw, "Retry-After: 1")) << raw;
 }
 
 TEST(HttpServerRobustnessTest, HalfClosedClientGetsTheResponse) {
