@@ -26,6 +26,7 @@ const char* FinishReasonText(v1::FinishReason reason) {
     case v1::FINISH_REASON_STOP_STRING: return "stop_string";
     case v1::FINISH_REASON_CANCELLED: return "cancelled";
     case v1::FINISH_REASON_ERROR: return "error";
+    case v1::FINISH_REASON_ABORTED: return "aborted";
     default: return "unspecified";
   }
 }

@@ -115,8 +115,9 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
       status = grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled");
       outcome_ = "cancelled";
     } else {
-      status = ToGrpcStatus(outcome.status);
-      outcome_ = "error";
+      // A round the engine's shutdown cut (or refused) aborts the search: retryable, no failure.
+      status = ToGrpcStatus(DescribeEngineEnd(outcome.status));
+      outcome_ = IsEngineShutdown(outcome.status) ? "aborted" : "error";
     }
     const double seconds = std::chrono::duration<double>(outcome.finished - outcome.arrival).count();
     if (service_->metrics()) {

@@ -9,20 +9,20 @@
 // Start-up order: the gRPC port opens first with health NOT_SERVING (calls get UNAVAILABLE
 // "the model is loading"), then the model loads, then health turns SERVING. SIGTERM or SIGINT
 // drains: health NOT_SERVING, new generations get UNAVAILABLE, generations in flight finish
-// within --drain-timeout, then whatever is left is cancelled and the process exits 0.
+// within --drain-timeout, then whatever is left is aborted (UNAVAILABLE, retry elsewhere) and
+// the process exits 0. A second SIGTERM or SIGINT ends the drain at once (shutdown_signal.h).
 //
 // Threads: gRPC's callback executor (no thread per call), the engine loop, the metrics HTTP
-// server's I/O and handler threads, and the main thread, which waits for a signal.
+// server's I/O and handler threads, the signal thread (shutdown_signal.h), and the main thread,
+// which waits for the first signal and then runs the drain.
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +56,7 @@
 #include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
+#include "server/shutdown_signal.h"
 #include "spdlog/spdlog.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -134,7 +135,9 @@ ABSL_FLAG(std::string, scheduling_policy, "fcfs",
           "fcfs: first come, first served, and a request's non-zero priority is refused; "
           "priority: a request's priority orders the queue (lower runs first; vLLM's flag).");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 20, "Largest gRPC request message accepted.");
-ABSL_FLAG(double, drain_timeout, 30.0, "Seconds in-flight requests get to finish on SIGTERM.");
+ABSL_FLAG(double, drain_timeout, 30.0,
+          "Seconds in-flight requests get to finish on SIGTERM (a second SIGTERM or SIGINT ends "
+          "the wait at once).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -241,58 +244,6 @@ class WithoutReflection : public grpc::ServerBuilderOption {
   }
 };
 
-// Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that WaitForSignal
-// receives them synchronously instead of an async handler.
-sigset_t BlockShutdownSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-// The thread that takes SIGTERM and SIGINT for the leader, from the start. While the model
-// loads (minutes for a large checkpoint, forever for a hung collective) there is nothing to
-// drain, so a signal ends the process at once: Kubernetes would otherwise wait out the grace
-// period for its SIGKILL, and a load that finished would first report SERVING. Once serving,
-// the signal is handed to Run's drain. Thread-safe.
-class ShutdownSignal {
- public:
-  explicit ShutdownSignal(sigset_t signals) {
-    std::thread([this, signals] {
-      int number = 0;
-      sigwait(&signals, &number);
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!serving_) {
-        spdlog::info("received {} while loading: exiting", Name(number));
-        std::_Exit(0);  // nothing is in flight; the model's threads need no unwinding
-      }
-      received_ = number;
-      cv_.notify_all();
-    }).detach();
-  }
-  // From now on a signal drains instead of exiting.
-  void Serving() {
-    std::lock_guard<std::mutex> lock(mu_);
-    serving_ = true;
-  }
-  // Blocks until a signal comes (after Serving); returns its name.
-  const char* Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return received_ != 0; });
-    return Name(received_);
-  }
-
- private:
-  static const char* Name(int number) { return number == SIGTERM ? "SIGTERM" : "SIGINT"; }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool serving_ = false;
-  int received_ = 0;
-};
-
 // A rank > 0 of --launcher mpi: no ports and no engine; it loads its slice and executes the
 // leader's step plans until the leader shuts down, then exits 0. SIGTERM and SIGINT stay blocked
 // (mpirun forwards them to every rank, but a follower must keep computing while the leader
@@ -354,7 +305,7 @@ int Run() {
   if (!process_rank.ok()) return Fail(process_rank.status());
   if (*process_rank != 0) return RunFollower(runner_options, signals);
   // Never deleted: its thread may wake on a signal until the process is gone.
-  ShutdownSignal& shutdown = *new ShutdownSignal(signals);
+  ShutdownSignal& shutdown = *new ShutdownSignal(signals);  // while loading: exits at once
   const std::string served_name = absl::GetFlag(FLAGS_served_model_name).empty()
                                       ? BaseName(model_dir)
                                       : absl::GetFlag(FLAGS_served_model_name);
@@ -569,23 +520,34 @@ int Run() {
                          drain_timeout + std::chrono::seconds(5)));
     grpc_stopped = true;
   });
-  while (service.generations_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until the calls in flight are done, the deadline, or a second signal (which wakes the wait).
+  bool second_signal = false;
+  while (!second_signal && service.generations_in_flight() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    second_signal = shutdown.WaitForSecond(std::chrono::milliseconds(20));
   }
+  const char* cut_by = second_signal ? "a second signal" : "the drain timeout";
   const int64_t left = service.generations_in_flight();
-  if (left > 0) spdlog::warn("drain timeout: cancelling {} generations", left);
-  // Ends what is left in the engine (their calls finish with an error status); then the calls
-  // that never end by themselves (health watches, such as the gateway's) are cancelled, which
-  // lets the shutdown finish now rather than at its deadline. Repeated: the cancellation only
-  // reaches calls once the shutdown has begun on its thread.
+  if (left > 0) spdlog::warn("{}: aborting {} generations", cut_by, left);
+  // Ends what is left in the engine: those calls finish by themselves, with UNAVAILABLE,
+  // SHUTTING_DOWN and a retry delay, once their reactors have written what they had. Only then
+  // (or after a moment: a client that stopped reading is not waited for) are the calls that never
+  // end by themselves (health watches, such as the gateway's) cancelled, which lets the shutdown
+  // finish now rather than at its deadline; cancelled earlier, the ended calls would lose their
+  // status to gRPC's bare UNAVAILABLE. Repeated: the cancellation only reaches calls once the
+  // shutdown has begun on its thread.
   (*engine)->Shutdown();
+  const auto ended_by = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (service.generations_in_flight() > 0 && std::chrono::steady_clock::now() < ended_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   while (!grpc_stopped) {
     grpc_server_cancel_all_calls(server->c_server());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   grpc_shutdown.join();
   if (metrics_server) metrics_server->Stop();
-  spdlog::info("stopped ({} generations were cut by the drain timeout)", left);
+  spdlog::info("stopped ({} generations were cut by {})", left, cut_by);
   return 0;
 }
 

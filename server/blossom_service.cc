@@ -45,7 +45,7 @@ void LogFinished(const std::string& request_id, const char* kind, const EngineEv
 
 // The status a call ends with, given its final engine event.
 grpc::Status FinalStatus(const EngineEvent& event) {
-  if (!event.status.ok()) return ToGrpcStatus(event.status);
+  if (!event.status.ok()) return ToGrpcStatus(DescribeEngineEnd(event.status));
   if (event.finish_reason == FinishReason::kCancelled) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled");
   }
@@ -235,9 +235,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
     response_->mutable_final()->set_system_fingerprint(service_->system_fingerprint());
     for (int32_t id : prompt_ids_) response_->mutable_final()->add_prompt_token_ids(id);
     LogFinished(request_id_, "unary", event);
-    outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
-               : event.finish_reason == FinishReason::kError ? "error"
-                                                              : "finished";
+    outcome_ = OutcomeLabel(event.finish_reason);
     grpc::Status status = FinalStatus(event);
     bool finish_now = false;
     {
@@ -328,9 +326,7 @@ class StreamGenerateReactor final
       message.mutable_final()->set_system_fingerprint(service_->system_fingerprint());
       for (int32_t id : prompt_ids_) message.mutable_final()->add_prompt_token_ids(id);
       LogFinished(request_id_, "stream", event);
-      outcome_ = event.finish_reason == FinishReason::kCancelled ? "cancelled"
-                 : event.finish_reason == FinishReason::kError ? "error"
-                                                                : "finished";
+      outcome_ = OutcomeLabel(event.finish_reason);
     }
     Next next;
     {
@@ -520,9 +516,7 @@ std::string BlossomService::RequestIdFor(grpc::CallbackServerContext* context,
 void BlossomService::CallFinished(const std::string& outcome) {
   in_flight_.fetch_sub(1);
   // Engine-side outcomes are counted by ServerMetrics::OnRequestFinished; here only refusals.
-  if (metrics_ && outcome != "finished" && outcome != "cancelled" && outcome != "error") {
-    metrics_->CountRequest(outcome);
-  }
+  if (metrics_ && !IsEngineOutcome(outcome)) metrics_->CountRequest(outcome);
 }
 
 grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* context,

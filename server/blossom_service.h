@@ -2,7 +2,9 @@
 //
 // Lifecycle: the service is registered before the model loads, so health can say NOT_SERVING
 // and calls get UNAVAILABLE ("the model is loading") until SetEngine. StartDraining (SIGTERM)
-// makes new calls fail with UNAVAILABLE while calls in flight run to completion.
+// makes new calls fail with UNAVAILABLE while calls in flight run to completion; those the
+// engine's shutdown then cuts (the drain timeout) end with UNAVAILABLE too, with SHUTTING_DOWN
+// and a retry delay (DescribeEngineEnd), and count as outcome "aborted", not "error".
 //
 // BeamSearch calls run one engine beam search each (server/beam_search_call.cc): its rounds are
 // engine requests like any other, and cancelling the call cancels the round in flight.

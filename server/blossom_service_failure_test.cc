@@ -1,6 +1,12 @@
 // Streams that fail mid-way: the client gets every token and every character produced, then the
-// error status, and no message that reads as a normal end.
+// error status, and no message that reads as a normal end. And calls a drain timeout cuts:
+// retryable, and no failures.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -8,6 +14,8 @@
 #include "engine/model/pretend_device_runner.h"
 #include "gtest/gtest.h"
 #include "proto/blossom/v1/stream_request.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
 #include "server/testing/in_process_server.h"
 
 namespace blossom {
@@ -145,6 +153,90 @@ TEST(BlossomServiceFailureTest, AFailureTheRunnerSurvivesKeepsServing) {
   EXPECT_TRUE(fixture.WaitForIdle());
   EXPECT_EQ(fixture.not_serving_calls(), 0);
   EXPECT_EQ(fixture.service().state(), BlossomService::State::kServing);
+}
+
+bool WaitFor(const std::function<bool()>& condition) {
+  for (int i = 0; i < 1000 && !condition(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+// A drain that runs out (blossom-server: StartDraining, then Engine::Shutdown) cuts the calls
+// still open. Each ends UNAVAILABLE with SHUTTING_DOWN and a retry delay, as a call refused
+// while draining (another replica can run it; the gateway's unary 503 gets Retry-After), a
+// stream after the tokens it had and without a final message, and each counts as outcome
+// "aborted": error-rate alerts on "error" must not page for every rollout.
+TEST(BlossomServiceFailureTest, CallsTheShutdownCutsAreRetryableAndNoErrors) {
+  Fixture fixture;
+  HoldingRunner* holding = nullptr;
+  fixture.Load([&holding](ModelRunner* model) {
+    auto runner = std::make_unique<HoldingRunner>(model, /*free_steps=*/3);
+    holding = runner.get();
+    return runner;
+  });
+  ASSERT_NE(holding, nullptr);
+  std::atomic<int> streamed{0};
+  Received stream;
+  std::thread streamer([&] {
+    grpc::ClientContext context;
+    auto reader = fixture.stub().GenerateStream(&context, v1::ToStreamRequest(Greedy(40)));
+    v1::GenerateStreamResponse message;
+    while (reader->Read(&message)) {
+      stream.tokens += message.has_token();
+      stream.finals += message.has_final();
+      streamed.fetch_add(1);
+    }
+    stream.status = reader->Finish();
+  });
+  // The stream alone has the three free steps' tokens; what comes next only waits in the engine.
+  ASSERT_TRUE(WaitFor([&] { return streamed.load() == 3; }));
+  grpc::Status unary_status;
+  std::thread unary([&] {
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    unary_status = fixture.stub().Generate(&context, Greedy(40), &response);
+  });
+  ASSERT_TRUE(WaitFor([&] { return fixture.engine().num_unfinished() == 2; }));
+  grpc::Status beam_status;
+  std::thread beam([&] {
+    grpc::ClientContext context;
+    v1::BeamSearchRequest request;
+    request.set_text("The server reads");
+    request.set_beam_width(2);
+    request.mutable_stopping()->set_max_new_tokens(8);
+    v1::BeamSearchResponse response;
+    beam_status = fixture.stub().BeamSearch(&context, request, &response);
+  });
+  ASSERT_TRUE(WaitFor([&] { return fixture.engine().num_unfinished() >= 3; }));
+
+  fixture.service().StartDraining();
+  std::thread shutdown([&] { fixture.engine().Shutdown(); });
+  // Shutdown ends every request before it waits for the step held here.
+  ASSERT_TRUE(WaitFor([&] {
+    const SchedulerStats stats = fixture.engine().scheduler_stats();
+    return stats.running == 0 && stats.waiting == 0;
+  }));
+  holding->Release();
+  shutdown.join();
+  streamer.join();
+  unary.join();
+  beam.join();
+
+  EXPECT_EQ(stream.tokens, 3);
+  EXPECT_EQ(stream.finals, 0) << "a final message would read as a normal end";
+  for (const grpc::Status& status : {stream.status, unary_status, beam_status}) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    const StatusDetails details = DetailsOf(FromGrpcStatus(status));
+    EXPECT_EQ(details.reason, error_reason::kShuttingDown) << status.error_message();
+    EXPECT_EQ(details.retry_delay, kUnavailableRetryDelay) << status.error_message();
+  }
+  const std::string metrics = fixture.registry().Render();
+  for (const char* line :
+       {"blossom_requests_total{model_name=\"bloom-tiny-h4\",outcome=\"aborted\"} 3",
+        "blossom_requests_total{model_name=\"bloom-tiny-h4\",outcome=\"error\"} 0"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+  }
 }
 
 }  // namespace

@@ -377,6 +377,7 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
     case FinishReason::kStopString: return v1::FINISH_REASON_STOP_STRING;
     case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
     case FinishReason::kError: return v1::FINISH_REASON_ERROR;
+    case FinishReason::kAborted: return v1::FINISH_REASON_ABORTED;
     case FinishReason::kNone: break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
@@ -442,6 +443,19 @@ void FillFinalInfo(const EngineEvent& final_event, const std::string& request_id
     timings->set_time_per_output_token_seconds(Seconds(t.first_token, t.finished) / (n - 1));
   }
   timings->set_preemptions(t.num_preemptions);
+}
+
+absl::Status DescribeEngineEnd(absl::Status status) {
+  if (IsEngineShutdown(status)) {
+    return WithRetryDelay(WithReason(std::move(status), error_reason::kShuttingDown),
+                          kUnavailableRetryDelay);
+  }
+  // The engine's only other UNAVAILABLE is a model that failed for good (FailForGood): said so,
+  // as the refusals that follow it are, so that a gateway does not take it for a lost connection.
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    return WithReason(std::move(status), error_reason::kModelFailed);
+  }
+  return status;
 }
 
 absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& request,

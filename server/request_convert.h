@@ -69,6 +69,13 @@ inline constexpr absl::Duration kLoadingRetryDelay = absl::Seconds(5);
 absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& request,
                                    int32_t vocab_size, absl::string_view prompt_field);
 
+// The status a generation or beam search ends with when the engine ended it early (a final
+// event's, a search's outcome's): one the engine's shutdown cut (IsEngineShutdown: kAborted) is
+// UNAVAILABLE with SHUTTING_DOWN and a retry delay, as a call refused while draining, since
+// another replica can run it; another UNAVAILABLE (the model failed for good) gets MODEL_FAILED
+// and no retry delay, as the refusals after it; any other is returned unchanged.
+absl::Status DescribeEngineEnd(absl::Status status);
+
 v1::FinishReason ToProtoFinishReason(FinishReason reason);
 
 // "blossom-<version>-<dtype>": FinalInfo.system_fingerprint for a server of `model_info`.

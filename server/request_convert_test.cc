@@ -556,6 +556,24 @@ TEST(FinishReasonTest, EveryEngineReasonMaps) {
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kStopString), v1::FINISH_REASON_STOP_STRING);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kError), v1::FINISH_REASON_ERROR);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kAborted), v1::FINISH_REASON_ABORTED);
+}
+
+// A request the engine's shutdown cut is retryable elsewhere (as a refusal while draining); a
+// model failure's UNAVAILABLE is not, and says MODEL_FAILED (a gateway reads an UNAVAILABLE
+// without the server's reason as a lost connection); other statuses stay as they are.
+TEST(DescribeEngineEndTest, OnlyAShutdownInvitesARetry) {
+  const StatusDetails cut = DetailsOf(DescribeEngineEnd(EngineShutdownError("shut down")));
+  EXPECT_EQ(cut.reason, error_reason::kShuttingDown);
+  EXPECT_EQ(cut.retry_delay, kUnavailableRetryDelay);
+  const absl::Status failed =
+      DescribeEngineEnd(absl::UnavailableError("the model can no longer run"));
+  EXPECT_TRUE(absl::IsUnavailable(failed));
+  EXPECT_EQ(failed.message(), "the model can no longer run");
+  EXPECT_EQ(DetailsOf(failed).reason, error_reason::kModelFailed);
+  EXPECT_FALSE(DetailsOf(failed).retry_delay.has_value());
+  const absl::Status internal = absl::InternalError("a step failed");
+  EXPECT_EQ(DescribeEngineEnd(internal), internal);
 }
 
 }  // namespace

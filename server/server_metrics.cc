@@ -20,7 +20,29 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2.0, 21); }
 std::vector<double> TokenCountBuckets() { return metrics::ExponentialBuckets(1.0, 2.0, 16); }
 
+// OutcomeLabel's values.
+constexpr const char* kEngineOutcomes[] = {"finished", "cancelled", "error", "aborted"};
+
 }  // namespace
+
+const char* OutcomeLabel(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kAborted: return "aborted";
+    case FinishReason::kNone:
+    case FinishReason::kLength:
+    case FinishReason::kEosToken:
+    case FinishReason::kStopToken:
+    case FinishReason::kStopString: break;
+  }
+  return "finished";
+}
+
+bool IsEngineOutcome(const std::string& outcome) {
+  return std::find(std::begin(kEngineOutcomes), std::end(kEngineOutcomes), outcome) !=
+         std::end(kEngineOutcomes);
+}
 
 // Every series carries model_name first (vLLM's convention), then its own labels.
 std::vector<std::string> ServerMetrics::Labels(std::vector<std::string> rest) {
@@ -116,7 +138,7 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
                              "The running server: version and served model (value 1).",
                              {{"model_name", model_}, {"version", version}});
   // Create the zero-valued children up front so dashboards see them before the first request.
-  for (const char* outcome : {"finished", "cancelled", "error"}) requests_.Get({model_, outcome});
+  for (const char* outcome : kEngineOutcomes) requests_.Get({model_, outcome});
   for (const char* phase : {"prefill", "decode", "mixed"}) {
     step_.Get({model_, phase});
     steps_.Get({model_, phase});
@@ -204,10 +226,7 @@ void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
   if (final_event.max_new_tokens > 0) max_tokens_.Get({model_}).Observe(final_event.max_new_tokens);
   prompt_len_.Get({model_}).Observe(final_event.usage.prompt_tokens);
   output_len_.Get({model_}).Observe(final_event.usage.generated_tokens);
-  const char* outcome = final_event.finish_reason == FinishReason::kCancelled ? "cancelled"
-                        : final_event.finish_reason == FinishReason::kError   ? "error"
-                                                                              : "finished";
-  requests_.Get({model_, outcome}).Increment();
+  requests_.Get({model_, OutcomeLabel(final_event.finish_reason)}).Increment();
 }
 
 void ServerMetrics::ObserveInterTokenLatency(double seconds) {

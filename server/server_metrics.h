@@ -22,6 +22,13 @@
 
 namespace blossom {
 
+// The blossom_requests_total outcome of a request the engine ended: "finished", "cancelled" (by
+// its client), "error" (the model or the engine failed) or "aborted" (the server's shutdown cut
+// it: no failure, so error-rate alerts should leave it out).
+const char* OutcomeLabel(FinishReason reason);
+// Whether `outcome` is one of OutcomeLabel's rather than a refusal's (a status code label).
+bool IsEngineOutcome(const std::string& outcome);
+
 class ServerMetrics : public EngineObserver {
  public:
   // Every blossom_ series is labelled model_name="<model_name>"; also registers the process_*
@@ -37,8 +44,8 @@ class ServerMetrics : public EngineObserver {
   void OnFirstToken(const RequestTimings& timings, bool beam_round) override;
 
   // gRPC edge: one call per step that gave the request tokens (seconds since the previous one),
-  // and one per request outcome ("finished", "cancelled", "error", or a refusal such as
-  // "invalid_argument", "resource_exhausted", "unavailable", "unauthenticated").
+  // and one per request outcome (OutcomeLabel's, or a refusal such as "invalid_argument",
+  // "resource_exhausted", "unavailable", "unauthenticated").
   void ObserveInterTokenLatency(double seconds);
   void CountRequest(const std::string& outcome);
   // A beam search, once it ended: one request (its rounds are engine requests that

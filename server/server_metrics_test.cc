@@ -32,6 +32,8 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
         "blossom_prefix_cache_queries_total{model_name=\"m\"} 0",
         "blossom_prefix_cache_hits_total{model_name=\"m\"} 0",
         "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 0",
+        "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 0",
+        "blossom_requests_total{model_name=\"m\",outcome=\"aborted\"} 0",
         "blossom_step_duration_seconds_count{model_name=\"m\",phase=\"decode\"} 0",
         "blossom_step_host_seconds_count{model_name=\"m\",phase=\"prefill\",part=\"sample\"} 0",
         "blossom_step_host_seconds_count{model_name=\"m\",phase=\"decode\",part=\"deliver\"} 0",
@@ -199,6 +201,31 @@ TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
                            "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 0"}) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
   }
+}
+
+// Requests a drain cut (Engine::Shutdown: kAborted) are no failures: an error-rate alert on
+// outcome="error" must not see them. The refusal labels stay apart from the engine's outcomes.
+TEST(ServerMetricsTest, AbortedRequestsAreNotErrors) {
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry, "m", "9.9");
+  EngineEvent final_event;
+  final_event.finished = true;
+  final_event.finish_reason = FinishReason::kAborted;
+  final_event.status = EngineShutdownError("shut down");
+  server_metrics.OnRequestFinished(final_event);
+  server_metrics.OnRequestFinished(final_event);
+  server_metrics.ObserveBeamSearch(0.5, 9, 0, OutcomeLabel(FinishReason::kAborted));
+  const std::string text = registry.Render();
+  for (const char* line : {"blossom_requests_total{model_name=\"m\",outcome=\"aborted\"} 3",
+                           "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 0",
+                           "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 0"}) {
+    EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
+  }
+  EXPECT_STREQ(OutcomeLabel(FinishReason::kError), "error");
+  EXPECT_STREQ(OutcomeLabel(FinishReason::kCancelled), "cancelled");
+  EXPECT_STREQ(OutcomeLabel(FinishReason::kStopString), "finished");
+  EXPECT_TRUE(IsEngineOutcome("aborted"));
+  EXPECT_FALSE(IsEngineOutcome("unavailable"));
 }
 
 // What a server exposes (every series with model_name, process metrics, build info) passes

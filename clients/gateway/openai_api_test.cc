@@ -262,6 +262,7 @@ TEST(OpenAIApiTest, FinishReasonsAreOpenAIs) {
   EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_LENGTH), "length");
   EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_CANCELLED), "length");
   EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_ERROR), "length");
+  EXPECT_STREQ(FinishReasonString(blossom::v1::FINISH_REASON_ABORTED), "length");
 }
 
 TEST(OpenAIApiTest, EncodesCompletionResponseWithLogprobs) {

@@ -157,9 +157,11 @@ const char* FinishReasonString(FinishReason reason) {
     case blossom::v1::FINISH_REASON_STOP_TOKEN:
     case blossom::v1::FINISH_REASON_STOP_STRING: return "stop";
     // OpenAI clients know only "stop" and "length" here (vLLM's "abort" is not OpenAI's): output
-    // cut short by a cancellation or an error is "length", i.e. not a natural end.
+    // cut short by a cancellation, an error or the server's shutdown is "length", i.e. not a
+    // natural end. (Such calls end with an error status, so no final message normally comes.)
     case blossom::v1::FINISH_REASON_CANCELLED:
-    case blossom::v1::FINISH_REASON_ERROR: return "length";
+    case blossom::v1::FINISH_REASON_ERROR:
+    case blossom::v1::FINISH_REASON_ABORTED: return "length";
     default: return "stop";
   }
 }

@@ -87,6 +87,35 @@ class FailingStepRunner : public PretendDeviceRunner {
   bool open_;  // guarded by mu_
 };
 
+// Test support: a PretendDeviceRunner that runs its first `free_steps` steps (ForwardKeepLogits),
+// then holds every later one until Release(): requests stay open mid-generation for as long as a
+// test needs (a drain, a shutdown). Steps are called by one thread (the engine's); Release from
+// any.
+class HoldingRunner : public PretendDeviceRunner {
+ public:
+  HoldingRunner(ModelRunner* inner, int free_steps)
+      : PretendDeviceRunner(inner), free_steps_(free_steps) {}
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+  absl::StatusOr<Tensor> ForwardKeepLogits(const StepBatch& batch) override {
+    if (++calls_ > free_steps_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return released_; });
+    }
+    return PretendDeviceRunner::ForwardKeepLogits(batch);
+  }
+
+ private:
+  const int free_steps_;
+  int calls_ = 0;  // the engine thread's
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool released_ = false;  // guarded by mu_
+};
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_

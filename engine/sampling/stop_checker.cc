@@ -56,6 +56,8 @@ const char* FinishReasonName(FinishReason reason) {
       return "cancelled";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kAborted:
+      return "abort";
   }
   return "unknown";
 }

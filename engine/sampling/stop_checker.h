@@ -54,10 +54,22 @@
 
 namespace blossom {
 
-enum class FinishReason { kNone, kLength, kEosToken, kStopToken, kStopString, kCancelled, kError };
+enum class FinishReason {
+  kNone,
+  kLength,
+  kEosToken,
+  kStopToken,
+  kStopString,
+  // The last three come from the engine, never from StopChecker.
+  kCancelled,  // by the client (or its disconnection or deadline)
+  kError,      // the model or the engine failed
+  // The server ended a healthy request because it shut down (its drain timeout ran out): not
+  // a failure, and another server may run it (vLLM's "abort").
+  kAborted
+};
 
-// "none", "length", "eos_token", "stop_token", "stop_string", "cancelled", "error". Stable: the
-// API and metrics labels use these strings.
+// "none", "length", "eos_token", "stop_token", "stop_string", "cancelled", "error", "abort".
+// Stable: the API and metrics labels use these strings.
 const char* FinishReasonName(FinishReason reason);
 
 class StopChecker {

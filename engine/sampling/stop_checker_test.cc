@@ -245,6 +245,7 @@ TEST(StopCheckerTest, FinishReasonNamesAreStable) {
   EXPECT_STREQ(FinishReasonName(FinishReason::kStopString), "stop_string");
   EXPECT_STREQ(FinishReasonName(FinishReason::kCancelled), "cancelled");
   EXPECT_STREQ(FinishReasonName(FinishReason::kError), "error");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kAborted), "abort");
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return absl::UnavailableError("the engine is shutting down");
+    if (stopping_) return EngineShutdownError("the engine is shutting down");
     if (!failure_.ok()) {
       return absl::UnavailableError(absl::StrCat("the model can no longer run (",
                                                  failure_.message(),
@@ -315,12 +315,11 @@ void Engine::Shutdown() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
+    // Aborted, not failed: the request was healthy, and another server may run it.
+    const absl::Status cut =
+        EngineShutdownError("the server shut down before the request finished");
     for (auto& [id, r] : requests_) {
-      pending.push_back(
-          {r->delivery,
-           EndEarlyLocked(*r, FinishReason::kError,
-                          absl::UnavailableError(
-                              "the engine shut down before the request finished"))});
+      pending.push_back({r->delivery, EndEarlyLocked(*r, FinishReason::kAborted, cut)});
     }
     requests_.clear();
     undelivered_finals_.fetch_add(static_cast<int64_t>(pending.size()));

@@ -25,8 +25,8 @@
 // tokens and its per-request RNG, and its recomputed KV is bit-identical on the CPU backend.
 //
 // Events of a request: one per generated token (text delta, optional logprobs, timestamp), the
-// last one marked finished with the finish reason, usage and timings. A cancelled or failed
-// request gets a final event without a token.
+// last one marked finished with the finish reason, usage and timings. A cancelled, failed or
+// aborted (Shutdown) request gets a final event without a token.
 //
 // Thread-safety: Submit, Cancel, stats and Shutdown may be called from any thread. The model and
 // sampling run on the engine thread. A step's events go to their sinks and streams on a second
@@ -54,6 +54,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/generate/sequence_output.h"
 #include "engine/model/model_runner.h"
@@ -131,7 +133,7 @@ struct EngineEvent {
   Clock::time_point time{};
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  absl::Status status;  // non-OK for kError
+  absl::Status status;  // non-OK for kError and kAborted
   Usage usage;            // on the final event
   RequestTimings timings;  // on the final event
   uint64_t seed = 0;       // on the final event: the sampling seed used (drawn if none given)
@@ -141,6 +143,21 @@ struct EngineEvent {
   int32_t max_new_tokens = 0;  // on the final event: the request's stopping.max_new_tokens
   bool beam_round = false;     // on the final event: the request's beam_round
 };
+
+// UNAVAILABLE, marked as the engine's shutdown: the status of a request Shutdown ended
+// (kAborted) and of a Submit refused after it. The mark (a payload, not a "type.googleapis.com/"
+// one, so ToGrpcStatus never sends it) tells such a request, which another server may run, from
+// one of a model that failed for good, also where only the status travels (a beam search's
+// outcome).
+inline constexpr char kEngineShutdownPayload[] = "blossom.dev/engine-shutdown";
+inline absl::Status EngineShutdownError(absl::string_view message) {
+  absl::Status status = absl::UnavailableError(message);
+  status.SetPayload(kEngineShutdownPayload, absl::Cord());
+  return status;
+}
+inline bool IsEngineShutdown(const absl::Status& status) {
+  return status.GetPayload(kEngineShutdownPayload).has_value();
+}
 
 // Receives events on the engine's delivery thread (a cancelled or shut-down request's final
 // event: on the thread that called Cancel or Shutdown); must not block for long.
@@ -228,7 +245,8 @@ class Engine {
   // Cancels a waiting or running request: its blocks are freed at once and its stream ends with
   // finish reason kCancelled. False if the id is unknown or already finished.
   bool Cancel(uint64_t request_id);
-  // Fails every unfinished request with `reason` and stops the loop.
+  // Ends every unfinished request (waiting or running) with kAborted and an
+  // EngineShutdownError, and stops the loop; from then on Submit refuses with one too.
   void Shutdown();
 
   SchedulerStats scheduler_stats() const;

@@ -1,7 +1,12 @@
 // Failed steps: one that the runner survives ends only the requests in it; one that leaves the
 // runner unusable (ModelRunner::Health) ends every request and closes the engine to new ones.
+// And the requests a shutdown cuts: aborted, not failed.
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/model/pretend_device_runner.h"
@@ -152,6 +157,41 @@ TEST_F(EngineFailureTest, AStepFailureTheRunnerSurvivesKeepsTheEngineOpen) {
   EXPECT_EQ(Last(**next).finish_reason, FinishReason::kError);
   EXPECT_EQ(observer.calls.load(), 0);
   EXPECT_TRUE((*engine)->failure().ok());
+}
+
+// A drain that runs out cuts healthy requests: they end kAborted (not kError, which metrics and
+// alerts count as the model failing) with UNAVAILABLE marked as the shutdown, so that the server
+// invites a retry elsewhere. Running and waiting ones alike; a late Submit is refused the same.
+TEST_F(EngineFailureTest, ShutdownAbortsOpenRequestsWithoutFailingThem) {
+  HoldingRunner holding(runner_, /*free_steps=*/3);
+  auto engine = Engine::Create(&holding, tokenizer_, SmallConfig(1));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto running = (*engine)->Submit(Request(5, 40));
+  auto waiting = (*engine)->Submit(Request(6, 40));
+  ASSERT_TRUE(running.ok() && waiting.ok()) << running.status() << " / " << waiting.status();
+  EngineEvent first;
+  ASSERT_TRUE((*running)->Next(&first));
+  ASSERT_TRUE(first.has_token && !first.finished);
+  std::thread shutdown([&] { (*engine)->Shutdown(); });
+  // Shutdown ends the requests (freeing their blocks) before it waits for the step held here.
+  while ((*engine)->scheduler_stats().blocks_used > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  holding.Release();
+  shutdown.join();
+  for (auto* stream : {&*running, &*waiting}) {
+    const EngineEvent last = Last(**stream);
+    EXPECT_TRUE(last.finished);
+    EXPECT_EQ(last.finish_reason, FinishReason::kAborted) << FinishReasonName(last.finish_reason);
+    EXPECT_EQ(last.status.code(), absl::StatusCode::kUnavailable) << last.status;
+    EXPECT_TRUE(IsEngineShutdown(last.status)) << last.status;
+  }
+  auto refused = (*engine)->Submit(Request(7, 4));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsEngineShutdown(refused.status())) << refused.status();
+  EXPECT_TRUE((*engine)->failure().ok()) << "a shutdown is no failure of the model";
+  EXPECT_EQ((*engine)->num_unfinished(), 0);
 }
 
 }  // namespace
