@@ -1,6 +1,6 @@
 // blossom-gateway: OpenAI- and TGI-compatible HTTP in front of a Blossom gRPC server.
 //
-//   blossom-gateway --backend=127.0.0.1:50051 --port=8080 [--api-keys-file=FILE]
+//   blossom-gateway --backend=127.0.0.1:8033 --port=8080 [--api-keys-file=FILE]
 //       [--metrics-api-keys-file=FILE] [--backend-api-key-file=FILE | --backend-api-key=KEY]
 //       [--served-model-name=NAME] [--request-timeout=600] [--max-body-bytes=1048576]
 //       [--host=127.0.0.1] [--backend-tls [--backend-ca-file=PEM]
@@ -41,7 +41,8 @@
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all).");
 ABSL_FLAG(int, port, 8080, "HTTP port (0 = ephemeral).");
-ABSL_FLAG(std::string, backend, "127.0.0.1:50051", "host:port of the Blossom gRPC server.");
+ABSL_FLAG(std::string, backend, "127.0.0.1:8033",
+          "host:port of the Blossom gRPC server (blossom-server's default --port is 8033).");
 ABSL_FLAG(bool, backend_tls, false, "Connect to the backend over TLS.");
 ABSL_FLAG(std::string, backend_ca_file, "",
           "PEM CA bundle that signs the backend's certificate (--backend-tls; default: the "

@@ -196,7 +196,7 @@ def check_exposure(objs, templates, bad):
                 if ghost is None or ghost in LOOPBACK:
                     bad(f"{cw}: --host={ghost or 'unset (127.0.0.1)'}: the Service and the kubelet "
                         "reach the gateway on the pod IP; pass --host=0.0.0.0")
-                backend = flag(argv, "backend") or "127.0.0.1:50051"
+                backend = flag(argv, "backend") or "127.0.0.1:8033"
                 bhost, _, bport = backend.rpartition(":")
                 if bhost not in LOOPBACK:
                     bad(f"{cw}: --backend={backend}: the server is beside it, on loopback")

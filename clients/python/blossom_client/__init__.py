@@ -1,7 +1,7 @@
 """Python client for the Blossom inference server's gRPC API (blossom.v1).
 
     from blossom_client import BlossomClient
-    with BlossomClient("localhost:50051") as client:
+    with BlossomClient("localhost:8033") as client:
         print(client.generate("Hello", max_new_tokens=16, temperature=0).text)
 """
 from blossom_client._convert import BEAM_SEARCH_PARAMETERS, GENERATE_PARAMETERS

@@ -22,7 +22,7 @@ def _timeout(text: str) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="blossom-client")
-    parser.add_argument("--target", default="localhost:50051", help="host:port")
+    parser.add_argument("--target", default="localhost:8033", help="host:port (blossom-server's default --port is 8033)")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--timeout", type=_timeout, default=0,
                         help="deadline in seconds per call (default 0: none)")
