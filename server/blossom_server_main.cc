@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -50,6 +49,7 @@
 #include "kernels/weight_quant.h"
 #include "server/auth/api_keys.h"
 #include "server/auth/exposure.h"
+#include "server/auth/tls_credentials.h"
 #include "server/blossom_service.h"
 #include "server/engine_events.h"
 #include "server/kv_fit.h"
@@ -138,7 +138,9 @@ ABSL_FLAG(int32_t, max_message_bytes, 1 << 20, "Largest gRPC request message acc
 ABSL_FLAG(double, drain_timeout, 30.0,
           "Seconds in-flight requests get to finish on SIGTERM (a second SIGTERM or SIGINT ends "
           "the wait at once).");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve TLS (with --tls-key). The files are re-read every 5 s: "
+          "renewed ones serve new connections without a restart.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require and verify client certificates (mutual TLS).");
@@ -167,12 +169,6 @@ int32_t MaxTotalTokens() {
   return given != 0 ? given : 2048;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert), key = absl::GetFlag(FLAGS_tls_key);
   const std::string ca = absl::GetFlag(FLAGS_tls_client_ca);
@@ -183,17 +179,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
     if (!ca.empty()) return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert");
     return grpc::InsecureServerCredentials();
   }
-  grpc::SslServerCredentialsOptions options(
-      ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                 : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  BLOSSOM_ASSIGN_OR_RETURN(pair.private_key, ReadFile(key, "tls_key"));
-  BLOSSOM_ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(cert, "tls_cert"));
-  options.pem_key_cert_pairs.push_back(pair);
-  if (!ca.empty()) {
-    BLOSSOM_ASSIGN_OR_RETURN(options.pem_root_certs, ReadFile(ca, "tls_client_ca"));
-  }
-  return grpc::SslServerCredentials(options);
+  // Followed after start: renewed files serve new connections without a restart.
+  return ServerTlsCredentials({cert, key, ca});
 }
 
 std::string BaseName(std::string path) {

@@ -1,0 +1,40 @@
+// gRPC server credentials from PEM files that follow the files: a renewed certificate, key or
+// client CA (cert-manager rewriting a mounted Secret) is used for new connections without a
+// restart, through gRPC's FileWatcherCertificateProvider (it re-reads the files every
+// `refresh_interval_s` and swaps them in when they changed; a pair that does not load keeps the
+// previous one, with gRPC's log line).
+//
+// Because gRPC only logs files it cannot use, the files are checked here first, once, so that a
+// wrong path, a non-PEM file or a key that does not belong to the certificate stops the server at
+// start with an error naming the flag and the file, instead of failing every handshake later.
+#ifndef BLOSSOM_SERVER_AUTH_TLS_CREDENTIALS_H_
+#define BLOSSOM_SERVER_AUTH_TLS_CREDENTIALS_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/security/server_credentials.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace blossom {
+
+struct ServerTlsFiles {
+  std::string cert;       // PEM certificate chain (--tls_cert)
+  std::string key;        // PEM private key of cert (--tls_key)
+  std::string client_ca;  // PEM CA bundle (--tls_client_ca): when set, clients must present a
+                          // certificate it signed (mutual TLS)
+};
+
+// OK when cert and key load and match and client_ca (if set) holds at least one certificate;
+// else InvalidArgument naming the flag and the file.
+absl::Status CheckServerTlsFiles(const ServerTlsFiles& files);
+
+// CheckServerTlsFiles, then credentials that re-read the files every refresh_interval_s.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerTlsCredentials(
+    const ServerTlsFiles& files, unsigned int refresh_interval_s = 5);
+
+}  // namespace blossom
+
+#endif  // BLOSSOM_SERVER_AUTH_TLS_CREDENTIALS_H_
