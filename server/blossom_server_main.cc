@@ -139,7 +139,7 @@ ABSL_FLAG(double, drain_timeout, 30.0,
           "Seconds in-flight requests get to finish on SIGTERM (a second SIGTERM or SIGINT ends "
           "the wait at once).");
 ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve TLS (with --tls-key). The files are re-read every 5 s: "
+          "PEM certificate chain: serve TLS (with --tls-key). The files are re-read every second: "
           "renewed ones serve new connections without a restart.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",

@@ -254,29 +254,46 @@ int main(int argc, char** argv) {
                                  stop_signals);
   int later_signals = calls == Waited::kSignalled ? 1 : 0;
   absl::Time flush_until = std::max(deadline, absl::Now() + kAbortFlush);
-  if (calls != Waited::kDone) {
-    // Closing the sockets would cut the streams off mid-event (curl: "transfer closed with
-    // outstanding read data remaining"): each request still running gets its error instead.
-    spdlog::warn("{}: ending {} calls", calls == Waited::kSignalled ? "signal" : "drain timeout",
-                 gateway->pending_calls());
+  bool aborted = false;
+  // Closing the sockets would cut the streams off mid-event (curl: "transfer closed with
+  // outstanding read data remaining"): each request still running gets its error instead.
+  auto abort_calls = [&](const char* why) {
+    spdlog::warn("{}: ending {} calls", why, gateway->pending_calls());
     gateway->AbortInFlight();
+    aborted = true;
     flush_until = absl::Now() + kAbortFlush;
-  }
+  };
+  if (calls != Waited::kDone) abort_calls(calls == Waited::kSignalled ? "signal" : "drain timeout");
   // The last bytes (the end of a stream, [DONE], the terminating chunk, the aborted requests'
   // errors) may still be queued for slow readers, and Stop() would discard them: they get the
   // rest of the drain timeout, or kAbortFlush after an abort or a second signal; a third signal
   // stops at once. Drain() also stops accepting.
-  Waited written;
-  while ((written = WaitUntil(
-              [&] { return gateway->pending_calls() == 0 && (*server)->Drain(absl::Now()).ok(); },
-              flush_until, stop_signals)) == Waited::kSignalled &&
-         ++later_signals < 2) {
-    flush_until = std::min(flush_until, absl::Now() + kAbortFlush);
+  for (;;) {
+    const Waited written = WaitUntil(
+        [&] { return gateway->pending_calls() == 0 && (*server)->Drain(absl::Now()).ok(); },
+        flush_until, stop_signals);
+    if (written == Waited::kDone) break;
+    if (written == Waited::kSignalled) ++later_signals;
+    // A call that started after the first wait saw none (its handler was past the draining
+    // check when the signal came) is ended like the others, once.
+    if (!aborted && gateway->pending_calls() > 0) {
+      abort_calls(written == Waited::kSignalled ? "signal" : "drain timeout");
+      continue;
+    }
+    if (written == Waited::kSignalled && later_signals < 2) {
+      flush_until = std::min(flush_until, absl::Now() + kAbortFlush);
+      continue;
+    }
+    if (written == Waited::kTimedOut) {
+      spdlog::warn("drain: {} calls in flight, {}", gateway->pending_calls(),
+                   std::string((*server)->Drain(absl::Now()).message()));
+    }
+    break;
   }
-  if (written == Waited::kTimedOut) {
-    spdlog::warn("drain: {} calls in flight, {}", gateway->pending_calls(),
-                 std::string((*server)->Drain(absl::Now()).message()));
-  }
+  // Calls still running (a third signal) are cancelled here, not left to Stop(): a stream whose
+  // HTTP side already ended has no OnClose to cancel it, and ~Gateway would wait for its
+  // deadline (--request-timeout).
+  if (gateway->pending_calls() > 0) gateway->AbortInFlight();
   (*server)->Stop();  // cancels what is left through OnClose
   gateway.reset();    // waits for the cancelled gRPC calls to finish
   return 0;

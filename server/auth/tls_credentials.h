@@ -1,8 +1,14 @@
 // gRPC server credentials from PEM files that follow the files: a renewed certificate, key or
 // client CA (cert-manager rewriting a mounted Secret) is used for new connections without a
-// restart, through gRPC's FileWatcherCertificateProvider (it re-reads the files every
-// `refresh_interval_s` and swaps them in when they changed; a pair that does not load keeps the
-// previous one, with gRPC's log line).
+// restart, through gRPC's FileWatcherCertificateProvider: it re-reads the files every
+// `refresh_interval_s` and swaps them in when they changed and read cleanly (a file it cannot
+// read or parse keeps the previous material, with gRPC's log line).
+//
+// Unlike the HTTPS side (server/http/tls_context.h), gRPC 1.51 does not check that a re-read key
+// belongs to the re-read certificate: files replaced one after the other (certbot re-pointing its
+// live/ links, a hand copy) can pair the new certificate with the old key until the next look,
+// and handshakes in that window fail. Hence the short default interval (1 s); files swapped
+// together (a Kubernetes Secret volume's ..data link) are never seen half-renewed.
 //
 // Because gRPC only logs files it cannot use, the files are checked here first, once, so that a
 // wrong path, a non-PEM file or a key that does not belong to the certificate stops the server at
@@ -33,7 +39,7 @@ absl::Status CheckServerTlsFiles(const ServerTlsFiles& files);
 
 // CheckServerTlsFiles, then credentials that re-read the files every refresh_interval_s.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerTlsCredentials(
-    const ServerTlsFiles& files, unsigned int refresh_interval_s = 5);
+    const ServerTlsFiles& files, unsigned int refresh_interval_s = 1);
 
 }  // namespace blossom
 
