@@ -50,6 +50,7 @@
 #include "server/auth/api_keys.h"
 #include "server/auth/exposure.h"
 #include "server/auth/tls_credentials.h"
+#include "server/logging/log_setup.h"
 #include "server/blossom_service.h"
 #include "server/engine_events.h"
 #include "server/kv_fit.h"
@@ -150,7 +151,10 @@ ABSL_FLAG(std::string, api_keys_file, "",
 ABSL_FLAG(std::string, grpc_reflection, "auto",
           "gRPC server reflection (grpcurl list/describe): auto = on without --api_keys_file, "
           "off with it (reflection answers without a key); true or false decide either way.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off.");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per line (timestamp, level, target, thread, message) "
+          "for log collectors.");
 
 namespace blossom {
 namespace {
@@ -258,7 +262,11 @@ int RunFollower(const ModelRunnerOptions& options, const sigset_t& signals) {
 
 int Run() {
   const sigset_t signals = BlockShutdownSignals();
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::Status logging = ConfigureLogging(absl::GetFlag(FLAGS_log_level),
+                                              absl::GetFlag(FLAGS_log_format), "blossom-server");
+      !logging.ok()) {
+    return Fail(logging);
+  }
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   ModelRunnerOptions runner_options;

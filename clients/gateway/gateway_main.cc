@@ -36,6 +36,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/auth/api_keys.h"
 #include "server/http/http_server.h"
+#include "server/logging/log_setup.h"
 #include "spdlog/spdlog.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -81,6 +82,10 @@ ABSL_FLAG(int, max_connections_per_ip, 256,
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve HTTPS (with --tls-key) instead of plain HTTP.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off.");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per line (timestamp, level, target, thread, message) "
+          "for log collectors.");
 ABSL_FLAG(int, handler_threads, 4, "Threads that parse requests and start gRPC calls.");
 ABSL_FLAG(double, drain_timeout, 30,
           "On SIGTERM, seconds in-flight requests get to finish (new ones get 503) before the "
@@ -117,6 +122,13 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("OpenAI- and TGI-compatible HTTP gateway for a Blossom gRPC server.");
   blossom::NormalizeDashedFlags(argc, argv);  // --api-keys-file and --api_keys_file alike
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status logging =
+          blossom::ConfigureLogging(absl::GetFlag(FLAGS_log_level),
+                                    absl::GetFlag(FLAGS_log_format), "blossom-gateway");
+      !logging.ok()) {
+    spdlog::error("{}", std::string(logging.message()));
+    return 2;
+  }
 
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t stop_signals;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/testing/run_binary.h"
@@ -106,6 +107,27 @@ TEST(GatewayMainTest, MetricsKeysFileIsLoadedAsTheKeysFile) {
   EXPECT_TRUE(absl::StrContains(run.output, "--metrics-api-keys-file")) << run.output;
   run = Gateway({"--metrics-api-keys-file=" + WriteFile("none.txt", "# no keys\n")});
   EXPECT_EQ(run.exit_code, 2) << run.output;
+}
+
+// Logs: an unknown level or format stops the start (before, an unknown level silenced the log);
+// --log-format=json writes one JSON object per line.
+TEST(GatewayMainTest, LogLevelAndFormat) {
+  RunResult run = Gateway({"--log-level=verbose"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--log-level: 'verbose'")) << run.output;
+  run = Gateway({"--log-format=xml"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--log-format")) << run.output;
+  run = Gateway({"--log-format=json"}, 2);
+  EXPECT_TRUE(run.timed_out) << run.output;
+  int lines = 0;
+  for (absl::string_view line : absl::StrSplit(run.output, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "[RunBinary:")) continue;  // the helper's own note
+    ++lines;
+    EXPECT_TRUE(absl::StartsWith(line, "{\"timestamp\":\"")) << line;
+    EXPECT_TRUE(absl::StrContains(line, "\"target\":\"blossom-gateway\"")) << line;
+  }
+  EXPECT_GE(lines, 2) << run.output;  // listening, and the drain at SIGTERM
 }
 
 }  // namespace
