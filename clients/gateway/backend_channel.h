@@ -1,5 +1,7 @@
 // The gateway's gRPC channel to the Blossom server: credentials (plaintext, TLS, or mutual TLS
-// with a client certificate) and the reconnect policy.
+// with a client certificate) and the reconnect policy. TLS files are followed: a renewed CA,
+// certificate or key is used by new connections within about a second, without a restart (as
+// blossom-server follows its own: server/auth/tls_credentials.h).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
 #define BLOSSOM_CLIENTS_GATEWAY_BACKEND_CHANNEL_H_
 
@@ -31,9 +33,14 @@ struct BackendChannelOptions {
 // RESOURCE_EXHAUSTED, a 429 that invites retrying a request that can never succeed.
 grpc::ChannelArguments BackendChannelArguments(const BackendChannelOptions& options);
 
-// A channel to options.target. InvalidArgument (naming the gateway's flag) when a CA,
-// certificate or key file cannot be read or is empty, when only one of cert_file and key_file
-// is given, or when either of them or ca_file is given without tls.
+// A channel to options.target. InvalidArgument (naming the gateway's flag and the file) when a
+// CA, certificate or key file cannot be read or is empty, holds no PEM certificate (CA, chain)
+// or key, or the key is not the certificate's; when only one of cert_file and key_file is
+// given, or when either of them or ca_file is given without tls. With tls, gRPC's
+// FileWatcherCertificateProvider re-reads the given files every second (a file that does not
+// load keeps the previous material; a certificate and key replaced one after the other may be
+// paired wrongly until the next look); the server's certificate must name the target's host (a
+// DNS name or an IP address in its subject alternative names).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeBackendChannel(
     const BackendChannelOptions& options);
 

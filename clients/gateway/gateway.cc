@@ -45,17 +45,25 @@ bool IsValidMetadataValue(absl::string_view value) {
 // call's 503 would page on client impatience.
 constexpr int kClientClosedRequest = 499;
 
-// Records each response's status by route for /metrics; forwards everything else.
+// Records each response's status by route for /metrics, and adds X-Request-Id to it when the
+// request has an id (the generation routes): one place, so no answer of theirs (a refusal, an
+// error after the call, a stream's head) goes without it. Forwards everything else.
 class MeteredWriter : public ResponseWriter {
  public:
-  MeteredWriter(std::shared_ptr<ResponseWriter> inner, std::string route, GatewayMetrics* metrics)
-      : inner_(std::move(inner)), route_(std::move(route)), metrics_(metrics) {}
+  MeteredWriter(std::shared_ptr<ResponseWriter> inner, std::string route, GatewayMetrics* metrics,
+                std::string request_id)
+      : inner_(std::move(inner)),
+        route_(std::move(route)),
+        metrics_(metrics),
+        request_id_(std::move(request_id)) {}
   bool Send(Response response) override {
     metrics_->RecordRequest(route_, inner_->closed() ? kClientClosedRequest : response.status);
+    if (!request_id_.empty()) response.headers.emplace_back("X-Request-Id", request_id_);
     return inner_->Send(std::move(response));
   }
   bool StartStream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
     metrics_->RecordRequest(route_, inner_->closed() ? kClientClosedRequest : status);
+    if (!request_id_.empty()) headers.emplace_back("X-Request-Id", request_id_);
     return inner_->StartStream(status, std::move(headers));
   }
   bool WriteChunk(std::string data) override { return inner_->WriteChunk(std::move(data)); }
@@ -71,6 +79,7 @@ class MeteredWriter : public ResponseWriter {
   const std::shared_ptr<ResponseWriter> inner_;
   const std::string route_;
   GatewayMetrics* const metrics_;
+  const std::string request_id_;  // "": no X-Request-Id header
 };
 
 constexpr const char* kModelPrefix = "/v1/models/";
@@ -98,28 +107,39 @@ std::string PercentDecoded(absl::string_view s) {
 
 }  // namespace
 
+bool IsAcceptableRequestId(absl::string_view id) {
+  // (A string_view, not strchr, which finds a NUL byte too: its terminator.)
+  constexpr absl::string_view kPunctuation = "-_.:/+=@";
+  if (id.empty() || id.size() > kMaxClientRequestIdBytes) return false;
+  for (char c : id) {
+    if (!absl::ascii_isalnum(c) && kPunctuation.find(c) == absl::string_view::npos) return false;
+  }
+  return true;
+}
+
 struct Gateway::Route {
   const char* name;
   const char* method;
   ApiFlavor flavor;
+  bool generation = false;  // has a request id (X-Request-Id), as a generation call carries one
 };
 
 const std::map<std::string, Gateway::Route>& Gateway::RouteTable() {
   static const auto* routes = new std::map<std::string, Route>{
-      {"/", {"compat_generate", "POST", ApiFlavor::kTgi}},
+      {"/", {"compat_generate", "POST", ApiFlavor::kTgi, true}},
       {"/live", {"live", "GET", ApiFlavor::kTgi}},
       {"/health", {"health", "GET", ApiFlavor::kTgi}},
       {"/metrics", {"metrics", "GET", ApiFlavor::kTgi}},
       {"/openapi.json", {"openapi", "GET", ApiFlavor::kTgi}},
       {"/info", {"info", "GET", ApiFlavor::kTgi}},
-      {"/generate", {"generate", "POST", ApiFlavor::kTgi}},
-      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi}},
+      {"/generate", {"generate", "POST", ApiFlavor::kTgi, true}},
+      {"/generate_stream", {"generate_stream", "POST", ApiFlavor::kTgi, true}},
       {"/tokenize", {"tokenize", "POST", ApiFlavor::kTgi}},
       {"/detokenize", {"detokenize", "POST", ApiFlavor::kOpenAI}},
       {"/v1/models", {"models", "GET", ApiFlavor::kOpenAI}},
       {kModelRoute, {"model", "GET", ApiFlavor::kOpenAI}},
-      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI}},
-      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAIChat}},
+      {"/v1/completions", {"completions", "POST", ApiFlavor::kOpenAI, true}},
+      {"/v1/chat/completions", {"chat_completions", "POST", ApiFlavor::kOpenAIChat, true}},
   };
   return *routes;
 }
@@ -214,6 +234,12 @@ std::string Gateway::NextRequestId() {
   return absl::StrFormat("%x%012x", n, rng() & 0xffffffffffffULL);
 }
 
+std::string Gateway::RequestIdFor(const http::Request& request) {
+  const std::string* id = request.Header("x-request-id");
+  if (id != nullptr && IsAcceptableRequestId(*id)) return *id;
+  return NextRequestId();
+}
+
 std::string Gateway::ModelName(const std::string& requested) const {
   if (!options_.served_model_name.empty()) return options_.served_model_name;
   if (!requested.empty()) return requested;
@@ -300,8 +326,12 @@ bool Gateway::Authorized(const Route& route, const http::Request& request) const
 void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWriter> raw_writer) {
   const Route* found = FindRoute(request.path);
   const ApiFlavor flavor = FlavorOf(request.path);
+  // Fixed before any refusal: every answer of a generation route carries it (a 401, a drain's
+  // 503 too), so a client can always quote one.
+  const std::string request_id =
+      found != nullptr && found->generation ? RequestIdFor(request) : std::string();
   auto writer = std::make_shared<MeteredWriter>(std::move(raw_writer), RouteName(request.path),
-                                                &metrics_);
+                                                &metrics_, request_id);
   if (found == nullptr) {
     writer->Send(ErrorResponse(flavor, 404, absl::StrCat("no route for ", request.path)));
     return;
@@ -358,10 +388,10 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   } else if (name == "info" || name == "models" || name == "model") {
     HandleModelInfo(request, writer, name);
   } else if (name == "completions" || name == "chat_completions") {
-    HandleCompletions(request, writer, name == "chat_completions");
+    HandleCompletions(request, writer, name == "chat_completions", request_id);
   } else if (name == "generate" || name == "generate_stream") {
     HandleTgiGenerate(request, writer, name == "generate_stream", /*as_list=*/false,
-                      /*compat=*/false);
+                      /*compat=*/false, request_id);
   } else if (name == "compat_generate") {
     absl::StatusOr<Json> body = ParseJsonObject(request.body);
     if (!body.ok()) {
@@ -375,7 +405,7 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
       return;
     }
     HandleTgiGenerate(request, writer, stream.value_or(false), /*as_list=*/!stream.value_or(false),
-                      /*compat=*/true);
+                      /*compat=*/true, request_id);
   } else if (name == "tokenize") {
     HandleTokenize(request, writer);
   } else if (name == "detokenize") {

@@ -32,6 +32,18 @@ namespace blossom::gateway {
 // gRPC's metadata and came back as a misleading 429).
 inline constexpr size_t kMaxForwardedAuthorizationBytes = 1024;
 
+// Longest client X-Request-Id taken as a request's id: blossom-server logs a client's id of at
+// most 128 bytes (RequestIdFor in server/blossom_service.cc) and drops a longer one, and a
+// choice's id has "-<k>" appended (up to "-127": n and best_of go up to 128).
+inline constexpr size_t kMaxClientRequestIdBytes = 124;
+
+// Whether a client's X-Request-Id is taken as its request's id: 1 to kMaxClientRequestIdBytes
+// bytes, each an ASCII letter or digit or one of - _ . : / + = @ (UUIDs, ULIDs, base64 and
+// "service/host:n" ids fit). The id reaches blossom-server's log lines (request_id=...) and a
+// response header, so spaces, quotes, control characters (CR/LF: forged log lines or headers)
+// and non-ASCII bytes are refused; a refused id is replaced, never answered with a 400.
+bool IsAcceptableRequestId(absl::string_view id);
+
 struct GatewayOptions {
   // When set, the only model name accepted in requests (others get 404) and the name reported
   // by /v1/models and /info; requests then reach the backend with an empty model. When empty,
@@ -70,6 +82,13 @@ struct GatewayOptions {
 //   POST /                        TGI's compatibility route ("stream": true -> /generate_stream,
 //                                 else /generate answered as a list of one), which the
 //                                 text-generation Python client uses
+// Request ids (the generation routes: completions, chat, generate, generate_stream, "/"): the
+// client's X-Request-Id when IsAcceptableRequestId, else a fresh one, is the id sent to the
+// server (GenerateRequest.request_id, with "-<k>" per choice when there are several), the
+// OpenAI "id" ("cmpl-<id>", "chatcmpl-<id>"), and the X-Request-Id header of every answer of
+// that request (refusals and streams included; the HTTP server's own 413/431/400 come before
+// any route and carry none). Two requests may share an id: the server makes its own unique
+// request key (req-<n>/<id>) and cancels by call, not by id, and the gateway keys nothing by it.
 // Order of refusals: an unknown path 404; a keyed route without a valid key 401 (before 405, so
 // that no one without a key learns which paths and methods exist); 405; 503 while draining; a
 // POST whose Content-Type is present and not JSON 415 (content_type.h: no cross-site form posts).
@@ -139,8 +158,9 @@ class Gateway {
   template <typename Req, typename Resp>
   struct UnaryCall;
 
+  // `request_id`: RequestIdFor's, already in the writer's X-Request-Id header.
   void HandleCompletions(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
-                         bool chat);
+                         bool chat, const std::string& request_id);
   // One unary Generate of `grpc_request`: a client that goes away cancels it; `respond` makes
   // the HTTP response from the answer (a failure: an error in `flavor`'s shape). Ends the HTTP
   // request's in-flight accounting (AddInFlight(-1), CallFinished) when it is answered.
@@ -193,7 +213,7 @@ class Gateway {
                    ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,
                    SseEncoder encoder);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
-                         bool stream, bool as_list, bool compat);
+                         bool stream, bool as_list, bool compat, const std::string& request_id);
   // /tokenize (TGI's or vLLM's, by the body) and vLLM's /detokenize: gateway_tokenize.cc.
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
@@ -211,6 +231,8 @@ class Gateway {
   void SetupContext(const http::Request& request, absl::Duration timeout,
                     grpc::ClientContext* context) const;
   std::string NextRequestId();
+  // The client's X-Request-Id when IsAcceptableRequestId, else NextRequestId().
+  std::string RequestIdFor(const http::Request& request);
   std::string ModelName(const std::string& requested) const;
   void RememberModelId(const std::string& model_id);
   void CallStarted();

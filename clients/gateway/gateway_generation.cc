@@ -65,7 +65,7 @@ void Gateway::UnaryGenerate(
 }
 
 void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
-                                bool chat) {
+                                bool chat, const std::string& request_id) {
   const ApiFlavor flavor = chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
   absl::StatusOr<openai::CompletionRequest> parsed =
       chat ? openai::ParseChatRequest(request.body, options_.chat_template)
@@ -83,7 +83,6 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     parsed->request.clear_model();
   }
   parsed->model = ModelName(parsed->model);
-  const std::string request_id = NextRequestId();
   parsed->request.set_request_id(request_id);
   const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id);
   const int64_t created = UnixSeconds();
@@ -247,7 +246,8 @@ void Gateway::HandleBeamSearchChoices(const http::Request& request,
 }
 
 void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
-                                bool stream, bool as_list, bool compat) {
+                                bool stream, bool as_list, bool compat,
+                                const std::string& request_id) {
   absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body, compat);
   if (parsed.ok() && stream && parsed->decoder_input_details) {
     // As TGI: a stream has no place for the prefill list.
@@ -262,7 +262,6 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
     writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
     return;
   }
-  const std::string request_id = NextRequestId();
   parsed->request.set_request_id(request_id);
   metrics_.AddInFlight(1);
   CallStarted();

@@ -1,13 +1,16 @@
 // The gateway's routes in-process (fixture: gateway_test_util.h): OpenAI and TGI requests and
-// responses, streaming, backend statuses mapped to HTTP, and validation before the backend.
+// responses, streaming, backend statuses mapped to HTTP, validation before the backend, and
+// request ids (X-Request-Id).
 #include "clients/gateway/gateway.h"
 
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/gateway/gateway_test_util.h"
@@ -441,6 +444,114 @@ TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
     EXPECT_EQ(Json::parse(detokenize.body)["error"]["type"], "invalid_request_error") << target;
   }
   EXPECT_EQ(fake_.requests(), 0);
+}
+
+// A client's X-Request-Id is used only when it is safe in the server's log lines and a header.
+TEST(RequestIdTest, OnlyShortVisibleAsciiIdsAreTaken) {
+  for (const std::string& id :
+       std::vector<std::string>{"a", "0f8fad5b-d9cb-469f-a165-70867728950e",
+                                "svc/host:42+x=y@z_w.v",
+                                std::string(kMaxClientRequestIdBytes, 'x')}) {
+    EXPECT_TRUE(IsAcceptableRequestId(id)) << id;
+  }
+  for (const std::string& id : {std::string(), std::string(kMaxClientRequestIdBytes + 1, 'x'),
+                               std::string("a\r\nrequest_id=forged"), std::string("a\nb"),
+                               std::string("a\rb"), std::string("a\"b"), std::string("a'b"),
+                               std::string("a b"), std::string("a\tb"), std::string("caf\xc3\xa9"),
+                               std::string("a\0b", 3), std::string("a;b"), std::string("a\x7f")}) {
+    EXPECT_FALSE(IsAcceptableRequestId(id)) << absl::CHexEscape(id);
+  }
+}
+
+// The id a request carries to the server, as its X-Request-Id header: the client's (used as the
+// backend's request_id and the OpenAI id), or a fresh one when it has none or an unusable one.
+TEST_F(GatewayTest, RequestIdsReachTheBackendAndComeBack) {
+  GatewayOptions options;
+  options.api_keys = auth::ApiKeys({"k"});
+  StartGateway(options);
+  const std::string auth = "Authorization: Bearer k\r\n";
+  struct Case {
+    std::string path, body;
+    const char* openai_prefix;  // null: a TGI route (no id in the body)
+  };
+  const std::string chat = R"("messages":[{"role":"user","content":"hi"}])";
+  for (const Case& c : std::vector<Case>{
+           {"/v1/completions", R"({"prompt":"hi"})", "cmpl-"},
+           {"/v1/completions", R"({"prompt":"hi","stream":true})", "cmpl-"},
+           {"/v1/chat/completions", "{" + chat + "}", "chatcmpl-"},
+           {"/v1/chat/completions", "{" + chat + R"(,"stream":true})", "chatcmpl-"},
+           {"/generate", R"({"inputs":"hi"})", nullptr},
+           {"/generate_stream", R"({"inputs":"hi"})", nullptr},
+           {"/", R"({"inputs":"hi","stream":true})", nullptr}}) {
+    SCOPED_TRACE(absl::StrCat(c.path, " ", c.body));
+    const bool stream = absl::StrContains(c.body, "\"stream\":true");
+    const std::string client_id = "lb-7f3a:req/42+x=@_.";
+    for (const std::string& sent :
+         {client_id, std::string(kMaxClientRequestIdBytes + 1, 'x'), std::string("two words"),
+          std::string("caf\xc3\xa9"), std::string("forged\"quote"), std::string()}) {
+      SCOPED_TRACE(absl::CHexEscape(sent));
+      Client::Reply reply = Request(
+          "POST", c.path, c.body,
+          sent.empty() ? auth : absl::StrCat(auth, "X-Request-Id: ", sent, "\r\n"));
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      const std::string id = reply.headers["x-request-id"];
+      EXPECT_TRUE(IsAcceptableRequestId(id)) << absl::CHexEscape(id);
+      if (sent == client_id) {
+        EXPECT_EQ(id, client_id);
+      } else {
+        EXPECT_NE(id, sent);  // a fresh one
+      }
+      EXPECT_EQ(fake_.last_request().request_id(), id);
+      if (c.openai_prefix != nullptr) {
+        const std::string body_id =
+            stream ? Json::parse(Events(reply.body)[0])["id"].get<std::string>()
+                   : Json::parse(reply.body)["id"].get<std::string>();
+        EXPECT_EQ(body_id, absl::StrCat(c.openai_prefix, id));
+      }
+    }
+  }
+  // Two requests without an id get two ids.
+  EXPECT_NE(Request("POST", "/generate", R"({"inputs":"hi"})", auth).headers["x-request-id"],
+            Request("POST", "/generate", R"({"inputs":"hi"})", auth).headers["x-request-id"]);
+}
+
+// Several choices: the backend's ids are the request's with "-k"; refusals carry the id too,
+// whoever refuses (the key check, the gateway's validation, the server).
+TEST_F(GatewayTest, EveryAnswerOfARequestCarriesItsId) {
+  GatewayOptions options;
+  options.api_keys = auth::ApiKeys({"k"});
+  StartGateway(options);
+  const std::string headers = "Authorization: Bearer k\r\nX-Request-Id: trace-1\r\n";
+  Client::Reply choices = Request("POST", "/v1/completions", R"({"prompt":"hi","n":2})", headers);
+  ASSERT_EQ(choices.status, 200) << choices.body;
+  EXPECT_EQ(choices.headers["x-request-id"], "trace-1");
+  std::multiset<std::string> ids;
+  for (const v1::GenerateRequest& r : fake_.all_requests()) ids.insert(r.request_id());
+  EXPECT_EQ(ids, (std::multiset<std::string>{"trace-1-0", "trace-1-1"}));
+  Client::Reply beams = Request("POST", "/v1/completions",
+                                R"({"prompt":"hi","n":2,"use_beam_search":true})", headers);
+  ASSERT_EQ(beams.status, 200) << beams.body;
+  EXPECT_EQ(beams.headers["x-request-id"], "trace-1");
+  ASSERT_EQ(fake_.beam_requests().size(), 1u);  // one search: its prompt's first choice's id
+  EXPECT_EQ(fake_.beam_requests()[0].request_id(), "trace-1-0");
+
+  const std::string no_key = "X-Request-Id: trace-1\r\n";
+  using Refusal = std::tuple<std::string, std::string, std::string, int>;  // path, body, headers
+  for (const auto& [path, body, with, want] : std::vector<Refusal>{
+           {"/v1/completions", R"({"prompt":"hi"})", no_key, 401},
+           {"/v1/completions", R"({"prompt":"hi","temperature":-1})", headers, 400},
+           {"/generate", R"({"inputs":"fail:8:big"})", headers, 413},  // no retry delay: 413
+           {"/generate_stream", R"({"inputs":"fail:14:down"})", headers, 503},
+           {"/v1/chat/completions",
+            R"({"messages":[{"role":"user","content":"fail:3:no"}],"stream":true})", headers,
+            400}}) {
+    Client::Reply reply = Request("POST", path, body, with);
+    EXPECT_EQ(reply.status, want) << path << " " << reply.body;
+    EXPECT_EQ(reply.headers["x-request-id"], "trace-1") << path << " " << body;
+  }
+  // Routes without a generation have no request id.
+  Client::Reply tokens = Request("POST", "/tokenize", R"({"inputs":"ab"})", headers);
+  EXPECT_EQ(tokens.headers.count("x-request-id"), 0u);
 }
 
 }  // namespace

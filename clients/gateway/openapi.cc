@@ -13,6 +13,13 @@ const std::string& OpenApiJson() {
   },
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "parameters": {
+      "RequestId": {"name": "X-Request-Id", "in": "header", "required": false, "schema": {"type": "string", "minLength": 1, "maxLength": 124, "pattern": "^[A-Za-z0-9_.:/+=@-]+$"},
+        "description": "The request's id: sent to the server (its logs), in the OpenAI id (cmpl-<id>, chatcmpl-<id>) and in the X-Request-Id header of every answer, errors included. Another value (too long, spaces, quotes, control or non-ASCII bytes) is ignored, not refused: the gateway makes a fresh id, as it does without the header."}
+    },
+    "headers": {
+      "RequestId": {"description": "The request's id: the client's X-Request-Id when it was taken, else the gateway's own (also on error answers)", "schema": {"type": "string"}}
+    },
     "schemas": {
       "OpenAIError": {"type": "object", "properties": {"error": {"type": "object", "properties": {
         "message": {"type": "string"}, "type": {"type": "string"},
@@ -131,20 +138,25 @@ const std::string& OpenApiJson() {
     "/v1/models": {"get": {"summary": "OpenAI model list", "responses": {"200": {"description": "One model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
     "/v1/models/{model}": {"get": {"summary": "OpenAI model retrieval: the served model by its name (percent-encoded), 404 for another", "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string"}}], "responses": {"200": {"description": "The model", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
     "/v1/completions": {"post": {"summary": "OpenAI completion (SSE when stream is true)",
+      "parameters": [{"$ref": "#/components/parameters/RequestId"}],
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
-      "responses": {"200": {"description": "Completion", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+      "responses": {"200": {"description": "Completion", "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}, "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
     "/v1/chat/completions": {"post": {"summary": "OpenAI chat completion (SSE when stream is true)",
+      "parameters": [{"$ref": "#/components/parameters/RequestId"}],
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}}},
-      "responses": {"200": {"description": "Chat completion", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
+      "responses": {"200": {"description": "Chat completion", "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}, "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/OpenAIError"}}}},
     "/generate": {"post": {"summary": "TGI generate",
+      "parameters": [{"$ref": "#/components/parameters/RequestId"}],
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
-      "responses": {"200": {"description": "Generated text", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+      "responses": {"200": {"description": "Generated text", "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}, "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/generate_stream": {"post": {"summary": "TGI generate as server-sent events",
+      "parameters": [{"$ref": "#/components/parameters/RequestId"}],
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
-      "responses": {"200": {"description": "Token events", "content": {"text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+      "responses": {"200": {"description": "Token events", "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}, "content": {"text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/": {"post": {"summary": "TGI compatibility route: /generate_stream when stream is true, else /generate answered as a list of one",
+      "parameters": [{"$ref": "#/components/parameters/RequestId"}],
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiGenerateRequest"}}}},
-      "responses": {"200": {"description": "Generated text or token events", "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
+      "responses": {"200": {"description": "Generated text or token events", "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}, "content": {"application/json": {}, "text/event-stream": {}}}, "default": {"$ref": "#/components/responses/TgiError"}}}},
     "/tokenize": {"post": {"summary": "TGI's or vLLM's tokenize, by the body (at most max_input_tokens tokens)",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
       "responses": {"200": {"description": "TGI: tokens with ids and byte offsets; vLLM: the ids and their count", "content": {"application/json": {}}}, "default": {"$ref": "#/components/responses/TokenizeError"}}}},

@@ -21,30 +21,37 @@ std::string OpenSslError() {
   return text;
 }
 
-absl::Status Refused(const char* flag, const std::string& path, const char* what) {
+absl::Status Refused(const PemFlag& file, absl::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " ", path, ": ", what, " (", OpenSslError(), ")"));
+      absl::StrCat(file.flag, " ", file.path, ": ", what, " (", OpenSslError(), ")"));
 }
 
 }  // namespace
 
-absl::Status CheckServerTlsFiles(const ServerTlsFiles& files) {
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_server_method()),
+absl::Status CheckPemFiles(const PemFlag& cert, const PemFlag& key, const PemFlag& ca) {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_method()),
                                                              SSL_CTX_free);
   if (context == nullptr) return absl::InternalError("OpenSSL cannot make a TLS context");
   ERR_clear_error();
-  if (SSL_CTX_use_certificate_chain_file(context.get(), files.cert.c_str()) != 1) {
-    return Refused("tls_cert", files.cert, "cannot load a PEM certificate chain");
+  if (!cert.path.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(context.get(), cert.path.c_str()) != 1) {
+      return Refused(cert, "cannot load a PEM certificate chain");
+    }
+    // Loading the key also checks it against the certificate.
+    if (SSL_CTX_use_PrivateKey_file(context.get(), key.path.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return Refused(key, absl::StrCat("cannot load the PEM private key of ", cert.flag));
+    }
   }
-  // Loading the key also checks it against the certificate.
-  if (SSL_CTX_use_PrivateKey_file(context.get(), files.key.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return Refused("tls_key", files.key, "cannot load the PEM private key of --tls_cert");
-  }
-  if (!files.client_ca.empty() &&
-      SSL_CTX_load_verify_locations(context.get(), files.client_ca.c_str(), nullptr) != 1) {
-    return Refused("tls_client_ca", files.client_ca, "cannot load PEM CA certificates");
+  if (!ca.path.empty() &&
+      SSL_CTX_load_verify_locations(context.get(), ca.path.c_str(), nullptr) != 1) {
+    return Refused(ca, "cannot load PEM CA certificates");
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckServerTlsFiles(const ServerTlsFiles& files) {
+  return CheckPemFiles({"--tls_cert", files.cert}, {"--tls_key", files.key},
+                       {"--tls_client_ca", files.client_ca});
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerTlsCredentials(

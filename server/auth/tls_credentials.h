@@ -33,8 +33,19 @@ struct ServerTlsFiles {
                           // certificate it signed (mutual TLS)
 };
 
-// OK when cert and key load and match and client_ca (if set) holds at least one certificate;
-// else InvalidArgument naming the flag and the file.
+// A PEM file and the flag that named it ("--tls_cert"), for errors.
+struct PemFlag {
+  const char* flag;
+  std::string path;
+};
+
+// OK when `cert` (if its path is set) loads as a certificate chain and `key` as its private key
+// (OpenSSL checks the two belong together), and `ca` (if set) holds at least one certificate;
+// else InvalidArgument "<flag> <path>: <what> (<OpenSSL's reason>)". For the server's files and
+// the gateway's client certificate alike.
+absl::Status CheckPemFiles(const PemFlag& cert, const PemFlag& key, const PemFlag& ca);
+
+// CheckPemFiles on --tls_cert, --tls_key and --tls_client_ca.
 absl::Status CheckServerTlsFiles(const ServerTlsFiles& files);
 
 // CheckServerTlsFiles, then credentials that re-read the files every refresh_interval_s.
