@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
@@ -84,6 +85,42 @@ bool AnyOpen(const std::vector<Stream>& streams) {
 
 }  // namespace
 
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const std::vector<std::string>& env_changes, int stdout_fd,
+                                   int stderr_fd) {
+  if (argv.empty()) return absl::InvalidArgumentError("no program given");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, stderr_fd, STDERR_FILENO);
+  // Signals as a process started from a shell has them: none blocked, none ignored (a test
+  // runner or gRPC may have blocked or ignored some, e.g. SIGPIPE, and a child inherits both).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<std::string> args = argv;
+  std::vector<std::string> env = Environment(env_changes);
+  std::vector<char*> c_args = CStrings(args);
+  std::vector<char*> c_env = CStrings(env);
+  pid_t pid = -1;
+  // posix_spawnp searches PATH only for a name without '/'. glibc reports a failed exec
+  // (missing or non-executable program) here rather than as the child's exit code 127.
+  const int error = posix_spawnp(&pid, c_args[0], &actions, &attr, c_args.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (error != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
+  }
+  return pid;
+}
+
 RunResult RunBinary(const std::vector<std::string>& argv, const RunOptions& options) {
   RunResult result;
   std::string* stderr_sink = options.merge_stderr ? &result.output : &result.error;
@@ -104,41 +141,17 @@ RunResult RunBinary(const std::vector<std::string>& argv, const RunOptions& opti
     close(out_pipe[1]);
     return result;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, options.merge_stderr ? out_pipe[1] : err_pipe[1],
-                                   STDERR_FILENO);
-  // Signals as a process started from a shell has them: none blocked, none ignored (a test
-  // runner or gRPC may have blocked or ignored some, e.g. SIGPIPE, and a child inherits both).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<std::string> args = argv;
-  std::vector<std::string> env = Environment(options.env);
-  std::vector<char*> c_args = CStrings(args);
-  std::vector<char*> c_env = CStrings(env);
   pid_t pid = -1;
-  // posix_spawnp searches PATH only for a name without '/'. glibc reports a failed exec
-  // (missing or non-executable program) here rather than as the child's exit code 127.
-  const int spawn_error =
-      posix_spawnp(&pid, c_args[0], &actions, &attr, c_args.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const absl::StatusOr<pid_t> spawned = SpawnProcess(
+      argv, options.env, out_pipe[1], options.merge_stderr ? out_pipe[1] : err_pipe[1]);
+  if (spawned.ok()) pid = *spawned;
   close(out_pipe[1]);
   if (err_pipe[1] >= 0) close(err_pipe[1]);
   std::vector<Stream> streams = {{out_pipe[0], &result.output}};
   if (err_pipe[0] >= 0) streams.push_back({err_pipe[0], &result.error});
-  if (spawn_error != 0) {
+  if (!spawned.ok()) {
     for (Stream& s : streams) close(s.fd);
-    *stderr_sink += absl::StrCat("[RunBinary: cannot start ", argv[0], ": ",
-                                 std::strerror(spawn_error), "]\n");
+    *stderr_sink += absl::StrCat("[RunBinary: ", spawned.status().message(), "]\n");
     return result;
   }
 

@@ -10,10 +10,13 @@
 #ifndef BLOSSOM_SERVER_TESTING_RUN_BINARY_H_
 #define BLOSSOM_SERVER_TESTING_RUN_BINARY_H_
 
+#include <sys/types.h>
+
 #include <csignal>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace blossom::testing {
@@ -53,6 +56,14 @@ struct RunResult {
 // Runs argv[0] with arguments argv[1...] and waits for it to end. argv[0] is a path, or a
 // name without '/' looked up on PATH (as execvp does).
 RunResult RunBinary(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// Starts argv as RunBinary does (PATH lookup for a name without '/', no shell, stdin /dev/null,
+// no signal blocked or ignored, `env_changes` as RunOptions::env) with its stdout on `stdout_fd`
+// and its stderr on `stderr_fd`, and returns its pid without waiting: the caller reaps it.
+// The error names the program when it cannot be started.
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const std::vector<std::string>& env_changes, int stdout_fd,
+                                   int stderr_fd);
 
 // Absolute path of `relative` (e.g. "clients/blossom") in the test's runfiles: the test target
 // must list it in `data`. Relative to the working directory when run outside Bazel.
