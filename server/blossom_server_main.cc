@@ -117,7 +117,9 @@ ABSL_FLAG(int32_t, max_batch_size, 256, "Sequences computed together (max_num_se
 ABSL_FLAG(int32_t, max_batched_tokens, 2048, "New tokens per engine step (the token budget).");
 ABSL_FLAG(int32_t, max_waiting_requests, 1024,
           "Queued requests before new ones are refused with RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int32_t, max_input_tokens, 1024, "Longest prompt accepted (OUT_OF_RANGE beyond).");
+ABSL_FLAG(int32_t, max_input_tokens, 0,
+          "Longest prompt accepted (OUT_OF_RANGE beyond). 0: max_total_tokens - 1, the longest "
+          "prompt that leaves room for one new token (TGI 3's default; vLLM has no other cap).");
 ABSL_FLAG(int32_t, max_total_tokens, 0,
           "Cap on prompt + max_new_tokens. 0: 2048, or what the KV cache holds if that is less "
           "(logged); a value the KV cache cannot hold stops the server at start.");
@@ -171,6 +173,14 @@ int Fail(const absl::Status& status) {
 int32_t MaxTotalTokens() {
   const int32_t given = absl::GetFlag(FLAGS_max_total_tokens);
   return given != 0 ? given : 2048;
+}
+
+// --max_input_tokens with its default (0) resolved against the cap in force: a prompt must leave
+// room for one new token, so a given value is lowered to max_total_tokens - 1 when above it.
+int32_t MaxInputTokens(int32_t max_total_tokens) {
+  const int32_t given = absl::GetFlag(FLAGS_max_input_tokens);
+  const int32_t longest = std::max(1, max_total_tokens - 1);
+  return given > 0 ? std::min(given, longest) : longest;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
@@ -306,8 +316,9 @@ int Run() {
                                       : absl::GetFlag(FLAGS_served_model_name);
 
   ServiceOptions service_options;
-  service_options.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   service_options.limits.max_total_tokens = MaxTotalTokens();
+  service_options.limits.max_input_tokens =
+      MaxInputTokens(service_options.limits.max_total_tokens);
   service_options.limits.served_model_name = served_name;
   const std::string policy = absl::GetFlag(FLAGS_scheduling_policy);
   if (policy != "fcfs" && policy != "priority") {
@@ -328,8 +339,17 @@ int Run() {
   const absl::StatusOr<bool> reflection = auth::ReflectionEnabled(
       absl::GetFlag(FLAGS_grpc_reflection), service_options.api_keys.enabled());
   if (!reflection.ok()) return Fail(reflection.status());
-  if (service_options.limits.max_input_tokens < 1) {
-    return Fail(absl::InvalidArgumentError("--max_input_tokens must be >= 1"));
+  if (const int32_t given = absl::GetFlag(FLAGS_max_input_tokens); given < 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--max_input_tokens must be >= 1, or 0 for max_total_tokens - 1"));
+  }
+  // Both given: a prompt the flag admits must leave room for a new token.
+  if (const int32_t input = absl::GetFlag(FLAGS_max_input_tokens),
+      total = absl::GetFlag(FLAGS_max_total_tokens);
+      total != 0 && input >= total) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--max_input_tokens (", input, ") must be less than --max_total_tokens (",
+                     total, "): a prompt that long leaves no room for a new token")));
   }
   // Before the model loads: a bad flag fails in a second, not after minutes of loading.
   absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
@@ -472,6 +492,15 @@ int Run() {
   if (!fit.ok()) return Fail(fit.status());
   if (!fit->warning.empty()) spdlog::warn("{}", fit->warning);
   sc.max_total_tokens = fit->max_total_tokens;
+  // The default follows a cap lowered to the KV cache; a given value past it is lowered too.
+  if (const int32_t input = MaxInputTokens(sc.max_total_tokens);
+      input != service_options.limits.max_input_tokens) {
+    if (absl::GetFlag(FLAGS_max_input_tokens) != 0) {
+      spdlog::warn("--max_input_tokens {} is lowered to {}: max_total_tokens is {}",
+                   service_options.limits.max_input_tokens, input, sc.max_total_tokens);
+    }
+    service_options.limits.max_input_tokens = input;
+  }
   // A failure for good turns health NOT_SERVING: load balancers stop routing here.
   EngineEvents engine_events(&server_metrics, &service, [health, kServiceName] {
     health->SetServingStatus(false);

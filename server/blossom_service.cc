@@ -437,6 +437,10 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   if (model_info.limits().max_total_tokens() > 0) {
     options_.limits.max_total_tokens = model_info.limits().max_total_tokens();
   }
+  // Lowered with it when --max_input_tokens is the default (max_total_tokens - 1).
+  if (model_info.limits().max_input_tokens() > 0) {
+    options_.limits.max_input_tokens = model_info.limits().max_input_tokens();
+  }
   options_.limits.max_waiting_requests = engine->scheduler_config().max_waiting_requests;
   model_info_ = std::move(model_info);
   system_fingerprint_ = SystemFingerprint(model_info_);

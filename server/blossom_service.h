@@ -58,8 +58,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
 
   // Starts serving. `engine` and `tokenizer` must outlive every call. model_info.vocab_size must
   // be the model's (refusals of out-of-vocabulary ids are attributed with it); its
-  // limits.max_total_tokens, when set, is the cap requests are checked against from now on (the
-  // engine's, which start-up may have lowered to fit the KV cache). Called once, before serving.
+  // limits.max_total_tokens and limits.max_input_tokens, when set, are the caps requests are
+  // checked against from now on (the engine's, which start-up may have lowered to fit the KV
+  // cache, and the prompt cap that follows it). Called once, before serving.
   void SetEngine(Engine* engine, const Tokenizer* tokenizer, v1::ModelInfo model_info);
   void StartDraining();
   // The engine can no longer run (Engine::failure says why): refuse generations from now on.
@@ -107,7 +108,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   std::string RequestIdFor(grpc::CallbackServerContext* context,
                            const v1::GenerateRequest& request);
 
-  // Constant once serving; SetEngine sets limits.max_total_tokens before that.
+  // Constant once serving; SetEngine sets limits.max_total_tokens and max_input_tokens before.
   ServiceOptions options_;
   ServerMetrics* const metrics_;
   std::atomic<int> state_{static_cast<int>(State::kLoading)};

@@ -301,7 +301,10 @@ class DrainTest(unittest.TestCase):
     def test_flags_that_could_never_serve_are_refused_before_loading(self):
         for flags, message in ((["--max_waiting_requests", "0"], "--max_waiting_requests must be >= 1"),
                                (["--max_batch_size", "0"], "--max_batch_size must be >= 1"),
-                               (["--max_total_tokens", "1"], "--max_total_tokens must be 0")):
+                               (["--max_total_tokens", "1"], "--max_total_tokens must be 0"),
+                               (["--max_input_tokens", "2048", "--max_total_tokens", "2048"],
+                                "must be less than --max_total_tokens"),
+                               (["--max_input_tokens", "-1"], "--max_input_tokens must be >= 1")):
             started = time.monotonic()
             out = subprocess.run([SERVER, "--model", MODEL_DIR, "--port", "0",
                                   "--metrics_port", "-1", *flags],
@@ -310,6 +313,24 @@ class DrainTest(unittest.TestCase):
             self.assertIn(message, out.stderr + out.stdout, flags)
             self.assertNotIn("listening", out.stdout, flags)  # refused before the port opened
             self.assertLess(time.monotonic() - started, 30, flags)
+
+    def test_max_input_tokens_defaults_to_the_total_cap_less_one(self):
+        """As TGI 3 (and vLLM, which has no other cap): a prompt may use the whole context but
+        one new token, so /v1/models' max_model_len is a prompt length clients can send."""
+        server = start_server("server-input-default", "--max_input_tokens", "0",
+                              "--max_total_tokens", "300")
+        try:
+            with blossom_client.BlossomClient(server.grpc, timeout=60) as c:
+                self.assertEqual(c.model_info().limits.max_input_tokens, 299)
+                self.assertEqual(c.model_info().limits.max_total_tokens, 300)
+                ids = [c.tokenize("word").ids[0]] * 299
+                done = c.generate(ids, max_new_tokens=1, temperature=0)
+                self.assertEqual(done.usage.prompt_tokens, 299)
+                with self.assertRaises(blossom_errors.BlossomError) as cm:
+                    c.generate(ids + ids[:1], max_new_tokens=1)
+                self.assertIn("max_input_tokens is 299", str(cm.exception))
+        finally:
+            server.stop()
 
     def test_gateway_health_follows_server_drain(self):
         # Issue 14: after SIGTERM to the server the gateway's /health stayed 200 while every
