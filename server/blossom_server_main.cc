@@ -397,11 +397,16 @@ int Run() {
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   builder.AddListeningPort(address, *credentials, &bound_port);
+  // gRPC sets SO_REUSEPORT by default on Linux: a second server on a taken port would start and
+  // the kernel would split new connections between the two (different models, perhaps).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)));
+    return Fail(absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address,
+        " (the port is in use by another process, or the host is not an address of this machine)")));
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   const std::string kServiceName = "blossom.v1.Blossom";

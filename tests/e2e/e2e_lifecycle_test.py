@@ -314,6 +314,21 @@ class DrainTest(unittest.TestCase):
             self.assertNotIn("listening", out.stdout, flags)  # refused before the port opened
             self.assertLess(time.monotonic() - started, 30, flags)
 
+    def test_a_port_in_use_is_refused(self):
+        """gRPC's default SO_REUSEPORT let a second server bind a taken port, and the kernel then
+        split connections between the two; it must fail like any server whose port is taken."""
+        server = start_server("server-port-owner")
+        try:
+            port = server.grpc.rsplit(":", 1)[1]
+            out = subprocess.run([SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1",
+                                  "--port", port, "--metrics_port", "-1"],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+            self.assertIn(f"cannot listen on 127.0.0.1:{port}", out.stdout + out.stderr)
+            self.assertNotIn("gRPC listening", out.stdout + out.stderr)
+        finally:
+            server.stop()
+
     def test_max_input_tokens_defaults_to_the_total_cap_less_one(self):
         """As TGI 3 (and vLLM, which has no other cap): a prompt may use the whole context but
         one new token, so /v1/models' max_model_len is a prompt length clients can send."""
