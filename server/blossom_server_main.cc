@@ -38,6 +38,7 @@
 #include "engine/model/model_runner.h"
 #include "engine/serving/engine.h"
 #include "engine/speculative/speculative_flags.h"
+#include "engine/tokenizer/chat_template_file.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -466,6 +467,14 @@ int Run() {
   if (!runner.ok()) return Fail(runner.status());
   auto tokenizer = Tokenizer::FromModelDir(model_dir, (*runner)->vocab_size());
   if (!tokenizer.ok()) return Fail(tokenizer.status());
+  if (const std::string file = FindChatTemplateFile(model_dir); !file.empty()) {
+    spdlog::warn(
+        "{} holds a chat template, which Blossom does not run (no Jinja): blossom-gateway "
+        "renders /v1/chat/completions with its own role prefixes and suffixes (its "
+        "--chat-template file, clients/gateway/README.md). Make that layout the one this model "
+        "was tuned on, or format chats yourself and send them to /v1/completions.",
+        file);
+  }
 
   EngineConfig engine_config;
   SchedulerConfig& sc = engine_config.scheduler;
