@@ -47,6 +47,7 @@
 #include "engine/guided/constraint_cache.h"
 #include "engine/guided/token_vocabulary.h"
 #include "engine/speculative/speculative_flags.h"
+#include "engine/model/lora_flags.h"
 #include "engine/model/model_runner.h"
 #include "clients/remote_commands.h"
 #include "tools/cli/dashed_flags.h"
@@ -295,6 +296,7 @@ int RunGenerate(const std::string& prompt) {
   absl::StatusOr<std::optional<DType>> kv_cache_dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
   runner_options.kv_cache_dtype = *kv_cache_dtype;
+  if (absl::Status lora = ApplyLoraAdapterFlag(&runner_options); !lora.ok()) return Fail(lora);
   BatchGeneratorOptions options;
   absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
   if (!speculative.ok()) return Fail(speculative.status());
@@ -355,10 +357,11 @@ int RunGenerate(const std::string& prompt) {
         decode_tokens > 0 ? stats.decode_seconds * 1000.0 / decode_tokens : 0.0;
     const double total_ms = (stats.prefill_seconds + stats.decode_seconds) * 1000.0;
     std::cerr << absl::StrFormat(
-        "[blossom] model %s (%s weights, quantize %s%s, KV cache %s, backend %s): load %.3f s\n"
+        "[blossom] model %s%s (%s weights, quantize %s%s, KV cache %s, backend %s): load %.3f s\n"
         "[blossom] prompt %d tokens, generated %d tokens, finish_reason %s, seed %d\n"
         "[blossom] prefill %.2f ms, decode %.2f ms per token, %.2f ms per token overall\n",
-        info.model_dir, DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
+        info.model_dir, info.lora_adapter.empty() ? std::string() : " + LoRA " + info.lora_adapter,
+        DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
         info.quantize_lm_head ? " + lm head" : "", DTypeName(info.kv_cache_dtype), info.backend,
         info.load_seconds,
         stats.prompt_tokens, stats.generated_tokens,
@@ -380,7 +383,8 @@ int RunGenerate(const std::string& prompt) {
 int RefuseFlagsOfTheOtherMode(bool remote) {
   static constexpr const char* kLocalOnly[] = {
       "model", "tp", "threads", "launcher", "strict_load", "quantize", "quantize_lm_head",
-      "kv_cache_dtype", "speculative_tokens", "ngram_lookup_max", "ngram_lookup_min"};
+      "kv_cache_dtype", "speculative_tokens", "ngram_lookup_max", "ngram_lookup_min",
+      "lora_adapter"};
   static constexpr const char* kRemoteOnly[] = {"api_key", "api_key_file", "timeout", "tls",
                                                 "tls_ca",  "tls_cert",     "tls_key"};
   const absl::Span<const char* const> others =

@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "engine/model/cuda_kernel_flags.h"
+#include "engine/model/lora_flags.h"
 #include "engine/model/model_runner.h"
 #include "engine/serving/engine.h"
 #include "engine/speculative/speculative_flags.h"
@@ -297,6 +298,7 @@ int Run() {
   absl::StatusOr<std::optional<DType>> kv_cache_dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   if (!kv_cache_dtype.ok()) return Fail(kv_cache_dtype.status());
   runner_options.kv_cache_dtype = *kv_cache_dtype;
+  if (absl::Status lora = ApplyLoraAdapterFlag(&runner_options); !lora.ok()) return Fail(lora);
   runner_options.cuda_kernels = CudaKernelOptionsFromFlags();
   runner_options.time_gemm_candidates =
       runner_options.backend == "cuda" && absl::GetFlag(FLAGS_cuda_time_gemm);
@@ -468,12 +470,10 @@ int Run() {
   auto tokenizer = Tokenizer::FromModelDir(model_dir, (*runner)->vocab_size());
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   if (const std::string file = FindChatTemplateFile(model_dir); !file.empty()) {
-    spdlog::warn(
-        "{} holds a chat template, which Blossom does not run (no Jinja): blossom-gateway "
-        "renders /v1/chat/completions with its own role prefixes and suffixes (its "
-        "--chat-template file, clients/gateway/README.md). Make that layout the one this model "
-        "was tuned on, or format chats yourself and send them to /v1/completions.",
-        file);
+    spdlog::warn("{} holds a chat template, which Blossom does not run (no Jinja): blossom-gateway "
+                 "renders chats with its own role prefixes and suffixes (its --chat-template, "
+                 "clients/gateway/README.md); make them this model's, or send formatted prompts "
+                 "to /v1/completions.", file);
   }
 
   EngineConfig engine_config;

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/loader/checkpoint.h"
+#include "engine/loader/lora_adapter.h"
 #include "engine/loader/model_config.h"
 #include "kernels/backend.h"
 #include "kernels/weight_quant.h"
@@ -103,6 +104,9 @@ struct ModelLoadOptions {
   // one the backend does not support beside its activations (Backend::SupportsKvCacheDtype): the
   // CPU backend takes bf16 beside its fp32 activations, half the memory per token.
   std::optional<DType> kv_cache_dtype;
+  // A PEFT LoRA adapter directory (--lora-adapter) merged into the Linear weights at load, before
+  // any quantization (engine/loader/lora_adapter.h); empty: none.
+  std::string lora_adapter;
 };
 
 // Decode steps replayed from captured graphs (BloomModel::EnableStepGraphs).
@@ -132,6 +136,7 @@ struct ModelInfo {
   WeightQuant quantize = WeightQuant::kNone;
   bool quantize_lm_head = false;
   DType kv_cache_dtype = DType::kF32;  // what CreateKvCache makes
+  std::string lora_adapter;  // the adapter directory merged at load; empty: none
   uint64_t weight_bytes_this_rank = 0;  // as imported (quantized weights count packed)
   double load_seconds = 0.0;
 };
@@ -254,6 +259,13 @@ class BloomModel {
                                     const Tensor& mapped, int64_t row_begin, int64_t row_end,
                                     int64_t col_begin, int64_t col_end, DType dtype, WeightUse use,
                                     WeightQuant quant);
+  // The block [row_begin, row_end) x [col_begin, col_end) of the Linear weight `name` with the
+  // LoRA adapter's B @ A added (in float32, then rounded once to `dtype`), imported as ImportCopy
+  // imports.
+  absl::StatusOr<Tensor> ImportMerged(const Checkpoint& checkpoint, const std::string& name,
+                                      const std::vector<int64_t>& shape, int64_t row_begin,
+                                      int64_t row_end, int64_t col_begin, int64_t col_end,
+                                      WeightQuant quant, std::optional<DType> dtype);
   absl::Status EnsureWorkspace(int32_t num_tokens, int32_t num_logit_rows);
   // The one step both Forward variants run. With `assemble`, returns the full logits
   // [logit rows, vocab] in the backend's memory; without, an empty tensor (this rank's share of
@@ -291,6 +303,7 @@ class BloomModel {
   // misaligned or converted tensors (ImportCopy).
   std::vector<std::vector<char>> host_slices_;
   OwnedTensor slopes_;                            // this rank's ALiBi slopes, F32
+  std::unique_ptr<LoraAdapter> lora_;             // during LoadWeights only
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<StepGraphs> graphs_;  // null until EnableStepGraphs
 };

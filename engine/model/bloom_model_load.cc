@@ -220,7 +220,20 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   if (!s.ok()) return s;
   model->info_.quantize = options.quantize;
   model->info_.quantize_lm_head = options.quantize_lm_head && options.quantize != WeightQuant::kNone;
+  if (!options.lora_adapter.empty()) {
+    absl::StatusOr<std::unique_ptr<LoraAdapter>> lora =
+        LoraAdapter::Load(options.lora_adapter, config);
+    if (!lora.ok()) return lora.status();
+    model->lora_ = std::move(*lora);
+    model->info_.lora_adapter = options.lora_adapter;
+    if (rank == 0) {
+      spdlog::info("LoRA adapter {}: r {}, scale {}, merged into {} Linear weights",
+                   options.lora_adapter, model->lora_->rank(), model->lora_->scale(),
+                   model->lora_->changed_weights().size());
+    }
+  }
   s = model->LoadWeights(*checkpoint);
+  model->lora_.reset();  // merged: its matrices are not needed again
   if (!s.ok()) return s;
   model->checkpoint_ = std::move(checkpoint);
 
@@ -340,6 +353,28 @@ absl::StatusOr<Tensor> BloomModel::ImportCopy(const Checkpoint& checkpoint,
   return imported;
 }
 
+absl::StatusOr<Tensor> BloomModel::ImportMerged(const Checkpoint& checkpoint,
+                                                const std::string& name,
+                                                const std::vector<int64_t>& shape,
+                                                int64_t row_begin, int64_t row_end,
+                                                int64_t col_begin, int64_t col_end,
+                                                WeightQuant quant, std::optional<DType> dtype) {
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor host, GetFloatWeight(checkpoint, name, shape));
+  std::vector<char> f32_storage;
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor block, CopyWeightBlock(host, row_begin, row_end, col_begin,
+                                                         col_end, DType::kF32, &f32_storage));
+  BLOSSOM_RETURN_IF_ERROR(lora_->AddDelta(name, row_begin, row_end, col_begin, col_end,
+                                          static_cast<float*>(block.data)));
+  // The mapped rows have served (as in ImportCopy); only a hint if the kernel refuses.
+  if (absl::Status released = checkpoint.ReleasePages(host.Rows(row_begin, row_end));
+      !released.ok()) {
+    spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
+  }
+  // ImportCopy rounds the merged float32 block once to the weight's dtype and imports it.
+  return ImportCopy(checkpoint, name, block, 0, block.dim(0), 0, block.dim(1),
+                    dtype.value_or(host.dtype), WeightUse::kLinear, quant);
+}
+
 absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const int64_t h = config_.hidden_size, v = config_.vocab_size, ffn = config_.ffn_hidden_size();
   const int world = communicator_->world_size(), rank = communicator_->rank();
@@ -354,12 +389,18 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const DTypePlan plan = PlanWeightDTypes(ckpt, compute, q, q_head, /*log=*/rank == 0);
   // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given
   // (then imported as `linear_use` says).
+  // A Linear weight the LoRA adapter changes is merged on a host copy of this rank's block.
+  const auto merged = [&](const std::string& name) { return lora_ && lora_->Changes(name); };
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, std::optional<WeightQuant> linear_quant = std::nullopt,
                   WeightUse linear_use = WeightUse::kLinear) -> absl::Status {
     absl::StatusOr<Tensor> t =
-        ImportRows(ckpt, name, std::move(shape), b, e, linear_quant ? linear_use : WeightUse::kOther,
-                   linear_quant.value_or(WeightQuant::kNone), plan.DTypeFor(name));
+        merged(name) && linear_quant.has_value()
+            ? ImportMerged(ckpt, name, shape, b, e, 0, shape[1], *linear_quant,
+                           plan.DTypeFor(name))
+            : ImportRows(ckpt, name, std::move(shape), b, e,
+                         linear_quant ? linear_use : WeightUse::kOther,
+                         linear_quant.value_or(WeightQuant::kNone), plan.DTypeFor(name));
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();
@@ -370,8 +411,11 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   };
   auto cols = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, WeightQuant linear_quant) -> absl::Status {
-    absl::StatusOr<Tensor> t = ImportColumns(ckpt, name, std::move(shape), b, e,
-                                             WeightUse::kLinear, linear_quant, plan.DTypeFor(name));
+    absl::StatusOr<Tensor> t =
+        merged(name) ? ImportMerged(ckpt, name, shape, 0, shape[0], b, e, linear_quant,
+                                    plan.DTypeFor(name))
+                     : ImportColumns(ckpt, name, std::move(shape), b, e, WeightUse::kLinear,
+                                     linear_quant, plan.DTypeFor(name));
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();

@@ -167,6 +167,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   load.quantize = options.quantize;
   load.quantize_lm_head = options.quantize_lm_head;
   load.kv_cache_dtype = options.kv_cache_dtype;
+  load.lora_adapter = options.lora_adapter;
   if (tp == 1) {
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(0));
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,

@@ -87,6 +87,8 @@ struct ModelRunnerOptions {
   bool quantize_lm_head = false;  // ModelLoadOptions::quantize_lm_head
   // The KV cache's dtype (ModelLoadOptions::kv_cache_dtype); unset: the activation dtype.
   std::optional<DType> kv_cache_dtype;
+  // A PEFT LoRA adapter merged into the weights at load (ModelLoadOptions::lora_adapter).
+  std::string lora_adapter;
   // backend "cuda": the share of each GPU's total memory the runner may fill, weights and KV
   // cache included; KvCacheBytesFromMemory sizes the KV pool from it. In (0, 1].
   double gpu_memory_fraction = 0.90;

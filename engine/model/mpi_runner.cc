@@ -387,6 +387,7 @@ class MpiRunner : public ModelRunner {
     load.quantize = options.quantize;
     load.quantize_lm_head = options.quantize_lm_head;
     load.kv_cache_dtype = options.kv_cache_dtype;
+    load.lora_adapter = options.lora_adapter;
     BLOSSOM_ASSIGN_OR_RETURN(model_, BloomModel::Load(checkpoint, backend_.get(), communicator,
                                                       load));
     return absl::OkStatus();

@@ -21,8 +21,9 @@ import blossom_client
 from blossom_client import errors as blossom_errors
 
 import e2e_common
-from e2e_common import MODEL, auth, grpc_greedy, http_status, metric, wait_idle
-from procs import MODEL_DIR, SERVER, Process, free_port, start_gateway, start_server, wait_until
+from e2e_common import CLI, MODEL, auth, grpc_greedy, http_status, metric, wait_idle
+from procs import (MODEL_DIR, SERVER, Process, free_port, runfile, start_gateway, start_server,
+                   wait_until)
 
 
 def port_open(host, port):
@@ -304,7 +305,9 @@ class DrainTest(unittest.TestCase):
                                (["--max_total_tokens", "1"], "--max_total_tokens must be 0"),
                                (["--max_input_tokens", "2048", "--max_total_tokens", "2048"],
                                 "must be less than --max_total_tokens"),
-                               (["--max_input_tokens", "-1"], "--max_input_tokens must be >= 1")):
+                               (["--max_input_tokens", "-1"], "--max_input_tokens must be >= 1"),
+                               (["--lora_adapter", "/nonexistent"],
+                                "--lora_adapter /nonexistent: not a directory")):
             started = time.monotonic()
             out = subprocess.run([SERVER, "--model", MODEL_DIR, "--port", "0",
                                   "--metrics_port", "-1", *flags],
@@ -313,6 +316,31 @@ class DrainTest(unittest.TestCase):
             self.assertIn(message, out.stderr + out.stdout, flags)
             self.assertNotIn("listening", out.stdout, flags)  # refused before the port opened
             self.assertLess(time.monotonic() - started, 30, flags)
+
+    def test_lora_adapter_serves_pefts_tokens(self):
+        """--lora_adapter on the server and the CLI: the adapter PEFT saved for the model, merged
+        at load, gives PEFT's greedy tokens (tests/fixtures/fixture_lora.py) through gRPC, and
+        the CLI's local run the same text."""
+        adapter = runfile("tests/fixtures/models/bloom-tiny-h4-lora")
+        with open(runfile("tests/fixtures/goldens/bloom-tiny-h4-lora/lora.json")) as f:
+            golden = json.load(f)["greedy"]
+        server = start_server("server-lora", "--lora_adapter", adapter)
+        try:
+            with blossom_client.BlossomClient(server.grpc, timeout=60) as c:
+                for case in golden:
+                    done = c.generate(case["input_ids"], max_new_tokens=len(case["new_ids"]),
+                                      temperature=0, ignore_eos=True)
+                    self.assertEqual([t.id for t in done.tokens], case["new_ids"], case["text"])
+                text = c.generate(golden[1]["text"], max_new_tokens=16, temperature=0,
+                                  ignore_eos=True).text
+        finally:
+            server.stop()
+        local = subprocess.run([CLI, "generate", "--model", MODEL_DIR, "--lora-adapter", adapter,
+                                "--prompt", golden[1]["text"], "--max-new-tokens", "16",
+                                "--ignore-eos"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(local.returncode, 0, local.stderr)
+        self.assertEqual(local.stdout, golden[1]["text"] + text + "\n")
+        self.assertIn("+ LoRA " + adapter, local.stderr)
 
     def test_a_port_in_use_is_refused(self):
         """gRPC's default SO_REUSEPORT let a second server bind a taken port, and the kernel then
