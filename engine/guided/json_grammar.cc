@@ -332,14 +332,26 @@ class Compiler {
       }
       regex = format;
     }
-    absl::StatusOr<RegexDfa> dfa = CompileRegexDfa(regex, /*search=*/Has(s, "pattern"));
-    if (!dfa.ok()) return Error(path, absl::StrCat("'", keyword, "': ", dfa.status().message()));
+    // A pattern (or format) the schema repeats is compiled once and shared.
+    const bool search = Has(s, "pattern");
+    const auto [known, added] =
+        pattern_ids_.emplace(std::make_pair(regex, search),
+                             static_cast<int32_t>(grammar_.patterns.size()));
+    if (!added) return known->second;
+    // One work budget for all of the schema's patterns: each within it costs a fraction of a
+    // second to compile, and hundreds of them (a few KB of schema) would otherwise cost minutes
+    // of a server thread per request.
+    absl::StatusOr<RegexDfa> dfa = CompileRegexDfa(regex, search, &pattern_work_left_);
+    if (!dfa.ok()) {
+      pattern_ids_.erase(known);
+      return Error(path, absl::StrCat("'", keyword, "': ", dfa.status().message()));
+    }
     dfa_entries_ += dfa->next.size();
     if (dfa_entries_ > kMaxPatternEntries) {
       return Error(path, "the schema's patterns are too large together");
     }
     grammar_.patterns.push_back(*std::move(dfa));
-    return static_cast<int32_t>(grammar_.patterns.size() - 1);
+    return known->second;
   }
 
   // Formats as regular expressions of the RFCs' forms (RFC 3339 dates and times, RFC 4122
@@ -473,6 +485,8 @@ class Compiler {
   JsonGrammar grammar_;
   std::vector<OneOfUse> one_of_;
   size_t dfa_entries_ = 0;
+  size_t pattern_work_left_ = kMaxRegexDfaWork;                      // CompileRegexDfa's budget
+  std::map<std::pair<std::string, bool>, int32_t> pattern_ids_;      // (regex, search) -> pattern
   absl::flat_hash_map<std::string, int32_t> refs_;
   int32_t any_ = -1;
 };

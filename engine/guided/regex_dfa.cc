@@ -77,7 +77,10 @@ bool RegexDfa::AnyLive(int32_t state, uint32_t first, uint32_t last) const {
   return false;
 }
 
-absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search) {
+absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search,
+                                         size_t* work_left) {
+  const size_t max_work =
+      work_left == nullptr ? kMaxRegexDfaWork : std::min(kMaxRegexDfaWork, *work_left);
   std::string rewritten;
   if (search) {
     // Errors name offsets in the pattern as given, not in its rewriting.
@@ -124,7 +127,10 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
   dfa.start = *start;
   size_t work = 0;
   const absl::Status too_complex = absl::InvalidArgumentError(
-      "regex: too complex to compile (its DFA would be too large)");
+      max_work < kMaxRegexDfaWork
+          ? "regex: too complex to compile beside the other patterns (together, their DFAs "
+            "would take too long to build)"
+          : "regex: too complex to compile (its DFA would be too large)");
   for (size_t s = 0; s < sets.size(); ++s) {
     if ((s + 1) * classes > kMaxRegexDfaEntries) return too_complex;
     dfa.next.resize((s + 1) * classes, -1);
@@ -142,7 +148,7 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
         }
       }
       work += target.size();
-      if (work > kMaxRegexDfaWork) return too_complex;
+      if (work > max_work) return too_complex;
       if (target.empty()) continue;
       std::sort(target.begin(), target.end());
       target.erase(std::unique(target.begin(), target.end()), target.end());
@@ -158,6 +164,7 @@ absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search)
     }
     dfa.live.push_back(std::move(live));
   }
+  if (work_left != nullptr) *work_left -= work;
   return dfa;
 }
 

@@ -67,8 +67,12 @@ class RegexDfaMatcher {
 // Whole-match semantics, as regex.h. With `search` (JSON Schema's `pattern`, an ECMA-262 search),
 // the pattern may match anywhere: a leading ^ or trailing $ anchors that end, otherwise any text
 // may come before or after. InvalidArgument as CompileRegex, and past kMaxRegexDfaStates,
-// kMaxRegexDfaEntries or kMaxRegexDfaWork.
-absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search);
+// kMaxRegexDfaEntries or kMaxRegexDfaWork. `work_left`, when given, is a budget several
+// compiles share (a JSON schema's patterns): this one may use at most that much of
+// kMaxRegexDfaWork, and what it used is taken off, so that many patterns cannot each cost the
+// whole bound.
+absl::StatusOr<RegexDfa> CompileRegexDfa(absl::string_view pattern, bool search,
+                                         size_t* work_left = nullptr);
 
 }  // namespace blossom
 
