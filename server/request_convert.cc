@@ -315,7 +315,9 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   if (s.has_presence_penalty()) sp.presence_penalty = s.presence_penalty();
   if (s.has_seed()) sp.seed = s.seed();
   if (s.has_logprobs()) {
-    if (s.logprobs() < 0) {
+    // The whole range here: the engine's own message speaks of -1, its "none", which this API
+    // spells by leaving the field out.
+    if (s.logprobs() < 0 || s.logprobs() > kMaxLogprobs) {
       return Refusal(error_reason::kInvalidSamplingParams, "sampling.logprobs",
                      absl::StrCat("sampling.logprobs must be in [0, ", kMaxLogprobs, "], got ",
                                   s.logprobs()));
@@ -323,7 +325,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     sp.logprobs = s.logprobs();
   }
   if (s.has_prompt_logprobs()) {
-    if (s.prompt_logprobs() < 0) {
+    if (s.prompt_logprobs() < 0 || s.prompt_logprobs() > kMaxLogprobs) {
       return Refusal(error_reason::kInvalidSamplingParams, "sampling.prompt_logprobs",
                      absl::StrCat("sampling.prompt_logprobs must be in [0, ", kMaxLogprobs,
                                   "], got ", s.prompt_logprobs()));
@@ -454,6 +456,11 @@ absl::Status DescribeEngineEnd(absl::Status status) {
   // as the refusals that follow it are, so that a gateway does not take it for a lost connection.
   if (status.code() == absl::StatusCode::kUnavailable) {
     return WithReason(std::move(status), error_reason::kModelFailed);
+  }
+  // The request's own masks, bans, grammar and penalties left no token to sample (the sampler's
+  // and the constraints' dead ends): a reason, so that clients can tell it from other failures.
+  if (status.code() == absl::StatusCode::kFailedPrecondition) {
+    return WithReason(std::move(status), error_reason::kNoTokenPossible);
   }
   return status;
 }

@@ -73,7 +73,9 @@ absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& req
 // event's, a search's outcome's): one the engine's shutdown cut (IsEngineShutdown: kAborted) is
 // UNAVAILABLE with SHUTTING_DOWN and a retry delay, as a call refused while draining, since
 // another replica can run it; another UNAVAILABLE (the model failed for good) gets MODEL_FAILED
-// and no retry delay, as the refusals after it; any other is returned unchanged.
+// and no retry delay, as the refusals after it; FAILED_PRECONDITION (the request's masks, bans,
+// grammar and penalties left no token to sample) gets NO_TOKEN_POSSIBLE; any other is returned
+// unchanged.
 absl::Status DescribeEngineEnd(absl::Status status);
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason);

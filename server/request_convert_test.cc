@@ -367,6 +367,19 @@ TEST_F(RequestConvertTest, RefusalsNameTheField) {
        },
        absl::StatusCode::kInvalidArgument, "sampling.logprobs", "sampling.logprobs",
        "INVALID_SAMPLING_PARAMS"},
+      // Past the top as below the bottom: one message, in this API's range (no -1 "none").
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->mutable_sampling()->set_logprobs(21);
+       },
+       absl::StatusCode::kInvalidArgument, "sampling.logprobs must be in [0, 20], got 21",
+       "sampling.logprobs", "INVALID_SAMPLING_PARAMS"},
+      {[](v1::GenerateRequest* r) {
+         r->set_text("x");
+         r->mutable_sampling()->set_prompt_logprobs(21);
+       },
+       absl::StatusCode::kInvalidArgument, "sampling.prompt_logprobs must be in [0, 20], got 21",
+       "sampling.prompt_logprobs", "INVALID_SAMPLING_PARAMS"},
       {[](v1::GenerateRequest* r) {
          r->set_text("x");
          r->set_truncate_prompt_tokens(-1);
@@ -574,6 +587,12 @@ TEST(DescribeEngineEndTest, OnlyAShutdownInvitesARetry) {
   EXPECT_FALSE(DetailsOf(failed).retry_delay.has_value());
   const absl::Status internal = absl::InternalError("a step failed");
   EXPECT_EQ(DescribeEngineEnd(internal), internal);
+  // The request's own masks left no token: a reason, not a retry.
+  const absl::Status dead_end = DescribeEngineEnd(absl::FailedPreconditionError(
+      "no token can be sampled: every logit is -inf after suppression and penalties"));
+  EXPECT_TRUE(absl::IsFailedPrecondition(dead_end));
+  EXPECT_EQ(DetailsOf(dead_end).reason, error_reason::kNoTokenPossible);
+  EXPECT_FALSE(DetailsOf(dead_end).retry_delay.has_value());
 }
 
 }  // namespace
