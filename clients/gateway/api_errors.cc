@@ -16,29 +16,33 @@ namespace {
 
 constexpr size_t kMaxMessage = 1024;
 
+bool IsClientError(int status) { return status >= 400 && status < 500; }
+
+// A 4xx is the request's fault, never a server_error: every 4xx without a type of its own
+// (404 and 405 included, as OpenAI types an unknown model or URL) is invalid_request_error.
 const char* OpenAIType(int status) {
   switch (status) {
-    case 400: case 413: case 415: case 422: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
-    case 404: return "not_found_error";
     case 429: return "rate_limit_error";
     case 503: return "service_unavailable_error";
     case 504: return "timeout_error";
-    default: return "server_error";
+    default: return IsClientError(status) ? "invalid_request_error" : "server_error";
   }
 }
 
+// TGI's error types; 424 is its failed generation, other 4xx without a type of their own are
+// the request's fault (validation).
 const char* TgiType(int status) {
   switch (status) {
-    case 400: case 413: case 415: case 422: return "validation";
     case 401: return "authentication";
     case 403: return "permission";
     case 404: return "not_found";
+    case 424: return "generation";
     case 429: return "overloaded";
     case 503: return "unhealthy";
     case 504: return "timeout";
-    default: return "generation";
+    default: return IsClientError(status) ? "validation" : "generation";
   }
 }
 
@@ -108,9 +112,9 @@ std::string OpenAICodeFor(absl::string_view reason, int http_status) {
   if (reason == error_reason::kPromptTooLong || reason == error_reason::kContextLengthExceeded) {
     return "context_length_exceeded";
   }
-  if (reason == error_reason::kUnknownModel || (reason.empty() && http_status == 404)) {
-    return "model_not_found";
-  }
+  // Only a model that is not served: a 404 for a path no route serves has no code (OpenAI's
+  // "Invalid URL" answer has none either).
+  if (reason == error_reason::kUnknownModel) return "model_not_found";
   if (reason == error_reason::kInvalidApiKey || reason == error_reason::kMissingApiKey) {
     return "invalid_api_key";
   }
@@ -152,6 +156,11 @@ http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status) {
   const std::string param = details.field.empty() ? "" : OpenAIParamFor(details.field, flavor);
   return JsonError(flavor, http_status, status.message(), param,
                    OpenAICodeFor(details.reason, http_status), retry_after);
+}
+
+absl::Status UnknownModelError(absl::string_view message) {
+  absl::Status status = WithFieldViolation(absl::NotFoundError(message), "model", message);
+  return WithReason(std::move(status), error_reason::kUnknownModel);
 }
 
 bool IsTransportFailure(const absl::Status& status) {

@@ -31,10 +31,16 @@ int HttpStatusFor(const absl::Status& status, ApiFlavor flavor);
 // The OpenAI request field a blossom.v1 field path stands for ("stopping.max_new_tokens" ->
 // "max_tokens"); a gateway-side field name is returned unchanged.
 std::string OpenAIParamFor(absl::string_view field, ApiFlavor flavor);
-// OpenAI's `code` for an ErrorInfo reason ("context_length_exceeded", "model_not_found", ...);
-// "" for none.
+// OpenAI's `code` for an ErrorInfo reason ("context_length_exceeded", "model_not_found" for
+// UNKNOWN_MODEL only, ...); "" for none (null in the body).
 std::string OpenAICodeFor(absl::string_view reason, int http_status);
 
+// The error bodies, `type` by status: OpenAI's authentication_error 401, permission_error 403,
+// rate_limit_error 429, service_unavailable_error 503, timeout_error 504, any other 4xx
+// invalid_request_error (a 4xx is never a server_error), other 5xx server_error; TGI's
+// `error_type` authentication, permission, not_found 404, generation 424 (TGI's failed
+// generation), overloaded 429, unhealthy 503, timeout 504, any other 4xx validation, other 5xx
+// generation. An empty `code` is OpenAICodeFor("", http_status).
 std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::string_view param,
                             absl::string_view code = "");
 std::string TgiErrorJson(int http_status, absl::string_view message);
@@ -46,6 +52,10 @@ http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_vie
 // The same for a status: param and code from its details, Retry-After (429 and 503) from its
 // RetryInfo (rounded up to whole seconds). Messages are truncated to 1 KiB.
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status);
+
+// NOT_FOUND for a model this gateway does not serve, as the server refuses one: field `model`,
+// reason UNKNOWN_MODEL (so OpenAI's code model_not_found, which a 404 for an unknown path lacks).
+absl::Status UnknownModelError(absl::string_view message);
 
 // What a client is told when the backend cannot be reached.
 inline constexpr char kBackendUnavailableMessage[] = "the model server is unavailable; retry later";

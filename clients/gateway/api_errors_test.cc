@@ -119,10 +119,41 @@ TEST(ApiErrorsTest, ParamNamesFollowTheRoute) {
 TEST(ApiErrorsTest, CodesComeFromReasons) {
   EXPECT_EQ(OpenAICodeFor("CONTEXT_LENGTH_EXCEEDED", 400), "context_length_exceeded");
   EXPECT_EQ(OpenAICodeFor("UNKNOWN_MODEL", 404), "model_not_found");
-  EXPECT_EQ(OpenAICodeFor("", 404), "model_not_found");
+  // A 404 without a reason is a path no route serves (OpenAI: code null), not a model.
+  EXPECT_EQ(OpenAICodeFor("", 404), "");
   EXPECT_EQ(OpenAICodeFor("INVALID_API_KEY", 401), "invalid_api_key");
   EXPECT_EQ(OpenAICodeFor("TOO_MANY_STOP_SEQUENCES", 400), "too_many_stop_sequences");
   EXPECT_EQ(OpenAICodeFor("", 400), "");
+}
+
+// A 4xx is the client's error in both APIs' types (431, 405 and the rest were server_error
+// and TGI's "generation"); the route-not-found 404 and the unknown-model 404 differ by code.
+TEST(ApiErrorsTest, EveryClientErrorHasAClientErrorType) {
+  for (int status = 400; status < 500; ++status) {
+    const Json openai = Json::parse(OpenAIErrorJson(status, "x", ""))["error"];
+    EXPECT_NE(openai["type"], "server_error") << status;
+    const std::string tgi = Json::parse(TgiErrorJson(status, "x"))["error_type"];
+    if (status != 424) {  // 424 is TGI's failed generation
+      EXPECT_NE(tgi, "generation") << status;
+    }
+  }
+  EXPECT_EQ(Json::parse(OpenAIErrorJson(405, "use POST", ""))["error"]["type"],
+            "invalid_request_error");
+  EXPECT_EQ(Json::parse(TgiErrorJson(405, "use POST"))["error_type"], "validation");
+  EXPECT_EQ(Json::parse(TgiErrorJson(424, "failed"))["error_type"], "generation");  // TGI's own
+  EXPECT_EQ(Json::parse(OpenAIErrorJson(500, "failed", ""))["error"]["type"], "server_error");
+
+  const Json route =
+      Json::parse(ErrorResponse(ApiFlavor::kOpenAI, 404, "Invalid URL (POST /v1/nope)").body);
+  EXPECT_EQ(route["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(route["error"]["code"].is_null()) << route;
+  const http::Response model =
+      ErrorResponse(ApiFlavor::kOpenAI, UnknownModelError("model 'x' does not exist"));
+  EXPECT_EQ(model.status, 404);
+  const Json m = Json::parse(model.body);
+  EXPECT_EQ(m["error"]["code"], "model_not_found");
+  EXPECT_EQ(m["error"]["param"], "model");
+  EXPECT_EQ(m["error"]["type"], "invalid_request_error");
 }
 
 TEST(ApiErrorsTest, RetryAfterComesFromRetryInfo) {

@@ -28,6 +28,7 @@ absl::StatusOr<std::string> MessageText(const Json& m, const std::string& where,
   if (!content->is_array()) {
     return FieldError(where + ".content", "must be a string or a list of content parts");
   }
+  // The parts' texts joined by "\n", as vLLM joins a message's text parts.
   std::string text;
   for (size_t j = 0; j < content->size(); ++j) {
     const Json& part = (*content)[j];
@@ -39,6 +40,7 @@ absl::StatusOr<std::string> MessageText(const Json& m, const std::string& where,
     }
     auto t = part.find("text");
     if (t == part.end() || !t->is_string()) return FieldError(pwhere + ".text", "must be a string");
+    if (j > 0) text += '\n';
     text += t->get<std::string>();
   }
   return text;

@@ -66,7 +66,7 @@ struct ChatRenderOptions {
 absl::StatusOr<ChatRenderOptions> ParseChatRenderOptions(const Json& body);
 
 // Renders OpenAI chat `messages` (roles system, developer, user, assistant, tool; content a
-// string or text parts) with `chat_template`. FieldErrors name messages[i] (or continue_final_message when
+// string or text parts, whose texts are joined by "\n" as vLLM joins them) with `chat_template`. FieldErrors name messages[i] (or continue_final_message when
 // the last message is not the assistant's).
 absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
                                              const ChatTemplate& chat_template,

@@ -28,6 +28,16 @@ TEST(ChatTemplateTest, DefaultIsTheGatewaysFixedLayout) {
   EXPECT_EQ(*plain, "User: x\nAssistant:");
 }
 
+// A message's text parts are joined by "\n", as vLLM joins them (not run together).
+TEST(ChatTemplateTest, TextPartsAreJoinedByNewlines) {
+  auto prompt = RenderChatPrompt(
+      Messages(R"([{"role":"user","content":[{"type":"text","text":"Hi"},)"
+               R"({"type":"text","text":"there"}]}])"),
+      ChatTemplate());
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(*prompt, "User: Hi\nthere\nAssistant:");
+}
+
 // Function calling: the tools' specs end the system block; an assistant's tool_calls follow
 // its content in the generated form; tool results have their own role.
 TEST(ChatTemplateTest, ToolsCallsAndResults) {

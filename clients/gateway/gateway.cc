@@ -333,7 +333,10 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   auto writer = std::make_shared<MeteredWriter>(std::move(raw_writer), RouteName(request.path),
                                                 &metrics_, request_id);
   if (found == nullptr) {
-    writer->Send(ErrorResponse(flavor, 404, absl::StrCat("no route for ", request.path)));
+    // OpenAI's answer to an unknown URL: not model_not_found, which only an unknown model gets.
+    writer->Send(ErrorResponse(flavor, 404,
+                               absl::StrCat("Invalid URL (", request.method, " ", request.path,
+                                            ")")));
     return;
   }
   const Route& route = *found;
@@ -448,15 +451,15 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
                         {"root", call->response.model_id()},
                         {"max_model_len", call->response.limits().max_total_tokens()}};
           if (route == "models") {
-            writer->Send(JsonResponse(200, {{"object", "list"}, {"data", Json::array({entry})}}));
+            writer->Send(
+                JsonResponse(200, Json{{"object", "list"}, {"data", Json::array({entry})}}));
           } else if (asked == model || asked == call->response.model_id()) {
             writer->Send(JsonResponse(200, entry));
           } else {
             // Not echoed: the path is the client's, and this answer goes to logs too.
-            writer->Send(ErrorResponse(flavor, 404,
-                                       absl::StrCat("the model asked for is not served here; this "
-                                                    "gateway serves '", model, "'"),
-                                       "model"));
+            writer->Send(ErrorResponse(
+                flavor, UnknownModelError(absl::StrCat("the model asked for is not served here; "
+                                                       "this gateway serves '", model, "'"))));
           }
         }
         UntrackCancel(tracked);

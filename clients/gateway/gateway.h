@@ -212,6 +212,17 @@ class Gateway {
   void StreamAsSse(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                    ApiFlavor flavor, std::vector<blossom::v1::GenerateRequest> grpc_requests,
                    SseEncoder encoder);
+  // Each request's prompt tokens before truncation, as the server counts them: a token-id
+  // prompt's length, a text's tokens from the server's Tokenize (one call per run of equal
+  // texts: a prompt's n choices share one). `then` runs with them once all are known, on a gRPC
+  // callback thread (at once when no text needs a call); `request` need not outlive this call.
+  // A failed call is the request's answer instead (an error in `flavor`'s shape), which ends
+  // its in-flight accounting. A client that goes away meanwhile does not cancel the calls
+  // (short ones): `then`'s stream sees it as it starts.
+  void CountPromptTokens(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
+                         ApiFlavor flavor,
+                         const std::vector<blossom::v1::GenerateRequest>& grpc_requests,
+                         std::function<void(std::vector<int32_t>)> then);
   void HandleTgiGenerate(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer,
                          bool stream, bool as_list, bool compat, const std::string& request_id);
   // /tokenize (TGI's or vLLM's, by the body) and vLLM's /detokenize: gateway_tokenize.cc.

@@ -1,7 +1,9 @@
 // The gateway's generation routes: OpenAI completions and chat (one choice, a batch of
 // choices, or their streams; use_beam_search through BeamSearch) and TGI generate (unary, stream, and the "/" compat route), each
-// relayed to the server's Generate / GenerateStream. Routing, auth and the other routes are in
-// gateway.cc.
+// relayed to the server's Generate / GenerateStream (an OpenAI stream with
+// continuous_usage_stats counts its prompts with Tokenize first). Routing, auth and the other
+// routes are in gateway.cc.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,8 +78,8 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   }
   if (!options_.served_model_name.empty()) {
     if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
-      writer->Send(ErrorResponse(flavor, 404,
-                                 absl::StrCat("model '", parsed->model, "' does not exist"), "model"));
+      writer->Send(ErrorResponse(
+          flavor, UnknownModelError(absl::StrCat("model '", parsed->model, "' does not exist"))));
       return;
     }
     parsed->request.clear_model();
@@ -121,17 +123,102 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
   auto encoder = std::make_shared<openai::StreamEncoder>(*parsed_request, id, created);
   std::vector<blossom::v1::GenerateRequest> calls = parsed_request->batch;
   if (calls.empty()) calls.push_back(parsed_request->request);
-  StreamAsSse(request, writer, flavor, std::move(calls),
-              {[encoder] { return encoder->Start(); },
-               [encoder, parsed_request](int choice, const blossom::v1::GenerateStreamResponse& m) {
-                 return encoder->OnMessage(m, choice);
-               },
-               [encoder](int status, absl::string_view message) {
-                 return encoder->Error(status, message);
-               },
-               [parsed_request](absl::Status s) {
-                 return openai::NameConstraintField(*parsed_request, std::move(s));
-               }});
+  SseEncoder sse{[encoder] { return encoder->Start(); },
+                 [encoder, parsed_request](int choice,
+                                           const blossom::v1::GenerateStreamResponse& m) {
+                   return encoder->OnMessage(m, choice);
+                 },
+                 [encoder](int status, absl::string_view message) {
+                   return encoder->Error(status, message);
+                 },
+                 [parsed_request](absl::Status s) {
+                   return openai::NameConstraintField(*parsed_request, std::move(s));
+                 }};
+  if (!parsed_request->continuous_usage) {
+    StreamAsSse(request, writer, flavor, std::move(calls), std::move(sse));
+    return;
+  }
+  // continuous_usage_stats: every chunk's usage needs its prompt's token count, which the
+  // stream's messages tell only at the end; so the prompts are counted first. `kept`: the
+  // streams start after this handler returned, when `request` is gone.
+  auto kept = std::make_shared<http::Request>(request);
+  CountPromptTokens(request, writer, flavor, calls,
+                    [this, kept, writer, flavor, calls, encoder,
+                     sse = std::move(sse)](std::vector<int32_t> counts) mutable {
+                      for (size_t k = 0; k < counts.size(); ++k) {
+                        // The server keeps the last truncate_prompt_tokens of a longer prompt.
+                        const int32_t keep = calls[k].truncate_prompt_tokens();
+                        encoder->SetPromptTokens(static_cast<int>(k),
+                                                 keep > 0 ? std::min(counts[k], keep) : counts[k]);
+                      }
+                      StreamAsSse(*kept, writer, flavor, std::move(calls), std::move(sse));
+                    });
+}
+
+void Gateway::CountPromptTokens(const http::Request& request,
+                                std::shared_ptr<ResponseWriter> writer, ApiFlavor flavor,
+                                const std::vector<blossom::v1::GenerateRequest>& grpc_requests,
+                                std::function<void(std::vector<int32_t>)> then) {
+  using Call = UnaryCall<blossom::v1::TokenizeRequest, blossom::v1::TokenizeResponse>;
+  struct Counting {
+    std::vector<int32_t> counts;                  // per request; guarded by mu
+    std::vector<std::shared_ptr<Call>> calls;     // fixed before the first call starts
+    std::vector<std::vector<size_t>> counts_for;  // per call, fixed: the requests it counts
+    std::mutex mu;
+    size_t remaining = 0;  // guarded by mu
+    grpc::Status failure;  // guarded by mu: the first call's failure
+  };
+  auto counting = std::make_shared<Counting>();
+  counting->counts.assign(grpc_requests.size(), 0);
+  for (size_t k = 0; k < grpc_requests.size(); ++k) {
+    const blossom::v1::GenerateRequest& one = grpc_requests[k];
+    if (!one.has_text()) {
+      counting->counts[k] = one.token_ids().ids_size();
+    } else if (k > 0 && grpc_requests[k - 1].has_text() &&
+               grpc_requests[k - 1].text() == one.text()) {
+      counting->counts_for.back().push_back(k);
+    } else {
+      auto call = std::make_shared<Call>();
+      call->request.set_text(one.text());
+      call->request.set_add_special_tokens(true);  // as Generate encodes a prompt
+      SetupContext(request, options_.request_timeout, &call->context);
+      counting->calls.push_back(std::move(call));
+      counting->counts_for.push_back({k});
+    }
+  }
+  if (counting->calls.empty()) {
+    then(std::move(counting->counts));
+    return;
+  }
+  counting->remaining = counting->calls.size();
+  std::weak_ptr<Counting> weak = counting;
+  const uint64_t tracked = TrackCancel([weak] {
+    if (auto c = weak.lock()) {
+      for (auto& call : c->calls) call->context.TryCancel();
+    }
+  });
+  for (size_t i = 0; i < counting->calls.size(); ++i) {
+    Call& call = *counting->calls[i];
+    stub_->async()->Tokenize(
+        &call.context, &call.request, &call.response,
+        [this, counting, i, writer, flavor, tracked, then](grpc::Status status) {
+          Counting& c = *counting;
+          {
+            std::lock_guard<std::mutex> lock(c.mu);
+            if (!status.ok() && c.failure.ok()) c.failure = status;
+            for (size_t k : c.counts_for[i]) c.counts[k] = c.calls[i]->response.ids_size();
+            if (--c.remaining > 0) return;
+          }
+          UntrackCancel(tracked);
+          if (c.failure.ok()) {
+            then(std::move(c.counts));
+            return;
+          }
+          writer->Send(ErrorResponse(flavor, BackendStatus(c.failure)));
+          metrics_.AddInFlight(-1);
+          CallFinished();
+        });
+  }
 }
 
 template <typename Req, typename Resp>
@@ -248,16 +335,8 @@ void Gateway::HandleBeamSearchChoices(const http::Request& request,
 void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
                                 bool stream, bool as_list, bool compat,
                                 const std::string& request_id) {
-  absl::StatusOr<tgi::GenerateRequest> parsed = tgi::ParseGenerateRequest(request.body, compat);
-  if (parsed.ok() && stream && parsed->decoder_input_details) {
-    // As TGI: a stream has no place for the prefill list.
-    parsed = FieldError("parameters.decoder_input_details",
-                        "is not supported when streaming tokens");
-  }
-  if (parsed.ok() && stream && parsed->best_of > 1) {
-    // As TGI: the best candidate is known only at the end.
-    parsed = FieldError("parameters.best_of", "is not supported when streaming tokens");
-  }
+  absl::StatusOr<tgi::GenerateRequest> parsed =
+      tgi::ParseGenerateRequest(request.body, compat, stream);
   if (!parsed.ok()) {
     writer->Send(ErrorResponse(ApiFlavor::kTgi, parsed.status()));
     return;

@@ -26,6 +26,10 @@ struct Gateway::UnaryCall {
 inline http::Response JsonResponse(int status, const Json& body) {
   return http::Response{status, {{"Content-Type", "application/json"}}, Dump(body)};
 }
+// For a body whose key order is part of the API (the OpenAI responses' top_logprobs).
+inline http::Response JsonResponse(int status, const OrderedJson& body) {
+  return http::Response{status, {{"Content-Type", "application/json"}}, Dump(body)};
+}
 
 inline int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 

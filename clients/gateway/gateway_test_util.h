@@ -60,7 +60,9 @@ inline int UnusedLoopbackPort() {
 //                                  message first)
 //   "midway-fail:<code>:<message>" streams send one message, then fail with that status
 //   anything else                  text "Hello" in two tokens ("Hel", "lo"), finish reason length
-//                                  (BeamSearch: beam_width such beams)
+//                                  (BeamSearch: beam_width such beams); Generate with
+//                                  sampling.logprobs > 0 ranks "A" above each token
+// Tokenize: one token per byte, or the text's "fail:" status.
 class FakeBlossom : public v1::Blossom::CallbackService {
  public:
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
@@ -74,6 +76,9 @@ class FakeBlossom : public v1::Blossom::CallbackService {
       response->set_text("Hello");
       AddToken(response->add_tokens(), 1, "Hel");
       AddToken(response->add_tokens(), 2, "lo");
+      if (request->sampling().logprobs() > 0) {
+        for (v1::Token& token : *response->mutable_tokens()) AddAlternatives(&token);
+      }
       FillFinal(response->mutable_final());
     }
     reactor->FinishOnce(status);
@@ -118,6 +123,16 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++tokenize_requests_;
+    }
+    const grpc::Status status = StatusFor(request->text());
+    if (!status.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(status);
+      return reactor;
+    }
     for (size_t i = 0; i < request->text().size(); ++i) {
       response->add_ids(static_cast<unsigned char>(request->text()[i]));
       response->add_tokens(request->text().substr(i, 1));
@@ -166,6 +181,10 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  int tokenize_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokenize_requests_;
+  }
   v1::GenerateRequest last_request() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_request_;
@@ -194,6 +213,7 @@ class FakeBlossom : public v1::Blossom::CallbackService {
   std::condition_variable cv_;
   int cancelled_ = 0;
   int requests_ = 0;
+  int tokenize_requests_ = 0;
   std::vector<v1::GenerateRequest> all_requests_;
   std::vector<v1::BeamSearchRequest> beam_requests_;
   std::string required_authorization_;
@@ -295,6 +315,19 @@ class FakeBlossom : public v1::Blossom::CallbackService {
     token->set_id(id);
     token->set_text(text);
     token->set_logprob(-0.5f);
+  }
+  // "A" ranked first, then the token itself (the server's top list holds the chosen token
+  // where it ranks). OpenAI's top_logprobs map shows the token first, where sorted keys would
+  // put "A".
+  static void AddAlternatives(v1::Token* token) {
+    auto* first = token->add_top_logprobs();
+    first->set_token_id(65);
+    first->set_token("A");
+    first->set_logprob(-0.25f);
+    auto* itself = token->add_top_logprobs();
+    itself->set_token_id(token->id());
+    itself->set_token(token->text());
+    itself->set_logprob(token->logprob());
   }
   static void FillFinal(v1::FinalInfo* final) {
     final->set_finish_reason(v1::FINISH_REASON_LENGTH);

@@ -35,6 +35,10 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+std::string Dump(const OrderedJson& json) {
+  return json.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
 absl::Status GetNumber(const Json& obj, const char* field, absl::optional<double>* out) {
   out->reset();
   auto it = obj.find(field);

@@ -15,6 +15,10 @@
 namespace blossom::gateway {
 
 using Json = nlohmann::json;
+// For what the gateway writes where key order is part of the API (OpenAI's top_logprobs maps,
+// most likely first): keys stay in insertion order, where Json sorts them. Not for parsing
+// requests: its objects find keys by linear search.
+using OrderedJson = nlohmann::ordered_json;
 
 // Stop sequences: TGI's default limit (reported by /info) on the TGI routes; on the OpenAI
 // routes the server's own (ModelLimits.max_stop_strings), as vLLM sets none of its own and
@@ -36,6 +40,7 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body);
 
 // Serialises JSON; invalid UTF-8 (never expected) is replaced instead of throwing.
 std::string Dump(const Json& json);
+std::string Dump(const OrderedJson& json);
 
 // Field readers: a missing field or JSON null leaves *out empty and returns OK; a value of the
 // wrong type, a non-finite number or one outside the range is a FieldError. Thread-compatible.

@@ -119,18 +119,26 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
     out->echo = echo.value_or(false);
   }
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_tokens", out->echo ? 0 : 1, kInt32Max, &max_tokens));
+  if (out->chat) {
+    // OpenAI's current name for the limit (max_tokens is deprecated there): it wins when both
+    // are given, as vLLM's `max_completion_tokens or max_tokens`.
+    absl::optional<int64_t> max_completion_tokens;
+    BLOSSOM_RETURN_IF_ERROR(
+        GetInt(body, "max_completion_tokens", 1, kInt32Max, &max_completion_tokens));
+    if (max_completion_tokens) max_tokens = max_completion_tokens;
+  }
   if (max_tokens && *max_tokens == 0) {
     out->prompt_only = true;
     max_tokens = 1;
   }
-  if (!max_tokens && out->chat) {
-    BLOSSOM_RETURN_IF_ERROR(GetInt(body, "max_completion_tokens", 1, kInt32Max, &max_tokens));
-  }
+  auto max_tokens_field = body.find("max_tokens");
+  const bool max_tokens_null = max_tokens_field != body.end() && max_tokens_field->is_null();
   if (max_tokens) {
     stopping->set_max_new_tokens(static_cast<int32_t>(*max_tokens));
-  } else if (out->chat) {
-    // OpenAI (and vLLM) chat without a limit generate up to the context length; completions
-    // keep OpenAI's default of 16 (the server's default).
+  } else if (out->chat || max_tokens_null) {
+    // OpenAI (and vLLM) chat without a limit generate up to the context length. Completions
+    // keep OpenAI's default of 16 (the server's) only when max_tokens is absent: vLLM's field
+    // defaults to 16, and an explicit null is None there, which means the context limit.
     stopping->set_max_new_tokens_to_limit(true);
   }
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "min_tokens", 0, kInt32Max, &min_tokens));
@@ -215,10 +223,16 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
   if (options != body.end() && !options->is_null()) {
     if (!out->stream) return FieldError("stream_options", "is only allowed with stream=true");
     if (!options->is_object()) return FieldError("stream_options", "must be an object");
-    absl::optional<bool> include_usage;
-    absl::Status s = GetBool(*options, "include_usage", &include_usage);
-    if (!s.ok()) return FieldError("stream_options.include_usage", "must be a boolean");
+    absl::optional<bool> include_usage, continuous_usage;
+    if (!GetBool(*options, "include_usage", &include_usage).ok()) {
+      return FieldError("stream_options.include_usage", "must be a boolean");
+    }
+    if (!GetBool(*options, "continuous_usage_stats", &continuous_usage).ok()) {
+      return FieldError("stream_options.continuous_usage_stats", "must be a boolean");
+    }
     out->include_usage = include_usage.value_or(false);
+    // vLLM's: usage on every chunk, only along with include_usage (alone it does nothing there).
+    out->continuous_usage = out->include_usage && continuous_usage.value_or(false);
   }
   return absl::OkStatus();
 }

@@ -25,7 +25,13 @@
 // - Up to 16 stop sequences (the server's limit; OpenAI allows 4, vLLM any number).
 // - Chat messages become one prompt through the ChatTemplate (chat_template.h; --chat-template).
 // - Without max_tokens: completions generate OpenAI's default of 16 tokens, chat up to the
-//   context limit (max_total_tokens - prompt tokens), as OpenAI and vLLM.
+//   context limit (max_total_tokens - prompt tokens), as OpenAI and vLLM. An explicit
+//   `"max_tokens": null` runs to the context limit on both: it is vLLM's None, and only an
+//   absent completions field takes the default 16 there. Chat's max_completion_tokens
+//   (OpenAI's current name) wins over max_tokens when both are given, as in vLLM.
+// - Streams: stream_options.include_usage adds a last chunk with the usage ("usage": null on
+//   the others); with vLLM's continuous_usage_stats as well, every chunk carries its choice's
+//   usage so far (its prompt's tokens, the tokens it sent, their total).
 // - finish_reason is "stop" or "length" only (a cancelled or failed generation is "length");
 //   vLLM's stop_reason says which stop: the stop string, the stop token's id, or null;
 // - text_offset counts characters (code points), as OpenAI and vLLM;
@@ -61,6 +67,9 @@ struct CompletionRequest {
   std::string model;                     // the model name echoed in responses
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries its
+  // choice's usage so far.
+  bool continuous_usage = false;
   bool logprobs = false;       // completions: logprobs given; chat: logprobs=true
   int top_logprobs = 0;
   // completions: echo=true puts the prompt before the completion, in text and (with logprobs)
@@ -104,15 +113,17 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
 // "stop" (EOS, stop token, stop string) or "length" (the limit, a cancellation, an error).
 const char* FinishReasonString(blossom::v1::FinishReason reason);
 
-// The whole (non-streaming) response body.
-Json CompletionResponse(const CompletionRequest& request, const blossom::v1::GenerateResponse& response,
-                        const std::string& id, int64_t created);
+// The whole (non-streaming) response body, its keys in OpenAI's order (top_logprobs maps most
+// likely first).
+OrderedJson CompletionResponse(const CompletionRequest& request,
+                               const blossom::v1::GenerateResponse& response,
+                               const std::string& id, int64_t created);
 // The same for a batch: responses[k] answers request.batch[k] and is choice k. Usage sums the
 // choices' completion tokens and each prompt's tokens once. With best_of > n, the batch holds
 // best_of candidates per prompt and the n best of each (best first) are the choices.
-Json CompletionResponse(const CompletionRequest& request,
-                        const std::vector<blossom::v1::GenerateResponse>& responses,
-                        const std::string& id, int64_t created);
+OrderedJson CompletionResponse(const CompletionRequest& request,
+                               const std::vector<blossom::v1::GenerateResponse>& responses,
+                               const std::string& id, int64_t created);
 
 // Encodes the GenerateStream calls of one request (one per choice) as Server-Sent Events. Not
 // thread-safe: one per request, fed each call's messages in stream order (calls interleaved).
@@ -126,14 +137,19 @@ class StreamEncoder {
   // (if requested: every choice's completion tokens, each prompt's tokens once) and
   // "data: [DONE]".
   std::string OnMessage(const blossom::v1::GenerateStreamResponse& message, int choice = 0);
+  // continuous_usage: choice `choice`'s prompt tokens, before the first event. The stream's
+  // messages tell them only at the end, so the caller counts them first (a token-id prompt's
+  // length, a text's tokens from the server's Tokenize); truncate_prompt_tokens is applied here.
+  void SetPromptTokens(int choice, int32_t tokens);
   // An error event in OpenAI's shape followed by "data: [DONE]", for failures mid-stream.
   std::string Error(int http_status, absl::string_view message);
 
  private:
-  Json Chunk(Json choice) const;
-  Json LogprobsFor(const blossom::v1::Token& token, int choice);
+  // A chunk with choice `choice`'s `entry`, or with no choice (entry null, choice -1).
+  OrderedJson Chunk(OrderedJson entry, int choice) const;
+  OrderedJson LogprobsFor(const blossom::v1::Token& token, int choice);
   // The chat delta of a function-calling choice for `text` (final: the choice ended).
-  Json ToolCallDelta(int choice, const std::string& text, bool final, std::string* finish);
+  OrderedJson ToolCallDelta(int choice, const std::string& text, bool final, std::string* finish);
 
   const CompletionRequest& request_;
   const std::string id_;
@@ -146,6 +162,10 @@ class StreamEncoder {
   // and a required call list's text, sent as tool_calls once whole.
   std::vector<bool> call_started_;
   std::vector<std::string> call_text_;
+  // continuous_usage, per choice: its prompt's tokens (SetPromptTokens, then the final
+  // message's count) and the tokens it sent so far.
+  std::vector<int32_t> prompt_tokens_;
+  std::vector<int32_t> completion_tokens_;
   int finals_ = 0;                                    // choices finished
   blossom::v1::Usage usage_;                          // summed over the finished choices
   std::string system_fingerprint_;  // known once a final message arrived

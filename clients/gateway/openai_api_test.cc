@@ -214,7 +214,8 @@ TEST(OpenAIApiTest, RendersChatTemplate) {
           "stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,
           "max_completion_tokens":9})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->request.text(), "Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: How are you?\nAssistant:");
+  EXPECT_EQ(r->request.text(),
+            "Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: How \nare you?\nAssistant:");
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->request.sampling().logprobs(), 3);
@@ -239,6 +240,36 @@ TEST(OpenAIApiTest, DefaultMaxTokensDiffersByEndpoint) {
   ASSERT_TRUE(completion.ok()) << completion.status();
   EXPECT_FALSE(completion->request.stopping().has_max_new_tokens());  // the server's 16
   EXPECT_FALSE(completion->request.stopping().max_new_tokens_to_limit());
+  // An explicit null is vLLM's None: up to the context limit on both routes (only an absent
+  // completions field takes the default 16).
+  for (const bool chat : {false, true}) {
+    auto null = chat ? ParseChatRequest(R"({"messages":[{"role":"user","content":"Hi"}],)"
+                                        R"("max_tokens":null})")
+                     : ParseCompletionRequest(R"({"prompt":"Hi","max_tokens":null})");
+    ASSERT_TRUE(null.ok()) << null.status();
+    EXPECT_FALSE(null->request.stopping().has_max_new_tokens()) << chat;
+    EXPECT_TRUE(null->request.stopping().max_new_tokens_to_limit()) << chat;
+  }
+}
+
+// Chat's max_completion_tokens (OpenAI's current name) wins over the deprecated max_tokens,
+// as vLLM's `max_completion_tokens or max_tokens`.
+TEST(OpenAIApiTest, MaxCompletionTokensWinsOverMaxTokens) {
+  const std::string messages = R"("messages":[{"role":"user","content":"Hi"}])";
+  for (const std::string fields : {R"("max_tokens":5,"max_completion_tokens":9)",
+                                   R"("max_completion_tokens":9,"max_tokens":5)",
+                                   R"("max_completion_tokens":9,"max_tokens":null)"}) {
+    auto r = ParseChatRequest("{" + messages + "," + fields + "}");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->request.stopping().max_new_tokens(), 9) << fields;
+  }
+  auto only_max_tokens =
+      ParseChatRequest("{" + messages + R"(,"max_tokens":5,"max_completion_tokens":null})");
+  ASSERT_TRUE(only_max_tokens.ok()) << only_max_tokens.status();
+  EXPECT_EQ(only_max_tokens->request.stopping().max_new_tokens(), 5);
+  // Both are still checked.
+  auto bad = ParseChatRequest("{" + messages + R"(,"max_tokens":"5","max_completion_tokens":9})");
+  EXPECT_EQ(ParamOf(bad.status()), "max_tokens");
 }
 
 TEST(OpenAIApiTest, SkipSpecialTokensIsPassedOnOnlyWhenGiven) {

@@ -21,20 +21,24 @@ using blossom::v1::Token;
 // but rules out (the server clamps -inf to the lowest float, which no client expects).
 double ApiLogprob(float logprob) { return std::max(static_cast<double>(logprob), -9999.0); }
 
-Json LogprobOrNull(const Token& token) {
-  return token.has_logprob() ? Json(ApiLogprob(token.logprob())) : Json(nullptr);
+OrderedJson LogprobOrNull(const Token& token) {
+  return token.has_logprob() ? OrderedJson(ApiLogprob(token.logprob())) : OrderedJson(nullptr);
 }
 
-// The first `limit` alternatives (a prompt token may carry more, for prompt_logprobs), and the
-// token itself: OpenAI's "up to logprobs+1 elements", which vLLM gives too (so `logprobs: 0`
-// is {token: logprob}, and clients may look the chosen token up in its entry).
-Json TopLogprobsMap(const Token& token, int limit) {
-  Json top = Json::object();
+// OpenAI's "up to logprobs+1 elements" in vLLM's order: the token itself first, then its first
+// `limit` alternatives (a prompt token may carry more, for prompt_logprobs), most likely first
+// as the server ranks them; so `logprobs: 0` is {token: logprob}, and clients may look the
+// chosen token up in its entry. Keyed by text the way vLLM's Python dict is: a text seen again
+// (the token among its own alternatives, or two tokens that decode alike, such as byte tokens
+// shown as U+FFFD) keeps its first place and takes the later value. OrderedJson: Json would
+// sort the keys alphabetically.
+OrderedJson TopLogprobsMap(const Token& token, int limit) {
+  OrderedJson top = OrderedJson::object();
+  top[token.text()] = ApiLogprob(token.logprob());
   for (const auto& t : token.top_logprobs()) {
     if (limit-- <= 0) break;
     top[t.token()] = ApiLogprob(t.logprob());
   }
-  top.emplace(token.text(), ApiLogprob(token.logprob()));
   return top;
 }
 
@@ -42,19 +46,20 @@ Json TopLogprobsMap(const Token& token, int limit) {
 // per token keyed by token id: the token itself and its `n` most likely alternatives, each
 // {logprob, rank, decoded_token}; the alternatives rank 1 to n, the token its own rank unless
 // it is one of them.
-Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens, int n) {
-  Json out = Json::array();
+OrderedJson PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens, int n) {
+  OrderedJson out = OrderedJson::array();
   for (const Token& t : tokens) {
     if (!t.has_logprob()) {
       out.push_back(nullptr);
       continue;
     }
-    // The token first, then its alternatives: a token among them shows its place in the list
-    // (vLLM builds its dict in that order).
-    Json entry = Json::object();
-    entry[std::to_string(t.id())] = {{"logprob", ApiLogprob(t.logprob())},
-                                     {"rank", t.has_rank() ? Json(t.rank()) : Json(nullptr)},
-                                     {"decoded_token", t.text()}};
+    // The token first, then its alternatives by rank, as vLLM builds its dict: a token among
+    // them keeps its first place and takes that entry (its rank in the list).
+    OrderedJson entry = OrderedJson::object();
+    entry[std::to_string(t.id())] = {
+        {"logprob", ApiLogprob(t.logprob())},
+        {"rank", t.has_rank() ? OrderedJson(t.rank()) : OrderedJson(nullptr)},
+        {"decoded_token", t.text()}};
     int rank = 0;
     for (const auto& alt : t.top_logprobs()) {
       if (++rank > n) break;
@@ -70,14 +75,14 @@ Json PromptLogprobsJson(const google::protobuf::RepeatedPtrField<Token>& tokens,
 // OpenAI's logprob `bytes`: the token's raw bytes (a byte-level BPE token may be part of a UTF-8
 // character, which `text` renders lossily). A server predating token_bytes sends none: then
 // the text's bytes, the best left.
-Json Bytes(const std::string& raw, const std::string& text) {
-  Json bytes = Json::array();
+OrderedJson Bytes(const std::string& raw, const std::string& text) {
+  OrderedJson bytes = OrderedJson::array();
   for (unsigned char c : raw.empty() ? text : raw) bytes.push_back(static_cast<int>(c));
   return bytes;
 }
 
-Json ChatTokenLogprob(const Token& token) {
-  Json top = Json::array();
+OrderedJson ChatTokenLogprob(const Token& token) {
+  OrderedJson top = OrderedJson::array();
   for (const auto& t : token.top_logprobs()) {
     top.push_back({{"token", t.token()},
                    {"logprob", ApiLogprob(t.logprob())},
@@ -91,7 +96,7 @@ Json ChatTokenLogprob(const Token& token) {
 
 // vLLM's stop_reason: the stop string that ended the text, or the id of the stop token (from
 // stop_token_ids); null for EOS, the length limit and the rest.
-Json StopReason(const blossom::v1::FinalInfo& final, absl::optional<int32_t> last_token) {
+OrderedJson StopReason(const blossom::v1::FinalInfo& final, absl::optional<int32_t> last_token) {
   if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_STRING) return final.matched_stop();
   if (final.finish_reason() == blossom::v1::FINISH_REASON_STOP_TOKEN && last_token) {
     return *last_token;
@@ -108,19 +113,20 @@ size_t Characters(const std::string& text) {
 }
 
 // OpenAI completion logprobs: four parallel lists.
-Json EmptyCompletionLogprobs() {
-  return {{"tokens", Json::array()},
-          {"token_logprobs", Json::array()},
-          {"top_logprobs", Json::array()},
-          {"text_offset", Json::array()}};
+OrderedJson EmptyCompletionLogprobs() {
+  return {{"tokens", OrderedJson::array()},
+          {"token_logprobs", OrderedJson::array()},
+          {"top_logprobs", OrderedJson::array()},
+          {"text_offset", OrderedJson::array()}};
 }
 
 // Appends `t` at *offset characters (then advanced past it); a token without a logprob (the
 // first echoed prompt token) has null there and in top_logprobs.
-void AppendCompletionLogprob(const Token& t, int top_n, size_t* offset, Json* lists) {
+void AppendCompletionLogprob(const Token& t, int top_n, size_t* offset, OrderedJson* lists) {
   (*lists)["tokens"].push_back(t.text());
   (*lists)["token_logprobs"].push_back(LogprobOrNull(t));
-  (*lists)["top_logprobs"].push_back(t.has_logprob() ? TopLogprobsMap(t, top_n) : Json(nullptr));
+  (*lists)["top_logprobs"].push_back(t.has_logprob() ? TopLogprobsMap(t, top_n)
+                                                      : OrderedJson(nullptr));
   (*lists)["text_offset"].push_back(*offset);
   *offset += Characters(t.text());
 }
@@ -139,14 +145,16 @@ std::string EchoedPrompt(const GenerateRequest& sent,
   return Utf8Lossy(bytes);
 }
 
-Json UsageJson(const blossom::v1::Usage& usage) {
+OrderedJson UsageJson(const blossom::v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.generated_tokens()},
           {"total_tokens", usage.prompt_tokens() + usage.generated_tokens()},
           {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens()}}}};
 }
 
-std::string Event(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
+std::string Event(const OrderedJson& json) {
+  return absl::StrCat("data: ", Dump(json), "\n\n");
+}
 
 }  // namespace
 
@@ -169,19 +177,19 @@ const char* FinishReasonString(FinishReason reason) {
 namespace {
 
 // Choice `index`: `response` answering `sent` (the generation of that choice).
-Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
-                const blossom::v1::GenerateResponse& response, int index) {
+OrderedJson ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
+                       const blossom::v1::GenerateResponse& response, int index) {
   const char* finish = FinishReasonString(response.final().finish_reason());
   absl::optional<int32_t> last_token;
   if (response.tokens_size() > 0) last_token = response.tokens(response.tokens_size() - 1).id();
   if (request.chat) {
-    Json logprobs = nullptr;
+    OrderedJson logprobs = nullptr;
     if (request.logprobs) {
-      Json content = Json::array();
+      OrderedJson content = OrderedJson::array();
       for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
       logprobs = {{"content", content}};
     }
-    Json message = {{"role", "assistant"}, {"content", response.text()}};
+    OrderedJson message = {{"role", "assistant"}, {"content", response.text()}};
     std::string finish_reason = finish;
     if (request.tool_choice.mode != ToolChoice::Mode::kNone) {
       // A whole call is answered as tool_calls (content null, as OpenAI); a call cut short
@@ -201,7 +209,7 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
             {"finish_reason", finish_reason},
             {"stop_reason", StopReason(response.final(), last_token)}};
   }
-  Json logprobs = nullptr;
+  OrderedJson logprobs = nullptr;
   const std::string prompt_text =
       request.echo ? EchoedPrompt(sent, response.prompt_logprobs()) : std::string();
   if (request.logprobs) {
@@ -220,12 +228,13 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
       }
     }
   }
-  Json choice = {{"index", index},
-          {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
-          {"logprobs", logprobs},
-          {"finish_reason", request.prompt_only ? "length" : finish},
-          {"stop_reason", request.prompt_only ? Json(nullptr)
-                                              : StopReason(response.final(), last_token)}};
+  OrderedJson choice = {
+      {"index", index},
+      {"text", request.prompt_only ? prompt_text : prompt_text + response.text()},
+      {"logprobs", logprobs},
+      {"finish_reason", request.prompt_only ? "length" : finish},
+      {"stop_reason", request.prompt_only ? OrderedJson(nullptr)
+                                          : StopReason(response.final(), last_token)}};
   if (request.prompt_logprobs >= 0) {
     choice["prompt_logprobs"] =
         PromptLogprobsJson(response.prompt_logprobs(), request.prompt_logprobs);
@@ -235,16 +244,18 @@ Json ChoiceJson(const CompletionRequest& request, const GenerateRequest& sent,
 
 // `first`: the first choice's response (null when there is none); chat's prompt_logprobs are
 // the response's, not a choice's (vLLM), and every choice has the same prompt.
-Json ResponseJson(const CompletionRequest& request, Json choices,
-                  const blossom::v1::GenerateResponse* first, const blossom::v1::Usage& usage,
-                  const std::string& id, int64_t created) {
-  Json response = {{"id", id},
-                   {"object", request.chat ? "chat.completion" : "text_completion"},
-                   {"created", created},
-                   {"model", request.model},
-                   {"system_fingerprint", first ? first->final().system_fingerprint() : ""},
-                   {"choices", std::move(choices)},
-                   {"usage", UsageJson(usage)}};
+OrderedJson ResponseJson(const CompletionRequest& request, OrderedJson choices,
+                         const blossom::v1::GenerateResponse* first,
+                         const blossom::v1::Usage& usage, const std::string& id,
+                         int64_t created) {
+  OrderedJson response = {
+      {"id", id},
+      {"object", request.chat ? "chat.completion" : "text_completion"},
+      {"created", created},
+      {"model", request.model},
+      {"system_fingerprint", first ? first->final().system_fingerprint() : ""},
+      {"choices", std::move(choices)},
+      {"usage", UsageJson(usage)}};
   if (request.chat && request.prompt_logprobs >= 0 && first != nullptr) {
     response["prompt_logprobs"] =
         PromptLogprobsJson(first->prompt_logprobs(), request.prompt_logprobs);
@@ -254,18 +265,19 @@ Json ResponseJson(const CompletionRequest& request, Json choices,
 
 }  // namespace
 
-Json CompletionResponse(const CompletionRequest& request,
-                        const blossom::v1::GenerateResponse& response, const std::string& id,
-                        int64_t created) {
+OrderedJson CompletionResponse(const CompletionRequest& request,
+                               const blossom::v1::GenerateResponse& response,
+                               const std::string& id, int64_t created) {
   blossom::v1::Usage usage = response.final().usage();
   if (request.prompt_only) usage.set_generated_tokens(0);  // the token made to score is not sent
-  return ResponseJson(request, Json::array({ChoiceJson(request, request.request, response, 0)}),
+  return ResponseJson(request,
+                      OrderedJson::array({ChoiceJson(request, request.request, response, 0)}),
                       &response, usage, id, created);
 }
 
-Json CompletionResponse(const CompletionRequest& request,
-                        const std::vector<blossom::v1::GenerateResponse>& responses,
-                        const std::string& id, int64_t created) {
+OrderedJson CompletionResponse(const CompletionRequest& request,
+                               const std::vector<blossom::v1::GenerateResponse>& responses,
+                               const std::string& id, int64_t created) {
   if (request.best_of > request.n) {
     // The n best candidates of each prompt, best first, answered as an ordinary batch.
     CompletionRequest shown = request;
@@ -288,7 +300,7 @@ Json CompletionResponse(const CompletionRequest& request,
     shown.best_of = shown.n;
     return CompletionResponse(shown, chosen, id, created);
   }
-  Json choices = Json::array();
+  OrderedJson choices = OrderedJson::array();
   blossom::v1::Usage usage;
   for (size_t k = 0; k < responses.size() && k < request.batch.size(); ++k) {
     const blossom::v1::Usage& one = responses[k].final().usage();
@@ -314,47 +326,69 @@ StreamEncoder::StreamEncoder(const CompletionRequest& request, std::string id, i
       echoed_(static_cast<size_t>(choices_), false),
       last_token_(static_cast<size_t>(choices_)),
       call_started_(static_cast<size_t>(choices_), false),
-      call_text_(static_cast<size_t>(choices_)) {}
+      call_text_(static_cast<size_t>(choices_)),
+      prompt_tokens_(static_cast<size_t>(choices_), 0),
+      completion_tokens_(static_cast<size_t>(choices_), 0) {}
 
-Json StreamEncoder::Chunk(Json choice) const {
-  Json chunk = {{"id", id_},
-                {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", created_},
-                {"model", request_.model},
-                {"choices", choice.is_null() ? Json::array() : Json::array({choice})}};
+void StreamEncoder::SetPromptTokens(int choice, int32_t tokens) {
+  if (choice < 0 || choice >= choices_) return;
+  const size_t k = static_cast<size_t>(choice);
+  // The server keeps the prompt's last truncate_prompt_tokens tokens, and counts those.
+  const int32_t keep =
+      (request_.batch.empty() ? request_.request : request_.batch[k]).truncate_prompt_tokens();
+  prompt_tokens_[k] = keep > 0 ? std::min(tokens, keep) : tokens;
+}
+
+OrderedJson StreamEncoder::Chunk(OrderedJson entry, int choice) const {
+  OrderedJson chunk = {
+      {"id", id_},
+      {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+      {"created", created_},
+      {"model", request_.model},
+      {"choices", entry.is_null() ? OrderedJson::array() : OrderedJson::array({entry})}};
+  // OpenAI: with include_usage every chunk has "usage", null until the last one's totals.
   if (request_.include_usage) chunk["usage"] = nullptr;
+  if (request_.continuous_usage && choice >= 0) {
+    // vLLM's continuous_usage_stats: the choice's own counts so far (not the request's sum).
+    const int32_t prompt = prompt_tokens_[static_cast<size_t>(choice)];
+    const int32_t completion = completion_tokens_[static_cast<size_t>(choice)];
+    chunk["usage"] = {{"prompt_tokens", prompt},
+                      {"completion_tokens", completion},
+                      {"total_tokens", prompt + completion}};
+  }
   if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
   return chunk;
 }
 
-Json StreamEncoder::LogprobsFor(const Token& token, int choice) {
-  if (request_.chat) return {{"content", Json::array({ChatTokenLogprob(token)})}};
-  Json out = EmptyCompletionLogprobs();
+OrderedJson StreamEncoder::LogprobsFor(const Token& token, int choice) {
+  if (request_.chat) return {{"content", OrderedJson::array({ChatTokenLogprob(token)})}};
+  OrderedJson out = EmptyCompletionLogprobs();
   AppendCompletionLogprob(token, request_.top_logprobs, &text_offset_[static_cast<size_t>(choice)],
                           &out);
   return out;
 }
 
-Json StreamEncoder::ToolCallDelta(int choice, const std::string& text, bool final,
-                                  std::string* finish) {
+OrderedJson StreamEncoder::ToolCallDelta(int choice, const std::string& text, bool final,
+                                         std::string* finish) {
   const size_t k = static_cast<size_t>(choice);
   const GenerateRequest& sent = request_.batch.empty() ? request_.request : request_.batch[k];
   if (request_.tool_choice.mode == ToolChoice::Mode::kNamed) {
     // vLLM's and OpenAI's stream: the call's id, type and name first, then argument pieces.
-    if (text.empty()) return Json::object();
-    Json call = {{"index", 0}, {"function", {{"arguments", text}}}};
+    if (text.empty()) return OrderedJson::object();
+    OrderedJson call = {{"index", 0}, {"function", {{"arguments", text}}}};
     if (!call_started_[k]) {
       call_started_[k] = true;
       call["id"] = absl::StrCat("call_", sent.request_id(), "_0");
       call["type"] = "function";
       call["function"]["name"] = request_.tool_choice.function;
     }
-    return {{"tool_calls", Json::array({call})}};
+    return {{"tool_calls", OrderedJson::array({call})}};
   }
   // "required": the list is sent once whole, when the choice ends.
   call_text_[k] += text;
-  if (!final) return Json::object();
-  absl::optional<Json> calls = ToolCallsJson(request_.tool_choice, call_text_[k], sent.request_id());
+  if (!final) return OrderedJson::object();
+  absl::optional<Json> calls =
+      ToolCallsJson(request_.tool_choice, call_text_[k], sent.request_id());
   if (!calls) return {{"content", call_text_[k]}};
   for (size_t i = 0; i < calls->size(); ++i) (*calls)[i]["index"] = static_cast<int>(i);
   if (*finish == "stop") *finish = "tool_calls";
@@ -368,7 +402,8 @@ std::string StreamEncoder::Start() {
     events += Event(Chunk({{"index", k},
                            {"delta", {{"role", "assistant"}, {"content", ""}}},
                            {"logprobs", nullptr},
-                           {"finish_reason", nullptr}}));
+                           {"finish_reason", nullptr}},
+                          k));
   }
   return events;
 }
@@ -376,23 +411,30 @@ std::string StreamEncoder::Start() {
 std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& message,
                                      int choice) {
   if (choice < 0 || choice >= choices_) return "";
+  const size_t k = static_cast<size_t>(choice);
   const bool final = message.has_final();
   if (final) system_fingerprint_ = message.final().system_fingerprint();
-  if (message.has_token()) last_token_[static_cast<size_t>(choice)] = message.token().id();
+  if (message.has_token()) last_token_[k] = message.token().id();
+  // Counted as sent; the final message's usage is the server's own count.
+  if (message.has_token() && !request_.prompt_only) ++completion_tokens_[k];
+  if (final) {
+    prompt_tokens_[k] = message.final().usage().prompt_tokens();
+    completion_tokens_[k] = request_.prompt_only ? 0 : message.final().usage().generated_tokens();
+  }
   // echo (completions): the prompt's text and logprobs lead the choice's first chunk; with
   // max_tokens 0 they are all it sends (the token generated to score it is left out).
   std::string text = request_.prompt_only ? "" : message.text_delta();
-  Json logprobs = nullptr;
-  if (request_.logprobs && (message.has_token() || request_.echo)) logprobs = EmptyCompletionLogprobs();
-  if (request_.echo && !echoed_[static_cast<size_t>(choice)]) {
-    echoed_[static_cast<size_t>(choice)] = true;
-    const GenerateRequest& sent =
-        request_.batch.empty() ? request_.request : request_.batch[static_cast<size_t>(choice)];
+  OrderedJson logprobs = nullptr;
+  if (request_.logprobs && (message.has_token() || request_.echo)) {
+    logprobs = EmptyCompletionLogprobs();
+  }
+  if (request_.echo && !echoed_[k]) {
+    echoed_[k] = true;
+    const GenerateRequest& sent = request_.batch.empty() ? request_.request : request_.batch[k];
     text = EchoedPrompt(sent, message.prompt_logprobs()) + text;
     if (request_.logprobs) {
       for (const Token& t : message.prompt_logprobs()) {
-        AppendCompletionLogprob(t, request_.top_logprobs,
-                                &text_offset_[static_cast<size_t>(choice)], &logprobs);
+        AppendCompletionLogprob(t, request_.top_logprobs, &text_offset_[k], &logprobs);
       }
     }
   }
@@ -400,40 +442,40 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
     if (request_.chat) {
       logprobs = LogprobsFor(message.token(), choice);
     } else {
-      AppendCompletionLogprob(message.token(), request_.top_logprobs,
-                              &text_offset_[static_cast<size_t>(choice)], &logprobs);
+      AppendCompletionLogprob(message.token(), request_.top_logprobs, &text_offset_[k], &logprobs);
     }
   }
-  const bool with_logprobs = !logprobs.is_null() && !logprobs.value("tokens", Json::array()).empty();
+  const bool with_logprobs =
+      !logprobs.is_null() && !logprobs.value("tokens", OrderedJson::array()).empty();
   std::string events;
   const bool calls = request_.chat && request_.tool_choice.mode != ToolChoice::Mode::kNone;
   if (calls && request_.tool_choice.mode == ToolChoice::Mode::kRequired && !final &&
       logprobs.is_null()) {
-    call_text_[static_cast<size_t>(choice)] += text;  // held until the list is whole
+    call_text_[k] += text;  // held until the list is whole
     return events;
   }
   if (!text.empty() || (request_.chat && !logprobs.is_null()) || with_logprobs || final) {
-    std::string finish = !final                 ? ""
-                         : request_.prompt_only ? "length"
-                                                : FinishReasonString(message.final().finish_reason());
-    Json delta;
-    if (calls) delta = ToolCallDelta(choice, text, final, &finish);
-    Json entry = {{"index", choice},
-                  {"logprobs", request_.chat || with_logprobs ? logprobs : Json(nullptr)},
-                  {"finish_reason", final ? Json(finish) : Json(nullptr)}};
-    if (final) {
-      entry["stop_reason"] = request_.prompt_only
-                                 ? Json(nullptr)
-                                 : StopReason(message.final(), last_token_[static_cast<size_t>(choice)]);
-    }
+    std::string finish = !final ? ""
+                         : request_.prompt_only
+                             ? "length"
+                             : FinishReasonString(message.final().finish_reason());
+    // OpenAI's field order: the index, the delta (chat) or text, then the rest.
+    OrderedJson entry = {{"index", choice}};
     if (calls) {
-      entry["delta"] = std::move(delta);
+      entry["delta"] = ToolCallDelta(choice, text, final, &finish);
     } else if (request_.chat) {
-      entry["delta"] = text.empty() && final ? Json::object() : Json{{"content", text}};
+      entry["delta"] =
+          text.empty() && final ? OrderedJson::object() : OrderedJson{{"content", text}};
     } else {
       entry["text"] = text;
     }
-    events += Event(Chunk(entry));
+    entry["logprobs"] = request_.chat || with_logprobs ? logprobs : OrderedJson(nullptr);
+    entry["finish_reason"] = final ? OrderedJson(finish) : OrderedJson(nullptr);
+    if (final) {
+      entry["stop_reason"] = request_.prompt_only ? OrderedJson(nullptr)
+                                                  : StopReason(message.final(), last_token_[k]);
+    }
+    events += Event(Chunk(std::move(entry), choice));
   }
   if (final) {
     const blossom::v1::Usage& one = message.final().usage();
@@ -446,7 +488,7 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
     }
     if (++finals_ == choices_) {
       if (request_.include_usage) {
-        Json usage = Chunk(nullptr);
+        OrderedJson usage = Chunk(nullptr, -1);
         usage["usage"] = UsageJson(usage_);
         events += Event(usage);
       }

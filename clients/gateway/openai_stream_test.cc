@@ -106,5 +106,89 @@ TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
   EXPECT_EQ(events[4], "data: [DONE]");
 }
 
+// The usage of each chunk of `events` (null where it has none), and the events' count.
+std::vector<Json> ChunkUsages(const std::string& events) {
+  std::vector<Json> usages;
+  for (absl::string_view e : absl::StrSplit(events, "\n\n", absl::SkipEmpty())) {
+    if (e == "data: [DONE]") continue;
+    usages.push_back(Json::parse(e.substr(6)).value("usage", Json()));
+  }
+  return usages;
+}
+
+Json Usage(int prompt, int completion) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+// vLLM's continuous_usage_stats: with include_usage every chunk carries its own choice's usage
+// so far (the role chunk's completion 0); the last chunk still sums the request.
+TEST(OpenAIApiTest, ContinuousUsageStatsOnEveryChunk) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"n":2,"stream":true,)"
+      R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->continuous_usage);
+  StreamEncoder encoder(*r, "chatcmpl-1", 1);
+  for (int k = 0; k < 2; ++k) encoder.SetPromptTokens(k, 4);
+  std::string out = encoder.Start();
+  for (int k = 0; k < 2; ++k) {
+    blossom::v1::GenerateStreamResponse m;
+    m.set_text_delta("Hel");
+    m.mutable_token()->set_text("Hel");
+    out += encoder.OnMessage(m, k);
+  }
+  for (int k = 0; k < 2; ++k) {
+    blossom::v1::GenerateStreamResponse last;
+    last.set_text_delta("lo");
+    last.mutable_token()->set_text("lo");
+    last.mutable_final()->mutable_usage()->set_prompt_tokens(4);
+    last.mutable_final()->mutable_usage()->set_generated_tokens(2);
+    out += encoder.OnMessage(last, k);
+  }
+  EXPECT_EQ(ChunkUsages(out), (std::vector<Json>{Usage(4, 0), Usage(4, 0), Usage(4, 1),
+                                                 Usage(4, 1), Usage(4, 2), Usage(4, 2),
+                                                 Json{{"prompt_tokens", 4},
+                                                      {"completion_tokens", 4},
+                                                      {"total_tokens", 8},
+                                                      {"prompt_tokens_details",
+                                                       {{"cached_tokens", 0}}}}}))
+      << out;
+
+  // Completions: the prompt as the server keeps it (truncate_prompt_tokens).
+  auto cut = ParseCompletionRequest(
+      R"({"prompt":"long","truncate_prompt_tokens":3,"stream":true,)"
+      R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  StreamEncoder completion(*cut, "cmpl-1", 1);
+  completion.SetPromptTokens(0, 10);
+  blossom::v1::GenerateStreamResponse m;
+  m.set_text_delta("a");
+  m.mutable_token()->set_text("a");
+  EXPECT_EQ(ChunkUsages(completion.OnMessage(m)), std::vector<Json>{Usage(3, 1)});
+}
+
+// continuous_usage_stats does nothing without include_usage (vLLM), and must be a boolean.
+TEST(OpenAIApiTest, ContinuousUsageStatsNeedsIncludeUsage) {
+  auto alone = ParseCompletionRequest(
+      R"({"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":true}})");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_FALSE(alone->continuous_usage);
+  EXPECT_FALSE(alone->include_usage);
+  auto bad = ParseCompletionRequest(
+      R"({"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":"yes"}})");
+  EXPECT_EQ(ParamOf(bad.status()), "stream_options.continuous_usage_stats");
+  // Without it, chunks keep "usage": null until the totals.
+  auto plain = ParseCompletionRequest(
+      R"({"prompt":"a","stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  StreamEncoder encoder(*plain, "cmpl-1", 1);
+  blossom::v1::GenerateStreamResponse m;
+  m.set_text_delta("a");
+  m.mutable_token()->set_text("a");
+  EXPECT_EQ(ChunkUsages(encoder.OnMessage(m)), std::vector<Json>{Json()});
+}
+
 }  // namespace
 }  // namespace blossom::gateway::openai

@@ -9,6 +9,7 @@
 #include "clients/gateway/api_errors.h"
 #include "clients/gateway/best_of.h"
 #include "clients/gateway/structured_outputs.h"
+#include "engine/text/utf8.h"
 #include "kernels/status_macros.h"
 
 namespace blossom::gateway::tgi {
@@ -100,7 +101,8 @@ const char* FinishReasonString(const blossom::v1::FinalInfo& final) {
   }
 }
 
-absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, bool compat_route) {
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, bool compat_route,
+                                                     bool stream) {
   BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
   GenerateRequest out;
   absl::optional<std::string> inputs;
@@ -191,7 +193,10 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   if (ignore_eos) stopping->set_ignore_eos(*ignore_eos);
   // As TGI: decoder_input_details asks for details too (the prefill list lives in them).
   out.details = details.value_or(false) || decoder_input_details.value_or(false);
-  if (out.details) sampling->set_logprobs(0);  // details carry each token's logprob
+  // Details carry each token's logprob (0: the chosen token's only). A stream without details
+  // leaves it null, unlike TGI: asking would make the CUDA backend sample every such row on the
+  // host (CudaBatchSampler::NeedsHost), a full logits row copied per token.
+  if (out.details) sampling->set_logprobs(0);
   out.top_n_tokens = static_cast<int>(top_n_tokens.value_or(0));
   if (out.top_n_tokens > 0) sampling->set_logprobs(out.top_n_tokens);
   out.decoder_input_details = decoder_input_details.value_or(false);
@@ -209,6 +214,15 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
     if (seed) return FieldError("parameters.seed", "must not be set when best_of is above 1");
     if (!sampling->has_logprobs()) sampling->set_logprobs(0);  // ranks the candidates
   }
+  if (stream && out.decoder_input_details) {
+    // As TGI: a stream has no place for the prefill list.
+    return FieldError("parameters.decoder_input_details",
+                      "is not supported when streaming tokens");
+  }
+  if (stream && out.best_of > 1) {
+    // As TGI: the best candidate is known only at the end.
+    return FieldError("parameters.best_of", "is not supported when streaming tokens");
+  }
   return out;
 }
 
@@ -217,9 +231,23 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
                                                           : response.text()}};
   if (request.details) {
     const auto& final = response.final();
+    // Each token's text as the stream gives it (StreamEncoder, TGI's incremental decode): a
+    // character split over byte tokens is the text of the token that completes it ("" before),
+    // so the texts join into generated_text instead of holding U+FFFD halves. A special token
+    // keeps its own text, as in the stream.
     Json tokens = Json::array();
+    std::string pending;  // bytes of a character not complete yet
     for (int i = 0; i < response.tokens_size(); ++i) {
-      tokens.push_back(TokenJson(response.tokens(i)));
+      const Token& t = response.tokens(i);
+      Json token = TokenJson(t);
+      if (!t.special() && !t.token_bytes().empty()) {
+        pending += t.token_bytes();
+        std::string text;
+        pending.erase(0, AppendUtf8Lossy(pending, /*final=*/i + 1 == response.tokens_size(),
+                                         &text));
+        token["text"] = std::move(text);
+      }
+      tokens.push_back(std::move(token));
     }
     out["details"] = {{"finish_reason", FinishReasonString(final)},
                       {"generated_tokens", final.usage().generated_tokens()},

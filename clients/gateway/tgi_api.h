@@ -12,7 +12,8 @@
 // TGI does since 1.1.1 (its default was 20 before). best_of (up to kMaxBestOf, as TGI's
 // --max-best-of): that many sampled candidates, the one with the highest mean token logprob
 // returned, the others in details.best_of_sequences; as TGI, it needs sampling, no seed, and no
-// stream.
+// stream. Each token of a stream or of details carries its logprob, a number as TGI's
+// Token.logprob always is: the server is asked for the chosen token's (sampling.logprobs 0).
 #ifndef BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 #define BLOSSOM_CLIENTS_GATEWAY_TGI_API_H_
 
@@ -39,9 +40,12 @@ struct GenerateRequest {
 // Most candidates of a best_of request (TGI's --max-best-of; its default is 2).
 inline constexpr int kMaxBestOf = 8;
 
-// `compat_route`: POST / (return_full_text defaults to true there).
+// `compat_route`: POST / (return_full_text defaults to true there). `stream`: /generate_stream
+// (and "stream": true on POST /), whose every token carries its logprob (TGI's Token.logprob is
+// never null), and which refuses decoder_input_details and best_of above 1, as TGI.
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body,
-                                                     bool compat_route = false);
+                                                     bool compat_route = false,
+                                                     bool stream = false);
 Json GenerateResponse(const GenerateRequest& request, const blossom::v1::GenerateResponse& response);
 // best_of > 1: candidates[best] is the answer and the others, in order, details.best_of_sequences.
 Json BestOfResponse(const GenerateRequest& request,

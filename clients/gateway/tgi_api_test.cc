@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "clients/gateway/api_errors.h"
+#include "engine/text/utf8.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
@@ -103,6 +104,43 @@ TEST(TgiApiTest, GreedyUnlessSampling) {
       << "TGI's generated_text keeps the matched stop sequence";
 }
 
+// A soak test's finding: an emoji split over two byte tokens came back in details.tokens as two
+// U+FFFD halves, so the tokens' texts did not join into generated_text. They are now the stream's
+// incremental texts: "" until the character is complete, then all of it.
+TEST(TgiApiTest, DetailsTokensJoinIntoTheGeneratedText) {
+  auto r = ParseGenerateRequest(R"({"inputs":"a","parameters":{"details":true}})");
+  ASSERT_TRUE(r.ok());
+  blossom::v1::GenerateResponse response;
+  const std::string rocket = "\xF0\x9F\x9A\x80";  // U+1F680, 4 bytes
+  response.set_text(" " + rocket + "!");
+  auto add = [&](int id, const std::string& bytes, bool special = false) {
+    auto* t = response.add_tokens();
+    t->set_id(id);
+    t->set_text(Utf8Lossy(bytes));  // what the server sends: the token's own bytes, lossy
+    t->set_token_bytes(bytes);
+    t->set_special(special);
+  };
+  add(10, " \xF0\x9F");
+  add(11, "\x9A\x80");
+  add(12, "!");
+  add(2, "</s>", /*special=*/true);
+  const Json tokens = GenerateResponse(*r, response)["details"]["tokens"];
+  ASSERT_EQ(tokens.size(), 4u);
+  EXPECT_EQ(tokens[0]["text"], " ");
+  EXPECT_EQ(tokens[1]["text"], rocket);
+  EXPECT_EQ(tokens[2]["text"], "!");
+  EXPECT_EQ(tokens[3]["text"], "</s>");
+  std::string joined;
+  for (int i = 0; i < 3; ++i) joined += tokens[i]["text"].get<std::string>();
+  EXPECT_EQ(joined, response.text());
+  // A character the output ends inside of: U+FFFD, as generated_text has it.
+  blossom::v1::GenerateResponse cut;
+  auto* t = cut.add_tokens();
+  t->set_id(10);
+  t->set_token_bytes("\xF0\x9F");
+  EXPECT_EQ(GenerateResponse(*r, cut)["details"]["tokens"][0]["text"], "\xEF\xBF\xBD");
+}
+
 TEST(TgiApiTest, EncodesResponseAndStream) {
   auto r = ParseGenerateRequest(R"({"inputs":"Say","parameters":{"details":true,"return_full_text":true}})");
   ASSERT_TRUE(r.ok());
@@ -178,8 +216,12 @@ TEST(TgiApiTest, StreamTokenTextsAreTheIncrementalDecode) {
     if (p.id == 2) m.mutable_final()->set_finish_reason(blossom::v1::FINISH_REASON_EOS_TOKEN);
     const Json event = Json::parse(encoder.OnMessage(m).substr(5));
     if (!event["token"]["special"].get<bool>()) joined += event["token"]["text"].get<std::string>();
-    if (p.id == 109) EXPECT_EQ(event["token"]["text"], "\xE2\x82\xAC");
-    if (p.id == 162) EXPECT_EQ(event["token"]["text"], "");
+    if (p.id == 109) {
+      EXPECT_EQ(event["token"]["text"], "\xE2\x82\xAC");
+    }
+    if (p.id == 162) {
+      EXPECT_EQ(event["token"]["text"], "");
+    }
     if (p.id == 2) {
       EXPECT_EQ(event["token"]["text"], "</s>");
       EXPECT_EQ(event["generated_text"], joined);
@@ -265,6 +307,43 @@ TEST(TgiApiTest, FollowsTgiDefaults) {
   auto truncated = ParseGenerateRequest(R"({"inputs":"a","parameters":{"truncate":100}})");
   ASSERT_TRUE(truncated.ok()) << truncated.status();
   EXPECT_EQ(truncated->request.truncate_prompt_tokens(), 100);
+}
+
+// A stream with details asks for the chosen token's logprob (and only that: no alternatives), so
+// every event's token carries one; without details none is asked (the CUDA backend would sample
+// such rows on the host), and the token's logprob is null.
+TEST(TgiApiTest, StreamTokensCarryTheirLogprobWithDetails) {
+  auto stream = ParseGenerateRequest(R"({"inputs":"a","parameters":{"details":true}})",
+                                     /*compat_route=*/false, /*stream=*/true);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE(stream->request.sampling().has_logprobs());
+  EXPECT_EQ(stream->request.sampling().logprobs(), 0);
+  EXPECT_FALSE(stream->request.sampling().has_prompt_logprobs());
+  auto top = ParseGenerateRequest(R"({"inputs":"a","parameters":{"top_n_tokens":3}})",
+                                  /*compat_route=*/false, /*stream=*/true);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->request.sampling().logprobs(), 3);
+  EXPECT_FALSE(ParseGenerateRequest(R"({"inputs":"a"})", false, true)
+                   ->request.sampling()
+                   .has_logprobs());
+  EXPECT_FALSE(ParseGenerateRequest(R"({"inputs":"a"})")->request.sampling().has_logprobs());
+
+  StreamEncoder encoder(*stream);
+  blossom::v1::GenerateStreamResponse m;
+  m.set_text_delta("x");
+  m.mutable_token()->set_id(4);
+  m.mutable_token()->set_text("x");
+  m.mutable_token()->set_logprob(-0.75f);
+  const Json event = Json::parse(encoder.OnMessage(m).substr(5));
+  EXPECT_DOUBLE_EQ(event["token"]["logprob"].get<double>(), -0.75);
+
+  // The stream's own refusals, as TGI: no prefill list, no best_of.
+  auto prefill = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"decoder_input_details":true}})", false, true);
+  EXPECT_EQ(ParamOf(prefill.status()), "parameters.decoder_input_details");
+  auto best_of = ParseGenerateRequest(
+      R"({"inputs":"a","parameters":{"best_of":2,"do_sample":true}})", false, true);
+  EXPECT_EQ(ParamOf(best_of.status()), "parameters.best_of");
 }
 
 TEST(TgiApiTest, SeedTakesTheWholeU64Range) {

@@ -169,6 +169,37 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertLessEqual(usage.completion_tokens, 10)
         self.assertIsInstance(content, str)
 
+    def test_continuous_usage_stats(self):
+        """vLLM's continuous_usage_stats: every chunk carries its usage so far, its prompt count
+        (the gateway's Tokenize call) the one the server reports at the end."""
+        stream = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=6, temperature=0, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True})
+        chunks = list(stream)
+        self.assertTrue(all(c.usage is not None for c in chunks))
+        final = chunks[-1].usage
+        self.assertEqual(chunks[-1].choices, [])
+        completion = [c.usage.completion_tokens for c in chunks[:-1]]
+        self.assertEqual(completion[0], 0)  # the role chunk
+        self.assertEqual(completion, sorted(completion))
+        self.assertEqual(completion[-1], final.completion_tokens)
+        for c in chunks[:-1]:
+            self.assertEqual(c.usage.prompt_tokens, final.prompt_tokens)
+            self.assertEqual(c.usage.total_tokens,
+                             c.usage.prompt_tokens + c.usage.completion_tokens)
+
+    def test_top_logprobs_come_in_vllm_order(self):
+        """Each top_logprobs map: the token first, then the alternatives most likely first."""
+        r = self.client.completions.create(model=MODEL, prompt="The server reads", max_tokens=6,
+                                           temperature=0, logprobs=3)
+        lp = r.choices[0].logprobs
+        for token, top in zip(lp.tokens, lp.top_logprobs):
+            keys = list(top)
+            self.assertEqual(keys[0], token, top)
+            rest = list(top.values())[1:]
+            self.assertEqual(rest, sorted(rest, reverse=True), top)
+
     def test_chat_unary(self):
         r = self.client.chat.completions.create(
             model=MODEL, messages=[{"role": "system", "content": "Be brief."},
@@ -210,6 +241,10 @@ class OpenAIClientTest(unittest.TestCase):
                                                 extra_body={"ignore_eos": True})
         self.assertEqual(d.usage.prompt_tokens + d.usage.completion_tokens, 1024)
         self.assertEqual(d.choices[0].finish_reason, "length")
+        # An explicit null is vLLM's None: the context limit on completions too.
+        e = self.client.completions.create(model=MODEL, prompt="x", temperature=0,
+                                           extra_body={"ignore_eos": True, "max_tokens": None})
+        self.assertEqual(e.usage.prompt_tokens + e.usage.completion_tokens, 1024)
 
     def test_server_refusals_carry_param_and_code(self):
         """The server's google.rpc details (BadRequest field, ErrorInfo reason) reach the
@@ -361,6 +396,8 @@ class TextGenerationClientTest(unittest.TestCase):
         expected = grpc_greedy("The library", 9)
         tokens, final = [], None
         for response in self.client.generate_stream("The library", max_new_tokens=9):
+            # A number, as TGI's (this client's streams ask for details).
+            self.assertIsInstance(response.token.logprob, float)
             if not response.token.special:
                 tokens.append(response.token)
             if response.generated_text is not None:
