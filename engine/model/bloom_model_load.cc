@@ -387,10 +387,10 @@ absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {
   const std::string emb = EmbeddingTensorName(ckpt);
   const DType compute = info_.weight_dtype;  // the embedding's (Load)
   const DTypePlan plan = PlanWeightDTypes(ckpt, compute, q, q_head, /*log=*/rank == 0);
-  // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given
-  // (then imported as `linear_use` says).
   // A Linear weight the LoRA adapter changes is merged on a host copy of this rank's block.
   const auto merged = [&](const std::string& name) { return lora_ && lora_->Changes(name); };
+  // rows / cols: a slice of a tensor that is not a Linear weight, unless `linear_quant` is given
+  // (then imported as `linear_use` says).
   auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t b, int64_t e,
                   Tensor* out, std::optional<WeightQuant> linear_quant = std::nullopt,
                   WeightUse linear_use = WeightUse::kLinear) -> absl::Status {
