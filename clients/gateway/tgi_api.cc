@@ -85,6 +85,25 @@ Json SeedJson(const GenerateRequest& request, uint64_t seed) {
   return seed;
 }
 
+// A stop sequence matched inside a token cuts generated_text there ("ro" in "row"), as the stream
+// cuts its last text: the non-special tokens' texts are cut the same way, so that they still join
+// into generated_text. Left as they are when they do not start with it (nothing was cut).
+void CutAtTheGeneratedText(const blossom::v1::GenerateResponse& response, Json* tokens) {
+  std::string joined;
+  for (const Json& token : *tokens) {
+    if (!token["special"].get<bool>()) joined += token["text"].get<std::string>();
+  }
+  const std::string& text = response.text();
+  if (joined.size() <= text.size() || joined.compare(0, text.size(), text) != 0) return;
+  size_t left = text.size();
+  for (Json& token : *tokens) {
+    if (token["special"].get<bool>()) continue;
+    const std::string piece = token["text"].get<std::string>();
+    if (piece.size() > left) token["text"] = piece.substr(0, left);
+    left -= std::min(left, piece.size());
+  }
+}
+
 }  // namespace
 
 const char* FinishReasonString(const blossom::v1::FinalInfo& final) {
@@ -249,6 +268,7 @@ Json GenerateResponse(const GenerateRequest& request, const blossom::v1::Generat
       }
       tokens.push_back(std::move(token));
     }
+    CutAtTheGeneratedText(response, &tokens);
     out["details"] = {{"finish_reason", FinishReasonString(final)},
                       {"generated_tokens", final.usage().generated_tokens()},
                       {"seed", SeedJson(request, final.seed())},

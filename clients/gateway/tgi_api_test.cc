@@ -135,10 +135,33 @@ TEST(TgiApiTest, DetailsTokensJoinIntoTheGeneratedText) {
   EXPECT_EQ(joined, response.text());
   // A character the output ends inside of: U+FFFD, as generated_text has it.
   blossom::v1::GenerateResponse cut;
+  cut.set_text("\xEF\xBF\xBD");  // the server's text decodes the cut character so too
   auto* t = cut.add_tokens();
   t->set_id(10);
   t->set_token_bytes("\xF0\x9F");
   EXPECT_EQ(GenerateResponse(*r, cut)["details"]["tokens"][0]["text"], "\xEF\xBF\xBD");
+}
+
+// A stop sequence matched inside a token ("ro" in "row") cuts generated_text there, as the stream
+// cuts its last text: details.tokens' texts are cut the same way (a soak found " g" + "row").
+TEST(TgiApiTest, DetailsTokensAreCutWhereAStopSequenceCutTheText) {
+  auto r = ParseGenerateRequest(R"({"inputs":"a","parameters":{"details":true,"stop":["ro"]}})");
+  ASSERT_TRUE(r.ok());
+  blossom::v1::GenerateResponse response;
+  response.set_text(" gro");
+  for (const auto& [id, bytes] : std::vector<std::pair<int, std::string>>{{5, " g"}, {6, "row"}}) {
+    auto* t = response.add_tokens();
+    t->set_id(id);
+    t->set_text(bytes);
+    t->set_token_bytes(bytes);
+  }
+  const Json tokens = GenerateResponse(*r, response)["details"]["tokens"];
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0]["text"], " g");
+  EXPECT_EQ(tokens[1]["text"], "ro");
+  // Nothing cut: the texts stay whole.
+  response.set_text(" grow");
+  EXPECT_EQ(GenerateResponse(*r, response)["details"]["tokens"][1]["text"], "row");
 }
 
 TEST(TgiApiTest, EncodesResponseAndStream) {
