@@ -162,7 +162,7 @@ Gateway::Gateway(std::shared_ptr<grpc::ChannelInterface> channel, GatewayOptions
 
 Gateway::~Gateway() {
   std::unique_lock<std::mutex> lock(mu_);
-  calls_done_.wait(lock, [this] { return pending_calls_ == 0; });
+  calls_done_.wait(lock, [this] { return pending_calls_ == 0 && !model_fetch_running_; });
 }
 
 void Gateway::CallStarted() {
@@ -250,6 +250,25 @@ std::string Gateway::ModelName(const std::string& requested) const {
 void Gateway::RememberModelId(const std::string& model_id) {
   std::lock_guard<std::mutex> lock(mu_);
   model_id_ = model_id;
+}
+
+void Gateway::LearnModelId(const http::Request& request) {
+  if (!options_.served_model_name.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!model_id_.empty() || model_fetch_running_ || aborted_.load()) return;
+    model_fetch_running_ = true;
+  }
+  auto call =
+      std::make_shared<UnaryCall<blossom::v1::GetModelInfoRequest, blossom::v1::ModelInfo>>();
+  SetupContext(request, options_.health_timeout, &call->context);
+  stub_->async()->GetModelInfo(&call->context, &call->request, &call->response,
+                               [this, call](grpc::Status status) {
+                                 std::lock_guard<std::mutex> lock(mu_);
+                                 if (status.ok()) model_id_ = call->response.model_id();
+                                 model_fetch_running_ = false;
+                                 calls_done_.notify_all();
+                               });
 }
 
 absl::StatusOr<std::string> Gateway::ForwardedAuthorization(const http::Request& request) const {

@@ -246,6 +246,11 @@ class Gateway {
   std::string RequestIdFor(const http::Request& request);
   std::string ModelName(const std::string& requested) const;
   void RememberModelId(const std::string& model_id);
+  // Without --served_model_name, asks the backend for its model id (GetModelInfo, `request`'s
+  // authorization) when none is known yet, so that responses name the model without waiting for
+  // a client to call /v1/models. One fetch at a time, outside pending_calls_ (not a client's
+  // call); a failed one is retried by the next request; the destructor waits for it.
+  void LearnModelId(const http::Request& request);
   void CallStarted();
   void CallFinished();
   // Registers how to cancel a request's backend calls for AbortInFlight (which runs `cancel` at
@@ -282,6 +287,7 @@ class Gateway {
   mutable std::mutex mu_;
   std::condition_variable calls_done_;
   int pending_calls_ = 0;      // guarded by mu_
+  bool model_fetch_running_ = false;  // guarded by mu_: LearnModelId's call is in flight
   uint64_t next_request_ = 0;  // guarded by mu_
   std::string model_id_;       // guarded by mu_: last model_id reported by the backend
   // guarded by mu_: AbortInFlight's cancels, by TrackCancel id.

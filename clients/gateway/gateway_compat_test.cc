@@ -130,5 +130,20 @@ TEST_F(GatewayTest, ErrorLabelsSayWhatWasNotFound) {
   EXPECT_EQ(Json::parse(wrong_method.body)["error"]["type"], "invalid_request_error");
 }
 
+// Without --served_model_name the responses name the backend's model once the gateway has asked
+// for it, which the first completion does: a soak found "blossom" in every response until a
+// client happened to call /v1/models.
+TEST_F(GatewayTest, ResponsesNameTheBackendsModelWithoutAModelsCall) {
+  StartGateway({});
+  std::string model;
+  for (int i = 0; i < 100 && model != "bloom-test"; ++i) {
+    Client::Reply reply = Request("POST", "/v1/completions", R"({"prompt":"hi","max_tokens":1})");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    model = Json::parse(reply.body)["model"].get<std::string>();
+    if (model != "bloom-test") std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(model, "bloom-test");
+}
+
 }  // namespace
 }  // namespace blossom::gateway

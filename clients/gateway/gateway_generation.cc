@@ -84,6 +84,7 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     }
     parsed->request.clear_model();
   }
+  LearnModelId(request);  // for this response and the next ones, if still unknown
   parsed->model = ModelName(parsed->model);
   parsed->request.set_request_id(request_id);
   const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id);
