@@ -1,24 +1,15 @@
 #include "engine/tokenizer/chat_template_file.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "absl/status/statusor.h"
+#include "engine/loader/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace blossom {
-namespace {
-
-bool IsFile(const std::string& path) { return std::ifstream(path, std::ios::binary).good(); }
-
-}  // namespace
 
 std::string FindChatTemplateFile(const std::string& model_dir) {
-  const std::string config_path = model_dir + "/tokenizer_config.json";
-  if (std::ifstream in(config_path, std::ios::binary); in) {
-    std::ostringstream contents;
-    contents << in.rdbuf();
-    const nlohmann::json config =
-        nlohmann::json::parse(contents.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string config_path = JoinPath(model_dir, "tokenizer_config.json");
+  if (absl::StatusOr<std::string> text = ReadFileToString(config_path); text.ok()) {
+    const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (config.is_object()) {
       const auto it = config.find("chat_template");
       if (it != config.end() && ((it->is_string() && !it->get<std::string>().empty()) ||
@@ -28,8 +19,8 @@ std::string FindChatTemplateFile(const std::string& model_dir) {
     }
   }
   for (const char* name : {"chat_template.jinja", "chat_template.json"}) {
-    const std::string path = model_dir + "/" + name;
-    if (IsFile(path)) return path;
+    const std::string path = JoinPath(model_dir, name);
+    if (GetPathKind(path) == PathKind::kRegularFile) return path;
   }
   return "";
 }
