@@ -213,8 +213,8 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   // As TGI: decoder_input_details asks for details too (the prefill list lives in them).
   out.details = details.value_or(false) || decoder_input_details.value_or(false);
   // Details carry each token's logprob (0: the chosen token's only). A stream without details
-  // leaves it null, unlike TGI: asking would make the CUDA backend sample every such row on the
-  // host (CudaBatchSampler::NeedsHost), a full logits row copied per token.
+  // leaves it null, unlike TGI: a logprob costs a pass over the vocabulary per token (an extra
+  // kernel on CUDA, a log-softmax on the CPU backend) that such a client did not ask for.
   if (out.details) sampling->set_logprobs(0);
   out.top_n_tokens = static_cast<int>(top_n_tokens.value_or(0));
   if (out.top_n_tokens > 0) sampling->set_logprobs(out.top_n_tokens);

@@ -9,6 +9,9 @@
 
 namespace blossom {
 
+// Validate() caps logprobs at kMaxLogprobs; every such row can be scored on the device.
+static_assert(kMaxLogprobs <= cuda::kMaxTopLogprobs, "logprob rows the device cannot score");
+
 cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
   const SamplingParams& p = *row.params;
   cuda::SamplingRow out;
@@ -20,6 +23,7 @@ cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
   out.presence_penalty = p.presence_penalty;
   out.seed = row.rng->seed();
   out.offset = row.context.output_tokens.size();
+  out.logprobs = p.logprobs;
   // Only the penalties read the histories: without them a row carries none, so a step does not
   // copy, check and upload every sequence's whole context (at 256 sequences of a few hundred
   // tokens, most of the sampler's host work).
@@ -40,7 +44,7 @@ absl::StatusOr<std::unique_ptr<CudaBatchSampler>> CudaBatchSampler::Create(CudaB
 
 bool CudaBatchSampler::NeedsHost(const SampleRow& row) {
   const SamplingParams& p = *row.params;
-  return p.typical_p < 1.0f || p.min_p > 0.0f || p.logprobs >= 0 ||
+  return p.typical_p < 1.0f || p.min_p > 0.0f ||
          !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
          !p.bad_words_token_ids.empty() || !p.logit_bias.empty() || !p.choice_token_ids.empty() ||
          p.constraint != nullptr;
@@ -90,10 +94,17 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
     for (size_t k = begin; k < end; ++k) run.push_back(DeviceRow(rows[on_device[k]]));
     tokens.assign(run.size(), 0);
     float* first = static_cast<float*>(logits.data) + rows[on_device[begin]].logit_row * vocab;
-    const absl::Status sampled = sampler_->Sample(first, vocab, run, tokens.data());
+    const absl::Status sampled = sampler_->Sample(first, vocab, run, tokens.data(), &logprobs_);
     for (size_t k = begin; k < end; ++k) {
       if (!sampled.ok()) {
         (*results)[on_device[k]] = sampled;
+        continue;
+      }
+      const cuda::SampledLogprobs& lp = logprobs_[k - begin];
+      if (lp.nonfinite) {
+        // Sample()'s error for such a row (the device found it while scoring the logprobs).
+        (*results)[on_device[k]] =
+            absl::InternalError("the model produced a non-finite logit");
         continue;
       }
       if (tokens[k - begin] == cuda::kNoToken) {
@@ -104,6 +115,13 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
       }
       SampleResult result;
       result.token = tokens[k - begin];
+      if (run[k - begin].logprobs >= 0) {
+        result.logprob = lp.chosen;
+        result.top.reserve(lp.top_ids.size());
+        for (size_t t = 0; t < lp.top_ids.size(); ++t) {
+          result.top.push_back({lp.top_ids[t], lp.top_logprobs[t]});
+        }
+      }
       (*results)[on_device[k]] = std::move(result);
     }
     device_rows_ += static_cast<int64_t>(end - begin);

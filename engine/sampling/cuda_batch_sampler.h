@@ -3,11 +3,15 @@
 // ids come back; the other rows are copied to the host one by one and sampled there by Sample(),
 // explicitly and counted (host_rows()).
 //
-// On the device: greedy, temperature, top_k, top_p, repetition / frequency / presence penalties.
-// On the host (the GPU sampler lacks them): typical_p < 1, min_p > 0, logprobs >= 0 (the GPU
-// sampler returns no logprobs), suppressed tokens (min_new_tokens), allowed_token_ids, bad words,
-// logit_bias and guided choice. Prompt logprobs are not
-// a sampling row: the engine scores them from host logits.
+// On the device: greedy, temperature, top_k, top_p, repetition / frequency / presence penalties,
+// and logprobs (the chosen token's and the top n's, scored on the device so that ~200 bytes per
+// row come back instead of the row). On the host (the GPU sampler lacks them): typical_p < 1,
+// min_p > 0, suppressed tokens (min_new_tokens), allowed_token_ids, bad words, logit_bias,
+// guided choice and structured output. Prompt logprobs are not a sampling row: the engine scores
+// them from host logits.
+//
+// Device logprobs equal the host's (Sample()) to ~1e-6 (sums in another order) with the same ids;
+// a logprob row holding a NaN or +inf fails with Sample()'s Internal error, as on the host.
 //
 // Differences from the host sampler, by design: a device row with temperature > 0 draws from
 // CudaSampler's Philox stream at (seed, offset) with seed = the request generator's seed() and
@@ -16,8 +20,8 @@
 // give the CPU's token (the first maximum after the same penalties). A CudaSampler error fails
 // every row of the consecutive run it sampled (one call per run of consecutive logit rows).
 // Rows must name distinct logit rows (penalties are applied to the logits in place). A NaN or
-// +inf logit is not detected on the device (the host sampler fails such a row with Internal);
-// the GPU sampler's token for that row is unspecified.
+// +inf logit in a row without logprobs is not detected on the device (the host sampler fails
+// such a row with Internal); the GPU sampler's token for that row is unspecified.
 //
 // Thread-safety: one thread at a time, whose current device is the backend's (as for every
 // CudaBackend call).
@@ -65,6 +69,7 @@ class CudaBatchSampler : public BatchSampler {
   std::unique_ptr<cuda::CudaSampler> sampler_;
   SamplerScratch scratch_;
   std::vector<float> host_row_;  // a fallback row, copied from the device
+  std::vector<cuda::SampledLogprobs> logprobs_;  // one run's, reused
   int64_t device_rows_ = 0;
   int64_t host_rows_ = 0;
 };

@@ -31,6 +31,11 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
   EXPECT_EQ(none.top_k, 40);
   EXPECT_EQ(none.seed, 77u);
   EXPECT_EQ(none.offset, output.size()) << "the draw index stays the output length";
+  EXPECT_EQ(none.logprobs, -1);
+
+  SamplingParams scored;
+  scored.logprobs = 7;
+  EXPECT_EQ(device_row(scored).logprobs, 7);
 
   SamplingParams repetition;
   repetition.repetition_penalty = 1.2f;
@@ -46,6 +51,20 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
     EXPECT_TRUE(add.prompt_tokens.empty()) << "the additive penalties read only the output";
     EXPECT_EQ(add.output_tokens, output);
   }
+}
+
+// Logprob rows are scored on the device (logprobs.cu); the rest of the file comment's list still
+// needs the host.
+TEST(CudaBatchSamplerRowsTest, LogprobRowsStayOnTheDevice) {
+  SamplingParams params;
+  SampleRow row;
+  row.params = &params;
+  for (int32_t n : {0, 1, kMaxLogprobs}) {
+    params.logprobs = n;
+    EXPECT_FALSE(CudaBatchSampler::NeedsHost(row)) << "logprobs " << n;
+  }
+  params.min_p = 0.1f;
+  EXPECT_TRUE(CudaBatchSampler::NeedsHost(row)) << "min_p still needs the host";
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // CudaBatchSampler against its CPU twin, HostBatchSampler, on the same logits:
 //  - greedy rows (with and without penalties): the same token, exactly;
-//  - host-fallback rows (logprobs, typical_p, min_p, suppressed tokens): the same token,
-//    logprob and top logprobs, bit for bit (they run the CPU sampler), and they are counted;
+//  - host-fallback rows (typical_p, min_p, suppressed tokens, masks): the same token, logprob
+//    and top logprobs, bit for bit (they run the CPU sampler), and they are counted;
+//  - device rows asking for logprobs: the host's logprobs for the token drawn, to 1e-5, and the
+//    host's top ids exactly; a NaN in such a row fails it with the host's Internal error;
 //  - sampled rows (temperature, top_k, top_p): the GPU draws from its own Philox stream, so the
 //    check is that the token has nonzero probability under the CPU's distribution for that row
 //    (SamplingDistribution) and that the same seed and offset give the same token again;
@@ -9,6 +11,7 @@
 // Without a visible GPU every test reports SKIPPED with the reason.
 #include "engine/sampling/cuda_batch_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -167,7 +170,8 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
 
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   std::vector<Request> requests(9);
-  requests[0].params.logprobs = 5;
+  requests[0].params.typical_p = 0.8f;
+  requests[0].params.logprobs = 5;  // scored on the host with the rest of the row
   requests[1].params.typical_p = 0.8f;
   requests[2].params.min_p = 0.1f;
   requests[3].suppressed = {0, 1, 2};
@@ -206,6 +210,67 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
   EXPECT_TRUE(gpu[8]->token == 30 || gpu[8]->token == 31) << gpu[8]->token;
 }
 
+// Logprob rows stay on the device and report the host sampler's logprobs (RawLogprobs of the
+// row for the token drawn; greedy rows draw the host's token too). Tolerance 1e-5: the device
+// sums the same fp32 weights in double in another order. A NaN or +inf row fails with Internal.
+TEST_F(CudaBatchSamplerTest, LogprobRowsAreScoredOnTheDevice) {
+  std::vector<Request> requests(6);
+  requests[0].params.temperature = 0.0f;
+  requests[0].params.logprobs = 0;
+  requests[1].params.temperature = 0.0f;
+  requests[1].params.logprobs = kMaxLogprobs;
+  requests[1].params.repetition_penalty = 1.3f;
+  requests[2].params.temperature = 0.9f;
+  requests[2].params.top_k = 30;
+  requests[2].params.logprobs = 3;
+  requests[3].params.temperature = 1.0f;
+  requests[3].params.frequency_penalty = 0.7f;
+  requests[3].params.presence_penalty = 0.2f;
+  requests[3].params.logprobs = 1;
+  requests[4].params.temperature = 0.0f;
+  requests[4].params.logprobs = 2;  // its row holds a NaN
+  requests[5].params.temperature = 0.0f;  // no logprobs: none reported
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 60 + i;
+  for (const Request& r : requests) {
+    SampleRow row;
+    row.params = &r.params;
+    EXPECT_FALSE(CudaBatchSampler::NeedsHost(row));
+  }
+  std::vector<float> host = RandomLogits(6, 15);
+  host[static_cast<size_t>(4 * kVocab + 33)] = NAN;
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  SampleOnBoth(host, requests, {0, 1, 2, 3, 4, 5}, &gpu, &cpu);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "row " << i);
+    if (i == 4) {
+      EXPECT_EQ(gpu[i].status().code(), absl::StatusCode::kInternal) << gpu[i].status();
+      EXPECT_EQ(cpu[i].status().code(), absl::StatusCode::kInternal) << cpu[i].status();
+      continue;
+    }
+    ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
+    ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
+    if (requests[i].params.temperature == 0.0f) {
+      EXPECT_EQ(gpu[i]->token, cpu[i]->token);
+    }
+    const absl::StatusOr<SampleResult> want =
+        RawLogprobs(absl::MakeConstSpan(host.data() + i * kVocab, kVocab), gpu[i]->token,
+                    std::max(requests[i].params.logprobs, 0));
+    ASSERT_TRUE(want.ok()) << want.status();
+    if (requests[i].params.logprobs < 0) {
+      EXPECT_TRUE(gpu[i]->top.empty());
+      continue;
+    }
+    EXPECT_NEAR(gpu[i]->logprob, want->logprob, 1e-5);
+    ASSERT_EQ(gpu[i]->top.size(), want->top.size());
+    for (size_t t = 0; t < want->top.size(); ++t) {
+      EXPECT_EQ(gpu[i]->top[t].token, want->top[t].token) << "rank " << t;
+      EXPECT_NEAR(gpu[i]->top[t].logprob, want->top[t].logprob, 1e-5) << "rank " << t;
+    }
+  }
+  EXPECT_EQ(sampler_->device_rows(), 6);
+  EXPECT_EQ(sampler_->host_rows(), 0);
+}
+
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {
   std::vector<Request> requests(3);
   requests[0].params.temperature = 0.7f;
@@ -217,7 +282,7 @@ TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly)
   // Device rows on logit rows 0, 1 and 4 (two runs: {0, 1} and {4}), a fallback row on 3.
   std::vector<Request> with_fallback = requests;
   with_fallback.push_back(Request());
-  with_fallback.back().params.logprobs = 1;
+  with_fallback.back().params.min_p = 0.05f;
   const std::vector<float> host = RandomLogits(5, 13);
   std::vector<int32_t> first_tokens;
   for (int attempt = 0; attempt < 2; ++attempt) {

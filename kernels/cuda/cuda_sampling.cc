@@ -67,15 +67,17 @@ absl::Status CudaSampler::Reserve(size_t bytes) {
   return absl::OkStatus();
 }
 
+static_assert(kMaxTopLogprobs == kRowTopLogprobs, "the public and the kernels' logprob caps differ");
+
 absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
-                                 int32_t* tokens) {
+                                 int32_t* tokens, std::vector<SampledLogprobs>* logprobs) {
   const int32_t n = static_cast<int32_t>(rows.size());
   if (n == 0) return absl::OkStatus();
   if (logits == nullptr || vocab <= 0 || vocab > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("cuda sampler: bad logits or vocab ", vocab));
   }
   size_t prompt_total = 0, output_total = 0;
-  bool any_penalty = false;
+  bool any_penalty = false, any_logprobs = false;
   for (int32_t r = 0; r < n; ++r) {
     const SamplingRow& row = rows[r];
     if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
@@ -84,6 +86,12 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
                                                      ": temperature must be >= 0, top_p in (0, 1], "
                                                      "repetition_penalty > 0"));
     }
+    if (row.logprobs < -1 || row.logprobs > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": logprobs ",
+                                                     row.logprobs, " outside [-1, ",
+                                                     kMaxTopLogprobs, "]"));
+    }
+    any_logprobs = any_logprobs || row.logprobs >= 0;
     for (const std::vector<int32_t>* ids : {&row.prompt_tokens, &row.output_tokens}) {
       for (int32_t id : *ids) {
         if (id < 0 || id >= vocab) {
@@ -102,8 +110,16 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   const size_t ostart_at = Align(pstart_at + (n + 1) * sizeof(int32_t));
   const size_t ptok_at = Align(ostart_at + (n + 1) * sizeof(int32_t));
   const size_t otok_at = Align(ptok_at + prompt_total * sizeof(int32_t));
+  if (any_logprobs && logprobs == nullptr) {
+    return absl::InvalidArgumentError("cuda sampler: a row asks for logprobs but there is no output for them");
+  }
   const size_t out_at = Align(otok_at + output_total * sizeof(int32_t));
-  const size_t total = out_at + n * sizeof(int32_t);
+  const size_t lp_at = Align(out_at + n * sizeof(int32_t));
+  // The download: tokens, and the logprob rows when any row asks.
+  const size_t down_end = any_logprobs ? lp_at + n * sizeof(RowLogprobs) : out_at + n * sizeof(int32_t);
+  const size_t raw_prompt_at = Align(down_end);
+  const size_t raw_output_at = Align(raw_prompt_at + (any_logprobs ? prompt_total : 0) * sizeof(float));
+  const size_t total = raw_output_at + (any_logprobs ? output_total : 0) * sizeof(float);
   absl::Status s = Reserve(total);
   if (!s.ok()) return s;
   // The previous call's transfers finished (it synchronised), so the pinned buffer is free.
@@ -126,6 +142,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     p.presence_penalty = row.presence_penalty;
     p.seed = row.seed;
     p.offset = row.offset;
+    p.logprobs = row.logprobs;
     params[r] = p;
     std::memcpy(ptok + pstart[r], row.prompt_tokens.data(), row.prompt_tokens.size() * sizeof(int32_t));
     std::memcpy(otok + ostart[r], row.output_tokens.data(), row.output_tokens.size() * sizeof(int32_t));
@@ -147,14 +164,34 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   a.output_tokens = reinterpret_cast<const int32_t*>(d + otok_at);
   a.out_tokens = reinterpret_cast<int32_t*>(d + out_at);
   a.any_penalty = any_penalty;
+  if (any_logprobs) {
+    a.out_logprobs = reinterpret_cast<RowLogprobs*>(d + lp_at);
+    a.raw_prompt = reinterpret_cast<float*>(d + raw_prompt_at);
+    a.raw_output = reinterpret_cast<float*>(d + raw_output_at);
+  }
   err = LaunchSampling(a, stream);
   if (err != cudaSuccess) return CudaError("LaunchSampling", err);
-  err = cudaMemcpyAsync(h + out_at, d + out_at, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+  err = cudaMemcpyAsync(h + out_at, d + out_at, down_end - out_at, cudaMemcpyDeviceToHost, stream);
   if (err != cudaSuccess) return CudaError("download", err);
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
   // A row with nothing to draw keeps its -1: that row's failure, not the call's.
   std::memcpy(tokens, h + out_at, n * sizeof(int32_t));
+  if (logprobs != nullptr) {
+    logprobs->assign(static_cast<size_t>(n), SampledLogprobs());
+    const auto* results = reinterpret_cast<const RowLogprobs*>(h + lp_at);
+    for (int32_t r = 0; r < n && any_logprobs; ++r) {
+      if (rows[r].logprobs < 0) continue;
+      const RowLogprobs& got = results[r];
+      SampledLogprobs& out = (*logprobs)[r];
+      out.nonfinite = got.nonfinite != 0;
+      if (out.nonfinite) continue;
+      out.chosen = got.chosen;
+      const int32_t count = std::min(std::max(got.count, 0), rows[r].logprobs);
+      out.top_ids.assign(got.top_ids, got.top_ids + count);
+      out.top_logprobs.assign(got.top_logprobs, got.top_logprobs + count);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -6,8 +6,12 @@
 // token, independent of the batch it is in, so a request can be replayed or preempted and resumed
 // by passing offset = number of tokens it has sampled so far.
 //
+// A row may also ask for logprobs: the raw log-softmax (before penalties) of its drawn token and
+// of its top n tokens, n <= kMaxTopLogprobs, as the CPU sampler reports them (logprobs.cu); only
+// these come back to the host, not the row.
+//
 // Not implemented here (the CPU sampler in engine/sampling has them): typical_p, min_p,
-// suppressed tokens, logprobs. Rows needing those must use the CPU sampler.
+// suppressed tokens. Rows needing those must use the CPU sampler.
 //
 // Thread-safety: a CudaSampler is used by one thread at a time (it owns staging buffers).
 #ifndef BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_
@@ -34,13 +38,29 @@ struct SamplingRow {
   float presence_penalty = 0.0f;    // output ids: logit -= presence_penalty once
   uint64_t seed = 0;
   uint64_t offset = 0;              // which draw of this seed's stream (tokens sampled so far)
+  int32_t logprobs = -1;            // -1: none; else [0, kMaxTopLogprobs] top logprobs as well
   // Token histories for the penalties (host memory, read during Sample()).
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> output_tokens;
 };
 
+// The most top logprobs a row may ask for.
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 // CudaSampler::Sample's token for a row with nothing to draw.
 inline constexpr int32_t kNoToken = -1;
+
+// The logprobs of one row that asked for them (SamplingRow::logprobs >= 0).
+struct SampledLogprobs {
+  // The row holds a NaN or +inf logit (a model fault): nothing below is meaningful, nor is the
+  // row's token.
+  bool nonfinite = false;
+  float chosen = 0.0f;  // the drawn token's raw logprob, clamped to -FLT_MAX
+  // The min(logprobs, finite logits) most likely tokens by raw logit, descending, ties to the
+  // lowest id; -inf logits are left out.
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
 
 class CudaSampler {
  public:
@@ -52,10 +72,13 @@ class CudaSampler {
   CudaSampler& operator=(const CudaSampler&) = delete;
 
   // Samples rows.size() tokens from logits (device, fp32, [rows, vocab], row-major) into
-  // tokens[rows] (host). The logits are modified in place by the penalties. Blocks until the
-  // tokens are on the host. A row whose logits are all -inf after the penalties gets token -1
-  // (kNoToken): one such row must fail only its own request. Errors are the device's.
-  absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows, int32_t* tokens);
+  // tokens[rows] (host), and (*logprobs)[r] for each row r that asks for logprobs (resized to
+  // rows.size(); may be null when no row asks). The logits are modified in place by the
+  // penalties. Blocks until the results are on the host. A row whose logits are all -inf after
+  // the penalties gets token -1 (kNoToken): one such row must fail only its own request.
+  // InvalidArgument for bad parameters; other errors are the device's.
+  absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
+                      int32_t* tokens, std::vector<SampledLogprobs>* logprobs = nullptr);
 
   // The uniform in [0, 1) that (seed, offset) draws; exposed for tests and CPU cross-checks.
   static float Uniform(uint64_t seed, uint64_t offset);
@@ -66,8 +89,9 @@ class CudaSampler {
   absl::Status Reserve(size_t bytes);
 
   void* stream_ = nullptr;
-  // One upload per call: [params | prompt starts | output starts | prompt ids | output ids |
-  // sampled tokens], mirrored in pinned host memory so the copy is a single async transfer.
+  // One upload per call: [params | prompt starts | output starts | prompt ids | output ids],
+  // then one download: [sampled tokens | row logprobs], each a single async transfer through the
+  // pinned host mirror; then the device-only raw-logit scratch of the logprob rows.
   void* device_ = nullptr;
   void* host_ = nullptr;
   size_t capacity_ = 0;

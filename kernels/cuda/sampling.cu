@@ -11,6 +11,7 @@
 //     probability mass, giving the smallest logit threshold whose kept mass reaches top_p. The
 //     draw is one Philox4x32-10 uniform per (seed, offset), located by a block-wide scan over the
 //     kept weights in token-id order.
+// Logprobs (logprobs.cu) are scored on the raw row around these two kernels.
 // Same semantics as engine/sampling (HF order: penalties, temperature, top-k, top-p; ties at a
 // threshold are kept). The top-p mass histogram uses shared-memory float atomics, so a row whose
 // cumulative mass lands within rounding of top_p may keep a slightly different set between runs.
@@ -344,6 +345,9 @@ float PhiloxUniform(uint64_t seed, uint64_t offset) { return Uniform(seed, offse
 cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   if (a.vocab <= 0 || a.vocab > INT_MAX) return cudaErrorInvalidValue;
+  // Logprobs read the raw row, so their stats come before the penalties edit it.
+  cudaError_t err = LaunchLogprobStats(a, stream);
+  if (err != cudaSuccess) return err;
   if (a.any_penalty) {
     // The bitmap in shared memory where it fits the default 48 KB (a vocabulary up to 393,216).
     const int64_t words = (static_cast<int64_t>(a.vocab) + 31) / 32;
@@ -352,7 +356,9 @@ cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
         a, seen_words);
   }
   SampleKernel<<<a.rows, kSampleThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return LaunchChosenLogprobs(a, stream);
 }
 
 }  // namespace cuda

@@ -10,6 +10,21 @@
 namespace blossom {
 namespace cuda {
 
+// The most top logprobs a row may ask for (cuda_sampling.h's kMaxTopLogprobs).
+inline constexpr int kRowTopLogprobs = 20;
+
+// One logprob row's result, written on the device. Logprobs are the log-softmax of the RAW row,
+// before the penalties: logprob(v) = max(double(v) - max_logit - log_sum, -FLT_MAX).
+struct RowLogprobs {
+  double log_sum = 0.0;   // log(sum of exp(v - max_logit)) over the row's finite logits
+  float max_logit = 0.0f;
+  float chosen = 0.0f;    // the sampled token's logprob (set after the draw)
+  int32_t nonfinite = 0;  // 1: the row holds a NaN or +inf (a model fault); nothing else holds
+  int32_t count = 0;      // top entries filled: min(logprobs, finite logits)
+  int32_t top_ids[kRowTopLogprobs] = {};  // by raw logit descending, ties to the lowest id
+  float top_logprobs[kRowTopLogprobs] = {};
+};
+
 // One row's sampling parameters; the layout is shared by host and device (plain data).
 struct RowSamplingParams {
   float temperature = 1.0f;          // 0 = greedy (argmax, ties to the lowest id)
@@ -18,6 +33,7 @@ struct RowSamplingParams {
   float repetition_penalty = 1.0f;   // HF/CTRL, over prompt and output tokens, each id once
   float frequency_penalty = 0.0f;    // OpenAI, count of the id in the output tokens
   float presence_penalty = 0.0f;     // OpenAI, once if the id occurs in the output tokens
+  int32_t logprobs = -1;             // -1: none; else how many top logprobs, <= kRowTopLogprobs
   uint64_t seed = 0;                 // Philox key
   uint64_t offset = 0;               // Philox counter: e.g. tokens sampled so far by the request
 };
@@ -33,12 +49,27 @@ struct SamplingLaunchArgs {
   const int32_t* output_tokens = nullptr;
   const int32_t* output_start = nullptr;  // [rows + 1]; null: no output tokens
   int32_t* out_tokens = nullptr;          // device [rows]
+  // Logprobs (null when no row has params.logprobs >= 0): results per row, and scratch that keeps
+  // the raw logits of the history tokens (aligned with prompt_tokens / output_tokens) of the
+  // logprob rows that have penalties, since the penalties overwrite those logits before the draw.
+  RowLogprobs* out_logprobs = nullptr;  // device [rows]
+  float* raw_prompt = nullptr;          // device, as prompt_tokens
+  float* raw_output = nullptr;          // device, as output_tokens
   // Whether any row has a penalty (repetition != 1, frequency or presence != 0): false skips
   // the penalty kernel, which would change nothing.
   bool any_penalty = true;
 };
 
+// Penalties, then the draw; with out_logprobs, LaunchLogprobStats before the penalties and
+// LaunchChosenLogprobs after the draw.
 cudaError_t LaunchSampling(const SamplingLaunchArgs& args, cudaStream_t stream);
+
+// logprobs.cu. Stats: per logprob row, on the raw logits, the max, log_sum, top ids and
+// logprobs and the nonfinite flag, and the raw logits of penalised history tokens. Chosen: the
+// sampled token's logprob from the stats and the raw logit (from the scratch where a penalty
+// overwrote it). Rows with logprobs < 0 are left alone.
+cudaError_t LaunchLogprobStats(const SamplingLaunchArgs& args, cudaStream_t stream);
+cudaError_t LaunchChosenLogprobs(const SamplingLaunchArgs& args, cudaStream_t stream);
 
 // The uniform in [0, 1) the sampler draws for (seed, offset): exposed so tests can predict draws.
 float PhiloxUniform(uint64_t seed, uint64_t offset);
