@@ -18,6 +18,8 @@ cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
   out.temperature = p.temperature;
   out.top_k = p.top_k;
   out.top_p = p.top_p;
+  out.typical_p = p.typical_p;
+  out.min_p = p.min_p;
   out.repetition_penalty = p.repetition_penalty;
   out.frequency_penalty = p.frequency_penalty;
   out.presence_penalty = p.presence_penalty;
@@ -44,8 +46,7 @@ absl::StatusOr<std::unique_ptr<CudaBatchSampler>> CudaBatchSampler::Create(CudaB
 
 bool CudaBatchSampler::NeedsHost(const SampleRow& row) {
   const SamplingParams& p = *row.params;
-  return p.typical_p < 1.0f || p.min_p > 0.0f ||
-         !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
+  return !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
          !p.bad_words_token_ids.empty() || !p.logit_bias.empty() || !p.choice_token_ids.empty() ||
          p.constraint != nullptr;
 }

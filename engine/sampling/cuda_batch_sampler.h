@@ -3,11 +3,11 @@
 // ids come back; the other rows are copied to the host one by one and sampled there by Sample(),
 // explicitly and counted (host_rows()).
 //
-// On the device: greedy, temperature, top_k, top_p, repetition / frequency / presence penalties,
-// and logprobs (the chosen token's and the top n's, scored on the device so that ~200 bytes per
-// row come back instead of the row). On the host (the GPU sampler lacks them): typical_p < 1,
-// min_p > 0, suppressed tokens (min_new_tokens), allowed_token_ids, bad words, logit_bias,
-// guided choice and structured output. Prompt logprobs are not a sampling row: the engine scores
+// On the device: greedy, temperature, top_k, top_p, typical_p, min_p, repetition / frequency /
+// presence penalties, and logprobs (the chosen token's and the top n's, scored on the device so
+// that ~200 bytes per row come back instead of the row). On the host (the GPU sampler lacks
+// them): suppressed tokens (min_new_tokens), allowed_token_ids, bad words, logit_bias, guided
+// choice and structured output. Prompt logprobs are not a sampling row: the engine scores
 // them from host logits.
 //
 // Device logprobs equal the host's (Sample()) to ~1e-6 (sums in another order) with the same ids;
@@ -17,7 +17,10 @@
 // CudaSampler's Philox stream at (seed, offset) with seed = the request generator's seed() and
 // offset = its output tokens so far, not from the generator's mt19937_64 stream (which it does
 // not advance). So a seed reproduces a request on the GPU, but not the CPU's token. Greedy rows
-// give the CPU's token (the first maximum after the same penalties). A CudaSampler error fails
+// give the CPU's token (the first maximum after the same penalties). The filters keep the host's
+// sets except within rounding of a boundary: at top_p and typical_p the GPU keeps every token
+// tied at the threshold (the host breaks top_p ties by id) and compares typicality scores in
+// fp32. A CudaSampler error fails
 // every row of the consecutive run it sampled (one call per run of consecutive logit rows).
 // Rows must name distinct logit rows (penalties are applied to the logits in place). A NaN or
 // +inf logit in a row without logprobs is not detected on the device (the host sampler fails

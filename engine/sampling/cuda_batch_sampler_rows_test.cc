@@ -35,7 +35,12 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
 
   SamplingParams scored;
   scored.logprobs = 7;
-  EXPECT_EQ(device_row(scored).logprobs, 7);
+  scored.typical_p = 0.6f;
+  scored.min_p = 0.05f;
+  const cuda::SamplingRow filtered = device_row(scored);
+  EXPECT_EQ(filtered.logprobs, 7);
+  EXPECT_EQ(filtered.typical_p, 0.6f);
+  EXPECT_EQ(filtered.min_p, 0.05f);
 
   SamplingParams repetition;
   repetition.repetition_penalty = 1.2f;
@@ -53,9 +58,8 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
   }
 }
 
-// Logprob rows are scored on the device (logprobs.cu); the rest of the file comment's list still
-// needs the host.
-TEST(CudaBatchSamplerRowsTest, LogprobRowsStayOnTheDevice) {
+// Logprob, typical-p and min-p rows stay on the device; masks still need the host.
+TEST(CudaBatchSamplerRowsTest, LogprobAndFilterRowsStayOnTheDevice) {
   SamplingParams params;
   SampleRow row;
   row.params = &params;
@@ -63,8 +67,12 @@ TEST(CudaBatchSamplerRowsTest, LogprobRowsStayOnTheDevice) {
     params.logprobs = n;
     EXPECT_FALSE(CudaBatchSampler::NeedsHost(row)) << "logprobs " << n;
   }
+  params.typical_p = 0.5f;
   params.min_p = 0.1f;
-  EXPECT_TRUE(CudaBatchSampler::NeedsHost(row)) << "min_p still needs the host";
+  EXPECT_FALSE(CudaBatchSampler::NeedsHost(row)) << "typical_p and min_p are on the device too";
+  const std::vector<int32_t> suppressed = {4};
+  row.context.suppressed_tokens = suppressed;
+  EXPECT_TRUE(CudaBatchSampler::NeedsHost(row)) << "suppressed tokens still need the host";
 }
 
 }  // namespace

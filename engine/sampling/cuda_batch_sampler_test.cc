@@ -1,10 +1,10 @@
 // CudaBatchSampler against its CPU twin, HostBatchSampler, on the same logits:
 //  - greedy rows (with and without penalties): the same token, exactly;
-//  - host-fallback rows (typical_p, min_p, suppressed tokens, masks): the same token, logprob
+//  - host-fallback rows (suppressed tokens, masks, bias, constraints): the same token, logprob
 //    and top logprobs, bit for bit (they run the CPU sampler), and they are counted;
 //  - device rows asking for logprobs: the host's logprobs for the token drawn, to 1e-5, and the
 //    host's top ids exactly; a NaN in such a row fails it with the host's Internal error;
-//  - sampled rows (temperature, top_k, top_p): the GPU draws from its own Philox stream, so the
+//  - sampled rows (temperature, top_k, top_p, typical_p, min_p): the GPU draws from its own Philox stream, so the
 //    check is that the token has nonzero probability under the CPU's distribution for that row
 //    (SamplingDistribution) and that the same seed and offset give the same token again;
 //  - rows on non-consecutive logit rows, mixing device and host rows.
@@ -169,17 +169,16 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
 }
 
 TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
-  std::vector<Request> requests(9);
-  requests[0].params.typical_p = 0.8f;
+  std::vector<Request> requests(7);
+  requests[0].suppressed = {0, 1, 2};
   requests[0].params.logprobs = 5;  // scored on the host with the rest of the row
+  requests[1].suppressed = {5};
   requests[1].params.typical_p = 0.8f;
-  requests[2].params.min_p = 0.1f;
-  requests[3].suppressed = {0, 1, 2};
-  requests[4].params.allowed_token_ids = {3, 99, 4000};
-  requests[5].params.bad_words_token_ids = {{7}, {1, 2}};
-  requests[6].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
-  requests[7].params.choice_token_ids = {{21, 22}, {23}};
-  requests[8].params.constraint = std::make_shared<OnlyTokens>(std::vector<int32_t>{30, 31});
+  requests[2].params.allowed_token_ids = {3, 99, 4000};
+  requests[3].params.bad_words_token_ids = {{7}, {1, 2}};
+  requests[4].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
+  requests[5].params.choice_token_ids = {{21, 22}, {23}};
+  requests[6].params.constraint = std::make_shared<OnlyTokens>(std::vector<int32_t>{30, 31});
   for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
   for (const Request& r : requests) {
     SampleRow row;
@@ -188,7 +187,7 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
     EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
   }
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
-  SampleOnBoth(RandomLogits(9, 12), requests, {8, 7, 6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
+  SampleOnBoth(RandomLogits(7, 12), requests, {6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
@@ -200,14 +199,14 @@ TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
       EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
     }
   }
-  EXPECT_EQ(sampler_->host_rows(), 9);
+  EXPECT_EQ(sampler_->host_rows(), 7);
   EXPECT_EQ(sampler_->device_rows(), 0);
   // The masks and the bias took effect on the rows copied from the device.
-  EXPECT_TRUE(gpu[4]->token == 3 || gpu[4]->token == 99 || gpu[4]->token == 4000) << gpu[4]->token;
-  EXPECT_NE(gpu[5]->token, 7);
-  EXPECT_EQ(gpu[6]->token, 12) << "+30 on logits of standard deviation 4";
-  EXPECT_TRUE(gpu[7]->token == 21 || gpu[7]->token == 23) << gpu[7]->token;
-  EXPECT_TRUE(gpu[8]->token == 30 || gpu[8]->token == 31) << gpu[8]->token;
+  EXPECT_TRUE(gpu[2]->token == 3 || gpu[2]->token == 99 || gpu[2]->token == 4000) << gpu[2]->token;
+  EXPECT_NE(gpu[3]->token, 7);
+  EXPECT_EQ(gpu[4]->token, 12) << "+30 on logits of standard deviation 4";
+  EXPECT_TRUE(gpu[5]->token == 21 || gpu[5]->token == 23) << gpu[5]->token;
+  EXPECT_TRUE(gpu[6]->token == 30 || gpu[6]->token == 31) << gpu[6]->token;
 }
 
 // Logprob rows stay on the device and report the host sampler's logprobs (RawLogprobs of the
@@ -272,23 +271,30 @@ TEST_F(CudaBatchSamplerTest, LogprobRowsAreScoredOnTheDevice) {
 }
 
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {
-  std::vector<Request> requests(3);
+  std::vector<Request> requests(5);
   requests[0].params.temperature = 0.7f;
   requests[1].params.temperature = 1.0f;
   requests[1].params.top_k = 20;
   requests[2].params.temperature = 1.3f;
   requests[2].params.top_p = 0.8f;
   requests[2].params.repetition_penalty = 1.2f;
-  // Device rows on logit rows 0, 1 and 4 (two runs: {0, 1} and {4}), a fallback row on 3.
+  requests[3].params.temperature = 1.1f;
+  requests[3].params.typical_p = 0.7f;
+  requests[4].params.temperature = 0.9f;
+  requests[4].params.top_p = 0.95f;
+  requests[4].params.typical_p = 0.9f;
+  requests[4].params.min_p = 0.1f;
+  // Device rows on logit rows 0, 1, 4, 5 and 6 (two runs: {0, 1} and {4, 5, 6}), a fallback row
+  // on 3.
   std::vector<Request> with_fallback = requests;
   with_fallback.push_back(Request());
-  with_fallback.back().params.min_p = 0.05f;
-  const std::vector<float> host = RandomLogits(5, 13);
+  with_fallback.back().suppressed = {1};
+  const std::vector<float> host = RandomLogits(7, 13);
   std::vector<int32_t> first_tokens;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<RequestRng> rngs;
     for (size_t i = 0; i < with_fallback.size(); ++i) rngs.emplace_back(uint64_t{77} + i);
-    std::vector<SampleRow> rows = RowsFor(with_fallback, rngs, {0, 1, 4, 3});
+    std::vector<SampleRow> rows = RowsFor(with_fallback, rngs, {0, 1, 4, 5, 6, 3});
     std::vector<absl::StatusOr<SampleResult>> gpu;
     ASSERT_TRUE(sampler_->SampleBatch(Upload(host), rows, &gpu).ok());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -308,9 +314,9 @@ TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly)
         EXPECT_EQ(gpu[i]->token, first_tokens[i]) << "row " << i << ": same seed and offset";
       }
     }
-    ASSERT_TRUE(gpu[3].ok()) << gpu[3].status();
+    ASSERT_TRUE(gpu[5].ok()) << gpu[5].status();
   }
-  EXPECT_EQ(sampler_->device_rows(), 6);
+  EXPECT_EQ(sampler_->device_rows(), 10);
   EXPECT_EQ(sampler_->host_rows(), 2);
 }
 

@@ -81,10 +81,12 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   for (int32_t r = 0; r < n; ++r) {
     const SamplingRow& row = rows[r];
     if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
-        !(row.repetition_penalty > 0.0f)) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r,
-                                                     ": temperature must be >= 0, top_p in (0, 1], "
-                                                     "repetition_penalty > 0"));
+        !(row.typical_p > 0.0f && row.typical_p <= 1.0f) ||
+        !(row.min_p >= 0.0f && row.min_p <= 1.0f) || !(row.repetition_penalty > 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda sampler: row ", r,
+          ": temperature must be >= 0, top_p and typical_p in (0, 1], min_p in [0, 1], "
+          "repetition_penalty > 0"));
     }
     if (row.logprobs < -1 || row.logprobs > kMaxTopLogprobs) {
       return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": logprobs ",
@@ -137,6 +139,8 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     p.temperature = row.temperature;
     p.top_k = row.top_k;
     p.top_p = row.top_p;
+    p.typical_p = row.typical_p;
+    p.min_p = row.min_p;
     p.repetition_penalty = row.repetition_penalty;
     p.frequency_penalty = row.frequency_penalty;
     p.presence_penalty = row.presence_penalty;

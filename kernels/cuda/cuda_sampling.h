@@ -1,7 +1,7 @@
 // Batched token sampling on the GPU, over fp32 logits already in device memory.
 //
 // One call samples one token per row, each row with its own parameters (greedy, temperature,
-// top-k, top-p, repetition / frequency / presence penalties) and its own Philox4x32-10 stream
+// top-k, top-p, typical-p, min-p, repetition / frequency / presence penalties) and its own Philox4x32-10 stream
 // addressed by (seed, offset): the same (logits, params, seed, offset) always gives the same
 // token, independent of the batch it is in, so a request can be replayed or preempted and resumed
 // by passing offset = number of tokens it has sampled so far.
@@ -10,8 +10,9 @@
 // of its top n tokens, n <= kMaxTopLogprobs, as the CPU sampler reports them (logprobs.cu); only
 // these come back to the host, not the row.
 //
-// Not implemented here (the CPU sampler in engine/sampling has them): typical_p, min_p,
-// suppressed tokens. Rows needing those must use the CPU sampler.
+// Not implemented here (the CPU sampler in engine/sampling has them): suppressed tokens,
+// allowed ids, bad words, logit bias, guided choice and constraints. Rows needing those must
+// use the CPU sampler.
 //
 // Thread-safety: a CudaSampler is used by one thread at a time (it owns staging buffers).
 #ifndef BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_
@@ -33,6 +34,8 @@ struct SamplingRow {
   float temperature = 1.0f;         // 0 = greedy: the first maximum (lowest id on ties)
   int32_t top_k = 0;                // <= 0: off
   float top_p = 1.0f;               // (0, 1]; 1 = off
+  float typical_p = 1.0f;           // (0, 1]; 1 = off
+  float min_p = 0.0f;               // [0, 1]; 0 = off
   float repetition_penalty = 1.0f;  // > 0; 1 = off; prompt and output ids, each id once
   float frequency_penalty = 0.0f;   // output ids: logit -= count * frequency_penalty
   float presence_penalty = 0.0f;    // output ids: logit -= presence_penalty once

@@ -67,6 +67,8 @@ std::vector<float> RandomLogits(int64_t n, uint32_t seed, float scale) {
 }
 
 // Host prediction of the GPU's draw: same kept set (ties at thresholds kept), same uniform.
+// Top-k and top-p give a logit threshold; typical-p and min-p then filter the survivors (in
+// double, on x = (logit - max) / t as the GPU computes it in fp32).
 int32_t PredictDraw(const std::vector<float>& l, const SamplingRow& p) {
   const int64_t V = l.size();
   const float mx = *std::max_element(l.begin(), l.end());
@@ -74,7 +76,8 @@ int32_t PredictDraw(const std::vector<float>& l, const SamplingRow& p) {
   std::sort(sorted.begin(), sorted.end(), std::greater<float>());
   float kmin = -INFINITY;
   if (p.top_k > 0 && p.top_k < V) kmin = sorted[p.top_k - 1];
-  auto w = [&](float v) { return static_cast<double>(std::exp((v - mx) / p.temperature)); };
+  auto x_of = [&](float v) { return (v - mx) / p.temperature; };
+  auto w = [&](float v) { return static_cast<double>(std::exp(x_of(v))); };
   float pmin = kmin;
   if (p.top_p < 1.0f) {
     double z = 0.0;
@@ -90,14 +93,46 @@ int32_t PredictDraw(const std::vector<float>& l, const SamplingRow& p) {
       }
     }
   }
+  std::vector<bool> kept(V);
+  for (int64_t i = 0; i < V; ++i) kept[i] = l[i] >= pmin && w(l[i]) > 0.0;
+  if (p.typical_p < 1.0f) {
+    double z = 0.0, zx = 0.0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (!kept[i]) continue;
+      z += w(l[i]);
+      zx += w(l[i]) * x_of(l[i]);
+    }
+    const double mean = zx / z;
+    auto score = [&](int64_t i) { return std::fabs(mean - static_cast<double>(x_of(l[i]))); };
+    std::vector<int64_t> order;
+    for (int64_t i = 0; i < V; ++i)
+      if (kept[i]) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score(a) < score(b); });
+    double cum = 0.0, limit = score(order.back());
+    for (int64_t i : order) {
+      cum += w(l[i]);
+      if (cum >= p.typical_p * z) {
+        limit = score(i);
+        break;
+      }
+    }
+    for (int64_t i : order) kept[i] = score(i) <= limit;
+  }
+  if (p.min_p > 0.0f) {
+    double top = -INFINITY;
+    for (int64_t i = 0; i < V; ++i)
+      if (kept[i]) top = std::max(top, static_cast<double>(x_of(l[i])));
+    const double threshold = top + std::log(static_cast<double>(p.min_p));
+    for (int64_t i = 0; i < V; ++i) kept[i] = kept[i] && x_of(l[i]) >= threshold;
+  }
   double total = 0.0;
-  for (float v : l)
-    if (v >= pmin) total += w(v);
+  for (int64_t i = 0; i < V; ++i)
+    if (kept[i]) total += w(l[i]);
   const double target = CudaSampler::Uniform(p.seed, p.offset) * total;
   double acc = 0.0;
   int32_t last = -1;
   for (int64_t i = 0; i < V; ++i) {
-    if (l[i] < pmin) continue;
+    if (!kept[i]) continue;
     acc += w(l[i]);
     last = static_cast<int32_t>(i);
     if (target < acc) return last;
@@ -147,19 +182,25 @@ TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {
   // flat distribution over ~10^5 ids, the GPU's float prefix sums and the host's double sums put
   // token boundaries ~1e-7 of the total apart, and a few percent of draws would land in between.)
   std::vector<float> l = RandomLogits(kBloomVocab, 2, 4.0f);
-  auto config = [](float temperature, int32_t top_k, float top_p) {
+  auto config = [](float temperature, int32_t top_k, float top_p, float typical_p = 1.0f,
+                   float min_p = 0.0f) {
     SamplingRow r;
     r.temperature = temperature;
     r.top_k = top_k;
     r.top_p = top_p;
+    r.typical_p = typical_p;
+    r.min_p = min_p;
     return r;
   };
   const SamplingRow configs[] = {
-      config(1.0f, 0, 1.0f),   // plain temperature
-      config(0.7f, 50, 1.0f),  // top-k
-      config(1.3f, 0, 0.9f),   // top-p
-      config(0.8f, 40, 0.5f),  // both
-      config(1.0f, 1, 1.0f),   // top-k 1 = greedy
+      config(1.0f, 0, 1.0f),               // plain temperature
+      config(0.7f, 50, 1.0f),              // top-k
+      config(1.3f, 0, 0.9f),               // top-p
+      config(0.8f, 40, 0.5f),              // both
+      config(1.0f, 1, 1.0f),               // top-k 1 = greedy
+      config(1.0f, 0, 1.0f, 0.6f),         // typical-p
+      config(1.2f, 0, 1.0f, 1.0f, 0.05f),  // min-p
+      config(0.9f, 200, 0.95f, 0.8f, 0.02f),  // all four filters
   };
   int mismatches = 0, draws = 0;
   for (const SamplingRow& base : configs) {
@@ -179,8 +220,8 @@ TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {
     }
   }
   // Host sums in double, the GPU in float: a draw landing within rounding of a boundary may
-  // differ (well under 1% of draws here); more than two of 80 means a real difference.
-  EXPECT_LE(mismatches, 2) << "of " << draws << " draws";
+  // differ (well under 1% of draws here); more than three of 128 means a real difference.
+  EXPECT_LE(mismatches, 3) << "of " << draws << " draws";
 }
 
 TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredDistribution) {
@@ -193,11 +234,18 @@ TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredDistribution) {
     int32_t top_k;
     float top_p;
     std::vector<double> expected;
+    float typical_p = 1.0f;
+    float min_p = 0.0f;
   };
+  // Typical-p 0.5: H = 1.2376 nats; |-log p - H| is 0.545, 0.034, 1.065, 1.758, 1.758 for the
+  // first five ids, so the order is 1 (0.3), 0 (0.5): the mass reaches 0.5 at id 0 and both stay.
+  // Min-p 0.15: p >= 0.075, so ids 0-2 stay.
   const Case cases[] = {
       {0, 1.0f, {0.5, 0.3, 0.1, 0.05, 0.05, 0, 0, 0}},
       {2, 1.0f, {0.625, 0.375, 0, 0, 0, 0, 0, 0}},
       {0, 0.85f, {0.5 / 0.9, 0.3 / 0.9, 0.1 / 0.9, 0, 0, 0, 0, 0}},
+      {0, 1.0f, {0.625, 0.375, 0, 0, 0, 0, 0, 0}, 0.5f},
+      {0, 1.0f, {0.5 / 0.9, 0.3 / 0.9, 0.1 / 0.9, 0, 0, 0, 0, 0}, 1.0f, 0.15f},
   };
   const int kDraws = 20000;
   for (const Case& c : cases) {
@@ -207,6 +255,8 @@ TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredDistribution) {
     for (int i = 0; i < kDraws; ++i) {
       rows[i].top_k = c.top_k;
       rows[i].top_p = c.top_p;
+      rows[i].typical_p = c.typical_p;
+      rows[i].min_p = c.min_p;
       rows[i].seed = 99;
       rows[i].offset = i;
       batch.insert(batch.end(), l.begin(), l.end());
@@ -219,10 +269,12 @@ TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredDistribution) {
       freq[t] += 1.0 / kDraws;
     }
     for (int64_t i = 0; i < V; ++i) {
+      SCOPED_TRACE(testing::Message() << "top_k " << c.top_k << ", top_p " << c.top_p
+                                      << ", typical_p " << c.typical_p << ", min_p " << c.min_p);
       if (c.expected[i] == 0) {
-        EXPECT_EQ(freq[i], 0.0) << "filtered id " << i << " was drawn (top_k " << c.top_k << ", top_p " << c.top_p << ")";
+        EXPECT_EQ(freq[i], 0.0) << "filtered id " << i << " was drawn";
       } else {
-        EXPECT_NEAR(freq[i], c.expected[i], 0.015) << "id " << i << " (top_k " << c.top_k << ", top_p " << c.top_p << ")";
+        EXPECT_NEAR(freq[i], c.expected[i], 0.015) << "id " << i;
       }
     }
   }

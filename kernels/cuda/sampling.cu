@@ -8,13 +8,15 @@
 //     the row's max. Other rows never sort the
 //     vocabulary: top-k is a 4-pass radix select (8 bits per pass) on an order-preserving integer
 //     key of the logit, giving the k-th largest value; top-p is the same radix walk over
-//     probability mass, giving the smallest logit threshold whose kept mass reaches top_p. The
-//     draw is one Philox4x32-10 uniform per (seed, offset), located by a block-wide scan over the
-//     kept weights in token-id order.
+//     probability mass, giving the smallest logit threshold whose kept mass reaches top_p;
+//     typical-p walks the mass again on a key of the typicality score |E[x] - x|; min-p is a
+//     threshold on x below the survivors' max. The draw is one Philox4x32-10 uniform per
+//     (seed, offset), located by a block-wide scan over the kept weights in token-id order.
 // Logprobs (logprobs.cu) are scored on the raw row around these two kernels.
-// Same semantics as engine/sampling (HF order: penalties, temperature, top-k, top-p; ties at a
-// threshold are kept). The top-p mass histogram uses shared-memory float atomics, so a row whose
-// cumulative mass lands within rounding of top_p may keep a slightly different set between runs.
+// Same semantics as engine/sampling (HF order: penalties, temperature, top-k, top-p, typical-p,
+// min-p; ties at a threshold are kept). The mass histograms use shared-memory float atomics, so
+// a row whose cumulative mass lands within rounding of top_p or typical_p may keep a slightly
+// different set between runs.
 #include <cfloat>
 #include <climits>
 
@@ -190,8 +192,79 @@ __device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* s
   return best;
 }
 
+// Block-wide sum in double; every thread gets it. Ends with a barrier, as BlockSum.
+__device__ double BlockSumDouble(double v, double* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double r = lane < warps ? scratch[lane] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  __syncthreads();
+  return r;
+}
+
+// Typical-p's order key: larger for a smaller |E[x] - x| (more typical).
+__device__ __forceinline__ uint32_t TypicalKey(float x, double mean) {
+  return OrderKey(-static_cast<float>(fabs(mean - static_cast<double>(x))));
+}
+
+// The largest key threshold whose mass (over the entries with key >= it) reaches `target`, by
+// a radix walk from the most significant byte: four passes over the row, each a 256-bin mass
+// histogram of the entries that share the prefix found so far. `entry(i, &key, &mass)` is false
+// for an entry that is not a candidate. When rounding leaves the target just out of reach, the
+// lowest non-empty bin is taken (everything stays). The histogram uses shared float atomics, so
+// a boundary within rounding of the target may fall differently between runs.
+template <typename Entry>
+__device__ uint32_t MassThreshold(int64_t V, float target, Entry entry, float* hist_f,
+                                  uint32_t* sh_prefix, float* sh_mass_above) {
+  if (threadIdx.x == 0) {
+    *sh_prefix = 0;
+    *sh_mass_above = 0.0f;
+  }
+  uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist_f[i] = 0.0f;
+    __syncthreads();
+    const uint32_t prefix = *sh_prefix;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      uint32_t key;
+      float mass;
+      if (entry(i, &key, &mass) && (key & mask) == prefix) {
+        atomicAdd(&hist_f[(key >> shift) & 255u], mass);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float cum = *sh_mass_above;
+      int chosen = -1, lowest_nonzero = -1;
+      for (int d = 255; d >= 0; --d) {
+        if (hist_f[d] > 0.0f) lowest_nonzero = d;
+        if (cum + hist_f[d] >= target && hist_f[d] > 0.0f) {
+          chosen = d;
+          break;
+        }
+        cum += hist_f[d];
+      }
+      if (chosen < 0) {  // rounding left the target just out of reach: keep the whole range
+        chosen = lowest_nonzero < 0 ? 0 : lowest_nonzero;
+        cum = *sh_mass_above;
+        for (int d = 255; d > chosen; --d) cum += hist_f[d];
+      }
+      *sh_prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+      *sh_mass_above = cum;
+    }
+    __syncthreads();
+    mask |= 0xFFu << shift;
+  }
+  return *sh_prefix;
+}
+
 __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArgs a) {
   __shared__ float scratch[32];
+  __shared__ double scratch_d[32];
   __shared__ uint32_t hist_u[256];
   __shared__ float hist_f[256];
   __shared__ uint32_t sh_prefix;
@@ -258,62 +331,77 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     }
     keep_min = sh_prefix;
   }
-  auto weight = [&](float v, uint32_t min_key) {
-    return OrderKey(v) >= min_key ? expf((v - mx) / t) : 0.0f;
-  };
-
   // Top-p: the largest threshold whose kept mass reaches top_p of the (top-k) mass.
   if (p.top_p < 1.0f) {
     float z = 0.0f;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) z += weight(l[i], keep_min);
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      z += OrderKey(l[i]) >= keep_min ? expf((l[i] - mx) / t) : 0.0f;
+    }
     z = BlockSum(z, scratch);
-    const float target = p.top_p * z;
-    if (threadIdx.x == 0) {
-      sh_prefix = 0;
-      sh_mass_above = 0.0f;
-    }
-    uint32_t mask = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist_f[i] = 0.0f;
-      __syncthreads();
-      const uint32_t prefix = sh_prefix;
-      for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-        const uint32_t key = OrderKey(l[i]);
-        if (key >= keep_min && (key & mask) == prefix) {
-          atomicAdd(&hist_f[(key >> shift) & 255u], expf((l[i] - mx) / t));
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float cum = sh_mass_above;
-        int chosen = -1, lowest_nonzero = -1;
-        for (int d = 255; d >= 0; --d) {
-          if (hist_f[d] > 0.0f) lowest_nonzero = d;
-          if (cum + hist_f[d] >= target && hist_f[d] > 0.0f) {
-            chosen = d;
-            break;
-          }
-          cum += hist_f[d];
-        }
-        if (chosen < 0) {  // rounding left the target just out of reach: keep the whole range
-          chosen = lowest_nonzero < 0 ? 0 : lowest_nonzero;
-          cum = sh_mass_above;
-          for (int d = 255; d > chosen; --d) cum += hist_f[d];
-        }
-        sh_prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
-        sh_mass_above = cum;
-      }
-      __syncthreads();
-      mask |= 0xFFu << shift;
-    }
-    keep_min = max(keep_min, sh_prefix);
+    keep_min = max(keep_min, MassThreshold(V, p.top_p * z, [&](int64_t i, uint32_t* key, float* mass) {
+      *key = OrderKey(l[i]);
+      if (*key < keep_min) return false;
+      *mass = expf((l[i] - mx) / t);
+      return true;
+    }, hist_f, &sh_prefix, &sh_mass_above));
   }
+
+  // Typical-p (HF's TypicalLogitsWarper): over the survivors so far, keep the tokens whose
+  // |-log p - H| = |E[x] - x| (x = (logit - max) / t) is no worse than that of the first token,
+  // in ascending order of it, at which the mass reaches typical_p: the same radix walk on a key
+  // that grows as the score falls. Scores are keyed in fp32 (the host compares doubles), so
+  // tokens within rounding of the boundary score may be kept here and not there.
+  const bool typical = p.typical_p < 1.0f;
+  double mean = 0.0;
+  uint32_t typical_min = 0;
+  if (typical) {
+    double z = 0.0, zx = 0.0;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      if (OrderKey(l[i]) < keep_min) continue;
+      const float x = (l[i] - mx) / t;
+      const float w = expf(x);
+      z += w;
+      zx += static_cast<double>(w) * x;
+    }
+    z = BlockSumDouble(z, scratch_d);
+    zx = BlockSumDouble(zx, scratch_d);
+    mean = zx / z;
+    typical_min = MassThreshold(V, p.typical_p * static_cast<float>(z),
+                                [&](int64_t i, uint32_t* key, float* mass) {
+      if (OrderKey(l[i]) < keep_min) return false;
+      const float x = (l[i] - mx) / t;
+      *key = TypicalKey(x, mean);
+      *mass = expf(x);
+      return true;
+    }, hist_f, &sh_prefix, &sh_mass_above);
+  }
+  auto kept_before_min_p = [&](float v, float x) {
+    return OrderKey(v) >= keep_min && (!typical || TypicalKey(x, mean) >= typical_min);
+  };
+
+  // Min-p: p >= min_p * max p over the survivors, i.e. x >= max x + log(min_p) (the host's
+  // comparison, in double).
+  double min_x = -INFINITY;
+  if (p.min_p > 0.0f) {
+    float top = -INFINITY;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const float x = (l[i] - mx) / t;
+      if (kept_before_min_p(l[i], x) && expf(x) > 0.0f) top = fmaxf(top, x);
+    }
+    top = BlockMax(top, scratch);
+    min_x = static_cast<double>(top) + log(static_cast<double>(p.min_p));
+  }
+  auto weight = [&](float v) {
+    const float x = (v - mx) / t;
+    if (!kept_before_min_p(v, x) || static_cast<double>(x) < min_x) return 0.0f;
+    return expf(x);
+  };
 
   // Draw: contiguous chunks per thread, scanned in id order, so the result is deterministic.
   const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
   float local = 0.0f;
-  for (int64_t i = begin; i < end; ++i) local += weight(l[i], keep_min);
+  for (int64_t i = begin; i < end; ++i) local += weight(l[i]);
   float total = 0.0f;
   const float inclusive = BlockInclusiveScan(local, scratch, &total);
   const float target = Uniform(p.seed, p.offset) * total;
@@ -323,7 +411,7 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     float acc = before;
     bool found = false;
     for (int64_t i = begin; i < end; ++i) {
-      const float w = weight(l[i], keep_min);
+      const float w = weight(l[i]);
       if (w <= 0.0f) continue;
       last = i;
       acc += w;

@@ -34,6 +34,8 @@ struct RowSamplingParams {
   float frequency_penalty = 0.0f;    // OpenAI, count of the id in the output tokens
   float presence_penalty = 0.0f;     // OpenAI, once if the id occurs in the output tokens
   int32_t logprobs = -1;             // -1: none; else how many top logprobs, <= kRowTopLogprobs
+  float typical_p = 1.0f;            // (0, 1]; 1 = off
+  float min_p = 0.0f;                // [0, 1]; 0 = off
   uint64_t seed = 0;                 // Philox key
   uint64_t offset = 0;               // Philox counter: e.g. tokens sampled so far by the request
 };
