@@ -1,18 +1,36 @@
 #include "engine/sampling/cuda_batch_sampler.h"
 
 #include <algorithm>
-#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
 namespace blossom {
+namespace {
 
 // Validate() caps logprobs at kMaxLogprobs; every such row can be scored on the device.
 static_assert(kMaxLogprobs <= cuda::kMaxTopLogprobs, "logprob rows the device cannot score");
 
-cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
+// The host sampler's id check (CheckRequest), for the histories a device row uploads: a bad id
+// fails its row alone instead of the whole CudaSampler call.
+absl::Status CheckHistory(const cuda::SamplingRow& row, int64_t vocab) {
+  for (const auto& [ids, name] : {std::pair{&row.prompt_tokens, "prompt_tokens"},
+                                  std::pair{&row.output_tokens, "output_tokens"}}) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const int32_t t = (*ids)[i];
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, "[", i, "] = ", t, " is outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row, const LogitEdits* edits) {
   const SamplingParams& p = *row.params;
   cuda::SamplingRow out;
   out.temperature = p.temperature;
@@ -35,20 +53,19 @@ cuda::SamplingRow CudaBatchSampler::DeviceRow(const SampleRow& row) {
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     out.output_tokens.assign(row.context.output_tokens.begin(), row.context.output_tokens.end());
   }
+  if (edits != nullptr) {
+    out.allowed = edits->allowed;
+    out.banned = edits->banned;
+    out.bias.reserve(edits->bias.size());
+    for (const LogitBias& b : edits->bias) out.bias.push_back({b.token, b.bias});
+  }
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<CudaBatchSampler>> CudaBatchSampler::Create(CudaBackend* backend) {
   BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaSampler> sampler,
                            cuda::CudaSampler::Create(backend->stream()));
-  return std::unique_ptr<CudaBatchSampler>(new CudaBatchSampler(backend, std::move(sampler)));
-}
-
-bool CudaBatchSampler::NeedsHost(const SampleRow& row) {
-  const SamplingParams& p = *row.params;
-  return !row.context.suppressed_tokens.empty() || !p.allowed_token_ids.empty() ||
-         !p.bad_words_token_ids.empty() || !p.logit_bias.empty() || !p.choice_token_ids.empty() ||
-         p.constraint != nullptr;
+  return std::unique_ptr<CudaBatchSampler>(new CudaBatchSampler(std::move(sampler)));
 }
 
 absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
@@ -60,84 +77,76 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
   }
   const int64_t vocab = logits.dim(1);
   results->assign(rows.size(), absl::InternalError("row not sampled"));
+  if (edits_.size() < rows.size()) edits_.resize(rows.size());
 
-  // Device rows by logit row, so that consecutive logit rows go to the GPU in one call.
-  std::vector<size_t> on_device;
+  // Rows by logit row, so that consecutive logit rows go to the GPU in one call. A row that
+  // fails here (what Sample() refuses before sampling) gets its error and is left out.
+  std::vector<size_t> order;
+  std::vector<cuda::SamplingRow> device_rows(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (NeedsHost(rows[i])) continue;
-    // Validate() is what the engine checks at admission; a row failing it is refused here
-    // exactly as Sample() refuses it.
-    absl::Status valid = Validate(*rows[i].params, static_cast<int32_t>(vocab));
+    const SampleRow& row = rows[i];
+    absl::Status valid = Validate(*row.params, static_cast<int32_t>(vocab));
+    const bool edited = valid.ok() && HasLogitEdits(*row.params, row.context);
+    if (edited) valid = BuildLogitEdits(*row.params, row.context, vocab, &edits_[i]);
+    if (valid.ok()) {
+      device_rows[i] = DeviceRow(row, edited ? &edits_[i] : nullptr);
+      valid = CheckHistory(device_rows[i], vocab);
+    }
     if (!valid.ok()) {
       (*results)[i] = valid;
       continue;
     }
-    on_device.push_back(i);
+    order.push_back(i);
   }
-  std::sort(on_device.begin(), on_device.end(),
+  std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return rows[a].logit_row < rows[b].logit_row; });
-  for (size_t k = 1; k < on_device.size(); ++k) {
-    if (rows[on_device[k]].logit_row == rows[on_device[k - 1]].logit_row) {
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (rows[order[k]].logit_row == rows[order[k - 1]].logit_row) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "two rows sample logit row ", rows[on_device[k]].logit_row,
-          " (the cuda sampler applies penalties in place; each row needs its own logits)"));
+          "two rows sample logit row ", rows[order[k]].logit_row,
+          " (the cuda sampler edits logits in place; each row needs its own logits)"));
     }
   }
   std::vector<cuda::SamplingRow> run;
   std::vector<int32_t> tokens;
-  for (size_t begin = 0; begin < on_device.size();) {
+  for (size_t begin = 0; begin < order.size();) {
     size_t end = begin + 1;
-    while (end < on_device.size() &&
-           rows[on_device[end]].logit_row == rows[on_device[end - 1]].logit_row + 1) {
+    while (end < order.size() &&
+           rows[order[end]].logit_row == rows[order[end - 1]].logit_row + 1) {
       ++end;
     }
     run.clear();
-    for (size_t k = begin; k < end; ++k) run.push_back(DeviceRow(rows[on_device[k]]));
+    for (size_t k = begin; k < end; ++k) run.push_back(std::move(device_rows[order[k]]));
     tokens.assign(run.size(), 0);
-    float* first = static_cast<float*>(logits.data) + rows[on_device[begin]].logit_row * vocab;
+    float* first = static_cast<float*>(logits.data) + rows[order[begin]].logit_row * vocab;
     const absl::Status sampled = sampler_->Sample(first, vocab, run, tokens.data(), &logprobs_);
     for (size_t k = begin; k < end; ++k) {
+      absl::StatusOr<SampleResult>& result = (*results)[order[k]];
+      const int32_t token = tokens[k - begin];
+      const cuda::SampledLogprobs* lp =
+          sampled.ok() && run[k - begin].logprobs >= 0 ? &logprobs_[k - begin] : nullptr;
       if (!sampled.ok()) {
-        (*results)[on_device[k]] = sampled;
-        continue;
-      }
-      const cuda::SampledLogprobs& lp = logprobs_[k - begin];
-      if (lp.nonfinite) {
-        // Sample()'s error for such a row (the device found it while scoring the logprobs).
-        (*results)[on_device[k]] =
-            absl::InternalError("the model produced a non-finite logit");
-        continue;
-      }
-      if (tokens[k - begin] == cuda::kNoToken) {
-        // Sample()'s error for the same row (sampler.h), for this row alone.
-        (*results)[on_device[k]] = absl::FailedPreconditionError(
-            "no token can be sampled: every logit is -inf after penalties");
-        continue;
-      }
-      SampleResult result;
-      result.token = tokens[k - begin];
-      if (run[k - begin].logprobs >= 0) {
-        result.logprob = lp.chosen;
-        result.top.reserve(lp.top_ids.size());
-        for (size_t t = 0; t < lp.top_ids.size(); ++t) {
-          result.top.push_back({lp.top_ids[t], lp.top_logprobs[t]});
+        result = sampled;
+      } else if (token == cuda::kNonFiniteRow || (lp != nullptr && lp->nonfinite)) {
+        result = absl::InternalError("the model produced a non-finite logit");  // as Sample()
+      } else if (token == cuda::kNoToken) {
+        result = absl::FailedPreconditionError(
+            "no token can be sampled: every logit is -inf after suppression and penalties");
+      } else {
+        SampleResult r;
+        r.token = token;
+        if (lp != nullptr) {
+          r.logprob = lp->chosen;
+          r.top.reserve(lp->top_ids.size());
+          for (size_t t = 0; t < lp->top_ids.size(); ++t) {
+            r.top.push_back({lp->top_ids[t], lp->top_logprobs[t]});
+          }
         }
+        result = std::move(r);
       }
-      (*results)[on_device[k]] = std::move(result);
     }
-    device_rows_ += static_cast<int64_t>(end - begin);
+    rows_sampled_ += static_cast<int64_t>(end - begin);
     begin = end;
-  }
-
-  // Host fallbacks: the row's logits to the host, then exactly the CPU sampler.
-  host_row_.resize(static_cast<size_t>(vocab));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!NeedsHost(rows[i])) continue;
-    BLOSSOM_RETURN_IF_ERROR(
-        backend_->CopyToHost(logits.Rows(rows[i].logit_row, rows[i].logit_row + 1),
-                             host_row_.data()));
-    (*results)[i] = Sample(host_row_, *rows[i].params, rows[i].context, *rows[i].rng, scratch_);
-    ++host_rows_;
   }
   return absl::OkStatus();
 }

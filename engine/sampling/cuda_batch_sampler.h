@@ -1,30 +1,30 @@
-// BatchSampler over logits in a CudaBackend's device memory: rows the GPU sampler
-// (kernels/cuda/cuda_sampling) supports are sampled on the backend's stream and only their token
-// ids come back; the other rows are copied to the host one by one and sampled there by Sample(),
-// explicitly and counted (host_rows()).
+// BatchSampler over logits in a CudaBackend's device memory: every row is sampled on the
+// backend's stream by the GPU sampler (kernels/cuda/cuda_sampling), and only token ids and the
+// logprobs a request asked for (~200 bytes per row) come back, never a logits row.
 //
-// On the device: greedy, temperature, top_k, top_p, typical_p, min_p, repetition / frequency /
-// presence penalties, and logprobs (the chosen token's and the top n's, scored on the device so
-// that ~200 bytes per row come back instead of the row). On the host (the GPU sampler lacks
-// them): suppressed tokens (min_new_tokens), allowed_token_ids, bad words, logit_bias, guided
-// choice and structured output. Prompt logprobs are not a sampling row: the engine scores
-// them from host logits.
+// Everything of sampler.h's order runs there: step 1 arrives as data built on the host per row
+// (logit_edits.h: the allow bitmask of allowed_token_ids, guided choice and a
+// structured-output constraint, about 31 KB per masked row at BLOOM's vocabulary; bad words and
+// suppressed tokens as bans; logit_bias), then penalties, temperature, top_k, top_p, typical_p,
+// min_p and the draw; logprobs are scored from the raw row. Prompt logprobs are not a sampling
+// row: the engine scores them from host logits. With --device_sampling=false the engine copies
+// the logits and uses HostBatchSampler instead.
 //
-// Device logprobs equal the host's (Sample()) to ~1e-6 (sums in another order) with the same ids;
-// a logprob row holding a NaN or +inf fails with Sample()'s Internal error, as on the host.
-//
-// Differences from the host sampler, by design: a device row with temperature > 0 draws from
-// CudaSampler's Philox stream at (seed, offset) with seed = the request generator's seed() and
-// offset = its output tokens so far, not from the generator's mt19937_64 stream (which it does
-// not advance). So a seed reproduces a request on the GPU, but not the CPU's token. Greedy rows
-// give the CPU's token (the first maximum after the same penalties). The filters keep the host's
-// sets except within rounding of a boundary: at top_p and typical_p the GPU keeps every token
-// tied at the threshold (the host breaks top_p ties by id) and compares typicality scores in
-// fp32. A CudaSampler error fails
-// every row of the consecutive run it sampled (one call per run of consecutive logit rows).
-// Rows must name distinct logit rows (penalties are applied to the logits in place). A NaN or
-// +inf logit in a row without logprobs is not detected on the device (the host sampler fails
-// such a row with Internal); the GPU sampler's token for that row is unspecified.
+// Differences from the host sampler (Sample()), by design:
+//  - a row with temperature > 0 draws from CudaSampler's Philox stream at (seed, offset) with
+//    seed = the request generator's seed() and offset = its output tokens so far, not from the
+//    generator's mt19937_64 stream (which it does not advance): a seed reproduces a request on
+//    the GPU, but not the CPU's token. Greedy rows give the CPU's token (the first maximum after
+//    the same edits and penalties);
+//  - the filters keep the host's sets except within rounding of a boundary: at top_p and
+//    typical_p the GPU keeps every token tied at the threshold (the host breaks top_p ties by
+//    id) and compares typicality scores in fp32;
+//  - logprobs equal the host's to ~1e-6 (sums in another order), with the same ids;
+// Per-row failures are the row's alone, with the host's codes: Validate()'s errors, an id outside
+// the vocabulary, the constraint's error, a NaN or +inf logit (Internal), nothing left to sample
+// (FailedPrecondition). A CudaSampler
+// error fails every row of the consecutive run it sampled (one call per run of consecutive logit
+// rows). Rows must name distinct logit rows (edits and penalties are applied in place).
 //
 // Thread-safety: one thread at a time, whose current device is the backend's (as for every
 // CudaBackend call).
@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampling/batch_sampler.h"
+#include "engine/sampling/logit_edits.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_sampling.h"
 
@@ -53,28 +54,23 @@ class CudaBatchSampler : public BatchSampler {
   absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
                            std::vector<absl::StatusOr<SampleResult>>* results) override;
 
-  // Whether `row` must be sampled on the host (see the file comment).
-  static bool NeedsHost(const SampleRow& row);
-  // The GPU sampler's row for `row`: its parameters, its Philox (seed, offset), and the token
+  // The GPU sampler's row for `row`: its parameters, its Philox (seed, offset), the token
   // histories its penalties read (the prompt for the repetition penalty, the output for every
-  // penalty; none without penalties).
-  static cuda::SamplingRow DeviceRow(const SampleRow& row);
+  // penalty; none without penalties) and step 1's `edits` (null: none). The row views
+  // edits->allowed, which must outlive it.
+  static cuda::SamplingRow DeviceRow(const SampleRow& row, const LogitEdits* edits);
 
-  // Rows sampled so far on the device and on the host (fallbacks).
-  int64_t device_rows() const { return device_rows_; }
-  int64_t host_rows() const { return host_rows_; }
+  // Rows sampled so far.
+  int64_t rows_sampled() const { return rows_sampled_; }
 
  private:
-  CudaBatchSampler(CudaBackend* backend, std::unique_ptr<cuda::CudaSampler> sampler)
-      : backend_(backend), sampler_(std::move(sampler)) {}
+  explicit CudaBatchSampler(std::unique_ptr<cuda::CudaSampler> sampler)
+      : sampler_(std::move(sampler)) {}
 
-  CudaBackend* const backend_;
   std::unique_ptr<cuda::CudaSampler> sampler_;
-  SamplerScratch scratch_;
-  std::vector<float> host_row_;  // a fallback row, copied from the device
+  std::vector<LogitEdits> edits_;                 // per row of the call, reused
   std::vector<cuda::SampledLogprobs> logprobs_;  // one run's, reused
-  int64_t device_rows_ = 0;
-  int64_t host_rows_ = 0;
+  int64_t rows_sampled_ = 0;
 };
 
 }  // namespace blossom

@@ -1,6 +1,7 @@
 // CudaBatchSampler::DeviceRow, the host side of a GPU sampling row: runs without a GPU (so it is
 // not in the GPU suite). A row carries the token histories only when a penalty will read them,
-// since the GPU sampler copies, checks and uploads every token a row carries.
+// since the GPU sampler copies, checks and uploads every token a row carries; step 1's edits
+// travel with it.
 #include <cstdint>
 #include <vector>
 
@@ -19,7 +20,7 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
     row.context.prompt_tokens = prompt;
     row.context.output_tokens = output;
     row.rng = &rng;
-    return CudaBatchSampler::DeviceRow(row);
+    return CudaBatchSampler::DeviceRow(row, nullptr);
   };
   SamplingParams plain;
   plain.temperature = 0.7f;
@@ -58,21 +59,37 @@ TEST(CudaBatchSamplerRowsTest, CarriesTheHistoriesOnlyThePenaltiesRead) {
   }
 }
 
-// Logprob, typical-p and min-p rows stay on the device; masks still need the host.
-TEST(CudaBatchSamplerRowsTest, LogprobAndFilterRowsStayOnTheDevice) {
+// Step 1's edits travel with the row: the allow mask as a view of the edits' words (31 KB per
+// row at BLOOM's vocabulary, copied once, into the upload), bans and biases as copies.
+TEST(CudaBatchSamplerRowsTest, CarriesStepOnesEdits) {
   SamplingParams params;
+  params.allowed_token_ids = {4, 70};
+  params.logit_bias = {{70, 2.5f}};
+  params.bad_words_token_ids = {{9}};
+  const std::vector<int32_t> suppressed = {1};
+  RequestRng rng(uint64_t{3});
   SampleRow row;
   row.params = &params;
-  for (int32_t n : {0, 1, kMaxLogprobs}) {
-    params.logprobs = n;
-    EXPECT_FALSE(CudaBatchSampler::NeedsHost(row)) << "logprobs " << n;
-  }
-  params.typical_p = 0.5f;
-  params.min_p = 0.1f;
-  EXPECT_FALSE(CudaBatchSampler::NeedsHost(row)) << "typical_p and min_p are on the device too";
-  const std::vector<int32_t> suppressed = {4};
   row.context.suppressed_tokens = suppressed;
-  EXPECT_TRUE(CudaBatchSampler::NeedsHost(row)) << "suppressed tokens still need the host";
+  row.rng = &rng;
+  ASSERT_TRUE(HasLogitEdits(params, row.context));
+  LogitEdits edits;
+  ASSERT_TRUE(BuildLogitEdits(params, row.context, 100, &edits).ok());
+  const cuda::SamplingRow device = CudaBatchSampler::DeviceRow(row, &edits);
+  EXPECT_EQ(device.allowed.data(), edits.allowed.data());
+  EXPECT_EQ(device.allowed.size(), 2u);
+  EXPECT_EQ(device.allowed[0], uint64_t{1} << 4);
+  EXPECT_EQ(device.allowed[1], uint64_t{1} << (70 - 64));
+  EXPECT_EQ(device.banned, (std::vector<int32_t>{9, 1}));
+  ASSERT_EQ(device.bias.size(), 1u);
+  EXPECT_EQ(device.bias[0].token, 70);
+  EXPECT_EQ(device.bias[0].bias, 2.5f);
+  EXPECT_EQ(device.logprobs, -1);
+
+  const cuda::SamplingRow plain = CudaBatchSampler::DeviceRow(row, nullptr);
+  EXPECT_TRUE(plain.allowed.empty());
+  EXPECT_TRUE(plain.banned.empty());
+  EXPECT_TRUE(plain.bias.empty());
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
 // CudaBatchSampler against its CPU twin, HostBatchSampler, on the same logits:
-//  - greedy rows (with and without penalties): the same token, exactly;
-//  - host-fallback rows (suppressed tokens, masks, bias, constraints): the same token, logprob
-//    and top logprobs, bit for bit (they run the CPU sampler), and they are counted;
-//  - device rows asking for logprobs: the host's logprobs for the token drawn, to 1e-5, and the
-//    host's top ids exactly; a NaN in such a row fails it with the host's Internal error;
-//  - sampled rows (temperature, top_k, top_p, typical_p, min_p): the GPU draws from its own Philox stream, so the
-//    check is that the token has nonzero probability under the CPU's distribution for that row
-//    (SamplingDistribution) and that the same seed and offset give the same token again;
-//  - rows on non-consecutive logit rows, mixing device and host rows.
+//  - greedy rows (with and without penalties, with each step-1 edit: allowed ids, bans, bad
+//    words, bias, guided choice, a constraint): the same token, exactly, and the same logprobs to
+//    1e-5 (the device sums in another order) with the same top ids;
+//  - sampled rows (temperature, top_k, top_p, typical_p, min_p, with and without edits): the
+//    GPU draws from its own Philox stream, so the check is that the token has nonzero
+//    probability under the CPU's distribution for that row (SamplingDistribution) and that the
+//    same seed and offset give the same token again;
+//  - rows that fail (nothing left, a NaN, a bad id) fail alone with the host's codes;
+//  - rows on non-consecutive logit rows, in several runs.
 // Without a visible GPU every test reports SKIPPED with the reason.
 #include "engine/sampling/cuda_batch_sampler.h"
 
@@ -86,7 +86,7 @@ class CudaBatchSamplerTest : public ::testing::Test {
   void SampleOnBoth(const std::vector<float>& host, std::vector<Request>& requests,
                     const std::vector<int64_t>& logit_rows,
                     std::vector<absl::StatusOr<SampleResult>>* gpu,
-                    std::vector<absl::StatusOr<SampleResult>>* cpu);
+                    std::vector<absl::StatusOr<SampleResult>>* cpu, int32_t end_token = -1);
 
   std::unique_ptr<CudaBackend> backend_;
   std::unique_ptr<CudaBatchSampler> sampler_;
@@ -94,7 +94,7 @@ class CudaBatchSamplerTest : public ::testing::Test {
 };
 
 std::vector<SampleRow> RowsFor(std::vector<Request>& requests, std::vector<RequestRng>& rngs,
-                               const std::vector<int64_t>& logit_rows) {
+                               const std::vector<int64_t>& logit_rows, int32_t end_token = -1) {
   std::vector<SampleRow> rows;
   for (size_t i = 0; i < requests.size(); ++i) {
     SampleRow row;
@@ -103,6 +103,7 @@ std::vector<SampleRow> RowsFor(std::vector<Request>& requests, std::vector<Reque
     row.context.prompt_tokens = requests[i].prompt;
     row.context.output_tokens = requests[i].output;
     row.context.suppressed_tokens = requests[i].suppressed;
+    row.context.end_token = end_token;
     row.rng = &rngs[i];
     rows.push_back(row);
   }
@@ -113,14 +114,15 @@ void CudaBatchSamplerTest::SampleOnBoth(const std::vector<float>& host,
                                         std::vector<Request>& requests,
                                         const std::vector<int64_t>& logit_rows,
                                         std::vector<absl::StatusOr<SampleResult>>* gpu,
-                                        std::vector<absl::StatusOr<SampleResult>>* cpu) {
+                                        std::vector<absl::StatusOr<SampleResult>>* cpu,
+                                        int32_t end_token) {
   std::vector<RequestRng> gpu_rngs, cpu_rngs;
   for (const Request& r : requests) {
     gpu_rngs.emplace_back(r.params.seed.value_or(1));
     cpu_rngs.emplace_back(r.params.seed.value_or(1));
   }
-  std::vector<SampleRow> gpu_rows = RowsFor(requests, gpu_rngs, logit_rows);
-  std::vector<SampleRow> cpu_rows = RowsFor(requests, cpu_rngs, logit_rows);
+  std::vector<SampleRow> gpu_rows = RowsFor(requests, gpu_rngs, logit_rows, end_token);
+  std::vector<SampleRow> cpu_rows = RowsFor(requests, cpu_rngs, logit_rows, end_token);
   ASSERT_TRUE(sampler_->SampleBatch(Upload(host), gpu_rows, gpu).ok());
   std::vector<float> host_copy = host;
   const int64_t rows = static_cast<int64_t>(host.size()) / kVocab;
@@ -146,8 +148,7 @@ TEST_F(CudaBatchSamplerTest, GreedyRowsMatchTheHostSampler) {
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
     EXPECT_EQ(gpu[i]->token, cpu[i]->token) << "row " << i;
   }
-  EXPECT_EQ(sampler_->device_rows(), 4);
-  EXPECT_EQ(sampler_->host_rows(), 0);
+  EXPECT_EQ(sampler_->rows_sampled(), 4);
 }
 
 // One request whose row has nothing to draw fails alone, with the host sampler's error; a tiny
@@ -168,45 +169,71 @@ TEST_F(CudaBatchSamplerTest, OneBadRowFailsOnlyItsRequest) {
   EXPECT_EQ(cpu[2].status().code(), absl::StatusCode::kFailedPrecondition) << cpu[2].status();
 }
 
-TEST_F(CudaBatchSamplerTest, FallbackRowsAreTheHostSamplerAndCounted) {
-  std::vector<Request> requests(7);
+// Step 1 on the device (masks, bans, bias, uploaded as LogitEdits): greedy rows with each
+// feature give the host sampler's token, and its logprobs (the raw row's) to 1e-5.
+TEST_F(CudaBatchSamplerTest, EditedRowsMatchTheHostSampler) {
+  std::vector<Request> requests(8);
   requests[0].suppressed = {0, 1, 2};
-  requests[0].params.logprobs = 5;  // scored on the host with the rest of the row
+  requests[0].params.logprobs = 5;
   requests[1].suppressed = {5};
-  requests[1].params.typical_p = 0.8f;
   requests[2].params.allowed_token_ids = {3, 99, 4000};
-  requests[3].params.bad_words_token_ids = {{7}, {1, 2}};
+  requests[3].params.bad_words_token_ids = {{7}, {1000, 2}};  // output ends with 1000: 2 banned
   requests[4].params.logit_bias = {{12, 30.0f}, {13, -100.0f}};
+  requests[4].params.logprobs = 2;  // the drawn 12 is biased: its logprob is the raw one
   requests[5].params.choice_token_ids = {{21, 22}, {23}};
   requests[6].params.constraint = std::make_shared<OnlyTokens>(std::vector<int32_t>{30, 31});
-  for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 40 + i;
-  for (const Request& r : requests) {
-    SampleRow row;
-    row.params = &r.params;
-    row.context.suppressed_tokens = r.suppressed;
-    EXPECT_TRUE(CudaBatchSampler::NeedsHost(row));
-  }
+  requests[7].params.allowed_token_ids = {40, 41};
+  requests[7].params.choice_token_ids = {{9, 9, 1000}};  // the output is the whole choice
+  requests[7].params.repetition_penalty = 1.4f;
+  for (Request& r : requests) r.params.temperature = 0.0f;
+  std::vector<float> host = RandomLogits(8, 12);
+  host[static_cast<size_t>(4 * kVocab + 2)] = 40.0f;  // request 3's (logit row 4) best, banned
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
-  SampleOnBoth(RandomLogits(7, 12), requests, {6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu);
+  SampleOnBoth(host, requests, {7, 6, 5, 4, 3, 2, 1, 0}, &gpu, &cpu, /*end_token=*/77);
   for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "row " << i);
     ASSERT_TRUE(gpu[i].ok()) << gpu[i].status();
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status();
-    EXPECT_EQ(gpu[i]->token, cpu[i]->token) << "row " << i;
-    EXPECT_EQ(gpu[i]->logprob, cpu[i]->logprob) << "row " << i;
+    EXPECT_EQ(gpu[i]->token, cpu[i]->token);
+    EXPECT_NEAR(gpu[i]->logprob, cpu[i]->logprob, 1e-5);
     ASSERT_EQ(gpu[i]->top.size(), cpu[i]->top.size());
     for (size_t t = 0; t < cpu[i]->top.size(); ++t) {
       EXPECT_EQ(gpu[i]->top[t].token, cpu[i]->top[t].token);
-      EXPECT_EQ(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob);
+      EXPECT_NEAR(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob, 1e-5);
     }
   }
-  EXPECT_EQ(sampler_->host_rows(), 7);
-  EXPECT_EQ(sampler_->device_rows(), 0);
-  // The masks and the bias took effect on the rows copied from the device.
+  EXPECT_EQ(sampler_->rows_sampled(), 8);
+  // The edits took effect (the host's tokens are the same, so this checks the test's premises).
+  EXPECT_GT(gpu[0]->token, 2);
   EXPECT_TRUE(gpu[2]->token == 3 || gpu[2]->token == 99 || gpu[2]->token == 4000) << gpu[2]->token;
-  EXPECT_NE(gpu[3]->token, 7);
+  EXPECT_NE(gpu[3]->token, 2);
   EXPECT_EQ(gpu[4]->token, 12) << "+30 on logits of standard deviation 4";
   EXPECT_TRUE(gpu[5]->token == 21 || gpu[5]->token == 23) << gpu[5]->token;
   EXPECT_TRUE(gpu[6]->token == 30 || gpu[6]->token == 31) << gpu[6]->token;
+  EXPECT_EQ(gpu[7]->token, 77) << "a whole choice allows only the end token";
+}
+
+// A row whose edits leave nothing, a row holding a NaN (without logprobs) and a row naming an id
+// outside the vocabulary each fail alone, with the host's codes.
+TEST_F(CudaBatchSamplerTest, RowsFailAloneWithTheHostsCodes) {
+  std::vector<Request> requests(4);
+  for (Request& r : requests) r.params.temperature = 0.0f;
+  requests[0].params.allowed_token_ids = {5};
+  requests[0].suppressed = {5};
+  requests[2].suppressed = {static_cast<int32_t>(kVocab)};
+  std::vector<float> host = RandomLogits(4, 16);
+  host[static_cast<size_t>(1 * kVocab + 100)] = NAN;
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  SampleOnBoth(host, requests, {0, 1, 2, 3}, &gpu, &cpu);
+  const absl::StatusCode want[] = {absl::StatusCode::kFailedPrecondition,
+                                   absl::StatusCode::kInternal,
+                                   absl::StatusCode::kInvalidArgument, absl::StatusCode::kOk};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(gpu[i].status().code(), want[i]) << "row " << i << ": " << gpu[i].status();
+    EXPECT_EQ(cpu[i].status().code(), want[i]) << "row " << i << ": " << cpu[i].status();
+  }
+  ASSERT_TRUE(gpu[3].ok() && cpu[3].ok());
+  EXPECT_EQ(gpu[3]->token, cpu[3]->token);
 }
 
 // Logprob rows stay on the device and report the host sampler's logprobs (RawLogprobs of the
@@ -230,11 +257,6 @@ TEST_F(CudaBatchSamplerTest, LogprobRowsAreScoredOnTheDevice) {
   requests[4].params.logprobs = 2;  // its row holds a NaN
   requests[5].params.temperature = 0.0f;  // no logprobs: none reported
   for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 60 + i;
-  for (const Request& r : requests) {
-    SampleRow row;
-    row.params = &r.params;
-    EXPECT_FALSE(CudaBatchSampler::NeedsHost(row));
-  }
   std::vector<float> host = RandomLogits(6, 15);
   host[static_cast<size_t>(4 * kVocab + 33)] = NAN;
   std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
@@ -266,12 +288,11 @@ TEST_F(CudaBatchSamplerTest, LogprobRowsAreScoredOnTheDevice) {
       EXPECT_NEAR(gpu[i]->top[t].logprob, want->top[t].logprob, 1e-5) << "rank " << t;
     }
   }
-  EXPECT_EQ(sampler_->device_rows(), 6);
-  EXPECT_EQ(sampler_->host_rows(), 0);
+  EXPECT_EQ(sampler_->rows_sampled(), 6);
 }
 
 TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly) {
-  std::vector<Request> requests(5);
+  std::vector<Request> requests(7);
   requests[0].params.temperature = 0.7f;
   requests[1].params.temperature = 1.0f;
   requests[1].params.top_k = 20;
@@ -284,17 +305,22 @@ TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly)
   requests[4].params.top_p = 0.95f;
   requests[4].params.typical_p = 0.9f;
   requests[4].params.min_p = 0.1f;
-  // Device rows on logit rows 0, 1, 4, 5 and 6 (two runs: {0, 1} and {4, 5, 6}), a fallback row
-  // on 3.
-  std::vector<Request> with_fallback = requests;
-  with_fallback.push_back(Request());
-  with_fallback.back().suppressed = {1};
+  // Rows with edits: a mask and a bias (with top_p), bans (with typical_p).
+  requests[5].params.temperature = 1.0f;
+  requests[5].params.allowed_token_ids = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89};
+  requests[5].params.logit_bias = {{2, 5.0f}, {3, -2.0f}};
+  requests[5].params.top_p = 0.9f;
+  requests[6].params.temperature = 0.8f;
+  requests[6].suppressed = {0, 1, 2, 3, 4};
+  requests[6].params.typical_p = 0.6f;
+  // Logit rows 0, 1, 4, 5, 6, 2 and 3: runs {0, 1}, {2, 3} and {4, 5, 6}.
   const std::vector<float> host = RandomLogits(7, 13);
+  const std::vector<int64_t> logit_rows = {0, 1, 4, 5, 6, 2, 3};
   std::vector<int32_t> first_tokens;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<RequestRng> rngs;
-    for (size_t i = 0; i < with_fallback.size(); ++i) rngs.emplace_back(uint64_t{77} + i);
-    std::vector<SampleRow> rows = RowsFor(with_fallback, rngs, {0, 1, 4, 5, 6, 3});
+    for (size_t i = 0; i < requests.size(); ++i) rngs.emplace_back(uint64_t{77} + i);
+    std::vector<SampleRow> rows = RowsFor(requests, rngs, logit_rows);
     std::vector<absl::StatusOr<SampleResult>> gpu;
     ASSERT_TRUE(sampler_->SampleBatch(Upload(host), rows, &gpu).ok());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -314,10 +340,8 @@ TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly)
         EXPECT_EQ(gpu[i]->token, first_tokens[i]) << "row " << i << ": same seed and offset";
       }
     }
-    ASSERT_TRUE(gpu[5].ok()) << gpu[5].status();
   }
-  EXPECT_EQ(sampler_->device_rows(), 10);
-  EXPECT_EQ(sampler_->host_rows(), 2);
+  EXPECT_EQ(sampler_->rows_sampled(), 14);
 }
 
 TEST_F(CudaBatchSamplerTest, RefusesHostLogitsAndSharedRows) {

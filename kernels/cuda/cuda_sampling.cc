@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -67,7 +68,65 @@ absl::Status CudaSampler::Reserve(size_t bytes) {
   return absl::OkStatus();
 }
 
-static_assert(kMaxTopLogprobs == kRowTopLogprobs, "the public and the kernels' logprob caps differ");
+static_assert(kMaxTopLogprobs == kRowTopLogprobs, "the public and kernel logprob caps differ");
+
+namespace {
+
+// Validates one row against the vocabulary (the whole call fails on a bad row: callers that
+// need per-row failures check first, as CudaBatchSampler does).
+absl::Status CheckRow(const SamplingRow& row, int32_t r, int64_t vocab) {
+  if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
+      !(row.typical_p > 0.0f && row.typical_p <= 1.0f) ||
+      !(row.min_p >= 0.0f && row.min_p <= 1.0f) || !(row.repetition_penalty > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda sampler: row ", r,
+        ": temperature must be >= 0, top_p and typical_p in (0, 1], min_p in [0, 1], "
+        "repetition_penalty > 0"));
+  }
+  if (row.logprobs < -1 || row.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": logprobs ",
+                                                   row.logprobs, " outside [-1, ",
+                                                   kMaxTopLogprobs, "]"));
+  }
+  for (const std::vector<int32_t>* ids : {&row.prompt_tokens, &row.output_tokens, &row.banned}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cuda sampler: row ", r, ": token id ", id, " outside [0, ", vocab, ")"));
+      }
+    }
+  }
+  for (const TokenBias& b : row.bias) {
+    if (b.token < 0 || b.token >= vocab || !std::isfinite(b.bias)) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": bias ", b.bias,
+                                                     " for token ", b.token));
+    }
+  }
+  const size_t words = static_cast<size_t>((vocab + 63) / 64);
+  if (!row.allowed.empty() && row.allowed.size() != words) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": allow mask of ",
+                                                   row.allowed.size(), " words, not ", words));
+  }
+  return absl::OkStatus();
+}
+
+// Byte offsets of the regions of one call's buffer, appended in order, each 16-byte aligned.
+class Layout {
+ public:
+  size_t Add(size_t bytes) {
+    const size_t at = end_;
+    end_ = Align(end_ + bytes);
+    return at;
+  }
+  size_t end() const { return end_; }
+
+ private:
+  size_t end_ = 0;
+};
+
+}  // namespace
+
+static_assert(sizeof(TokenBias) == sizeof(RowBias), "TokenBias and RowBias share a layout");
 
 absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
                                  int32_t* tokens, std::vector<SampledLogprobs>* logprobs) {
@@ -76,63 +135,64 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   if (logits == nullptr || vocab <= 0 || vocab > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("cuda sampler: bad logits or vocab ", vocab));
   }
-  size_t prompt_total = 0, output_total = 0;
+  size_t prompt_total = 0, output_total = 0, banned_total = 0, bias_total = 0, masked_rows = 0;
   bool any_penalty = false, any_logprobs = false;
   for (int32_t r = 0; r < n; ++r) {
     const SamplingRow& row = rows[r];
-    if (!(row.temperature >= 0.0f) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
-        !(row.typical_p > 0.0f && row.typical_p <= 1.0f) ||
-        !(row.min_p >= 0.0f && row.min_p <= 1.0f) || !(row.repetition_penalty > 0.0f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda sampler: row ", r,
-          ": temperature must be >= 0, top_p and typical_p in (0, 1], min_p in [0, 1], "
-          "repetition_penalty > 0"));
-    }
-    if (row.logprobs < -1 || row.logprobs > kMaxTopLogprobs) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": logprobs ",
-                                                     row.logprobs, " outside [-1, ",
-                                                     kMaxTopLogprobs, "]"));
-    }
+    absl::Status valid = CheckRow(row, r, vocab);
+    if (!valid.ok()) return valid;
     any_logprobs = any_logprobs || row.logprobs >= 0;
-    for (const std::vector<int32_t>* ids : {&row.prompt_tokens, &row.output_tokens}) {
-      for (int32_t id : *ids) {
-        if (id < 0 || id >= vocab) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("cuda sampler: row ", r, ": token id ", id, " outside [0, ", vocab, ")"));
-        }
-      }
-    }
     prompt_total += row.prompt_tokens.size();
     output_total += row.output_tokens.size();
+    banned_total += row.banned.size();
+    bias_total += row.bias.size();
+    masked_rows += row.allowed.empty() ? 0 : 1;
     any_penalty = any_penalty || row.repetition_penalty != 1.0f || row.frequency_penalty != 0.0f ||
                   row.presence_penalty != 0.0f;
   }
-  const size_t params_at = 0;
-  const size_t pstart_at = Align(params_at + n * sizeof(RowSamplingParams));
-  const size_t ostart_at = Align(pstart_at + (n + 1) * sizeof(int32_t));
-  const size_t ptok_at = Align(ostart_at + (n + 1) * sizeof(int32_t));
-  const size_t otok_at = Align(ptok_at + prompt_total * sizeof(int32_t));
   if (any_logprobs && logprobs == nullptr) {
-    return absl::InvalidArgumentError("cuda sampler: a row asks for logprobs but there is no output for them");
+    return absl::InvalidArgumentError(
+        "cuda sampler: a row asks for logprobs but there is no output for them");
   }
-  const size_t out_at = Align(otok_at + output_total * sizeof(int32_t));
-  const size_t lp_at = Align(out_at + n * sizeof(int32_t));
-  // The download: tokens, and the logprob rows when any row asks.
-  const size_t down_end = any_logprobs ? lp_at + n * sizeof(RowLogprobs) : out_at + n * sizeof(int32_t);
-  const size_t raw_prompt_at = Align(down_end);
-  const size_t raw_output_at = Align(raw_prompt_at + (any_logprobs ? prompt_total : 0) * sizeof(float));
-  const size_t total = raw_output_at + (any_logprobs ? output_total : 0) * sizeof(float);
-  absl::Status s = Reserve(total);
+  const bool any_edits = banned_total + bias_total + masked_rows > 0;
+  const size_t words = static_cast<size_t>((vocab + 63) / 64);
+  // Uploaded: [0, upload_end). Downloaded: [out_at, download_end). Then device-only scratch.
+  Layout layout;
+  const size_t params_at = layout.Add(n * sizeof(RowSamplingParams));
+  const size_t pstart_at = layout.Add((n + 1) * sizeof(int32_t));
+  const size_t ostart_at = layout.Add((n + 1) * sizeof(int32_t));
+  const size_t bstart_at = layout.Add((n + 1) * sizeof(int32_t));
+  const size_t biasstart_at = layout.Add((n + 1) * sizeof(int32_t));
+  const size_t aoffset_at = layout.Add(n * sizeof(int64_t));
+  const size_t ptok_at = layout.Add(prompt_total * sizeof(int32_t));
+  const size_t otok_at = layout.Add(output_total * sizeof(int32_t));
+  const size_t banned_at = layout.Add(banned_total * sizeof(int32_t));
+  const size_t bias_at = layout.Add(bias_total * sizeof(RowBias));
+  const size_t words_at = layout.Add(masked_rows * words * sizeof(uint64_t));
+  const size_t out_at = layout.Add(n * sizeof(int32_t));
+  const size_t upload_end = out_at;
+  const size_t lp_at = layout.Add(any_logprobs ? n * sizeof(RowLogprobs) : 0);
+  const size_t download_end = layout.end();
+  const size_t raw_prompt_at = layout.Add(any_logprobs ? prompt_total * sizeof(float) : 0);
+  const size_t raw_output_at = layout.Add(any_logprobs ? output_total * sizeof(float) : 0);
+  const size_t raw_bias_at = layout.Add(any_logprobs ? bias_total * sizeof(float) : 0);
+  absl::Status s = Reserve(layout.end());
   if (!s.ok()) return s;
   // The previous call's transfers finished (it synchronised), so the pinned buffer is free.
   char* h = static_cast<char*>(host_);
   auto* params = reinterpret_cast<RowSamplingParams*>(h + params_at);
   auto* pstart = reinterpret_cast<int32_t*>(h + pstart_at);
   auto* ostart = reinterpret_cast<int32_t*>(h + ostart_at);
+  auto* bstart = reinterpret_cast<int32_t*>(h + bstart_at);
+  auto* biasstart = reinterpret_cast<int32_t*>(h + biasstart_at);
+  auto* aoffset = reinterpret_cast<int64_t*>(h + aoffset_at);
   auto* ptok = reinterpret_cast<int32_t*>(h + ptok_at);
   auto* otok = reinterpret_cast<int32_t*>(h + otok_at);
-  pstart[0] = 0;
-  ostart[0] = 0;
+  auto* banned = reinterpret_cast<int32_t*>(h + banned_at);
+  auto* bias = reinterpret_cast<RowBias*>(h + bias_at);
+  auto* allowed = reinterpret_cast<uint64_t*>(h + words_at);
+  pstart[0] = ostart[0] = bstart[0] = biasstart[0] = 0;
+  int64_t next_mask = 0;
   for (int32_t r = 0; r < n; ++r) {
     const SamplingRow& row = rows[r];
     RowSamplingParams p;
@@ -148,13 +208,23 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     p.offset = row.offset;
     p.logprobs = row.logprobs;
     params[r] = p;
-    std::memcpy(ptok + pstart[r], row.prompt_tokens.data(), row.prompt_tokens.size() * sizeof(int32_t));
-    std::memcpy(otok + ostart[r], row.output_tokens.data(), row.output_tokens.size() * sizeof(int32_t));
-    pstart[r + 1] = pstart[r] + static_cast<int32_t>(row.prompt_tokens.size());
-    ostart[r + 1] = ostart[r] + static_cast<int32_t>(row.output_tokens.size());
+    auto append = [](const auto& from, auto* to, int32_t* start, int32_t r) {
+      std::memcpy(to + start[r], from.data(), from.size() * sizeof(from[0]));
+      start[r + 1] = start[r] + static_cast<int32_t>(from.size());
+    };
+    append(row.prompt_tokens, ptok, pstart, r);
+    append(row.output_tokens, otok, ostart, r);
+    append(row.banned, banned, bstart, r);
+    append(row.bias, bias, biasstart, r);
+    aoffset[r] = -1;
+    if (!row.allowed.empty()) {
+      aoffset[r] = next_mask * static_cast<int64_t>(words);
+      std::memcpy(allowed + aoffset[r], row.allowed.data(), words * sizeof(uint64_t));
+      ++next_mask;
+    }
   }
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
-  cudaError_t err = cudaMemcpyAsync(device_, host_, out_at, cudaMemcpyHostToDevice, stream);
+  cudaError_t err = cudaMemcpyAsync(device_, host_, upload_end, cudaMemcpyHostToDevice, stream);
   if (err != cudaSuccess) return CudaError("upload", err);
   char* d = static_cast<char*>(device_);
   SamplingLaunchArgs a;
@@ -168,14 +238,23 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   a.output_tokens = reinterpret_cast<const int32_t*>(d + otok_at);
   a.out_tokens = reinterpret_cast<int32_t*>(d + out_at);
   a.any_penalty = any_penalty;
+  a.allowed_offset = reinterpret_cast<const int64_t*>(d + aoffset_at);
+  a.allowed_words = reinterpret_cast<const uint64_t*>(d + words_at);
+  a.banned_start = reinterpret_cast<const int32_t*>(d + bstart_at);
+  a.banned_tokens = reinterpret_cast<const int32_t*>(d + banned_at);
+  a.bias_start = reinterpret_cast<const int32_t*>(d + biasstart_at);
+  a.bias = reinterpret_cast<const RowBias*>(d + bias_at);
+  a.any_edits = any_edits;
   if (any_logprobs) {
     a.out_logprobs = reinterpret_cast<RowLogprobs*>(d + lp_at);
     a.raw_prompt = reinterpret_cast<float*>(d + raw_prompt_at);
     a.raw_output = reinterpret_cast<float*>(d + raw_output_at);
+    a.raw_bias = reinterpret_cast<float*>(d + raw_bias_at);
   }
   err = LaunchSampling(a, stream);
   if (err != cudaSuccess) return CudaError("LaunchSampling", err);
-  err = cudaMemcpyAsync(h + out_at, d + out_at, down_end - out_at, cudaMemcpyDeviceToHost, stream);
+  err = cudaMemcpyAsync(h + out_at, d + out_at, download_end - out_at, cudaMemcpyDeviceToHost,
+                        stream);
   if (err != cudaSuccess) return CudaError("download", err);
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);

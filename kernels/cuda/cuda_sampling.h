@@ -10,9 +10,8 @@
 // of its top n tokens, n <= kMaxTopLogprobs, as the CPU sampler reports them (logprobs.cu); only
 // these come back to the host, not the row.
 //
-// Not implemented here (the CPU sampler in engine/sampling has them): suppressed tokens,
-// allowed ids, bad words, logit bias, guided choice and constraints. Rows needing those must
-// use the CPU sampler.
+// Masks, bans and biases (step 1 of the engine's order) arrive as data: an allow bitmask, banned
+// ids and (id, bias) pairs per row, built on the host by engine/sampling/logit_edits.
 //
 // Thread-safety: a CudaSampler is used by one thread at a time (it owns staging buffers).
 #ifndef BLOSSOM_KERNELS_CUDA_CUDA_SAMPLING_H_
@@ -28,6 +27,12 @@
 
 namespace blossom {
 namespace cuda {
+
+// One logit_bias entry.
+struct TokenBias {
+  int32_t token;
+  float bias;
+};
 
 // Per-row parameters, as the engine's SamplingParams names them.
 struct SamplingRow {
@@ -45,6 +50,12 @@ struct SamplingRow {
   // Token histories for the penalties (host memory, read during Sample()).
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> output_tokens;
+  // Step 1's edits (engine/sampling/logit_edits.h), applied before the penalties: every id whose
+  // bit in `allowed` is clear (when not empty: exactly ceil(vocab / 64) words, read during
+  // Sample()) and every `banned` id -> -inf, then each `bias` added (distinct tokens).
+  absl::Span<const uint64_t> allowed;
+  std::vector<int32_t> banned;
+  std::vector<TokenBias> bias;
 };
 
 // The most top logprobs a row may ask for.
@@ -52,6 +63,8 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // CudaSampler::Sample's token for a row with nothing to draw.
 inline constexpr int32_t kNoToken = -1;
+// CudaSampler::Sample's token for a row holding a NaN or +inf logit (a model fault).
+inline constexpr int32_t kNonFiniteRow = -2;
 
 // The logprobs of one row that asked for them (SamplingRow::logprobs >= 0).
 struct SampledLogprobs {
@@ -76,9 +89,10 @@ class CudaSampler {
 
   // Samples rows.size() tokens from logits (device, fp32, [rows, vocab], row-major) into
   // tokens[rows] (host), and (*logprobs)[r] for each row r that asks for logprobs (resized to
-  // rows.size(); may be null when no row asks). The logits are modified in place by the
-  // penalties. Blocks until the results are on the host. A row whose logits are all -inf after
-  // the penalties gets token -1 (kNoToken): one such row must fail only its own request.
+  // rows.size(); may be null when no row asks). The logits are modified in place by the edits
+  // and penalties. Blocks until the results are on the host. A row whose logits are all -inf
+  // after them gets token -1 (kNoToken), a row holding a NaN or +inf -2 (kNonFiniteRow): one
+  // such row must fail only its own request.
   // InvalidArgument for bad parameters; other errors are the device's.
   absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
                       int32_t* tokens, std::vector<SampledLogprobs>* logprobs = nullptr);

@@ -1,8 +1,8 @@
 // CudaSampler's device logprobs against an independent host reference in double precision:
-// log-softmax of the raw row (before penalties), the top n by value descending with ties to the
-// lowest id, -inf left out. Tolerance: 1e-5 absolute on every logprob (the device takes fp32
-// expf per logit and sums in double in another order: ~1e-7 relative on the sum), ids exact; a
-// NaN anywhere fails the comparison (EXPECT_NEAR is false for NaN).
+// log-softmax of the raw row (before edits and penalties), the top n by value descending with
+// ties to the lowest id, -inf left out. Tolerance: 1e-5 absolute on every logprob (the device
+// takes fp32 expf per logit and sums in double in another order: ~1e-7 relative on the sum), ids
+// exact; a NaN anywhere fails the comparison (EXPECT_NEAR is false for NaN).
 // Without a visible GPU every test reports SKIPPED with the reason.
 #include <cuda_runtime.h>
 
@@ -75,7 +75,8 @@ struct Reference {
     log_sum = std::log(sum);
   }
   double Logprob(int32_t id) const {
-    return std::max(static_cast<double>(row[id]) - max_logit - log_sum, -static_cast<double>(FLT_MAX));
+    const double value = static_cast<double>(row[id]) - max_logit - log_sum;
+    return std::max(value, -static_cast<double>(FLT_MAX));
   }
   std::vector<int32_t> Top(int32_t n) const {
     std::vector<int32_t> ids;
@@ -196,6 +197,26 @@ TEST_F(CudaSamplingLogprobsTest, PenalisedRowsReportRawLogprobs) {
   Sample(l, V, {rows[0]}, &tokens, &got);
   EXPECT_EQ(tokens[0], 100);
   ExpectMatches(r0, 100, 3, got[0], "drawn token in the history");
+}
+
+// A drawn token that a bias lifted reports its raw logprob (the kernel keeps the raw logit before
+// the edit kernel adds the bias); masked tokens still count in the raw log-softmax.
+TEST_F(CudaSamplingLogprobsTest, EditedRowsReportRawLogprobs) {
+  const int64_t V = 512;
+  std::vector<float> l = RandomLogits(V, 25, 1.0f);
+  std::vector<uint64_t> allowed(V / 64, ~uint64_t{0});
+  allowed[0] = 0;  // ids 0-63 masked
+  SamplingRow row;
+  row.temperature = 0.0f;
+  row.logprobs = 4;
+  row.allowed = allowed;
+  row.bias = {{300, 50.0f}};
+  row.banned = {301};
+  std::vector<int32_t> tokens;
+  std::vector<SampledLogprobs> got;
+  Sample(l, V, {row}, &tokens, &got);
+  EXPECT_EQ(tokens[0], 300);
+  ExpectMatches(Reference(l.data(), V), 300, 4, got[0], "biased draw");
 }
 
 // A NaN or +inf in a logprob row is flagged (the row's own failure); its neighbours are scored.

@@ -1,5 +1,5 @@
-// GPU sampling against host reference computations: greedy ties, penalties, exact draws for
-// top-k/top-p over the full BLOOM vocabulary (the host predicts the token from the same Philox
+// GPU sampling against host reference computations: greedy ties, step 1's edits, penalties,
+// non-finite rows, exact draws for top-k/top-p/typical-p/min-p over the full BLOOM vocabulary (the host predicts the token from the same Philox
 // uniform), empirical frequencies on a small vocabulary, and batch independence.
 // Without a visible GPU every test reports SKIPPED with the reason.
 #include "kernels/cuda/cuda_sampling.h"
@@ -175,6 +175,86 @@ TEST_F(CudaSamplingTest, PenaltiesFollowTheCpuSamplerSemantics) {
   ASSERT_EQ(cudaMemcpy(back.data(), logits_, back.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_FLOAT_EQ(back[3], 1.0f);
   EXPECT_FLOAT_EQ(back[V + 3], 2.0f - 1.5f - 0.1f);
+}
+
+// Step 1's edits (allow mask, bans, then biases) land before the penalties, per row.
+TEST_F(CudaSamplingTest, EditsMaskBanAndBiasBeforeThePenalties) {
+  const int64_t V = 256;
+  std::vector<float> l = RandomLogits(6 * V, 4, 1.0f);
+  auto mask_of = [&](std::vector<int32_t> ids) {
+    std::vector<uint64_t> words(V / 64, 0);
+    for (int32_t t : ids) words[t / 64] |= uint64_t{1} << (t % 64);
+    return words;
+  };
+  const std::vector<uint64_t> only_10_200 = mask_of({10, 200}), only_7 = mask_of({7}),
+                              only_3_4 = mask_of({3, 4});
+  std::vector<SamplingRow> rows(6);
+  for (SamplingRow& row : rows) row.temperature = 0.0f;
+  l[0 * V + 200] = 1.0f;
+  l[0 * V + 10] = 0.5f;
+  l[0 * V + 11] = 9.0f;  // outside the mask
+  rows[0].allowed = only_10_200;
+  l[1 * V + 30] = 9.0f;
+  l[1 * V + 31] = 8.0f;
+  rows[1].banned = {30};
+  rows[2].bias = {{5, 100.0f}};
+  rows[3].allowed = only_7;
+  rows[3].banned = {7};  // nothing left
+  l[4 * V + 9] = 9.0f;
+  rows[4].banned = {9};
+  rows[4].bias = {{9, 100.0f}};  // -inf stays -inf
+  l[5 * V + 3] = 2.0f;
+  l[5 * V + 4] = 1.5f;
+  rows[5].allowed = only_3_4;
+  rows[5].repetition_penalty = 2.0f;
+  rows[5].prompt_tokens = {3};  // 3 -> 1.0 after the mask
+  const std::vector<int32_t> got = Sample(l, V, rows);
+  EXPECT_EQ(got[0], 200);
+  EXPECT_EQ(got[1], 31);
+  EXPECT_EQ(got[2], 5);
+  EXPECT_EQ(got[3], kNoToken);
+  EXPECT_NE(got[4], 9);
+  EXPECT_GE(got[4], 0);
+  EXPECT_EQ(got[5], 4);
+  std::vector<float> back(6 * V);
+  ASSERT_EQ(cudaMemcpy(back.data(), logits_, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(back[0 * V + 11], -INFINITY) << "masked in place";
+  EXPECT_EQ(back[0 * V + 200], 1.0f) << "kept untouched";
+  EXPECT_EQ(back[4 * V + 9], -INFINITY);
+  EXPECT_FLOAT_EQ(back[2 * V + 5], l[2 * V + 5] + 100.0f);
+}
+
+// A NaN or +inf anywhere in a row: the row reports kNonFiniteRow, its neighbours are sampled.
+TEST_F(CudaSamplingTest, NonFiniteRowsAreReported) {
+  const int64_t V = 1000;
+  std::vector<float> l = RandomLogits(3 * V, 6, 1.0f);
+  l[0 * V + 999] = NAN;
+  l[2 * V + 0] = INFINITY;
+  l[1 * V + 123] = 30.0f;
+  std::vector<SamplingRow> rows(3);
+  rows[0].temperature = 0.0f;
+  rows[1].temperature = 0.0f;
+  rows[2].temperature = 0.9f;
+  EXPECT_EQ(Sample(l, V, rows), (std::vector<int32_t>{kNonFiniteRow, 123, kNonFiniteRow}));
+}
+
+// Malformed edits are refused before anything runs.
+TEST_F(CudaSamplingTest, RefusesMalformedEdits) {
+  const int64_t V = 128;
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, V * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, V * sizeof(float)), cudaSuccess);
+  const std::vector<uint64_t> one_word = {~uint64_t{0}};
+  SamplingRow short_mask, bad_ban, bad_bias;
+  short_mask.allowed = one_word;  // needs 2 words
+  bad_ban.banned = {static_cast<int32_t>(V)};
+  bad_bias.bias = {{3, NAN}};
+  int32_t token = 0;
+  for (const SamplingRow& row : {short_mask, bad_ban, bad_bias}) {
+    EXPECT_EQ(sampler_->Sample(d, V, {row}, &token).code(), absl::StatusCode::kInvalidArgument);
+  }
+  cudaFree(d);
 }
 
 TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {

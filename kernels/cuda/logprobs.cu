@@ -9,13 +9,15 @@
 // agree to ~1e-6 and ids exactly. Unlike the host, a NaN or +inf is flagged rather than refused.
 //
 // Two kernels, one block per logprob row (rows without logprobs return at once):
-//  1. Stats, launched before the penalty kernel: one pass over the row keeps, per thread, an
-//     online (max, sum of exp) and a sorted list of its n best (value, id); the block then merges
+//  1. Stats, launched before the edit and penalty kernels: one pass over the row keeps, per
+//     thread, an online (max, sum of exp) and a sorted list of its n best (value, id); the block then merges
 //     the sums and takes the n best heads in n rounds of a block argmax. (Every entry of the row's
-//     top n is in its own thread's top n, so the merge is exact.) A row with penalties also keeps
-//     the raw logits of its history tokens, which the penalty kernel is about to overwrite.
-//  2. Chosen, after the draw: the drawn token's raw logit (from that scratch when the token is in
-//     the penalised history, else from the row, which nothing else wrote) against the stats.
+//     top n is in its own thread's top n, so the merge is exact.) The row also keeps the raw
+//     logits of its biased tokens and, with penalties, of its history tokens, which the edit and
+//     penalty kernels are about to overwrite.
+//  2. Chosen, after the draw: the drawn token's raw logit (from that scratch when the token is
+//     biased or in the penalised history, else from the row, which nothing else wrote) against
+//     the stats.
 // Cost: one extra read of each logprob row (~1 MB, tens of microseconds on one SM); the merge's n
 // rounds are two block barriers each.
 #include <cfloat>
@@ -85,15 +87,22 @@ __global__ void __launch_bounds__(kStatsThreads) LogprobStatsKernel(SamplingLaun
   const int32_t n = min(p.logprobs, kRowTopLogprobs);
   const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
 
-  // Keep the raw logits the penalty kernel (launched next on the stream) will overwrite.
+  // Keep the raw logits the edit and penalty kernels (launched next on the stream) overwrite.
+  if (a.bias_start != nullptr) {
+    for (int32_t i = a.bias_start[r] + threadIdx.x; i < a.bias_start[r + 1]; i += blockDim.x) {
+      a.raw_bias[i] = l[a.bias[i].token];
+    }
+  }
   if (Penalised(p)) {
     if (a.prompt_start != nullptr) {
-      for (int32_t i = a.prompt_start[r] + threadIdx.x; i < a.prompt_start[r + 1]; i += blockDim.x) {
+      const int32_t end = a.prompt_start[r + 1];
+      for (int32_t i = a.prompt_start[r] + threadIdx.x; i < end; i += blockDim.x) {
         a.raw_prompt[i] = l[a.prompt_tokens[i]];
       }
     }
     if (a.output_start != nullptr) {
-      for (int32_t i = a.output_start[r] + threadIdx.x; i < a.output_start[r + 1]; i += blockDim.x) {
+      const int32_t end = a.output_start[r + 1];
+      for (int32_t i = a.output_start[r] + threadIdx.x; i < end; i += blockDim.x) {
         a.raw_output[i] = l[a.output_tokens[i]];
       }
     }
@@ -201,10 +210,19 @@ __global__ void __launch_bounds__(kChosenThreads) ChosenLogprobKernel(SamplingLa
   const int32_t token = a.out_tokens[r];
   if (token < 0 || token >= a.vocab) return;  // kNoToken: the row fails, its logprob is unused
   // The first history position holding the token, when the row is penalised (only then was its
-  // history uploaded and its logits edited): prompt positions first, then output ones.
-  __shared__ int32_t where;
-  if (threadIdx.x == 0) where = INT_MAX;
+  // history uploaded and its logits edited): prompt positions first, then output ones; else its
+  // position among the row's biases. (A masked or banned token is -inf: never drawn.)
+  __shared__ int32_t where, where_bias;
+  if (threadIdx.x == 0) {
+    where = INT_MAX;
+    where_bias = INT_MAX;
+  }
   __syncthreads();
+  if (a.bias_start != nullptr) {
+    for (int32_t i = a.bias_start[r] + threadIdx.x; i < a.bias_start[r + 1]; i += blockDim.x) {
+      if (a.bias[i].token == token) atomicMin(&where_bias, i);
+    }
+  }
   const int32_t np = a.prompt_start != nullptr ? a.prompt_start[r + 1] - a.prompt_start[r] : 0;
   const int32_t no = a.output_start != nullptr ? a.output_start[r + 1] - a.output_start[r] : 0;
   if (Penalised(p)) {
@@ -218,7 +236,9 @@ __global__ void __launch_bounds__(kChosenThreads) ChosenLogprobKernel(SamplingLa
   if (threadIdx.x == 0) {
     RowLogprobs& out = a.out_logprobs[r];
     float raw;
-    if (where == INT_MAX) {
+    if (where == INT_MAX && where_bias != INT_MAX) {
+      raw = a.raw_bias[where_bias];
+    } else if (where == INT_MAX) {
       raw = a.logits[static_cast<int64_t>(r) * a.vocab + token];
     } else if (where < np) {
       raw = a.raw_prompt[a.prompt_start[r] + where];

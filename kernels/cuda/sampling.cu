@@ -1,6 +1,6 @@
 // Batched GPU sampling over full-vocabulary logits (250,880 entries for BLOOM).
 //
-// Two kernels, one block per row:
+// Two kernels, one block per row, after step 1's edits (logit_edits.cu):
 //  1. Penalties (HF repetition penalty over prompt+output ids, each id once; OpenAI frequency and
 //     presence penalties over output ids). Every distinct id is owned by the thread holding its
 //     first occurrence, so no two threads write the same logit.
@@ -13,7 +13,7 @@
 //     threshold on x below the survivors' max. The draw is one Philox4x32-10 uniform per
 //     (seed, offset), located by a block-wide scan over the kept weights in token-id order.
 // Logprobs (logprobs.cu) are scored on the raw row around these two kernels.
-// Same semantics as engine/sampling (HF order: penalties, temperature, top-k, top-p, typical-p,
+// Same semantics as engine/sampling (HF order: masks and bias, penalties, temperature, top-k, top-p, typical-p,
 // min-p; ties at a threshold are kept). The mass histograms use shared-memory float atomics, so
 // a row whose cumulative mass lands within rounding of top_p or typical_p may keep a slightly
 // different set between runs.
@@ -146,12 +146,18 @@ __device__ __forceinline__ void Consider(MaxAndId& best, float v, int32_t id) {
   if (v > best.value || (v == best.value && id < best.id)) best = {v, id};
 }
 
-// Max over l[0, V) and the lowest id holding it; every thread gets the result. 16-byte loads,
-// four in flight per thread, where the row allows (one block reads 1 MB of logits per row at
-// BLOOM's vocabulary: a load at a time per thread was latency-bound, ~150 us on an H200).
-__device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* scratch, int32_t* scratch_id) {
+// NaN or +inf: a model fault, which the row must report rather than sample through.
+__device__ __forceinline__ bool NonFinite(float v) { return v != -INFINITY && !(v < INFINITY); }
+
+// Max over l[0, V) and the lowest id holding it; every thread gets the result, and whether the
+// row holds a NaN or +inf. 16-byte loads, four in flight per thread, where the row allows (one
+// block reads 1 MB of logits per row at BLOOM's vocabulary: a load at a time per thread was
+// latency-bound, ~150 us on an H200).
+__device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* scratch,
+                                int32_t* scratch_id, bool* nonfinite) {
   constexpr int kUnroll = 4;
   MaxAndId best = {-INFINITY, INT_MAX};
+  bool bad = false;
   if (V % 4 == 0 && Aligned16(l)) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
     const int64_t n4 = V / 4;
@@ -169,10 +175,14 @@ __device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* s
         Consider(best, f[u].y, id + 1);
         Consider(best, f[u].z, id + 2);
         Consider(best, f[u].w, id + 3);
+        bad |= NonFinite(f[u].x) | NonFinite(f[u].y) | NonFinite(f[u].z) | NonFinite(f[u].w);
       }
     }
   } else {
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) Consider(best, l[i], static_cast<int32_t>(i));
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      Consider(best, l[i], static_cast<int32_t>(i));
+      bad |= NonFinite(l[i]);
+    }
   }
   for (int o = 16; o > 0; o >>= 1) {
     Consider(best, __shfl_xor_sync(0xffffffffu, best.value, o), __shfl_xor_sync(0xffffffffu, best.id, o));
@@ -188,7 +198,7 @@ __device__ MaxAndId RowMaxAndId(const float* __restrict__ l, int64_t V, float* s
   for (int o = 16; o > 0; o >>= 1) {
     Consider(best, __shfl_xor_sync(0xffffffffu, best.value, o), __shfl_xor_sync(0xffffffffu, best.id, o));
   }
-  __syncthreads();  // scratch may be reused at once
+  *nonfinite = __syncthreads_or(bad) != 0;  // also: scratch may be reused at once
   return best;
 }
 
@@ -278,13 +288,18 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
 
   // The row's max and the lowest id holding it (the greedy token), in one pass over the logits.
   __shared__ int32_t scratch_id[32];
-  const MaxAndId best = RowMaxAndId(l, V, scratch, scratch_id);
+  bool nonfinite = false;
+  const MaxAndId best = RowMaxAndId(l, V, scratch, scratch_id, &nonfinite);
   const float mx = best.value;
   if (threadIdx.x == 0) {
     sh_token = INT_MAX;
     sh_last = -1;
   }
   __syncthreads();
+  if (nonfinite) {  // reported as -2 (kNonFiniteRow), the row's Internal error
+    if (threadIdx.x == 0) a.out_tokens[r] = -2;
+    return;
+  }
   if (mx == -INFINITY) {  // everything masked: reported as -1
     if (threadIdx.x == 0) a.out_tokens[r] = -1;
     return;
@@ -435,6 +450,8 @@ cudaError_t LaunchSampling(const SamplingLaunchArgs& a, cudaStream_t stream) {
   if (a.vocab <= 0 || a.vocab > INT_MAX) return cudaErrorInvalidValue;
   // Logprobs read the raw row, so their stats come before the penalties edit it.
   cudaError_t err = LaunchLogprobStats(a, stream);
+  if (err != cudaSuccess) return err;
+  err = LaunchLogitEdits(a, stream);
   if (err != cudaSuccess) return err;
   if (a.any_penalty) {
     // The bitmap in shared memory where it fits the default 48 KB (a vocabulary up to 393,216).

@@ -25,6 +25,12 @@ struct RowLogprobs {
   float top_logprobs[kRowTopLogprobs] = {};
 };
 
+// One logit_bias entry (the layout of cuda_sampling.h's TokenBias).
+struct RowBias {
+  int32_t token;
+  float bias;
+};
+
 // One row's sampling parameters; the layout is shared by host and device (plain data).
 struct RowSamplingParams {
   float temperature = 1.0f;          // 0 = greedy (argmax, ties to the lowest id)
@@ -51,20 +57,36 @@ struct SamplingLaunchArgs {
   const int32_t* output_tokens = nullptr;
   const int32_t* output_start = nullptr;  // [rows + 1]; null: no output tokens
   int32_t* out_tokens = nullptr;          // device [rows]
+  // Step 1's edits, applied before the penalties (any_edits false: no row has any, and the
+  // pointers may be null): per row, the ids whose bit is clear in its allow bitmask (words
+  // [allowed_offset[r], + ceil(vocab / 64)); offset -1: no mask) and its banned ids -> -inf, then
+  // its biases added. Banned ids and biases are CSR like the token histories.
+  const int64_t* allowed_offset = nullptr;  // [rows]
+  const uint64_t* allowed_words = nullptr;
+  const int32_t* banned_start = nullptr;    // [rows + 1]
+  const int32_t* banned_tokens = nullptr;
+  const int32_t* bias_start = nullptr;      // [rows + 1]
+  const RowBias* bias = nullptr;
+  bool any_edits = false;
   // Logprobs (null when no row has params.logprobs >= 0): results per row, and scratch that keeps
-  // the raw logits of the history tokens (aligned with prompt_tokens / output_tokens) of the
-  // logprob rows that have penalties, since the penalties overwrite those logits before the draw.
+  // the raw logits the edits and penalties overwrite before the draw: those of the history tokens
+  // of the logprob rows with penalties (aligned with prompt_tokens / output_tokens) and those of
+  // the biased tokens (aligned with bias).
   RowLogprobs* out_logprobs = nullptr;  // device [rows]
   float* raw_prompt = nullptr;          // device, as prompt_tokens
   float* raw_output = nullptr;          // device, as output_tokens
+  float* raw_bias = nullptr;            // device, as bias
   // Whether any row has a penalty (repetition != 1, frequency or presence != 0): false skips
   // the penalty kernel, which would change nothing.
   bool any_penalty = true;
 };
 
-// Penalties, then the draw; with out_logprobs, LaunchLogprobStats before the penalties and
+// Edits, penalties, then the draw; with out_logprobs, LaunchLogprobStats before the edits and
 // LaunchChosenLogprobs after the draw.
 cudaError_t LaunchSampling(const SamplingLaunchArgs& args, cudaStream_t stream);
+
+// logit_edits.cu: step 1's edits of every row that has some.
+cudaError_t LaunchLogitEdits(const SamplingLaunchArgs& args, cudaStream_t stream);
 
 // logprobs.cu. Stats: per logprob row, on the raw logits, the max, log_sum, top ids and
 // logprobs and the nonfinite flag, and the raw logits of penalised history tokens. Chosen: the
