@@ -45,6 +45,10 @@ class InstantSampler : public BatchSampler {
     }
     return absl::OkStatus();
   }
+  absl::Status ScoreRows(const Tensor&, absl::Span<const ScoreRow>,
+                         std::vector<absl::StatusOr<SampleResult>>*) override {
+    return absl::UnimplementedError("the overhead benchmark asks for no prompt logprobs");
+  }
 
  private:
   static constexpr int32_t kFirstToken = 4;

@@ -6,10 +6,11 @@
 namespace blossom {
 namespace {
 
-// Refuses logits that are not tagged as device memory, then samples them on the host.
+// Refuses logits that are not tagged as device memory, then samples or scores them on the host.
 class PretendDeviceSampler : public BatchSampler {
  public:
-  explicit PretendDeviceSampler(std::atomic<int64_t>* sampled) : sampled_(sampled) {}
+  PretendDeviceSampler(std::atomic<int64_t>* sampled, std::atomic<int64_t>* scored)
+      : sampled_(sampled), scored_(scored) {}
   std::string name() const override { return "pretend-device"; }
   absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
                            std::vector<absl::StatusOr<SampleResult>>* results) override {
@@ -19,9 +20,18 @@ class PretendDeviceSampler : public BatchSampler {
     *sampled_ += static_cast<int64_t>(rows.size());
     return host_.SampleBatch(WithDevice(logits, DeviceKind::kHost), rows, results);
   }
+  absl::Status ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                         std::vector<absl::StatusOr<SampleResult>>* results) override {
+    if (logits.device != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError("expected the runner's device logits");
+    }
+    *scored_ += static_cast<int64_t>(rows.size());
+    return host_.ScoreRows(WithDevice(logits, DeviceKind::kHost), rows, results);
+  }
 
  private:
   std::atomic<int64_t>* sampled_;
+  std::atomic<int64_t>* scored_;
   HostBatchSampler host_;
 };
 
@@ -52,7 +62,7 @@ absl::Status PretendDeviceRunner::CopyLogitsToHost(const Tensor& rows, float* ou
 }
 
 absl::StatusOr<std::unique_ptr<BatchSampler>> PretendDeviceRunner::MakeBatchSampler() {
-  return std::unique_ptr<BatchSampler>(std::make_unique<PretendDeviceSampler>(&sampled_rows));
+  return std::unique_ptr<BatchSampler>(std::make_unique<PretendDeviceSampler>(&sampled_rows, &scored_rows));
 }
 
 }  // namespace blossom

@@ -5,7 +5,7 @@
 // PretendDeviceRunner forwards every call to `inner`; ForwardKeepLogits' tensor is tagged
 // DeviceKind::kCuda (the memory is still the CPU backend's). Its sampler and CopyLogitsToHost
 // refuse logits not so tagged, then work on the host. It counts host forwards (Forward), rows
-// copied to the host and rows sampled. Thread-safety: the counters are atomic; otherwise as the
+// copied to the host, rows sampled and rows scored (prompt logprobs). Thread-safety: the counters are atomic; otherwise as the
 // ModelRunner it wraps.
 #ifndef BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
 #define BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
@@ -43,7 +43,7 @@ class PretendDeviceRunner : public ModelRunner {
   absl::StatusOr<std::unique_ptr<BatchSampler>> MakeBatchSampler() override;
   absl::Status Health() override { return inner_->Health(); }
 
-  std::atomic<int64_t> host_forwards{0}, copied_rows{0}, sampled_rows{0};
+  std::atomic<int64_t> host_forwards{0}, copied_rows{0}, sampled_rows{0}, scored_rows{0};
 
  private:
   ModelRunner* inner_;

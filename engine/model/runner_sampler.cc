@@ -37,6 +37,10 @@ class ThreadBoundSampler : public BatchSampler {
                            std::vector<absl::StatusOr<SampleResult>>* results) override {
     return run_([&] { return inner_->SampleBatch(logits, rows, results); });
   }
+  absl::Status ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                         std::vector<absl::StatusOr<SampleResult>>* results) override {
+    return run_([&] { return inner_->ScoreRows(logits, rows, results); });
+  }
 
  private:
   const std::string name_;

@@ -31,6 +31,14 @@ struct SampleRow {
   RequestRng* rng = nullptr;
 };
 
+// One logits row to score against a known token: prompt logprobs (the row at prompt position p
+// scored against prompt token p + 1).
+struct ScoreRow {
+  int64_t logit_row = 0;
+  int32_t token = 0;
+  int32_t top_n = 0;  // [0, kMaxLogprobs]
+};
+
 // Thread-safety: one thread at a time (implementations own scratch buffers).
 class BatchSampler {
  public:
@@ -46,6 +54,14 @@ class BatchSampler {
   // row outside it, or logits on a device the sampler cannot read; a device error.
   virtual absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
                                    std::vector<absl::StatusOr<SampleResult>>* results) = 0;
+
+  // Scores rows[i] into (*results)[i] (resized to rows.size()): RawLogprobs() of the row for its
+  // token, with the rank and the top_n most likely tokens (sampler.h), where the logits lie.
+  // Call it before SampleBatch on the same logits (sampling may edit rows in place). Per-row
+  // errors (a NaN or +inf logit: Internal; a token outside the row: InvalidArgument) go into the
+  // row's result; the returned status is for the call, as for SampleBatch.
+  virtual absl::Status ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                                 std::vector<absl::StatusOr<SampleResult>>* results) = 0;
 };
 
 // Logits in host memory: Sample() on each row, in order. Bit-identical to calling Sample() per
@@ -55,6 +71,8 @@ class HostBatchSampler : public BatchSampler {
   std::string name() const override { return "host"; }
   absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
                            std::vector<absl::StatusOr<SampleResult>>* results) override;
+  absl::Status ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                         std::vector<absl::StatusOr<SampleResult>>* results) override;
 
  private:
   SamplerScratch scratch_;
@@ -63,6 +81,7 @@ class HostBatchSampler : public BatchSampler {
 // InvalidArgument unless `logits` is an fp32 [rows, vocab] tensor holding every row of `rows`
 // (any device). Shared by the implementations.
 absl::Status CheckSampleRows(const Tensor& logits, absl::Span<const SampleRow> rows);
+absl::Status CheckScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows);
 
 }  // namespace blossom
 

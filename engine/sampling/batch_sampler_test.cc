@@ -139,5 +139,48 @@ TEST(HostBatchSamplerTest, RefusesWhatItCannotRead) {
       sampler.SampleBatch(Tensor(logits.data(), DType::kF32, {2, kVocab}), {row}, &results).ok());
 }
 
+// ScoreRows is RawLogprobs row by row, bit for bit; per-row errors stay in their rows and
+// whole-call errors (a row outside the tensor, top_n past the cap, device logits) refuse the call.
+TEST(HostBatchSamplerTest, ScoreRowsIsRawLogprobsRowByRow) {
+  std::vector<float> logits = RandomLogits(3, 5);
+  logits[static_cast<size_t>(2 * kVocab + 1)] = NAN;
+  const Tensor tensor(logits.data(), DType::kF32, {3, kVocab});
+  const std::vector<ScoreRow> rows = {
+      {1, 7, 3}, {0, 63, 0}, {2, 5, 1}, {0, static_cast<int32_t>(kVocab), 2}, {1, 0, kMaxLogprobs}};
+  HostBatchSampler sampler;
+  std::vector<absl::StatusOr<SampleResult>> results;
+  ASSERT_TRUE(sampler.ScoreRows(tensor, rows, &results).ok());
+  ASSERT_EQ(results.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const absl::StatusOr<SampleResult> want = RawLogprobs(
+        absl::MakeConstSpan(logits.data() + rows[i].logit_row * kVocab, kVocab), rows[i].token,
+        rows[i].top_n);
+    ASSERT_EQ(results[i].status().code(), want.status().code()) << i;
+    if (!want.ok()) continue;
+    EXPECT_EQ(results[i]->token, want->token);
+    EXPECT_EQ(results[i]->logprob, want->logprob);
+    EXPECT_EQ(results[i]->rank, want->rank);
+    ASSERT_EQ(results[i]->top.size(), want->top.size());
+    for (size_t t = 0; t < want->top.size(); ++t) {
+      EXPECT_EQ(results[i]->top[t].token, want->top[t].token);
+      EXPECT_EQ(results[i]->top[t].logprob, want->top[t].logprob);
+    }
+  }
+  EXPECT_EQ(results[2].status().code(), absl::StatusCode::kInternal) << "a NaN in its row";
+  EXPECT_EQ(results[3].status().code(), absl::StatusCode::kInvalidArgument) << "token past vocab";
+  EXPECT_EQ(results[4]->top.size(), static_cast<size_t>(kMaxLogprobs));
+
+  const ScoreRow past = {3, 0, 0}, too_many = {0, 0, kMaxLogprobs + 1};
+  EXPECT_EQ(sampler.ScoreRows(tensor, {past}, &results).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampler.ScoreRows(tensor, {too_many}, &results).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampler
+                .ScoreRows(Tensor(logits.data(), DType::kF32, {3, kVocab}, DeviceKind::kCuda),
+                           {rows[0]}, &results)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace blossom

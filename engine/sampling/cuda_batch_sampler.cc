@@ -151,4 +151,44 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
   return absl::OkStatus();
 }
 
+absl::Status CudaBatchSampler::ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                                         std::vector<absl::StatusOr<SampleResult>>* results) {
+  BLOSSOM_RETURN_IF_ERROR(CheckScoreRows(logits, rows));
+  if (logits.device != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError("the cuda sampler needs logits in device memory");
+  }
+  const int64_t vocab = logits.dim(1);
+  results->assign(rows.size(), absl::InternalError("row not scored"));
+  std::vector<cuda::ScoreRequest> requests;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].token < 0 || rows[i].token >= vocab) {
+      (*results)[i] = absl::InvalidArgumentError(  // RawLogprobs' error
+          absl::StrCat("RawLogprobs: token ", rows[i].token, " outside [0, ", vocab, ")"));
+      continue;
+    }
+    requests.push_back({rows[i].logit_row, rows[i].token, rows[i].top_n});
+    which.push_back(i);
+  }
+  BLOSSOM_RETURN_IF_ERROR(sampler_->Score(static_cast<const float*>(logits.data), vocab,
+                                          requests, &scored_));
+  for (size_t k = 0; k < which.size(); ++k) {
+    const cuda::ScoredRow& got = scored_[k];
+    if (got.nonfinite) {
+      (*results)[which[k]] = absl::InternalError("RawLogprobs: NaN or +inf logit");
+      continue;
+    }
+    SampleResult r;
+    r.token = rows[which[k]].token;
+    r.logprob = got.logprob;
+    r.rank = got.rank;
+    r.top.reserve(got.top_ids.size());
+    for (size_t t = 0; t < got.top_ids.size(); ++t) {
+      r.top.push_back({got.top_ids[t], got.top_logprobs[t]});
+    }
+    (*results)[which[k]] = std::move(r);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace blossom

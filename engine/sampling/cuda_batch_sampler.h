@@ -6,9 +6,9 @@
 // (logit_edits.h: the allow bitmask of allowed_token_ids, guided choice and a
 // structured-output constraint, about 31 KB per masked row at BLOOM's vocabulary; bad words and
 // suppressed tokens as bans; logit_bias), then penalties, temperature, top_k, top_p, typical_p,
-// min_p and the draw; logprobs are scored from the raw row. Prompt logprobs are not a sampling
-// row: the engine scores them from host logits. With --device_sampling=false the engine copies
-// the logits and uses HostBatchSampler instead.
+// min_p and the draw; logprobs are scored from the raw row, and so are prompt logprobs
+// (ScoreRows). With --device_sampling=false the engine copies the logits and uses
+// HostBatchSampler instead.
 //
 // Differences from the host sampler (Sample()), by design:
 //  - a row with temperature > 0 draws from CudaSampler's Philox stream at (seed, offset) with
@@ -53,6 +53,9 @@ class CudaBatchSampler : public BatchSampler {
   std::string name() const override { return "cuda"; }
   absl::Status SampleBatch(const Tensor& logits, absl::Span<const SampleRow> rows,
                            std::vector<absl::StatusOr<SampleResult>>* results) override;
+  // On the device too (CudaSampler::Score): one call for all the rows, ~200 bytes back per row.
+  absl::Status ScoreRows(const Tensor& logits, absl::Span<const ScoreRow> rows,
+                         std::vector<absl::StatusOr<SampleResult>>* results) override;
 
   // The GPU sampler's row for `row`: its parameters, its Philox (seed, offset), the token
   // histories its penalties read (the prompt for the repetition penalty, the output for every
@@ -70,6 +73,7 @@ class CudaBatchSampler : public BatchSampler {
   std::unique_ptr<cuda::CudaSampler> sampler_;
   std::vector<LogitEdits> edits_;                 // per row of the call, reused
   std::vector<cuda::SampledLogprobs> logprobs_;  // one run's, reused
+  std::vector<cuda::ScoredRow> scored_;           // one ScoreRows call's, reused
   int64_t rows_sampled_ = 0;
 };
 

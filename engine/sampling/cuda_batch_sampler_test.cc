@@ -344,6 +344,37 @@ TEST_F(CudaBatchSamplerTest, SampledRowsDrawFromTheHostDistributionReproducibly)
   EXPECT_EQ(sampler_->rows_sampled(), 14);
 }
 
+// Prompt logprobs on the device: RawLogprobs' token logprob (1e-5), rank and top ids (exact),
+// and its errors per row.
+TEST_F(CudaBatchSamplerTest, ScoreRowsMatchRawLogprobs) {
+  std::vector<float> host = RandomLogits(3, 17);
+  host[static_cast<size_t>(2 * kVocab + 9)] = NAN;
+  const std::vector<ScoreRow> rows = {{1, 33, 4}, {0, 4095, 0}, {2, 3, 2}, {0, 12, kMaxLogprobs},
+                                      {1, static_cast<int32_t>(kVocab), 1}};
+  std::vector<absl::StatusOr<SampleResult>> gpu, cpu;
+  ASSERT_TRUE(sampler_->ScoreRows(Upload(host), rows, &gpu).ok());
+  HostBatchSampler reference;
+  ASSERT_TRUE(
+      reference.ScoreRows(Tensor(host.data(), DType::kF32, {3, kVocab}), rows, &cpu).ok());
+  ASSERT_EQ(gpu.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "row " << i);
+    ASSERT_EQ(gpu[i].status().code(), cpu[i].status().code()) << gpu[i].status() << " vs "
+                                                                << cpu[i].status();
+    if (!cpu[i].ok()) continue;
+    EXPECT_EQ(gpu[i]->token, cpu[i]->token);
+    EXPECT_EQ(gpu[i]->rank, cpu[i]->rank);
+    EXPECT_NEAR(gpu[i]->logprob, cpu[i]->logprob, 1e-5);
+    ASSERT_EQ(gpu[i]->top.size(), cpu[i]->top.size());
+    for (size_t t = 0; t < cpu[i]->top.size(); ++t) {
+      EXPECT_EQ(gpu[i]->top[t].token, cpu[i]->top[t].token);
+      EXPECT_NEAR(gpu[i]->top[t].logprob, cpu[i]->top[t].logprob, 1e-5);
+    }
+  }
+  EXPECT_EQ(gpu[2].status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(gpu[4].status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaBatchSamplerTest, RefusesHostLogitsAndSharedRows) {
   std::vector<float> host = RandomLogits(2, 14);
   std::vector<Request> requests(2);

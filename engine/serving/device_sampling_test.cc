@@ -5,8 +5,8 @@
 // single-rank runner and the two-rank threads runner.
 //
 // A third run wraps the runner so that its kept logits claim to be device memory: the engine must
-// then sample them only through the runner's sampler and read rows only through
-// CopyLogitsToHost, and copy exactly the prompt-logprob rows, nothing else.
+// then sample and score (prompt logprobs) them only through the runner's sampler, and copy no
+// row to the host.
 #include <memory>
 #include <string>
 #include <vector>
@@ -198,7 +198,7 @@ TEST_P(DeviceSamplingTest, OnAndOffGiveIdenticalResults) {
   ExpectIdentical(kept, host, "device_sampling on vs off");
 }
 
-TEST_P(DeviceSamplingTest, DeviceLogitsAreSampledInPlaceAndOnlyPromptRowsAreCopied) {
+TEST_P(DeviceSamplingTest, DeviceLogitsAreSampledAndScoredInPlace) {
   const std::vector<Outcome> host = RunAll(runner_.get(), /*device_sampling=*/false);
   PretendDeviceRunner device(runner_.get());
   const std::vector<Outcome> on_device = RunAll(&device, /*device_sampling=*/true);
@@ -207,14 +207,16 @@ TEST_P(DeviceSamplingTest, DeviceLogitsAreSampledInPlaceAndOnlyPromptRowsAreCopi
   const std::vector<EngineRequest> requests = Requests();
   for (size_t i = 0; i < requests.size(); ++i) {
     // One prefill chunk each (the step budget holds every prompt), no prefix-cache hits for
-    // them (prompt logprobs skip the cache): each prompt row is copied once.
+    // them (prompt logprobs skip the cache): each prompt token after the first is scored once.
     if (requests[i].sampling.prompt_logprobs >= 0) {
-      prompt_rows += static_cast<int64_t>(requests[i].prompt_tokens.size());
+      prompt_rows += static_cast<int64_t>(requests[i].prompt_tokens.size()) - 1;
     }
     generated += static_cast<int64_t>(host[i].tokens.size());
   }
+  ASSERT_GT(prompt_rows, 0) << "the requests must include prompt logprobs";
   EXPECT_EQ(device.host_forwards.load(), 0) << "no step copies its logits to the host";
-  EXPECT_EQ(device.copied_rows.load(), prompt_rows);
+  EXPECT_EQ(device.copied_rows.load(), 0) << "prompt rows are scored where they lie";
+  EXPECT_EQ(device.scored_rows.load(), prompt_rows);
   EXPECT_EQ(device.sampled_rows.load(), generated);
 }
 
@@ -224,6 +226,7 @@ TEST_P(DeviceSamplingTest, OffUsesTheHostPathOnly) {
   EXPECT_GT(device.host_forwards.load(), 0);
   EXPECT_EQ(device.copied_rows.load(), 0);
   EXPECT_EQ(device.sampled_rows.load(), 0) << "the runner's sampler is not used";
+  EXPECT_EQ(device.scored_rows.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Runners, DeviceSamplingTest, ::testing::Values(1, 2),

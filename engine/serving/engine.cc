@@ -218,36 +218,23 @@ absl::StatusOr<Tensor> Engine::ForwardStep(const StepBatch& batch,
   return Tensor(host_logits.data(), DType::kF32, {rows, vocab});
 }
 
-absl::StatusOr<absl::Span<const float>> Engine::HostRows(const Tensor& logits, int64_t first,
-                                                         int64_t count,
-                                                         std::vector<float>& buffer) {
-  const int64_t vocab = logits.dim(1);
-  if (first < 0 || count < 0 || first + count > logits.dim(0)) {
-    return absl::InternalError(absl::StrCat("logit rows [", first, ", ", first + count,
-                                            ") outside the step's ", logits.dim(0)));
-  }
-  if (logits.device == DeviceKind::kHost) {
-    return absl::MakeConstSpan(static_cast<const float*>(logits.data) + first * vocab,
-                               static_cast<size_t>(count * vocab));
-  }
-  buffer.resize(static_cast<size_t>(count * vocab));
-  BLOSSOM_RETURN_IF_ERROR(runner_->CopyLogitsToHost(logits.Rows(first, first + count),
-                                                    buffer.data()));
-  return absl::MakeConstSpan(buffer);
-}
-
 absl::Status Engine::ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
-                                           absl::Span<const float> rows) {
-  const int64_t vocab = runner_->vocab_size();
+                                           const Tensor& logits, int64_t first_row) {
+  std::vector<ScoreRow> rows;
+  std::vector<int32_t> targets;
   for (int32_t i = 0; i < s.num_new; ++i) {
     const int32_t target = s.num_computed + i + 1;  // the row at position p scores token p + 1
     if (target < request.prompt_lp_next || target >= request.prompt_tokens) continue;
-    BLOSSOM_ASSIGN_OR_RETURN(
-        SampleResult scored,
-        RawLogprobs(rows.subspan(static_cast<size_t>(i) * vocab, vocab), request.prompt[target],
-                    request.prompt_logprobs));
-    request.prompt_lp.push_back({scored.token, scored.logprob, scored.rank, std::move(scored.top)});
-    request.prompt_lp_next = target + 1;
+    rows.push_back({first_row + i, request.prompt[target], request.prompt_logprobs});
+    targets.push_back(target);
+  }
+  std::vector<absl::StatusOr<SampleResult>> scored;
+  BLOSSOM_RETURN_IF_ERROR(sampler_->ScoreRows(logits, rows, &scored));
+  for (size_t j = 0; j < scored.size(); ++j) {
+    if (!scored[j].ok()) return scored[j].status();
+    SampleResult& row = *scored[j];
+    request.prompt_lp.push_back({row.token, row.logprob, row.rank, std::move(row.top)});
+    request.prompt_lp_next = targets[j] + 1;
   }
   return absl::OkStatus();
 }
@@ -416,7 +403,6 @@ bool Engine::SampleRoundsLocked(const StepPlan& plan, const Tensor& logits,
 void Engine::Loop() {
   StepBatch batch;
   std::vector<float> host_logits;  // the step's logits without device_sampling
-  std::vector<float> prompt_rows;  // prompt-logprob rows copied from a device
   std::vector<Pending> pending;
   std::vector<int32_t> rows_of;        // logit rows per plan.seqs entry
   std::vector<bool> prompt_rows_of;    // whether those rows are the whole chunk (prompt logprobs)
@@ -527,11 +513,9 @@ void Engine::Loop() {
           continue;
         }
         if (prompt_rows_of[k]) {
-          // Before the sampler: a device sampler may apply penalties to its rows in place.
-          absl::StatusOr<absl::Span<const float>> rows =
-              HostRows(*logits, static_cast<int64_t>(first_row), rows_of[k], prompt_rows);
-          absl::Status scored =
-              rows.ok() ? ScorePromptRowsLocked(r, s, *rows) : rows.status();
+          // Before the sampler: a device sampler may edit its rows in place.
+          const absl::Status scored =
+              ScorePromptRowsLocked(r, s, *logits, static_cast<int64_t>(first_row));
           if (!scored.ok()) {
             step_had_error = true;
             pending.push_back({r.delivery, EndEarlyLocked(r, FinishReason::kError, scored)});

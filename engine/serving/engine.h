@@ -7,9 +7,9 @@
 // plan, samples a token for every sequence whose chunk reached its last known token (one
 // BatchSampler call for the whole step, on the logits where the runner's backend left them:
 // EngineConfig::device_sampling), applies its stop rules, and closes the loop with
-// Scheduler::Update. Only the rows the engine reads itself (prompt logprobs) are copied to the
-// host when the logits are on a device. Finished and cancelled requests release their KV blocks
-// at once.
+// Scheduler::Update. Prompt logprobs are scored by the same sampler (BatchSampler::ScoreRows), so
+// no logits row leaves the device. Finished and cancelled requests release their KV blocks at
+// once.
 // Speculative decoding (EngineConfig::speculative, prompt lookup): while few sequences run,
 // each decode entry may carry draft tokens (engine/speculative) computed in the same step; the
 // engine then samples the draft positions' rows one after the other, exactly as it would have
@@ -74,9 +74,8 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 256ll << 20;
   // Sample each step's logits where the runner's backend left them
   // (ModelRunner::ForwardKeepLogits and MakeBatchSampler): on the GPU for "cuda", where only the
-  // token ids come back, plus the rows that need the host (the GPU sampler's host fallbacks,
-  // prompt logprobs); on the CPU backend the logits are host memory already, so the results are
-  // bit-identical either way. false: copy every step's logits to the host and sample there
+  // token ids and the logprobs asked for come back (prompt logprobs too); on the CPU backend
+  // the logits are host memory already, so the results are bit-identical either way. false: copy every step's logits to the host and sample there
   // (HostBatchSampler), as before device sampling existed.
   bool device_sampling = true;
   // Speculative decoding by prompt lookup (num_speculative_tokens 0: off). Drafts are proposed
@@ -283,14 +282,12 @@ class Engine {
   // Runs the step: the logits where the runner left them (device_sampling), or copied into
   // `host_logits` and viewed from there. Engine thread, without mutex_.
   absl::StatusOr<Tensor> ForwardStep(const StepBatch& batch, std::vector<float>& host_logits);
-  // Rows [first, first + count) of the step's logits in host memory: a view when they are
-  // there already, else copied into `buffer` through the runner (rank 0's backend).
-  absl::StatusOr<absl::Span<const float>> HostRows(const Tensor& logits, int64_t first,
-                                                   int64_t count, std::vector<float>& buffer);
-  // Scores the prompt tokens that this step's rows (the whole chunk of `s`) predict and that are
-  // not scored yet, into request.prompt_lp. Requires mutex_.
+  // Scores the prompt tokens that this step's rows (the whole chunk of `s`, from logit row
+  // `first_row` on) predict and that are not scored yet, into request.prompt_lp, through the
+  // sampler where the logits lie (BatchSampler::ScoreRows: on the GPU only the scores come
+  // back). Before the step's sampling, which may edit rows in place. Requires mutex_.
   absl::Status ScorePromptRowsLocked(Request& request, const ScheduledSeq& s,
-                                     absl::Span<const float> rows);
+                                     const Tensor& logits, int64_t first_row);
   // Samples the step's tokens in rounds (SampleInRounds, engine/speculative:draft_rounds) and
   // runs each through its request's stop rules, in plan order. Round 0 samples `rows` (rows[j]
   // is plan.seqs[seq_of[j]]'s); a sequence whose token is its next draft goes on to the next

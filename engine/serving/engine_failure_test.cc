@@ -112,6 +112,11 @@ class SamplerLostRunner : public PretendDeviceRunner {
         *lost_ = true;
         return absl::InternalError("illegal memory access in the sampler");
       }
+      absl::Status ScoreRows(const Tensor&, absl::Span<const ScoreRow>,
+                             std::vector<absl::StatusOr<SampleResult>>*) override {
+        *lost_ = true;
+        return absl::InternalError("illegal memory access in the sampler");
+      }
 
      private:
       bool* lost_;

@@ -38,6 +38,10 @@ class ArgmaxOfRowIndex : public BatchSampler {
     }
     return absl::OkStatus();
   }
+  absl::Status ScoreRows(const Tensor&, absl::Span<const ScoreRow>,
+                         std::vector<absl::StatusOr<SampleResult>>*) override {
+    return absl::FailedPreconditionError("draft rounds score no prompt rows");
+  }
   std::vector<std::vector<int64_t>> calls;
   int fail_call = -1;
 };

@@ -278,5 +278,62 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   return absl::OkStatus();
 }
 
+absl::Status CudaSampler::Score(const float* logits, int64_t vocab,
+                                absl::Span<const ScoreRequest> requests,
+                                std::vector<ScoredRow>* results) {
+  const int32_t n = static_cast<int32_t>(requests.size());
+  results->assign(requests.size(), ScoredRow());
+  if (n == 0) return absl::OkStatus();
+  if (logits == nullptr || vocab <= 0 || vocab > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda sampler: bad logits or vocab ", vocab));
+  }
+  Layout layout;
+  const size_t entries_at = layout.Add(n * sizeof(ScoreEntry));
+  const size_t out_at = layout.Add(n * sizeof(RowLogprobs));
+  absl::Status s = Reserve(layout.end());
+  if (!s.ok()) return s;
+  char* h = static_cast<char*>(host_);
+  auto* entries = reinterpret_cast<ScoreEntry*>(h + entries_at);
+  for (int32_t e = 0; e < n; ++e) {
+    const ScoreRequest& q = requests[e];
+    if (q.row < 0 || q.token < 0 || q.token >= vocab || q.top_n < 0 ||
+        q.top_n > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda sampler: score request ", e, ": row ",
+                                                     q.row, ", token ", q.token, ", top_n ",
+                                                     q.top_n));
+    }
+    entries[e] = ScoreEntry{q.row, q.token, q.top_n};
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  cudaError_t err = cudaMemcpyAsync(device_, host_, out_at, cudaMemcpyHostToDevice, stream);
+  if (err != cudaSuccess) return CudaError("upload", err);
+  char* d = static_cast<char*>(device_);
+  ScoringLaunchArgs a;
+  a.logits = logits;
+  a.vocab = vocab;
+  a.count = n;
+  a.entries = reinterpret_cast<const ScoreEntry*>(d + entries_at);
+  a.out = reinterpret_cast<RowLogprobs*>(d + out_at);
+  err = LaunchScoring(a, stream);
+  if (err != cudaSuccess) return CudaError("LaunchScoring", err);
+  err = cudaMemcpyAsync(h + out_at, d + out_at, n * sizeof(RowLogprobs), cudaMemcpyDeviceToHost,
+                        stream);
+  if (err != cudaSuccess) return CudaError("download", err);
+  err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
+  const auto* got = reinterpret_cast<const RowLogprobs*>(h + out_at);
+  for (int32_t e = 0; e < n; ++e) {
+    ScoredRow& out = (*results)[e];
+    out.nonfinite = got[e].nonfinite != 0;
+    if (out.nonfinite) continue;
+    out.logprob = got[e].chosen;
+    out.rank = got[e].rank;
+    const int32_t count = std::min(std::max(got[e].count, 0), requests[e].top_n);
+    out.top_ids.assign(got[e].top_ids, got[e].top_ids + count);
+    out.top_logprobs.assign(got[e].top_logprobs, got[e].top_logprobs + count);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cuda
 }  // namespace blossom

@@ -78,6 +78,22 @@ struct SampledLogprobs {
   std::vector<float> top_logprobs;
 };
 
+// One logits row to score against a known token (prompt logprobs).
+struct ScoreRequest {
+  int64_t row = 0;     // which logit row
+  int32_t token = 0;   // in [0, vocab)
+  int32_t top_n = 0;   // [0, kMaxTopLogprobs]
+};
+
+// Its result: sampler.h's RawLogprobs, computed on the device.
+struct ScoredRow {
+  bool nonfinite = false;  // a NaN or +inf in the row: nothing below is meaningful
+  float logprob = 0.0f;    // the token's raw logprob, clamped to -FLT_MAX
+  int32_t rank = 0;        // 1-based: the entries whose logit is >= the token's, itself included
+  std::vector<int32_t> top_ids;  // as SampledLogprobs
+  std::vector<float> top_logprobs;
+};
+
 class CudaSampler {
  public:
   // `stream` is the cudaStream_t the logits were produced on (CudaBackend::stream()); null means
@@ -96,6 +112,13 @@ class CudaSampler {
   // InvalidArgument for bad parameters; other errors are the device's.
   absl::Status Sample(float* logits, int64_t vocab, absl::Span<const SamplingRow> rows,
                       int32_t* tokens, std::vector<SampledLogprobs>* logprobs = nullptr);
+
+  // Scores requests against `logits` (device, fp32, [rows, vocab], read only) into (*results)
+  // (resized to requests.size()), blocking until they are on the host: ~200 bytes per row come
+  // back, not the row. InvalidArgument for a token or top_n out of range; other errors are the
+  // device's.
+  absl::Status Score(const float* logits, int64_t vocab, absl::Span<const ScoreRequest> requests,
+                     std::vector<ScoredRow>* results);
 
   // The uniform in [0, 1) that (seed, offset) draws; exposed for tests and CPU cross-checks.
   static float Uniform(uint64_t seed, uint64_t offset);

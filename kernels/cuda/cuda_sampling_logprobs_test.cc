@@ -238,6 +238,42 @@ TEST_F(CudaSamplingLogprobsTest, NonFiniteRowsAreFlagged) {
   ExpectMatches(Reference(l.data() + V, V), tokens[1], 1, got[1], "finite neighbour");
 }
 
+// Prompt logprobs: known tokens scored on rows in any order, with their ranks (the entries whose
+// logit is >= the token's, ties counted), the same reference otherwise; the logits are not edited.
+TEST_F(CudaSamplingLogprobsTest, ScoresKnownTokensWithTheirRanks) {
+  std::vector<float> l = RandomLogits(3 * kBloomVocab, 26, 3.0f);
+  for (int k = 0; k < 5; ++k) l[static_cast<size_t>(kBloomVocab + 1000 * k)] = 2.5f;  // ties
+  l[static_cast<size_t>(2 * kBloomVocab + 17)] = -INFINITY;
+  const size_t bytes = l.size() * sizeof(float);
+  ASSERT_EQ(cudaMalloc(&logits_, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(logits_, l.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  const std::vector<ScoreRequest> requests = {
+      {2, 5, 3}, {0, 123456, 0}, {1, 2000, kMaxTopLogprobs}, {2, 17, 1}, {0, 7, 1}};
+  std::vector<ScoredRow> got;
+  ASSERT_TRUE(sampler_->Score(logits_, kBloomVocab, requests, &got).ok());
+  ASSERT_EQ(got.size(), requests.size());
+  for (size_t e = 0; e < requests.size(); ++e) {
+    SCOPED_TRACE(testing::Message() << "request " << e);
+    const ScoreRequest& q = requests[e];
+    const float* row = l.data() + q.row * kBloomVocab;
+    const Reference ref(row, kBloomVocab);
+    EXPECT_FALSE(got[e].nonfinite);
+    EXPECT_NEAR(got[e].logprob, ref.Logprob(q.token), kTolerance);
+    const int32_t rank = static_cast<int32_t>(
+        std::count_if(row, row + kBloomVocab, [&](float v) { return v >= row[q.token]; }));
+    EXPECT_EQ(got[e].rank, rank);
+    const std::vector<int32_t> want = ref.Top(q.top_n);
+    EXPECT_EQ(got[e].top_ids, want);
+    for (size_t k = 0; k < want.size() && k < got[e].top_logprobs.size(); ++k) {
+      EXPECT_NEAR(got[e].top_logprobs[k], ref.Logprob(want[k]), kTolerance);
+    }
+  }
+  EXPECT_EQ(got[3].logprob, -FLT_MAX) << "a -inf logit's logprob is clamped";
+  std::vector<float> back(l.size());
+  ASSERT_EQ(cudaMemcpy(back.data(), logits_, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, l) << "scoring leaves the logits alone";
+}
+
 TEST_F(CudaSamplingLogprobsTest, RefusesOutOfRangeCountsAndAMissingOutput) {
   std::vector<float> l(100, 0.0f);
   float* d = nullptr;

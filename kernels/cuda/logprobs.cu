@@ -8,7 +8,9 @@
 // host's only in order (each weight is fp32 expf as on the host, accumulated in double), so values
 // agree to ~1e-6 and ids exactly. Unlike the host, a NaN or +inf is flagged rather than refused.
 //
-// Two kernels, one block per logprob row (rows without logprobs return at once):
+// Two kernels for sampled rows, one block per logprob row (rows without logprobs return at once),
+// and a third that scores prompt rows against known tokens (ScanRawRow with the token: also its
+// rank, counted in the same pass):
 //  1. Stats, launched before the edit and penalty kernels: one pass over the row keeps, per
 //     thread, an online (max, sum of exp) and a sorted list of its n best (value, id); the block then merges
 //     the sums and takes the n best heads in n rounds of a block argmax. (Every entry of the row's
@@ -80,44 +82,24 @@ __device__ __forceinline__ bool Penalised(const RowSamplingParams& p) {
          p.presence_penalty != 0.0f;
 }
 
-__global__ void __launch_bounds__(kStatsThreads) LogprobStatsKernel(SamplingLaunchArgs a) {
-  const int32_t r = blockIdx.x;
-  const RowSamplingParams p = a.params[r];
-  if (p.logprobs < 0) return;  // the whole block
-  const int32_t n = min(p.logprobs, kRowTopLogprobs);
-  const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
-
-  // Keep the raw logits the edit and penalty kernels (launched next on the stream) overwrite.
-  if (a.bias_start != nullptr) {
-    for (int32_t i = a.bias_start[r] + threadIdx.x; i < a.bias_start[r + 1]; i += blockDim.x) {
-      a.raw_bias[i] = l[a.bias[i].token];
-    }
-  }
-  if (Penalised(p)) {
-    if (a.prompt_start != nullptr) {
-      const int32_t end = a.prompt_start[r + 1];
-      for (int32_t i = a.prompt_start[r] + threadIdx.x; i < end; i += blockDim.x) {
-        a.raw_prompt[i] = l[a.prompt_tokens[i]];
-      }
-    }
-    if (a.output_start != nullptr) {
-      const int32_t end = a.output_start[r + 1];
-      for (int32_t i = a.output_start[r] + threadIdx.x; i < end; i += blockDim.x) {
-        a.raw_output[i] = l[a.output_tokens[i]];
-      }
-    }
-  }
-
+// The raw log-softmax statistics of row `l` into *out (max, log_sum, nonfinite, the top n); with
+// `token` >= 0 also the token's logprob (out->chosen) and its rank (out->rank: the entries whose
+// logit is >= its own, itself included; sampler.h's RawLogprobs). Called by a whole block.
+__device__ void ScanRawRow(const float* l, int64_t vocab, int32_t n, int32_t token,
+                           RowLogprobs* out) {
   // One pass: online max and sum, and this thread's n best, sorted (ids rise within a thread, so
   // an equal value arriving later is worse and goes after).
+  const float given = token >= 0 ? l[token] : NAN;  // NaN: every comparison false, no rank
+  int32_t at_least = 0;
   float m = -INFINITY;
   double s = 0.0;
   bool bad = false;
   float best_v[kRowTopLogprobs];
   int32_t best_id[kRowTopLogprobs];
   int32_t kept = 0;
-  for (int64_t i = threadIdx.x; i < a.vocab; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = l[i];
+    at_least += v >= given ? 1 : 0;
     if (isnan(v) || v == INFINITY) {
       bad = true;
       continue;
@@ -148,17 +130,25 @@ __global__ void __launch_bounds__(kStatsThreads) LogprobStatsKernel(SamplingLaun
   __shared__ int32_t warp_id[32];
   __shared__ float top_v[kRowTopLogprobs];
   __shared__ int32_t top_id[kRowTopLogprobs];
+  __shared__ int32_t warp_count[32];
 
   WarpMaxSum(m, s);
+  int32_t rank = at_least;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) rank += __shfl_xor_sync(kFullMask, rank, o);
   if (lane == 0) {
     warp_m[warp] = m;
     warp_s[warp] = s;
+    warp_count[warp] = rank;
   }
   bad = __syncthreads_or(bad) != 0;  // also orders the writes above before the reads below
   if (warp == 0) {
     m = lane < warps ? warp_m[lane] : -INFINITY;
     s = lane < warps ? warp_s[lane] : 0.0;
-    WarpMaxSum(m, s);  // thread 0 now holds the row's max and sum
+    WarpMaxSum(m, s);  // thread 0 now holds the row's max and sum, and below its rank count
+    rank = lane < warps ? warp_count[lane] : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) rank += __shfl_xor_sync(kFullMask, rank, o);
   }
 
   // n rounds of a block argmax over each thread's next unused entry.
@@ -189,18 +179,50 @@ __global__ void __launch_bounds__(kStatsThreads) LogprobStatsKernel(SamplingLaun
   }
 
   if (threadIdx.x == 0) {
-    RowLogprobs& out = a.out_logprobs[r];
     const double log_sum = log(s);
-    out.max_logit = m;
-    out.log_sum = log_sum;
-    out.chosen = 0.0f;
-    out.nonfinite = bad ? 1 : 0;
-    out.count = count;
+    out->max_logit = m;
+    out->log_sum = log_sum;
+    out->chosen = token >= 0 ? RawLogprob(given, m, log_sum) : 0.0f;
+    out->rank = rank;
+    out->nonfinite = bad ? 1 : 0;
+    out->count = count;
     for (int32_t k = 0; k < count; ++k) {
-      out.top_ids[k] = top_id[k];
-      out.top_logprobs[k] = RawLogprob(top_v[k], m, log_sum);
+      out->top_ids[k] = top_id[k];
+      out->top_logprobs[k] = RawLogprob(top_v[k], m, log_sum);
     }
   }
+}
+
+
+__global__ void __launch_bounds__(kStatsThreads) LogprobStatsKernel(SamplingLaunchArgs a) {
+  const int32_t r = blockIdx.x;
+  const RowSamplingParams p = a.params[r];
+  if (p.logprobs < 0) return;  // the whole block
+  const int32_t n = min(p.logprobs, kRowTopLogprobs);
+  const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
+
+  // Keep the raw logits the edit and penalty kernels (launched next on the stream) overwrite.
+  if (a.bias_start != nullptr) {
+    for (int32_t i = a.bias_start[r] + threadIdx.x; i < a.bias_start[r + 1]; i += blockDim.x) {
+      a.raw_bias[i] = l[a.bias[i].token];
+    }
+  }
+  if (Penalised(p)) {
+    if (a.prompt_start != nullptr) {
+      const int32_t end = a.prompt_start[r + 1];
+      for (int32_t i = a.prompt_start[r] + threadIdx.x; i < end; i += blockDim.x) {
+        a.raw_prompt[i] = l[a.prompt_tokens[i]];
+      }
+    }
+    if (a.output_start != nullptr) {
+      const int32_t end = a.output_start[r + 1];
+      for (int32_t i = a.output_start[r] + threadIdx.x; i < end; i += blockDim.x) {
+        a.raw_output[i] = l[a.output_tokens[i]];
+      }
+    }
+  }
+
+  ScanRawRow(l, a.vocab, n, /*token=*/-1, &a.out_logprobs[r]);
 }
 
 __global__ void __launch_bounds__(kChosenThreads) ChosenLogprobKernel(SamplingLaunchArgs a) {
@@ -249,7 +271,20 @@ __global__ void __launch_bounds__(kChosenThreads) ChosenLogprobKernel(SamplingLa
   }
 }
 
+// Prompt logprobs: each entry scores row entries[e].row against its known token.
+__global__ void __launch_bounds__(kStatsThreads) ScoreKernel(ScoringLaunchArgs a) {
+  const ScoreEntry entry = a.entries[blockIdx.x];
+  ScanRawRow(a.logits + entry.row * a.vocab, a.vocab, min(entry.top_n, kRowTopLogprobs),
+             entry.token, &a.out[blockIdx.x]);
+}
+
 }  // namespace
+
+cudaError_t LaunchScoring(const ScoringLaunchArgs& a, cudaStream_t stream) {
+  if (a.count == 0) return cudaSuccess;
+  ScoreKernel<<<a.count, kStatsThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchLogprobStats(const SamplingLaunchArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.out_logprobs == nullptr) return cudaSuccess;

@@ -21,6 +21,7 @@ struct RowLogprobs {
   float chosen = 0.0f;    // the sampled token's logprob (set after the draw)
   int32_t nonfinite = 0;  // 1: the row holds a NaN or +inf (a model fault); nothing else holds
   int32_t count = 0;      // top entries filled: min(logprobs, finite logits)
+  int32_t rank = 0;       // scoring only: entries whose logit is >= the token's, itself included
   int32_t top_ids[kRowTopLogprobs] = {};  // by raw logit descending, ties to the lowest id
   float top_logprobs[kRowTopLogprobs] = {};
 };
@@ -93,6 +94,24 @@ cudaError_t LaunchLogitEdits(const SamplingLaunchArgs& args, cudaStream_t stream
 // sampled token's logprob from the stats and the raw logit (from the scratch where a penalty
 // overwrote it). Rows with logprobs < 0 are left alone.
 cudaError_t LaunchLogprobStats(const SamplingLaunchArgs& args, cudaStream_t stream);
+
+// One row to score against a known token (prompt logprobs).
+struct ScoreEntry {
+  int64_t row = 0;      // logit row
+  int32_t token = 0;    // in [0, vocab)
+  int32_t top_n = 0;    // [0, kRowTopLogprobs]
+};
+
+struct ScoringLaunchArgs {
+  const float* logits = nullptr;  // [rows, vocab] fp32, read only
+  int64_t vocab = 0;
+  int32_t count = 0;
+  const ScoreEntry* entries = nullptr;  // device [count]
+  RowLogprobs* out = nullptr;           // device [count]: chosen = the token's logprob, rank
+};
+
+// logprobs.cu: the raw logprob and rank of each entry's token and its row's top n.
+cudaError_t LaunchScoring(const ScoringLaunchArgs& args, cudaStream_t stream);
 cudaError_t LaunchChosenLogprobs(const SamplingLaunchArgs& args, cudaStream_t stream);
 
 // The uniform in [0, 1) the sampler draws for (seed, offset): exposed so tests can predict draws.
