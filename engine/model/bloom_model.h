@@ -107,6 +107,9 @@ struct ModelLoadOptions {
   // A PEFT LoRA adapter directory (--lora-adapter) merged into the Linear weights at load, before
   // any quantization (engine/loader/lora_adapter.h); empty: none.
   std::string lora_adapter;
+  // The same adapter already loaded (checked against this model's config), shared by the ranks
+  // of one process so that it is read once; when set, lora_adapter is not read.
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
 // Decode steps replayed from captured graphs (BloomModel::EnableStepGraphs).
@@ -259,9 +262,13 @@ class BloomModel {
                                     const Tensor& mapped, int64_t row_begin, int64_t row_end,
                                     int64_t col_begin, int64_t col_end, DType dtype, WeightUse use,
                                     WeightQuant quant);
+  // Imports `view`, which lies in `storage`: keeps the storage in host_slices_ only if the backend
+  // imported the view in place.
+  absl::StatusOr<Tensor> ImportHostBlock(std::vector<char> storage, const Tensor& view,
+                                         WeightUse use, WeightQuant quant);
   // The block [row_begin, row_end) x [col_begin, col_end) of the Linear weight `name` with the
-  // LoRA adapter's B @ A added (in float32, then rounded once to `dtype`), imported as ImportCopy
-  // imports.
+  // LoRA adapter's B @ A added (in float32, then rounded once to `dtype`: no second copy when
+  // `dtype` is float32), imported as ImportCopy imports.
   absl::StatusOr<Tensor> ImportMerged(const Checkpoint& checkpoint, const std::string& name,
                                       const std::vector<int64_t>& shape, int64_t row_begin,
                                       int64_t row_end, int64_t col_begin, int64_t col_end,
@@ -303,7 +310,7 @@ class BloomModel {
   // misaligned or converted tensors (ImportCopy).
   std::vector<std::vector<char>> host_slices_;
   OwnedTensor slopes_;                            // this rank's ALiBi slopes, F32
-  std::unique_ptr<LoraAdapter> lora_;             // during LoadWeights only
+  std::shared_ptr<const LoraAdapter> lora_;       // during LoadWeights only
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<StepGraphs> graphs_;  // null until EnableStepGraphs
 };

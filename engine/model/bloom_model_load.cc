@@ -220,20 +220,24 @@ absl::StatusOr<std::unique_ptr<BloomModel>> BloomModel::Load(
   if (!s.ok()) return s;
   model->info_.quantize = options.quantize;
   model->info_.quantize_lm_head = options.quantize_lm_head && options.quantize != WeightQuant::kNone;
-  if (!options.lora_adapter.empty()) {
+  if (options.lora != nullptr) {
+    model->lora_ = options.lora;  // loaded once for every rank of the process
+  } else if (!options.lora_adapter.empty()) {
     absl::StatusOr<std::unique_ptr<LoraAdapter>> lora =
         LoraAdapter::Load(options.lora_adapter, config);
     if (!lora.ok()) return lora.status();
     model->lora_ = std::move(*lora);
-    model->info_.lora_adapter = options.lora_adapter;
+  }
+  if (model->lora_ != nullptr) {
+    model->info_.lora_adapter = model->lora_->dir();
     if (rank == 0) {
       spdlog::info("LoRA adapter {}: r {}, scale {}, merged into {} Linear weights",
-                   options.lora_adapter, model->lora_->rank(), model->lora_->scale(),
+                   model->lora_->dir(), model->lora_->rank(), model->lora_->scale(),
                    model->lora_->changed_weights().size());
     }
   }
   s = model->LoadWeights(*checkpoint);
-  model->lora_.reset();  // merged: its matrices are not needed again
+  model->lora_.reset();  // merged: this rank needs its matrices no more
   if (!s.ok()) return s;
   model->checkpoint_ = std::move(checkpoint);
 
@@ -346,10 +350,16 @@ absl::StatusOr<Tensor> BloomModel::ImportCopy(const Checkpoint& checkpoint,
   // them back in (a minor fault from the page cache). Only a hint if the kernel refuses.
   absl::Status released = checkpoint.ReleasePages(mapped.Rows(row_begin, row_end));
   if (!released.ok()) spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
-  host_slices_.push_back(std::move(copy));  // zero-copy backends point into it; moving keeps data
-  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(*view, use, quant, nullptr));
+  return ImportHostBlock(std::move(copy), *view, use, quant);
+}
+
+absl::StatusOr<Tensor> BloomModel::ImportHostBlock(std::vector<char> storage, const Tensor& view,
+                                                   WeightUse use, WeightQuant quant) {
+  // Zero-copy backends point into it; moving the vector keeps its data where it is.
+  host_slices_.push_back(std::move(storage));
+  BLOSSOM_ASSIGN_OR_RETURN(Tensor imported, Import(view, use, quant, nullptr));
   // The backend copied it (a GPU upload, a repack, quantization): the host copy has served.
-  if (imported.data != view->data) host_slices_.pop_back();
+  if (imported.data != view.data) host_slices_.pop_back();
   return imported;
 }
 
@@ -370,9 +380,15 @@ absl::StatusOr<Tensor> BloomModel::ImportMerged(const Checkpoint& checkpoint,
       !released.ok()) {
     spdlog::debug("bloom: keeping the pages of {}: {}", name, released.ToString());
   }
-  // ImportCopy rounds the merged float32 block once to the weight's dtype and imports it.
-  return ImportCopy(checkpoint, name, block, 0, block.dim(0), 0, block.dim(1),
-                    dtype.value_or(host.dtype), WeightUse::kLinear, quant);
+  const DType target = dtype.value_or(host.dtype);
+  if (target == DType::kF32) {
+    return ImportHostBlock(std::move(f32_storage), block, WeightUse::kLinear, quant);
+  }
+  // Rounded once to the weight's dtype; the float32 block is freed on return.
+  std::vector<char> rounded;
+  BLOSSOM_ASSIGN_OR_RETURN(
+      Tensor view, CopyWeightBlock(block, 0, block.dim(0), 0, block.dim(1), target, &rounded));
+  return ImportHostBlock(std::move(rounded), view, WeightUse::kLinear, quant);
 }
 
 absl::Status BloomModel::LoadWeights(const Checkpoint& ckpt) {

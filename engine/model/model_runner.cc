@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/loader/checkpoint.h"
+#include "engine/loader/lora_adapter.h"
 #include "engine/loader/progress_bar.h"
 #include "engine/model/mpi_runner.h"
 #include "engine/model/multi_rank_runner.h"
@@ -167,7 +168,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   load.quantize = options.quantize;
   load.quantize_lm_head = options.quantize_lm_head;
   load.kv_cache_dtype = options.kv_cache_dtype;
-  load.lora_adapter = options.lora_adapter;
+  if (!options.lora_adapter.empty()) {
+    // Read and checked once; every rank merges its own slices from it.
+    BLOSSOM_ASSIGN_OR_RETURN(load.lora, LoraAdapter::Load(options.lora_adapter, config));
+  }
   if (tp == 1) {
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(0));
     BLOSSOM_ASSIGN_OR_RETURN(std::unique_ptr<BloomModel> model,
