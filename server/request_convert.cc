@@ -361,6 +361,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   st.stop_token_ids.assign(t.stop_token_ids().begin(), t.stop_token_ids().end());
   st.stop_strings.assign(t.stop().begin(), t.stop().end());
   st.include_stop_string_in_output = t.include_stop_in_output();
+  st.stop_at_text_end = t.stop_at_text_end();
   st.skip_special_tokens = !t.has_skip_special_tokens() || t.skip_special_tokens();
   out.priority = request.priority();
   return out;

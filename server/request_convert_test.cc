@@ -509,12 +509,15 @@ TEST_F(RequestConvertTest, MaxNewTokensToLimitFillsTheContext) {
   EXPECT_EQ(DetailsOf(full.status()).field, "stopping.max_new_tokens");
 }
 
-TEST_F(RequestConvertTest, SkipSpecialTokensDefaultsToTrue) {
+TEST_F(RequestConvertTest, SkipSpecialTokensAndStopAtTextEndMapWithTheirDefaults) {
   v1::GenerateRequest request;
   request.set_text("x");
   EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
   request.mutable_stopping()->set_skip_special_tokens(false);
   EXPECT_FALSE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.skip_special_tokens);
+  EXPECT_FALSE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.stop_at_text_end);
+  request.mutable_stopping()->set_stop_at_text_end(true);
+  EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_)->stopping.stop_at_text_end);
 }
 
 TEST(SystemFingerprintTest, VersionAndDtype) {

@@ -186,6 +186,9 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(absl::string_view body, boo
   // TGI keeps a matched stop sequence in generated_text (its decode of every generated token),
   // unlike OpenAI and vLLM.
   stopping->set_include_stop_in_output(true);
+  // TGI stops only when the text ends with a stop sequence after a token (its
+  // StopSequenceCriteria is the regex "<stop>$" over the text so far).
+  stopping->set_stop_at_text_end(true);
 
   // TGI samples when asked to or when a sampling parameter would change anything ("has
   // warpers"): temperature 1 alone is greedy. (top_p and typical_p are below 1 once valid.)

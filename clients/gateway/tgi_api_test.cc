@@ -102,6 +102,8 @@ TEST(TgiApiTest, GreedyUnlessSampling) {
   EXPECT_TRUE(sampled->return_full_text);
   EXPECT_TRUE(sampled->request.stopping().include_stop_in_output())
       << "TGI's generated_text keeps the matched stop sequence";
+  EXPECT_TRUE(sampled->request.stopping().stop_at_text_end())
+      << "TGI stops only when the text ends with a stop sequence";
 }
 
 // A soak test's finding: an emoji split over two byte tokens came back in details.tokens as two

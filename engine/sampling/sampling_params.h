@@ -108,6 +108,9 @@ struct StoppingParams {
   // Leave special tokens (</s>, <pad>, ...) out of the output text, as TGI and vLLM do by
   // default; false keeps them (vLLM's skip_special_tokens=false).
   bool skip_special_tokens = true;
+  // TGI's rule: a stop string ends the output only when the text, after a whole token, ends with
+  // it; false: vLLM's rule, a match anywhere in the token's text (stop_checker.h, rule 3).
+  bool stop_at_text_end = false;
 };
 
 // True when params select greedy decoding.

@@ -186,7 +186,8 @@ StopChecker::Result StopChecker::Process(int32_t token, absl::string_view text_d
   for (size_t i = old_size; i < held_.size(); ++i) {
     state_ = Step(state_, static_cast<unsigned char>(held_[i]));
     const int32_t match = nodes_[state_].match;
-    if (check_stop_strings && match >= 0) {
+    const bool at_text_end = i + 1 == held_.size();
+    if (check_stop_strings && match >= 0 && (at_text_end || !params_.stop_at_text_end)) {
       const std::string& stop = stops_[match];
       const size_t end = i + 1;
       const size_t cut = params_.include_stop_string_in_output

@@ -20,6 +20,8 @@
 //      first in the text wins, and among those ending at the same byte the longest (the one that
 //      starts first), so the result does not depend on how the text was split into tokens. A
 //      match may start in text of tokens up to min_new_tokens but must end in this token's text.
+//      With stop_at_text_end (TGI's rule) only a match ending at the end of this token's text
+//      counts: the output ends with the stop string, or goes on.
 //   4. n >= max_new_tokens -> kLength.
 // Hence precedence on one token: EOS > stop token > stop string > length (vLLM's order).
 //

@@ -195,6 +195,41 @@ TEST(StopCheckerTest, ProcessAfterFinishReturnsFinishedWithoutText) {
   EXPECT_EQ(checker.num_generated(), 1);
 }
 
+// TGI's rule (stop_at_text_end, with the stop string kept as TGI keeps it): only text ending with
+// a stop string after a whole token stops; a match inside a token's text, or one the same token
+// continues past, is ordinary text, so the output is never cut inside a token.
+TEST(StopCheckerTest, AtTextEndStopsOnlyWhenTheTextEndsWithTheStop) {
+  StoppingParams tgi = Stops({"the"});
+  tgi.include_stop_string_in_output = true;
+  tgi.stop_at_text_end = true;
+  {
+    StopChecker checker(tgi, {kEos});
+    const Stream s = Feed(checker, TextSteps({"The", " weather", " is", " the", " best"}));
+    EXPECT_THAT(s.chunks, ElementsAre("The", " weather", " is", " the"));
+    EXPECT_EQ(s.reason, FinishReason::kStopString);
+    EXPECT_EQ(s.matched_stop, "the");
+  }
+  {
+    StopChecker checker(tgi, {kEos});  // completed across tokens, at the end of the second
+    const Stream s = Feed(checker, TextSteps({"... t", "he", " end"}));
+    EXPECT_EQ(s.text, "... the");
+    EXPECT_EQ(s.steps, 2u);
+  }
+  {
+    StopChecker checker(tgi, {kEos});  // "the" inside "athens" is not at the end
+    const Stream s = Feed(checker, TextSteps({"athens", " and", " then"}));
+    EXPECT_EQ(s.text, "athens and then");
+    EXPECT_FALSE(s.finished);
+  }
+  // vLLM's rule on the same text stops inside " weather", cutting it.
+  StoppingParams vllm = tgi;
+  vllm.stop_at_text_end = false;
+  StopChecker checker(vllm, {kEos});
+  const Stream s = Feed(checker, TextSteps({"The", " weather", " is"}));
+  EXPECT_EQ(s.text, "The weathe");
+  EXPECT_EQ(s.reason, FinishReason::kStopString);
+}
+
 // ---------------------------------------------------------------------------------------------
 // UTF-8.
 
