@@ -125,16 +125,18 @@ std::string OpenAIErrorJson(int http_status, absl::string_view message, absl::st
                             absl::string_view code) {
   const std::string code_value =
       code.empty() ? OpenAICodeFor("", http_status) : std::string(code);
-  Json error = {{"message", std::string(message.substr(0, kMaxMessage))},
-                {"type", OpenAIType(http_status)},
-                {"param", param.empty() ? Json(nullptr) : Json(std::string(param))},
-                {"code", code_value.empty() ? Json(nullptr) : Json(code_value)}};
-  return Dump(Json{{"error", error}});
+  // OpenAI's field order (the keys stay as written: OrderedJson).
+  OrderedJson error = {
+      {"message", std::string(message.substr(0, kMaxMessage))},
+      {"type", OpenAIType(http_status)},
+      {"param", param.empty() ? OrderedJson(nullptr) : OrderedJson(std::string(param))},
+      {"code", code_value.empty() ? OrderedJson(nullptr) : OrderedJson(code_value)}};
+  return Dump(OrderedJson{{"error", std::move(error)}});
 }
 
 std::string TgiErrorJson(int http_status, absl::string_view message) {
-  return Dump(Json{{"error", std::string(message.substr(0, kMaxMessage))},
-                   {"error_type", TgiType(http_status)}});
+  return Dump(OrderedJson{{"error", std::string(message.substr(0, kMaxMessage))},
+                          {"error_type", TgiType(http_status)}});
 }
 
 http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_view message,

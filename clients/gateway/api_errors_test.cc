@@ -65,6 +65,10 @@ TEST(ApiErrorsTest, ErrorResponsesHaveTheRightShape) {
   EXPECT_EQ(j["error"]["param"], "top_p");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_TRUE(j["error"]["code"].is_null());
+  EXPECT_EQ(r.body,
+            R"({"error":{"message":"top_p: must be in (0, 1]","type":"invalid_request_error",)"
+            R"("param":"top_p","code":null}})")
+      << "OpenAI's field order";
 
   http::Response busy = ErrorResponse(
       ApiFlavor::kTgi, FromGrpcStatus(ToGrpcStatus(WithRetryDelay(
@@ -75,6 +79,7 @@ TEST(ApiErrorsTest, ErrorResponsesHaveTheRightShape) {
   Json t = Json::parse(busy.body);
   EXPECT_EQ(t["error"], "queue full");
   EXPECT_EQ(t["error_type"], "overloaded");
+  EXPECT_EQ(busy.body, R"({"error":"queue full","error_type":"overloaded"})");
 }
 
 TEST(ApiErrorsTest, ServerDetailsFillParamAndCode) {

@@ -463,15 +463,17 @@ void Gateway::HandleModelInfo(const http::Request& request, std::shared_ptr<Resp
         } else if (route == "info") {
           writer->Send(JsonResponse(200, tgi::InfoJson(call->response, model)));
         } else {
-          Json entry = {{"id", model},
-                        {"object", "model"},
-                        {"created", UnixSeconds()},
-                        {"owned_by", "blossom"},
-                        {"root", call->response.model_id()},
-                        {"max_model_len", call->response.limits().max_total_tokens()}};
+          // vLLM's ModelCard, in its field order.
+          OrderedJson entry = {{"id", model},
+                               {"object", "model"},
+                               {"created", UnixSeconds()},
+                               {"owned_by", "blossom"},
+                               {"root", call->response.model_id()},
+                               {"parent", nullptr},
+                               {"max_model_len", call->response.limits().max_total_tokens()}};
           if (route == "models") {
-            writer->Send(
-                JsonResponse(200, Json{{"object", "list"}, {"data", Json::array({entry})}}));
+            writer->Send(JsonResponse(
+                200, OrderedJson{{"object", "list"}, {"data", OrderedJson::array({entry})}}));
           } else if (asked == model || asked == call->response.model_id()) {
             writer->Send(JsonResponse(200, entry));
           } else {

@@ -145,5 +145,21 @@ TEST_F(GatewayTest, ResponsesNameTheBackendsModelWithoutAModelsCall) {
   EXPECT_EQ(model, "bloom-test");
 }
 
+// /v1/models answers vLLM's ModelCard in vLLM's field order.
+TEST_F(GatewayTest, ModelsListsVllmsModelCardInOrder) {
+  StartGateway({});
+  Client::Reply reply = Request("GET", "/v1/models", "");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const std::vector<std::string> keys = {"\"object\":\"list\"", "\"data\"", "\"id\"",
+                                         "\"object\":\"model\"", "\"created\"", "\"owned_by\"",
+                                         "\"root\"", "\"parent\":null", "\"max_model_len\""};
+  size_t at = 0;
+  for (const std::string& key : keys) {
+    const size_t found = reply.body.find(key, at);
+    ASSERT_NE(found, std::string::npos) << key << " after byte " << at << ": " << reply.body;
+    at = found;
+  }
+}
+
 }  // namespace
 }  // namespace blossom::gateway

@@ -344,8 +344,10 @@ OrderedJson StreamEncoder::Chunk(OrderedJson entry, int choice) const {
       {"id", id_},
       {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
       {"created", created_},
-      {"model", request_.model},
-      {"choices", entry.is_null() ? OrderedJson::array() : OrderedJson::array({entry})}};
+      {"model", request_.model}};
+  // Known from the server's final message on (OpenAI's place for it: after "model").
+  if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
+  chunk["choices"] = entry.is_null() ? OrderedJson::array() : OrderedJson::array({entry});
   // OpenAI: with include_usage every chunk has "usage", null until the last one's totals.
   if (request_.include_usage) chunk["usage"] = nullptr;
   if (request_.continuous_usage && choice >= 0) {
@@ -356,7 +358,6 @@ OrderedJson StreamEncoder::Chunk(OrderedJson entry, int choice) const {
                       {"completion_tokens", completion},
                       {"total_tokens", prompt + completion}};
   }
-  if (!system_fingerprint_.empty()) chunk["system_fingerprint"] = system_fingerprint_;
   return chunk;
 }
 

@@ -99,6 +99,8 @@ TEST(OpenAIApiTest, StreamEncoderEmitsChunksUsageAndDone) {
   Json last = Json::parse(events[2].substr(6));
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(last["system_fingerprint"], "blossom-0.1.0-float32");
+  EXPECT_LT(events[2].find("\"system_fingerprint\""), events[2].find("\"choices\""))
+      << "OpenAI's place for it, after model: " << events[2];
   EXPECT_TRUE(last["usage"].is_null());
   Json usage = Json::parse(events[3].substr(6));
   EXPECT_TRUE(usage["choices"].empty());
