@@ -28,7 +28,7 @@ _SAMPLING_MAP = ("logit_bias",)
 _SAMPLING_JSON = ("json_schema", "json_compact", "regex", "grammar")
 # Keyword -> field of StoppingParameters.
 _STOPPING_SCALAR = ("max_new_tokens", "min_new_tokens", "ignore_eos", "include_stop_in_output",
-                    "skip_special_tokens", "max_new_tokens_to_limit")
+                    "skip_special_tokens", "max_new_tokens_to_limit", "stop_at_text_end")
 _STOPPING_REPEATED = ("stop", "stop_token_ids")
 # Keyword -> field of GenerateRequest itself.
 _REQUEST = ("priority", "model", "request_id", "return_prompt_tokens", "truncate_prompt_tokens")

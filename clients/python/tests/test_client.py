@@ -387,11 +387,13 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(len(self.fake.requests), n)  # nothing was sent
         # Stopping fields the proto has, and a string bias key (JSON's spelling) as the id.
         self.client.generate("x", skip_special_tokens=False, max_new_tokens_to_limit=True,
-                             logit_bias={"7": -1.5}, timeout=float("inf"))
+                             stop_at_text_end=True, logit_bias={"7": -1.5},
+                             timeout=float("inf"))
         sent = self.fake.requests[-1]
         self.assertFalse(sent.stopping.skip_special_tokens)
         self.assertTrue(sent.stopping.HasField("skip_special_tokens"))
         self.assertTrue(sent.stopping.max_new_tokens_to_limit)
+        self.assertTrue(sent.stopping.stop_at_text_end)
         self.assertEqual(dict(sent.sampling.logit_bias), {7: -1.5})
 
     def test_stream(self):
