@@ -110,6 +110,13 @@ absl::Status CheckRow(const SamplingRow& row, int32_t r, int64_t vocab) {
   return absl::OkStatus();
 }
 
+// `error`, once the stream has finished what was queued: the upload may still be reading the
+// pinned buffer, which the next call rewrites.
+absl::Status Drained(cudaStream_t stream, absl::Status error) {
+  cudaStreamSynchronize(stream);  // its own error is the device's, already in `error` or moot
+  return error;
+}
+
 // Byte offsets of the regions of one call's buffer, appended in order, each 16-byte aligned.
 class Layout {
  public:
@@ -176,6 +183,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   const size_t raw_prompt_at = layout.Add(any_logprobs ? prompt_total * sizeof(float) : 0);
   const size_t raw_output_at = layout.Add(any_logprobs ? output_total * sizeof(float) : 0);
   const size_t raw_bias_at = layout.Add(any_logprobs ? bias_total * sizeof(float) : 0);
+  const size_t nonfinite_at = layout.Add(any_edits ? n * sizeof(int32_t) : 0);
   absl::Status s = Reserve(layout.end());
   if (!s.ok()) return s;
   // The previous call's transfers finished (it synchronised), so the pinned buffer is free.
@@ -209,7 +217,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     p.logprobs = row.logprobs;
     params[r] = p;
     auto append = [](const auto& from, auto* to, int32_t* start, int32_t r) {
-      std::memcpy(to + start[r], from.data(), from.size() * sizeof(from[0]));
+      if (!from.empty()) std::memcpy(to + start[r], from.data(), from.size() * sizeof(from[0]));
       start[r + 1] = start[r] + static_cast<int32_t>(from.size());
     };
     append(row.prompt_tokens, ptok, pstart, r);
@@ -245,6 +253,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
   a.bias_start = reinterpret_cast<const int32_t*>(d + biasstart_at);
   a.bias = reinterpret_cast<const RowBias*>(d + bias_at);
   a.any_edits = any_edits;
+  if (any_edits) a.nonfinite_rows = reinterpret_cast<int32_t*>(d + nonfinite_at);
   if (any_logprobs) {
     a.out_logprobs = reinterpret_cast<RowLogprobs*>(d + lp_at);
     a.raw_prompt = reinterpret_cast<float*>(d + raw_prompt_at);
@@ -252,10 +261,10 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
     a.raw_bias = reinterpret_cast<float*>(d + raw_bias_at);
   }
   err = LaunchSampling(a, stream);
-  if (err != cudaSuccess) return CudaError("LaunchSampling", err);
+  if (err != cudaSuccess) return Drained(stream, CudaError("LaunchSampling", err));
   err = cudaMemcpyAsync(h + out_at, d + out_at, download_end - out_at, cudaMemcpyDeviceToHost,
                         stream);
-  if (err != cudaSuccess) return CudaError("download", err);
+  if (err != cudaSuccess) return Drained(stream, CudaError("download", err));
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
   // A row with nothing to draw keeps its -1: that row's failure, not the call's.
@@ -315,10 +324,10 @@ absl::Status CudaSampler::Score(const float* logits, int64_t vocab,
   a.entries = reinterpret_cast<const ScoreEntry*>(d + entries_at);
   a.out = reinterpret_cast<RowLogprobs*>(d + out_at);
   err = LaunchScoring(a, stream);
-  if (err != cudaSuccess) return CudaError("LaunchScoring", err);
+  if (err != cudaSuccess) return Drained(stream, CudaError("LaunchScoring", err));
   err = cudaMemcpyAsync(h + out_at, d + out_at, n * sizeof(RowLogprobs), cudaMemcpyDeviceToHost,
                         stream);
-  if (err != cudaSuccess) return CudaError("download", err);
+  if (err != cudaSuccess) return Drained(stream, CudaError("download", err));
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
   const auto* got = reinterpret_cast<const RowLogprobs*>(h + out_at);

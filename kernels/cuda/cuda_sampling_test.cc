@@ -237,6 +237,44 @@ TEST_F(CudaSamplingTest, NonFiniteRowsAreReported) {
   rows[1].temperature = 0.0f;
   rows[2].temperature = 0.9f;
   EXPECT_EQ(Sample(l, V, rows), (std::vector<int32_t>{kNonFiniteRow, 123, kNonFiniteRow}));
+
+  // Hidden by an edit or a penalty, they still fail their rows (the host checks the raw row):
+  // a NaN under the allow mask, a +inf banned, a +inf under the repetition penalty.
+  std::vector<float> hidden = RandomLogits(3 * V, 7, 1.0f);
+  hidden[0 * V + 500] = NAN;
+  hidden[1 * V + 501] = INFINITY;
+  hidden[2 * V + 502] = INFINITY;
+  std::vector<uint64_t> only_low((V + 63) / 64, 0);
+  only_low[0] = ~uint64_t{0};  // ids 0-63
+  std::vector<SamplingRow> edited(3);
+  for (SamplingRow& row : edited) row.temperature = 0.0f;
+  edited[0].allowed = only_low;
+  edited[1].banned = {501};
+  edited[2].repetition_penalty = 1.5f;
+  edited[2].prompt_tokens = {502};
+  EXPECT_EQ(Sample(hidden, V, edited),
+            (std::vector<int32_t>{kNonFiniteRow, kNonFiniteRow, kNonFiniteRow}));
+}
+
+// Typical-p over a row with masked ids: they carry no weight and leave the entropy alone (a
+// masked id once made the mean NaN, which kept every token).
+TEST_F(CudaSamplingTest, TypicalPIgnoresMaskedTokens) {
+  const int64_t V = 8;
+  const std::vector<double> probs = {0.5, 0.3, 0.1, 0.05, 0.05, 1e-9, 1e-9};
+  std::vector<float> l(V, -INFINITY);  // id 7 masked
+  for (size_t i = 0; i < probs.size(); ++i) l[i] = static_cast<float>(std::log(probs[i]));
+  const int kDraws = 4000;
+  std::vector<SamplingRow> rows(kDraws);
+  std::vector<float> batch;
+  for (int i = 0; i < kDraws; ++i) {
+    rows[i].typical_p = 0.5f;  // keeps ids 1 and 0 (see FrequenciesFollowTheFilteredDistribution)
+    rows[i].seed = 5;
+    rows[i].offset = i;
+    batch.insert(batch.end(), l.begin(), l.end());
+  }
+  int outside = 0;
+  for (int32_t t : Sample(batch, V, rows)) outside += t == 0 || t == 1 ? 0 : 1;
+  EXPECT_EQ(outside, 0) << "of " << kDraws << " draws";
 }
 
 // Malformed edits are refused before anything runs.

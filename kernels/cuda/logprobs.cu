@@ -57,8 +57,8 @@ __device__ __forceinline__ void WarpBest(float& v, int32_t& id) {
 __device__ __forceinline__ void MergeMaxSum(float& m, double& s, float om, double os) {
   const float top = fmaxf(m, om);
   if (top == -INFINITY) return;  // both empty
-  const double mine = m == -INFINITY ? 0.0 : s * static_cast<double>(expf(m - top));
-  const double theirs = om == -INFINITY ? 0.0 : os * static_cast<double>(expf(om - top));
+  const double mine = m == -INFINITY ? 0.0 : s * exp(static_cast<double>(m) - top);
+  const double theirs = om == -INFINITY ? 0.0 : os * exp(static_cast<double>(om) - top);
   s = mine + theirs;
   m = top;
 }
@@ -106,7 +106,8 @@ __device__ void ScanRawRow(const float* l, int64_t vocab, int32_t n, int32_t tok
     }
     if (v == -INFINITY) continue;
     if (v > m) {
-      s = s * static_cast<double>(expf(m - v)) + 1.0;  // m = -inf at first: 0 * 0 + 1
+      // In double: a row whose maximum keeps rising rescales often (m = -inf at first: 0 * 0 + 1).
+      s = s * exp(static_cast<double>(m) - static_cast<double>(v)) + 1.0;
       m = v;
     } else {
       s += static_cast<double>(expf(v - m));

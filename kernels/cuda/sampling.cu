@@ -13,10 +13,11 @@
 //     threshold on x below the survivors' max. The draw is one Philox4x32-10 uniform per
 //     (seed, offset), located by a block-wide scan over the kept weights in token-id order.
 // Logprobs (logprobs.cu) are scored on the raw row around these two kernels.
-// Same semantics as engine/sampling (HF order: masks and bias, penalties, temperature, top-k, top-p, typical-p,
-// min-p; ties at a threshold are kept). The mass histograms use shared-memory float atomics, so
-// a row whose cumulative mass lands within rounding of top_p or typical_p may keep a slightly
-// different set between runs.
+// Same semantics as engine/sampling (HF order: masks and bias, penalties, temperature, top-k,
+// top-p, typical-p, min-p; ties at a threshold are kept). The mass histograms use shared-memory
+// float atomics, so a row whose cumulative mass lands within rounding of top_p or typical_p may
+// keep a slightly different set between runs. A NaN or +inf anywhere in the raw row fails the
+// row (token -2), whether or not an edit masked it afterwards (the edit kernel flags those).
 #include <cfloat>
 #include <climits>
 
@@ -91,8 +92,11 @@ __global__ void PenaltyKernel(SamplingLaunchArgs a, int32_t seen_words) {
       }
       if (!first) continue;
       const float v = l[t];
-      // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf.
-      l[t] = v > 0.0f ? fminf(v / p.repetition_penalty, FLT_MAX) : v * p.repetition_penalty;
+      // Dividing by a tiny penalty can overflow; the clamp keeps the row free of +inf, except a
+      // +inf the model produced, which the sample kernel must see to fail the row.
+      l[t] = v == INFINITY ? v
+             : v > 0.0f    ? fminf(v / p.repetition_penalty, FLT_MAX)
+                           : v * p.repetition_penalty;
     }
   }
   __syncthreads();  // the repetition penalty lands before the additive ones
@@ -272,7 +276,9 @@ __device__ uint32_t MassThreshold(int64_t V, float target, Entry entry, float* h
   return *sh_prefix;
 }
 
-__global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArgs a) {
+// One block of 1024 per SM is enough (one row per block, memory-bound): the register budget of
+// 64 a thread avoids spills.
+__global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunchArgs a) {
   __shared__ float scratch[32];
   __shared__ double scratch_d[32];
   __shared__ uint32_t hist_u[256];
@@ -296,6 +302,8 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
     sh_last = -1;
   }
   __syncthreads();
+  // Also a NaN or +inf that the edit kernel overwrote with a mask.
+  if (a.nonfinite_rows != nullptr && a.nonfinite_rows[r] != 0) nonfinite = true;
   if (nonfinite) {  // reported as -2 (kNonFiniteRow), the row's Internal error
     if (threadIdx.x == 0) a.out_tokens[r] = -2;
     return;
@@ -375,8 +383,12 @@ __global__ void __launch_bounds__(kSampleThreads) SampleKernel(SamplingLaunchArg
       if (OrderKey(l[i]) < keep_min) continue;
       const float x = (l[i] - mx) / t;
       const float w = expf(x);
-      z += w;
-      zx += static_cast<double>(w) * x;
+      // Tokens without weight (masked: x = -inf, or underflowed) are out, as on the host: their
+      // 0 * -inf would make the mean NaN and switch typical-p off for the row.
+      if (w > 0.0f) {
+        z += w;
+        zx += static_cast<double>(w) * x;
+      }
     }
     z = BlockSumDouble(z, scratch_d);
     zx = BlockSumDouble(zx, scratch_d);

@@ -69,6 +69,9 @@ struct SamplingLaunchArgs {
   const int32_t* bias_start = nullptr;      // [rows + 1]
   const RowBias* bias = nullptr;
   bool any_edits = false;
+  // With any_edits: per row, whether an id the edits overwrote held a NaN or +inf (written by
+  // the edit kernel for every row, read by the sample kernel); else null.
+  int32_t* nonfinite_rows = nullptr;
   // Logprobs (null when no row has params.logprobs >= 0): results per row, and scratch that keeps
   // the raw logits the edits and penalties overwrite before the draw: those of the history tokens
   // of the logprob rows with penalties (aligned with prompt_tokens / output_tokens) and those of
