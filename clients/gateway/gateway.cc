@@ -324,8 +324,16 @@ ApiFlavor Gateway::FlavorOf(absl::string_view path) {
 
 http::Response Gateway::ProtocolErrorResponse(int status, const std::string& message,
                                               const std::string& target) {
-  return ErrorResponse(FlavorOf(absl::string_view(target).substr(0, target.find('?'))), status,
-                       message);
+  const absl::string_view path = absl::string_view(target).substr(0, target.find('?'));
+  http::Response response = ErrorResponse(FlavorOf(path), status, message);
+  // Every answer of a generation route carries a request id a client can quote, these too (the
+  // HTTP server refused the request before the gateway saw it, so no client id is echoed).
+  const Route* route = FindRoute(path);
+  if (route != nullptr && route->generation) {
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    response.headers.emplace_back("X-Request-Id", absl::StrFormat("%016x", rng()));
+  }
+  return response;
 }
 
 bool Gateway::Authorized(const Route& route, const http::Request& request) const {

@@ -437,11 +437,16 @@ TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
   Client::Reply tgi = Request("POST", "/generate", big);
   EXPECT_EQ(tgi.status, 413);
   EXPECT_EQ(Json::parse(tgi.body)["error_type"], "validation");
+  // A generation route's refusal carries a request id, even one the HTTP server makes itself.
+  EXPECT_TRUE(IsAcceptableRequestId(openai.headers["x-request-id"])) << openai.headers.size();
+  EXPECT_TRUE(IsAcceptableRequestId(tgi.headers["x-request-id"]));
+  EXPECT_NE(openai.headers["x-request-id"], tgi.headers["x-request-id"]);
   // vLLM's /detokenize is OpenAI-shaped, outside /v1/ (and with a query string too).
   for (const char* target : {"/detokenize", "/detokenize?x=1"}) {
     Client::Reply detokenize = Request("POST", target, big);
     EXPECT_EQ(detokenize.status, 413) << target;
     EXPECT_EQ(Json::parse(detokenize.body)["error"]["type"], "invalid_request_error") << target;
+    EXPECT_EQ(detokenize.headers.count("x-request-id"), 0u) << "not a generation route";
   }
   EXPECT_EQ(fake_.requests(), 0);
 }
