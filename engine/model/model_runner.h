@@ -13,8 +13,8 @@
 // Forward hands the step to every rank and waits: the ranks run the same collectives in the same
 // order, rank 0's full logits are returned. ForwardKeepLogits runs the same step but leaves rank
 // 0's full logits in rank 0's backend memory (device memory on "cuda", no copy to the host);
-// MakeBatchSampler's sampler samples them there, and CopyLogitsToHost brings back the rows a
-// caller must read itself (prompt logprobs). If any rank fails, the group is aborted so no other
+// MakeBatchSampler's sampler samples and scores them there (prompt logprobs too), and
+// CopyLogitsToHost brings back rows a caller must read itself (tests, tools). If any rank fails, the group is aborted so no other
 // rank waits forever on a collective, and the step returns the first rank's error (the one that
 // caused the abort); the group is re-armed afterwards (NCCL: new communicators), once every rank
 // has returned, so the next step can run.

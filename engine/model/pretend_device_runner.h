@@ -1,12 +1,13 @@
 // Test support: a ModelRunner whose kept logits claim to be GPU memory, for checking on the CPU
 // that a caller (the engine, BatchGenerator) treats device logits as a CUDA runner needs: samples
-// them only through the runner's sampler and reads rows only through CopyLogitsToHost.
+// and scores them only through the runner's sampler and reads rows only through
+// CopyLogitsToHost.
 //
 // PretendDeviceRunner forwards every call to `inner`; ForwardKeepLogits' tensor is tagged
 // DeviceKind::kCuda (the memory is still the CPU backend's). Its sampler and CopyLogitsToHost
 // refuse logits not so tagged, then work on the host. It counts host forwards (Forward), rows
-// copied to the host, rows sampled and rows scored (prompt logprobs). Thread-safety: the counters are atomic; otherwise as the
-// ModelRunner it wraps.
+// copied to the host, rows sampled and rows scored (prompt logprobs). Thread-safety: the
+// counters are atomic; otherwise as the ModelRunner it wraps.
 #ifndef BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
 #define BLOSSOM_ENGINE_MODEL_PRETEND_DEVICE_RUNNER_H_
 
