@@ -12,20 +12,20 @@ namespace {
 // Validate() caps logprobs at kMaxLogprobs; every such row can be scored on the device.
 static_assert(kMaxLogprobs <= cuda::kMaxTopLogprobs, "logprob rows the device cannot score");
 
-// The host sampler's id check (CheckRequest), for the histories a device row uploads: a bad id
-// fails its row alone instead of the whole CudaSampler call.
+// The host sampler's id check, for the histories a device row uploads: a bad id fails its row
+// alone instead of the whole CudaSampler call.
 absl::Status CheckHistory(const cuda::SamplingRow& row, int64_t vocab) {
-  for (const auto& [ids, name] : {std::pair{&row.prompt_tokens, "prompt_tokens"},
-                                  std::pair{&row.output_tokens, "output_tokens"}}) {
-    for (size_t i = 0; i < ids->size(); ++i) {
-      const int32_t t = (*ids)[i];
-      if (t < 0 || t >= vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, "[", i, "] = ", t, " is outside the vocabulary [0, ", vocab, ")"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  const size_t n = static_cast<size_t>(vocab);
+  absl::Status status = CheckTokenIds(row.prompt_tokens, "prompt_tokens", n);
+  return status.ok() ? CheckTokenIds(row.output_tokens, "output_tokens", n) : status;
+}
+
+// The device's top ids and logprobs as SampleResult::top.
+std::vector<TokenLogprob> TopOf(const std::vector<int32_t>& ids, const std::vector<float>& values) {
+  std::vector<TokenLogprob> top;
+  top.reserve(ids.size());
+  for (size_t t = 0; t < ids.size(); ++t) top.push_back({ids[t], values[t]});
+  return top;
 }
 
 }  // namespace
@@ -130,17 +130,13 @@ absl::Status CudaBatchSampler::SampleBatch(const Tensor& logits,
       } else if (token == cuda::kNonFiniteRow || (lp != nullptr && lp->nonfinite)) {
         result = absl::InternalError("the model produced a non-finite logit");  // as Sample()
       } else if (token == cuda::kNoToken) {
-        result = absl::FailedPreconditionError(
-            "no token can be sampled: every logit is -inf after suppression and penalties");
+        result = NothingToSampleError();
       } else {
         SampleResult r;
         r.token = token;
         if (lp != nullptr) {
           r.logprob = lp->chosen;
-          r.top.reserve(lp->top_ids.size());
-          for (size_t t = 0; t < lp->top_ids.size(); ++t) {
-            r.top.push_back({lp->top_ids[t], lp->top_logprobs[t]});
-          }
+          r.top = TopOf(lp->top_ids, lp->top_logprobs);
         }
         result = std::move(r);
       }
@@ -182,10 +178,7 @@ absl::Status CudaBatchSampler::ScoreRows(const Tensor& logits, absl::Span<const 
     r.token = rows[which[k]].token;
     r.logprob = got.logprob;
     r.rank = got.rank;
-    r.top.reserve(got.top_ids.size());
-    for (size_t t = 0; t < got.top_ids.size(); ++t) {
-      r.top.push_back({got.top_ids[t], got.top_logprobs[t]});
-    }
+    r.top = TopOf(got.top_ids, got.top_logprobs);
     (*results)[which[k]] = std::move(r);
   }
   return absl::OkStatus();

@@ -3,27 +3,21 @@
 #include <algorithm>
 #include <limits>
 
-#include "absl/strings/str_cat.h"
+#include "engine/sampling/logit_masks.h"
 
 namespace blossom {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-bool EndsWith(absl::Span<const int32_t> tokens, absl::Span<const int32_t> suffix) {
-  return suffix.size() <= tokens.size() &&
-         std::equal(suffix.begin(), suffix.end(), tokens.end() - suffix.size());
-}
-
-void SetBit(TokenBitmask& mask, int32_t token) {
-  mask[static_cast<size_t>(token) / 64] |= uint64_t{1} << (token % 64);
-}
-
-// mask &= the bitmask holding exactly `tokens` (ids in range).
-void IntersectWith(absl::Span<const int32_t> tokens, TokenBitmask& mask, TokenBitmask& scratch) {
-  scratch.assign(mask.size(), 0);
-  for (int32_t t : tokens) SetBit(scratch, t);
-  for (size_t w = 0; w < mask.size(); ++w) mask[w] &= scratch[w];
+// mask &= the set of `tokens` (ids in range): only the listed ids that the mask allows stay.
+void IntersectWith(absl::Span<const int32_t> tokens, TokenBitmask& mask) {
+  std::vector<int32_t> kept;
+  for (int32_t t : tokens) {
+    if (TokenAllowed(mask, t)) kept.push_back(t);
+  }
+  std::fill(mask.begin(), mask.end(), 0);
+  for (int32_t t : kept) mask[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
 }
 
 }  // namespace
@@ -37,38 +31,23 @@ bool HasLogitEdits(const SamplingParams& params, const SamplingContext& ctx) {
 absl::Status BuildLogitEdits(const SamplingParams& params, const SamplingContext& ctx,
                              int64_t vocab, LogitEdits* edits) {
   edits->clear();
-  for (size_t i = 0; i < ctx.suppressed_tokens.size(); ++i) {
-    const int32_t t = ctx.suppressed_tokens[i];
-    if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "suppressed_tokens[", i, "] = ", t, " is outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
+  const size_t n = static_cast<size_t>(vocab);
+  absl::Status ids = CheckTokenIds(ctx.suppressed_tokens, "suppressed_tokens", n);
+  if (!ids.ok()) return ids;
   const bool guided = !params.choice_token_ids.empty() || params.constraint != nullptr;
   if (!params.allowed_token_ids.empty() || guided) {
     const size_t words = static_cast<size_t>((vocab + 63) / 64);
     edits->allowed.assign(words, ~uint64_t{0});
-    TokenBitmask scratch;
+    std::vector<int32_t> kept;
     if (!params.allowed_token_ids.empty()) {
-      std::vector<int32_t> kept(params.allowed_token_ids.begin(), params.allowed_token_ids.end());
+      kept.assign(params.allowed_token_ids.begin(), params.allowed_token_ids.end());
       // As the host: a guided output can always end, whatever the allowed set says.
       if (guided && ctx.end_token >= 0 && ctx.end_token < vocab) kept.push_back(ctx.end_token);
-      IntersectWith(kept, edits->allowed, scratch);
+      IntersectWith(kept, edits->allowed);
     }
     if (!params.choice_token_ids.empty()) {
-      // logit_masks.h's MaskToChoiceTokens: the next token of each choice the output is a prefix
-      // of, the end token after a whole choice.
-      std::vector<int32_t> next;
-      const size_t n = ctx.output_tokens.size();
-      for (const std::vector<int32_t>& choice : params.choice_token_ids) {
-        if (choice.size() < n ||
-            !std::equal(ctx.output_tokens.begin(), ctx.output_tokens.end(), choice.begin())) {
-          continue;
-        }
-        const int32_t t = choice.size() > n ? choice[n] : ctx.end_token;
-        if (t >= 0 && t < vocab) next.push_back(t);
-      }
-      IntersectWith(next, edits->allowed, scratch);
+      ChoiceNextTokens(params.choice_token_ids, ctx.output_tokens, ctx.end_token, n, &kept);
+      IntersectWith(kept, edits->allowed);
     }
     if (params.constraint != nullptr) {
       absl::StatusOr<std::shared_ptr<const TokenBitmask>> allowed =
@@ -80,11 +59,7 @@ absl::Status BuildLogitEdits(const SamplingParams& params, const SamplingContext
       }
     }
   }
-  for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
-    if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
-      edits->banned.push_back(word.back());
-    }
-  }
+  AddBadWordBans(params.bad_words_token_ids, ctx.output_tokens, &edits->banned);
   edits->banned.insert(edits->banned.end(), ctx.suppressed_tokens.begin(),
                        ctx.suppressed_tokens.end());
   edits->bias.assign(params.logit_bias.begin(), params.logit_bias.end());

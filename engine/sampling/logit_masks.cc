@@ -21,18 +21,34 @@ void MaskAllTokensBut(absl::Span<const int32_t> kept, absl::Span<float> logits,
   for (int32_t t : kept) seen[t] = 0;
 }
 
+void ChoiceNextTokens(const std::vector<std::vector<int32_t>>& choices,
+                      absl::Span<const int32_t> output, int32_t end_token, size_t vocab,
+                      std::vector<int32_t>* next) {
+  next->clear();
+  const size_t n = output.size();
+  for (const std::vector<int32_t>& choice : choices) {
+    if (choice.size() < n || !std::equal(output.begin(), output.end(), choice.begin())) continue;
+    const int32_t t = choice.size() > n ? choice[n] : end_token;
+    if (t >= 0 && static_cast<size_t>(t) < vocab) next->push_back(t);
+  }
+}
+
+void AddBadWordBans(const std::vector<std::vector<int32_t>>& bad_words,
+                    absl::Span<const int32_t> output, std::vector<int32_t>* banned) {
+  for (const std::vector<int32_t>& word : bad_words) {
+    const size_t prefix = word.size() - 1;  // Validate(): every bad word has a token
+    if (prefix <= output.size() &&
+        std::equal(word.begin(), word.end() - 1, output.end() - prefix)) {
+      banned->push_back(word.back());
+    }
+  }
+}
+
 void MaskToChoiceTokens(const std::vector<std::vector<int32_t>>& choices,
                         absl::Span<const int32_t> output, int32_t end_token,
                         absl::Span<float> logits, std::vector<int32_t>& kept,
                         std::vector<uint8_t>& seen) {
-  const size_t vocab = logits.size();
-  kept.clear();
-  const size_t n = output.size();
-  for (const std::vector<int32_t>& choice : choices) {
-    if (choice.size() < n || !std::equal(output.begin(), output.end(), choice.begin())) continue;
-    const int32_t next = choice.size() > n ? choice[n] : end_token;
-    if (next >= 0 && static_cast<size_t>(next) < vocab) kept.push_back(next);
-  }
+  ChoiceNextTokens(choices, output, end_token, logits.size(), &kept);
   MaskAllTokensBut(kept, logits, seen);
 }
 

@@ -1,7 +1,9 @@
 // Step 1 of sampler.h's order, the masks: a row's logits -> -inf for every token outside a set
 // (allowed_token_ids), outside the next tokens of the choices the output is still a prefix of
-// (guided choice), or whose bit is clear (a TokenConstraint's mask). Internal to
-// //engine/sampling:logits_processors, which calls them on its scratch's buffers.
+// (guided choice), whose bit is clear (a TokenConstraint's mask), or that ends a bad word. The
+// rules that pick the tokens (ChoiceNextTokens, AddBadWordBans) are shared by the host's
+// processors (//engine/sampling:logits_processors) and the GPU's edits (logit_edits), so both
+// apply one definition.
 #ifndef BLOSSOM_ENGINE_SAMPLING_LOGIT_MASKS_H_
 #define BLOSSOM_ENGINE_SAMPLING_LOGIT_MASKS_H_
 
@@ -17,6 +19,17 @@ namespace blossom {
 // scratch, all zero before and after.
 void MaskAllTokensBut(absl::Span<const int32_t> kept, absl::Span<float> logits,
                       std::vector<uint8_t>& seen);
+
+// Guided choice's allowed tokens, into *next (cleared first): the next token of each choice
+// `output` is a prefix of, and `end_token` where the output is a whole choice; ids outside
+// [0, vocab) are left out.
+void ChoiceNextTokens(const std::vector<std::vector<int32_t>>& choices,
+                      absl::Span<const int32_t> output, int32_t end_token, size_t vocab,
+                      std::vector<int32_t>* next);
+
+// Appends to *banned the last token of each bad word whose other tokens end `output`.
+void AddBadWordBans(const std::vector<std::vector<int32_t>>& bad_words,
+                    absl::Span<const int32_t> output, std::vector<int32_t>* banned);
 
 // Guided choice: every logit masked but the next token of each choice `output` is a prefix of,
 // and `end_token` where the output is a whole choice. None left (the output left every choice,

@@ -11,12 +11,6 @@
 namespace blossom {
 namespace {
 
-// Whether `tokens` ends with `suffix` (always for an empty suffix).
-bool EndsWith(absl::Span<const int32_t> tokens, absl::Span<const int32_t> suffix) {
-  return suffix.size() <= tokens.size() &&
-         std::equal(suffix.begin(), suffix.end(), tokens.end() - suffix.size());
-}
-
 using logit_math::ExpNonPositive;
 using logit_math::ExpWeights;
 using logit_math::MaxOfBelowInf;
@@ -52,7 +46,9 @@ struct Binning {
   }
 };
 
-absl::Status CheckIds(absl::Span<const int32_t> ids, const char* name, size_t vocab) {
+}  // namespace
+
+absl::Status CheckTokenIds(absl::Span<const int32_t> ids, const char* name, size_t vocab) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || static_cast<size_t>(ids[i]) >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -62,12 +58,10 @@ absl::Status CheckIds(absl::Span<const int32_t> ids, const char* name, size_t vo
   return absl::OkStatus();
 }
 
-absl::Status AllMasked() {
+absl::Status NothingToSampleError() {
   return absl::FailedPreconditionError(
       "no token can be sampled: every logit is -inf after suppression and penalties");
 }
-
-}  // namespace
 
 // Steps 1-8 of sampler.h, with access to SamplerScratch's buffers.
 //
@@ -120,9 +114,9 @@ class LogitsProcessors {
     }
     absl::Status status = Validate(params, static_cast<int32_t>(vocab));
     if (!status.ok()) return status;
-    if (!(status = CheckIds(ctx.prompt_tokens, "prompt_tokens", vocab)).ok()) return status;
-    if (!(status = CheckIds(ctx.output_tokens, "output_tokens", vocab)).ok()) return status;
-    return CheckIds(ctx.suppressed_tokens, "suppressed_tokens", vocab);
+    if (!(status = CheckTokenIds(ctx.prompt_tokens, "prompt_tokens", vocab)).ok()) return status;
+    if (!(status = CheckTokenIds(ctx.output_tokens, "output_tokens", vocab)).ok()) return status;
+    return CheckTokenIds(ctx.suppressed_tokens, "suppressed_tokens", vocab);
   }
 
   // The error for a row holding NaN or +inf, naming the first such position.
@@ -147,7 +141,7 @@ class LogitsProcessors {
     bool below_inf = true;
     const float best_value = MaxOfBelowInf(logits.data(), logits.size(), &below_inf);
     if (!below_inf) return NonFinite(logits);
-    if (best_value == -kInf) return AllMasked();
+    if (best_value == -kInf) return NothingToSampleError();
     return static_cast<int32_t>(std::find(logits.begin(), logits.end(), best_value) -
                                 logits.begin());
   }
@@ -199,10 +193,11 @@ class LogitsProcessors {
       if (!allowed.ok()) return allowed.status();
       MaskToBitmask(**allowed, s);
     }
-    for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
-      if (EndsWith(ctx.output_tokens, absl::MakeConstSpan(word.data(), word.size() - 1))) {
-        l[word.back()] = -kInf;
-      }
+    if (!params.bad_words_token_ids.empty()) {
+      std::vector<int32_t>& banned = s.choice_next_;  // free again after the choice mask
+      banned.clear();
+      AddBadWordBans(params.bad_words_token_ids, ctx.output_tokens, &banned);
+      for (int32_t t : banned) l[t] = -kInf;
     }
     for (int32_t t : ctx.suppressed_tokens) l[t] = -kInf;
     for (const LogitBias& b : params.logit_bias) l[b.token] += b.bias;  // -inf stays -inf
@@ -244,7 +239,7 @@ class LogitsProcessors {
     const float* l = s.logits_.data();
     const size_t vocab = s.logits_.size();
     const float best_value = MaxOf(l, vocab);
-    if (best_value == -kInf) return AllMasked();
+    if (best_value == -kInf) return NothingToSampleError();
     return static_cast<int32_t>(std::find(l, l + vocab, best_value) - l);
   }
 
@@ -264,7 +259,7 @@ class LogitsProcessors {
       // top_k first: temperature scaling is monotone, so selecting on the unscaled logits gives
       // the same set and spares scaling and exponentiating the whole vocabulary.
       TopK(l, vocab, static_cast<size_t>(params.top_k), c);
-      if (c.empty()) return AllMasked();
+      if (c.empty()) return NothingToSampleError();
       float max_logit = -kInf;
       for (const Candidate& a : c) max_logit = std::max(max_logit, a.x);
       size_t n = 0;
@@ -283,7 +278,7 @@ class LogitsProcessors {
     // Dense: shifting by the maximum before dividing keeps tiny temperatures from overflowing:
     // x <= 0 and the top token has w = 1.
     const float max_logit = MaxOf(l, vocab);
-    if (max_logit == -kInf) return AllMasked();
+    if (max_logit == -kInf) return NothingToSampleError();
     s.xs_.resize(vocab);
     s.weights_.resize(vocab);
     s.block_sums_.resize((vocab + kBlock - 1) / kBlock);

@@ -38,6 +38,13 @@ struct SamplingContext {
   int32_t end_token = -1;
 };
 
+// InvalidArgument "<name>[i] = <id> is outside the vocabulary [0, <vocab>)" for the first id
+// outside it: the check every sampler makes of the token ids a request carries.
+absl::Status CheckTokenIds(absl::Span<const int32_t> ids, const char* name, size_t vocab);
+
+// FailedPrecondition for a row whose every logit is -inf after steps 1-3 (Sample()'s error).
+absl::Status NothingToSampleError();
+
 // Reusable buffers for Sample(), so that the per-token path does not allocate vocabulary-sized
 // memory once warmed up. Holds no state that affects results: any scratch can serve any request.
 // Not thread-safe: one per sampling thread.
@@ -68,7 +75,7 @@ class SamplerScratch {
   // Vocab-sized and all zero between calls: penalties touch only history tokens and reset them.
   std::vector<int32_t> counts_;
   std::vector<uint8_t> seen_;
-  std::vector<int32_t> choice_next_;  // guided choice: the tokens a step allows
+  std::vector<int32_t> choice_next_;  // guided choice: the tokens a step allows; then bad-word bans
 };
 
 // Steps 1-3: copies `logits` into `scratch`, checks it and applies suppression and penalties.

@@ -109,6 +109,9 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   return r;
 }
 
+// NaN or +inf (-inf is a legitimate mask): a model fault that a row must report.
+__device__ __forceinline__ bool NonFinite(float v) { return v != -INFINITY && !(v < INFINITY); }
+
 __host__ __device__ inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Programmatic dependent launch (PDL, sm_90). A kernel launched with it (LaunchKernel with

@@ -117,6 +117,15 @@ absl::Status Drained(cudaStream_t stream, absl::Status error) {
   return error;
 }
 
+// A row's top entries, at most `asked` (the device never writes more, but a count is never
+// trusted past the arrays).
+void CopyTop(const RowLogprobs& row, int32_t asked, std::vector<int32_t>* ids,
+             std::vector<float>* logprobs) {
+  const int32_t count = std::min(std::max(row.count, 0), asked);
+  ids->assign(row.top_ids, row.top_ids + count);
+  logprobs->assign(row.top_logprobs, row.top_logprobs + count);
+}
+
 // Byte offsets of the regions of one call's buffer, appended in order, each 16-byte aligned.
 class Layout {
  public:
@@ -279,9 +288,7 @@ absl::Status CudaSampler::Sample(float* logits, int64_t vocab, absl::Span<const 
       out.nonfinite = got.nonfinite != 0;
       if (out.nonfinite) continue;
       out.chosen = got.chosen;
-      const int32_t count = std::min(std::max(got.count, 0), rows[r].logprobs);
-      out.top_ids.assign(got.top_ids, got.top_ids + count);
-      out.top_logprobs.assign(got.top_logprobs, got.top_logprobs + count);
+      CopyTop(got, rows[r].logprobs, &out.top_ids, &out.top_logprobs);
     }
   }
   return absl::OkStatus();
@@ -337,9 +344,7 @@ absl::Status CudaSampler::Score(const float* logits, int64_t vocab,
     if (out.nonfinite) continue;
     out.logprob = got[e].chosen;
     out.rank = got[e].rank;
-    const int32_t count = std::min(std::max(got[e].count, 0), requests[e].top_n);
-    out.top_ids.assign(got[e].top_ids, got[e].top_ids + count);
-    out.top_logprobs.assign(got[e].top_logprobs, got[e].top_logprobs + count);
+    CopyTop(got[e], requests[e].top_n, &out.top_ids, &out.top_logprobs);
   }
   return absl::OkStatus();
 }

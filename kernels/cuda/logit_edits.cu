@@ -7,6 +7,7 @@
 // may name a masked id.
 #include <cmath>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sampling_launch.h"
 
 namespace blossom {
@@ -14,9 +15,6 @@ namespace cuda {
 namespace {
 
 constexpr int kEditThreads = 256;
-
-// NaN or +inf: a model fault the sample kernel must still see after a mask hid it.
-__device__ __forceinline__ bool NonFinite(float v) { return v != -INFINITY && !(v < INFINITY); }
 
 __global__ void __launch_bounds__(kEditThreads) LogitEditKernel(SamplingLaunchArgs a) {
   const int32_t r = blockIdx.x;

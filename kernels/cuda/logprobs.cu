@@ -25,6 +25,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sampling_launch.h"
 
 namespace blossom {
@@ -100,7 +101,7 @@ __device__ void ScanRawRow(const float* l, int64_t vocab, int32_t n, int32_t tok
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = l[i];
     at_least += v >= given ? 1 : 0;
-    if (isnan(v) || v == INFINITY) {
+    if (NonFinite(v)) {
       bad = true;
       continue;
     }

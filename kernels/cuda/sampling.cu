@@ -150,9 +150,6 @@ __device__ __forceinline__ void Consider(MaxAndId& best, float v, int32_t id) {
   if (v > best.value || (v == best.value && id < best.id)) best = {v, id};
 }
 
-// NaN or +inf: a model fault, which the row must report rather than sample through.
-__device__ __forceinline__ bool NonFinite(float v) { return v != -INFINITY && !(v < INFINITY); }
-
 // Max over l[0, V) and the lowest id holding it; every thread gets the result, and whether the
 // row holds a NaN or +inf. 16-byte loads, four in flight per thread, where the row allows (one
 // block reads 1 MB of logits per row at BLOOM's vocabulary: a load at a time per thread was
