@@ -199,6 +199,14 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
   } else {
     constraint = guided_constraints->Grammar(s.grammar());
   }
+  if (constraint.status().code() == absl::StatusCode::kResourceExhausted) {
+    // Nothing is wrong with the request: the compile slots are busy, and a retry may find one.
+    return WithRetryDelay(
+        WithReason(absl::ResourceExhaustedError(
+                       absl::StrCat(field, ": ", constraint.status().message())),
+                   error_reason::kGuidedCompileBusy),
+        kGuidedCompileRetryDelay);
+  }
   if (!constraint.ok()) return refuse(absl::StrCat(field, ": ", constraint.status().message()));
   sp.constraint = *std::move(constraint);
   return absl::OkStatus();

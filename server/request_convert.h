@@ -59,6 +59,9 @@ absl::Status CheckGroupSize(int32_t group_size, const RequestLimits& limits,
 inline constexpr absl::Duration kQueueFullRetryDelay = absl::Seconds(1);
 inline constexpr absl::Duration kUnavailableRetryDelay = absl::Seconds(1);
 inline constexpr absl::Duration kLoadingRetryDelay = absl::Seconds(5);
+// Structured output refused because other constraints hold every compile slot: those compiles
+// end within about a second each (the compilers' work limits).
+inline constexpr absl::Duration kGuidedCompileRetryDelay = absl::Seconds(1);
 
 // Adds details to the engine's refusal of `request` (Engine::Submit's status): the queue being
 // full becomes QUEUE_FULL with a retry delay; an invalid argument is attributed to its field by

@@ -1,5 +1,9 @@
 #include "server/request_convert.h"
 
+#include <chrono>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 #include "engine/guided/constraint_cache.h"
 #include "engine/guided/token_vocabulary.h"
 #include "gtest/gtest.h"
@@ -238,6 +242,38 @@ TEST_F(RequestConvertTest, GrammarBecomesTheSamplersConstraint) {
   const absl::Status status = ToEngineRequest(two, *tokenizer_, limits_, &cache).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("give one of"), absl::string_view::npos) << status;
+}
+
+// A request whose constraint must be compiled while every compile slot is taken is refused as
+// overload (retry later), not as a bad request: RESOURCE_EXHAUSTED with RetryInfo, which the
+// gateway answers with 429 and Retry-After.
+TEST_F(RequestConvertTest, BusyCompileSlotsAreARetryableRefusal) {
+  ConstraintCacheOptions options;
+  options.max_concurrent_compiles = 1;
+  options.max_waiting_compiles = 0;
+  ConstraintCache cache([] { return TokenVocabulary::FromTokenizer(*tokenizer_); }, options);
+  absl::Notification release;
+  std::thread holder([&] {
+    (void)cache.GetOrCompile("held", [&](std::shared_ptr<const TokenVocabulary>)
+                                         -> absl::StatusOr<ConstraintCache::Constraint> {
+      release.WaitForNotification();
+      return absl::InvalidArgumentError("released");
+    });
+  });
+  while (cache.stats().compiles == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  v1::GenerateRequest request;
+  request.set_text("The server reads");
+  request.mutable_sampling()->set_regex("[0-9]{2}");
+  const absl::Status busy = ToEngineRequest(request, *tokenizer_, limits_, &cache).status();
+  release.Notify();
+  holder.join();
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted) << busy;
+  EXPECT_EQ(DetailsOf(busy).reason, "GUIDED_COMPILE_BUSY");
+  ASSERT_TRUE(DetailsOf(busy).retry_delay.has_value());
+  EXPECT_EQ(*DetailsOf(busy).retry_delay, absl::Seconds(1));
+  EXPECT_NE(busy.message().find("sampling.regex"), absl::string_view::npos) << busy;
+  // The slot is free again: the same request is admitted.
+  EXPECT_TRUE(ToEngineRequest(request, *tokenizer_, limits_, &cache).ok());
 }
 
 // Tokens carry their text, raw bytes and whether they are special tokens (TGI's `special`), and

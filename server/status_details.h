@@ -40,6 +40,8 @@ inline constexpr char kInvalidRequest[] = "INVALID_REQUEST";  // no more specifi
 inline constexpr char kGroupTooLarge[] = "GROUP_TOO_LARGE";  // group_size > max_waiting_requests
 inline constexpr char kNoTokenPossible[] = "NO_TOKEN_POSSIBLE";  // masks left no token mid-way
 inline constexpr char kQueueFull[] = "QUEUE_FULL";
+// Every structured-output compile slot stayed busy (engine/guided/constraint_cache.h).
+inline constexpr char kGuidedCompileBusy[] = "GUIDED_COMPILE_BUSY";
 inline constexpr char kModelLoading[] = "MODEL_LOADING";
 inline constexpr char kShuttingDown[] = "SHUTTING_DOWN";
 inline constexpr char kModelFailed[] = "MODEL_FAILED";  // the engine failed for good
