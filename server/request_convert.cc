@@ -483,6 +483,10 @@ absl::Status DescribeEngineRefusal(absl::Status status, const EngineRequest& req
     case absl::StatusCode::kUnavailable:
       return WithRetryDelay(WithReason(std::move(status), error_reason::kShuttingDown),
                             kUnavailableRetryDelay);
+    case absl::StatusCode::kFailedPrecondition:
+      // The request's own masks and bans leave no first token (Engine::Submit): the reason a
+      // generation that reaches such a dead end later ends with.
+      return WithReason(std::move(status), error_reason::kNoTokenPossible);
     case absl::StatusCode::kInvalidArgument: break;
     default: return status;
   }

@@ -64,7 +64,8 @@ inline constexpr absl::Duration kLoadingRetryDelay = absl::Seconds(5);
 inline constexpr absl::Duration kGuidedCompileRetryDelay = absl::Seconds(1);
 
 // Adds details to the engine's refusal of `request` (Engine::Submit's status): the queue being
-// full becomes QUEUE_FULL with a retry delay; an invalid argument is attributed to its field by
+// full becomes QUEUE_FULL with a retry delay; FAILED_PRECONDITION (the request's masks and bans
+// leave no first token) NO_TOKEN_POSSIBLE; an invalid argument is attributed to its field by
 // re-running the engine's validators on the request's parameters one at a time (the first that
 // fails is the culprit; no message parsing), else to the prompt's token ids, else it is the
 // total-token capacity (CONTEXT_LENGTH_EXCEEDED on stopping.max_new_tokens). `prompt_field` is

@@ -517,6 +517,14 @@ TEST(DescribeEngineRefusalTest, OverloadInvitesARetry) {
                                                 EngineRequest(), 100, "text");
   EXPECT_EQ(DetailsOf(stopping).reason, "SHUTTING_DOWN");
   EXPECT_TRUE(DetailsOf(stopping).retry_delay.has_value());
+  // A request whose own masks leave no first token: the reason a later dead end gets, no retry.
+  absl::Status impossible = DescribeEngineRefusal(
+      absl::FailedPreconditionError("no token can be sampled: allowed_token_ids and bad_words "
+                                    "leave no token of the vocabulary to choose from"),
+      EngineRequest(), 100, "text");
+  EXPECT_EQ(impossible.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(DetailsOf(impossible).reason, "NO_TOKEN_POSSIBLE");
+  EXPECT_FALSE(DetailsOf(impossible).retry_delay.has_value());
   // Anything else passes through untouched.
   EXPECT_EQ(DetailsOf(DescribeEngineRefusal(absl::InternalError("x"), EngineRequest(), 100, "text"))
                 .reason,

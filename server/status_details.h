@@ -38,7 +38,7 @@ inline constexpr char kUnknownModel[] = "UNKNOWN_MODEL";
 inline constexpr char kPriorityNotEnabled[] = "PRIORITY_NOT_ENABLED";  // --scheduling_policy fcfs
 inline constexpr char kInvalidRequest[] = "INVALID_REQUEST";  // no more specific reason known
 inline constexpr char kGroupTooLarge[] = "GROUP_TOO_LARGE";  // group_size > max_waiting_requests
-inline constexpr char kNoTokenPossible[] = "NO_TOKEN_POSSIBLE";  // masks left no token mid-way
+inline constexpr char kNoTokenPossible[] = "NO_TOKEN_POSSIBLE";  // masks left no token
 inline constexpr char kQueueFull[] = "QUEUE_FULL";
 // Every structured-output compile slot stayed busy (engine/guided/constraint_cache.h).
 inline constexpr char kGuidedCompileBusy[] = "GUIDED_COMPILE_BUSY";

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/sampling/logit_masks.h"
 
 namespace blossom {
@@ -75,6 +79,42 @@ void ApplyLogitEdits(const LogitEdits& edits, absl::Span<float> logits) {
   }
   for (int32_t t : edits.banned) logits[static_cast<size_t>(t)] = -kInf;
   for (const LogitBias& b : edits.bias) logits[static_cast<size_t>(b.token)] += b.bias;
+}
+
+bool AnyTokenLeft(const LogitEdits& edits, int64_t vocab) {
+  if (vocab <= 0) return false;
+  const absl::flat_hash_set<int32_t> banned(edits.banned.begin(), edits.banned.end());
+  if (edits.allowed.empty()) return static_cast<int64_t>(banned.size()) < vocab;
+  const size_t words = std::min(edits.allowed.size(), static_cast<size_t>((vocab + 63) / 64));
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t bits = edits.allowed[w];
+    const int64_t first = static_cast<int64_t>(w) * 64;
+    if (vocab - first < 64) bits &= (uint64_t{1} << (vocab - first)) - 1;  // ids past vocab
+    for (; bits != 0; bits &= bits - 1) {
+      const int32_t token = static_cast<int32_t>(first + __builtin_ctzll(bits));
+      if (!banned.contains(token)) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status CheckSomeTokenPossible(const SamplingParams& params, const SamplingContext& ctx,
+                                    int64_t vocab) {
+  if (!HasLogitEdits(params, ctx)) return absl::OkStatus();
+  LogitEdits edits;
+  if (!BuildLogitEdits(params, ctx, vocab, &edits).ok()) return absl::OkStatus();
+  if (AnyTokenLeft(edits, vocab)) return absl::OkStatus();
+  std::vector<std::string> removed;
+  if (!params.allowed_token_ids.empty()) removed.push_back("allowed_token_ids");
+  if (!params.choice_token_ids.empty()) removed.push_back("guided_choice");
+  if (params.constraint != nullptr) removed.push_back("the structured-output constraint");
+  if (!params.bad_words_token_ids.empty()) removed.push_back("bad_words");
+  if (!ctx.suppressed_tokens.empty()) {
+    removed.push_back("min_new_tokens (no end or stop token before it)");
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("no token can be sampled: ", absl::StrJoin(removed, " and "),
+                   " leave no token of the vocabulary to choose from"));
 }
 
 }  // namespace blossom

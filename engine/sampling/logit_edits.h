@@ -51,6 +51,19 @@ absl::Status BuildLogitEdits(const SamplingParams& params, const SamplingContext
 // Applies `edits` to `logits` (the CPU twin of the GPU sampler's edit kernel).
 void ApplyLogitEdits(const LogitEdits& edits, absl::Span<float> logits);
 
+// Whether a row of `vocab` logits keeps a token that `edits` neither masks nor bans. Step 1 is
+// the only step that can remove every token (penalties and the samplers after it change finite
+// logits and always keep one), so a row without one can only fail.
+bool AnyTokenLeft(const LogitEdits& edits, int64_t vocab);
+
+// FailedPrecondition, as Sample() would fail (NothingToSampleError's code), when the request's
+// step 1 in context `ctx` leaves no token of `vocab`, naming the features that removed them; OK
+// otherwise, and also when the edits cannot be built (a constraint's error belongs to the
+// step that samples). For admission: a request whose first token is impossible is refused
+// before it waits for its prefill.
+absl::Status CheckSomeTokenPossible(const SamplingParams& params, const SamplingContext& ctx,
+                                    int64_t vocab);
+
 }  // namespace blossom
 
 #endif  // BLOSSOM_ENGINE_SAMPLING_LOGIT_EDITS_H_

@@ -190,6 +190,53 @@ TEST(LogitEditsTest, BiasAddsAfterTheMasks) {
   EXPECT_EQ(raw[6], -2.0f);
 }
 
+TEST(LogitEditsTest, AnyTokenLeftCountsWhatMasksAndBansSpare) {
+  LogitEdits edits;
+  EXPECT_TRUE(AnyTokenLeft(edits, kVocab));
+  EXPECT_FALSE(AnyTokenLeft(edits, 0));
+  for (int32_t t = 0; t < kVocab; ++t) edits.banned.push_back(t);
+  edits.banned.push_back(3);  // repeats count once
+  EXPECT_FALSE(AnyTokenLeft(edits, kVocab));
+  edits.banned.pop_back();
+  edits.banned.pop_back();  // kVocab - 1 is free again
+  EXPECT_TRUE(AnyTokenLeft(edits, kVocab));
+  // An allow mask: its set bits past the vocabulary are not tokens.
+  edits.banned.clear();
+  edits.allowed.assign((kVocab + 63) / 64, 0);
+  edits.allowed.back() = ~uint64_t{0} << (kVocab % 64);
+  EXPECT_FALSE(AnyTokenLeft(edits, kVocab));
+  edits.allowed[1] |= uint64_t{1} << 5;  // token 69
+  EXPECT_TRUE(AnyTokenLeft(edits, kVocab));
+  edits.banned = {69, 69};
+  EXPECT_FALSE(AnyTokenLeft(edits, kVocab));
+}
+
+TEST(LogitEditsTest, CheckSomeTokenPossibleNamesWhatRemovedThem) {
+  SamplingParams p;
+  SamplingContext ctx;
+  EXPECT_TRUE(CheckSomeTokenPossible(p, ctx, kVocab).ok());
+  p.allowed_token_ids = {7, 8};
+  p.bad_words_token_ids = {{7}, {8}};
+  const absl::Status none = CheckSomeTokenPossible(p, ctx, kVocab);
+  EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(none.message(),
+            "no token can be sampled: allowed_token_ids and bad_words leave no token of the "
+            "vocabulary to choose from");
+  // The host sampler fails such a row with the same code.
+  const std::vector<float> logits(kVocab, 0.0f);
+  SamplerScratch scratch;
+  EXPECT_EQ(SamplingDistribution(logits, p, ctx, scratch).status().code(), none.code());
+  p.bad_words_token_ids = {{7}, {3, 8}};  // 8 is banned only after 3
+  EXPECT_TRUE(CheckSomeTokenPossible(p, ctx, kVocab).ok());
+  // min_new_tokens suppresses the end token, the only one allowed.
+  p = SamplingParams();
+  p.allowed_token_ids = {2};
+  const std::vector<int32_t> suppressed = {2};
+  ctx.suppressed_tokens = suppressed;
+  EXPECT_NE(CheckSomeTokenPossible(p, ctx, kVocab).message().find("min_new_tokens"),
+            std::string::npos);
+}
+
 TEST(LogitEditsTest, ErrorsNameTheProblem) {
   SamplingParams p;
   const std::vector<int32_t> suppressed = {kVocab};

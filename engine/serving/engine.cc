@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/logit_edits.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/block_manager.h"
 #include "engine/speculative/draft_rounds.h"
@@ -168,6 +169,16 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
 
   auto req = std::make_unique<Request>();
   req->timings.arrival = Clock::now();
+  req->output = std::make_unique<SequenceOutput>(tokenizer_, request.prompt_tokens,
+                                                 request.sampling, request.stopping,
+                                                 end_token_ids());
+  {
+    // Its own masks and bans may leave no first token: refused now, not after its prefill.
+    absl::StatusOr<SampleRow> first = req->output->PrepareSample(0);
+    if (first.ok()) {
+      BLOSSOM_RETURN_IF_ERROR(CheckSomeTokenPossible(*first->params, first->context, vocab));
+    }
+  }
   req->prompt_tokens = static_cast<int32_t>(request.prompt_tokens.size());
   req->prompt_logprobs = request.sampling.prompt_logprobs;
   req->max_new_tokens = request.stopping.max_new_tokens;
@@ -190,18 +201,15 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
     req->delivery->stream = stream;
     SequenceSpec spec;
     spec.id = req->id;
-    spec.prompt_tokens = request.prompt_tokens;
+    // A 1-token prompt has no row to score: a cap and cache misses would only slow it down.
+    const bool rows = request.sampling.prompt_logprobs >= 0 && request.prompt_tokens.size() > 1;
+    spec.prompt_tokens = std::move(request.prompt_tokens);
     spec.max_new_tokens = request.stopping.max_new_tokens;
     spec.priority = request.priority;
     spec.bypass_waiting_limits = request.bypass_waiting_limits;
-    // A 1-token prompt has no row to score: a cap and cache misses would only slow it down.
-    const bool rows = request.sampling.prompt_logprobs >= 0 && request.prompt_tokens.size() > 1;
     spec.skip_prefix_cache = rows;
     if (rows) spec.max_chunk_tokens = std::max(1, config_.max_prompt_logprob_rows);
     BLOSSOM_RETURN_IF_ERROR(scheduler_->AddRequest(spec));
-    req->output = std::make_unique<SequenceOutput>(
-        tokenizer_, std::move(request.prompt_tokens), request.sampling, request.stopping,
-        end_token_ids());
     requests_[req->id] = std::move(req);
   }
   work_cv_.notify_one();

@@ -1,8 +1,9 @@
 // The serving engine: continuous batching over a paged KV cache, one loop thread.
 //
 // Submit() validates a request and admits it to the scheduler (or refuses it at once:
-// InvalidArgument for a request that is malformed or can never fit, ResourceExhausted when the
-// waiting queue is full). Each step the loop asks the scheduler for a plan (decode tokens of
+// InvalidArgument for a request that is malformed or can never fit, FailedPrecondition for one
+// whose own masks and bans leave no first token to sample (logit_edits' CheckSomeTokenPossible:
+// the code its first step would fail with), ResourceExhausted when the waiting queue is full). Each step the loop asks the scheduler for a plan (decode tokens of
 // running sequences plus chunked prefill of waiting ones), runs the model once for the whole
 // plan, samples a token for every sequence whose chunk reached its last known token (one
 // BatchSampler call for the whole step, on the logits where the runner's backend left them:

@@ -186,6 +186,36 @@ TEST_F(EngineTest, RejectsBadRequestsAtSubmitWithTheReason) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// A request whose own masks and bans leave no first token could only fail at its first step:
+// it is refused at Submit, with the sampler's code, before it waits for a prefill.
+TEST_F(EngineTest, RefusesAtSubmitARequestWhoseMasksLeaveNoFirstToken) {
+  auto engine = MakeEngine(16);
+  EngineRequest banned = Greedy({5, 6}, 4);
+  banned.sampling.allowed_token_ids = {9};
+  banned.sampling.bad_words_token_ids = {{9}};
+  absl::Status s = engine->Submit(banned).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("allowed_token_ids and bad_words"), std::string::npos) << s;
+  // Only the end token allowed, but it may not come before min_new_tokens.
+  const int32_t eos = runner_->config().eos_token_ids.front();
+  EngineRequest only_end = Greedy({5, 6}, 4);
+  only_end.stopping.ignore_eos = false;
+  only_end.stopping.min_new_tokens = 2;
+  only_end.sampling.allowed_token_ids = {eos};
+  s = engine->Submit(only_end).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("min_new_tokens"), std::string::npos) << s;
+  EXPECT_EQ(engine->num_unfinished(), 0);
+  // One token left: admitted, and it is every token.
+  EngineRequest one_left = banned;
+  one_left.sampling.allowed_token_ids = {9, 10};
+  auto stream = engine->Submit(one_left);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EngineEvent last;
+  EXPECT_EQ(Collect(**stream, &last), std::vector<int32_t>(4, 10));
+  EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+}
+
 TEST_F(EngineTest, FullQueueIsRefusedWithResourceExhausted) {
   auto engine = MakeEngine(8, /*max_seqs=*/1, /*max_batched=*/8, /*max_waiting=*/2);
   std::vector<std::shared_ptr<RequestStream>> streams;

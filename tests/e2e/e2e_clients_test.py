@@ -79,6 +79,16 @@ class OpenAIClientTest(unittest.TestCase):
             self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=2,
                                            logit_bias={"10000000": 5})
         self.assertEqual(cm.exception.param, "logit_bias")
+        # Masks that leave no first token: refused before the prompt runs, with a 400 whose code
+        # says why (only EOS allowed, but min_tokens forbids it yet).
+        with blossom_client.BlossomClient(SRV.grpc, timeout=30) as c:
+            eos = c.model_info().eos_token_id
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.completions.create(
+                model=MODEL, prompt=prompt, max_tokens=4,
+                extra_body={"allowed_token_ids": [eos], "min_tokens": 2})
+        self.assertEqual(cm.exception.code, "no_token_possible")
+        self.assertIn("min_new_tokens", str(cm.exception))
 
     def test_guided_choice(self):
         """vLLM's guided_choice through the openai SDK: the text is one of the choices, ended by
