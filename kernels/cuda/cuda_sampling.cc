@@ -102,6 +102,15 @@ absl::Status CheckRow(const SamplingRow& row, int32_t r, int64_t vocab) {
                                                      " for token ", b.token));
     }
   }
+  // The edit kernel adds each bias from its own thread: a token biased twice would race.
+  std::vector<int32_t> biased;
+  biased.reserve(row.bias.size());
+  for (const TokenBias& b : row.bias) biased.push_back(b.token);
+  std::sort(biased.begin(), biased.end());
+  if (std::adjacent_find(biased.begin(), biased.end()) != biased.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda sampler: row ", r, ": a token is biased more than once"));
+  }
   const size_t words = static_cast<size_t>((vocab + 63) / 64);
   if (!row.allowed.empty() && row.allowed.size() != words) {
     return absl::InvalidArgumentError(absl::StrCat("cuda sampler: row ", r, ": allow mask of ",

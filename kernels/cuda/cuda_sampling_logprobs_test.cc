@@ -118,7 +118,7 @@ TEST_F(CudaSamplingLogprobsTest, MatchTheReferenceOverTheFullVocabulary) {
   }
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> got;
-  Sample(l, kBloomVocab, rows, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, kBloomVocab, rows, &tokens, &got));
   for (int r = 0; r < 4; ++r) {
     ASSERT_GE(tokens[r], 0);
     const Reference ref(l.data() + r * kBloomVocab, kBloomVocab);
@@ -149,7 +149,7 @@ TEST_F(CudaSamplingLogprobsTest, TiesGoToTheLowestIdsAndMaskedIdsAreLeftOut) {
   }
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> got;
-  Sample(l, kBloomVocab, rows, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, kBloomVocab, rows, &tokens, &got));
   const Reference tied(l.data(), kBloomVocab), masked(l.data() + kBloomVocab, kBloomVocab);
   ExpectMatches(tied, tokens[0], kMaxTopLogprobs, got[0], "ties");
   EXPECT_EQ(tokens[0], kBloomVocab - 1 - 29 * 8191) << "greedy: the lowest id of the maxima";
@@ -181,7 +181,7 @@ TEST_F(CudaSamplingLogprobsTest, PenalisedRowsReportRawLogprobs) {
   rows[1].logprobs = 2;
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> got;
-  Sample(l, V, rows, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, V, rows, &tokens, &got));
   const Reference r0(l.data(), V), r1(l.data() + V, V);
   EXPECT_EQ(tokens[0], 300);
   ExpectMatches(r0, tokens[0], 3, got[0], "repetition");
@@ -194,7 +194,7 @@ TEST_F(CudaSamplingLogprobsTest, PenalisedRowsReportRawLogprobs) {
   rows[0].repetition_penalty = 1.01f;
   rows[0].prompt_tokens = {100};
   rows[0].output_tokens = {};
-  Sample(l, V, {rows[0]}, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, V, {rows[0]}, &tokens, &got));
   EXPECT_EQ(tokens[0], 100);
   ExpectMatches(r0, 100, 3, got[0], "drawn token in the history");
 }
@@ -214,7 +214,7 @@ TEST_F(CudaSamplingLogprobsTest, EditedRowsReportRawLogprobs) {
   row.banned = {301};
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> got;
-  Sample(l, V, {row}, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, V, {row}, &tokens, &got));
   EXPECT_EQ(tokens[0], 300);
   ExpectMatches(Reference(l.data(), V), 300, 4, got[0], "biased draw");
 }
@@ -232,7 +232,7 @@ TEST_F(CudaSamplingLogprobsTest, NonFiniteRowsAreFlagged) {
   }
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> got;
-  Sample(l, V, rows, &tokens, &got);
+  ASSERT_NO_FATAL_FAILURE(Sample(l, V, rows, &tokens, &got));
   EXPECT_TRUE(got[0].nonfinite);
   EXPECT_TRUE(got[2].nonfinite);
   ExpectMatches(Reference(l.data() + V, V), tokens[1], 1, got[1], "finite neighbour");

@@ -284,12 +284,13 @@ TEST_F(CudaSamplingTest, RefusesMalformedEdits) {
   ASSERT_EQ(cudaMalloc(&d, V * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, V * sizeof(float)), cudaSuccess);
   const std::vector<uint64_t> one_word = {~uint64_t{0}};
-  SamplingRow short_mask, bad_ban, bad_bias;
+  SamplingRow short_mask, bad_ban, bad_bias, twice_biased;
   short_mask.allowed = one_word;  // needs 2 words
   bad_ban.banned = {static_cast<int32_t>(V)};
   bad_bias.bias = {{3, NAN}};
+  twice_biased.bias = {{3, 1.0f}, {5, 1.0f}, {3, 2.0f}};
   int32_t token = 0;
-  for (const SamplingRow& row : {short_mask, bad_ban, bad_bias}) {
+  for (const SamplingRow& row : {short_mask, bad_ban, bad_bias, twice_biased}) {
     EXPECT_EQ(sampler_->Sample(d, V, {row}, &token).code(), absl::StatusCode::kInvalidArgument);
   }
   cudaFree(d);
@@ -439,6 +440,59 @@ TEST_F(CudaSamplingTest, TinyTemperatureSamplesTheMaximum) {
     row.seed = 7;
     EXPECT_EQ(Sample(l, 1000, {row})[0], 613) << "temperature " << t;
   }
+}
+
+// A vocabulary that is not a multiple of 4: rows start off 16-byte alignment, so the scan takes
+// its scalar path; greedy rows still give the lowest id of the maximum, at either end too.
+TEST_F(CudaSamplingTest, GreedyOnAnOddVocabulary) {
+  const int64_t V = 1001;
+  std::vector<float> l = RandomLogits(4 * V, 9, 2.0f);
+  l[0 * V + 1000] = 50.0f;  // the last id
+  l[1 * V + 0] = 50.0f;     // the first
+  l[2 * V + 500] = 50.0f;
+  l[2 * V + 499] = 50.0f;   // a tie: the lower id
+  std::vector<SamplingRow> rows(4);
+  for (SamplingRow& row : rows) row.temperature = 0.0f;
+  const int32_t row3 = static_cast<int32_t>(
+      std::max_element(l.begin() + 3 * V, l.begin() + 4 * V) - (l.begin() + 3 * V));
+  EXPECT_EQ(Sample(l, V, rows), (std::vector<int32_t>{1000, 0, 499, row3}));
+}
+
+// A draw is always some thread's: 65,536 draws over BLOOM's vocabulary at temperature 1 with
+// no filter never give a token of negligible probability. (The draw once let rounding leave a
+// target between two threads' ranges, about once in 10^4 draws, and then fell back to the
+// row's last token: here id 250879, whose logit of -20 makes it ~1e-14 likely.)
+TEST_F(CudaSamplingTest, DrawsNeverFallBetweenThreadsToTheLastToken) {
+  std::vector<float> l = RandomLogits(kBloomVocab, 21, 1.0f);
+  l[kBloomVocab - 1] = -20.0f;
+  constexpr int kRows = 256, kCalls = 256;
+  std::vector<float> batch;
+  batch.reserve(static_cast<size_t>(kRows) * kBloomVocab);
+  for (int r = 0; r < kRows; ++r) batch.insert(batch.end(), l.begin(), l.end());
+  std::vector<SamplingRow> rows(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    rows[r].temperature = 1.0f;
+    rows[r].seed = 99;
+    rows[r].offset = static_cast<uint64_t>(r);
+  }
+  std::vector<int32_t> got = Sample(batch, kBloomVocab, rows);  // uploads the rows once
+  ASSERT_TRUE(last_status_.ok()) << last_status_;
+  int last_token = 0, invalid = 0;
+  std::vector<int32_t> tokens(kRows);
+  for (int call = 0; call < kCalls; ++call) {
+    if (call > 0) {
+      for (int r = 0; r < kRows; ++r) rows[r].offset = static_cast<uint64_t>(call) * kRows + r;
+      // The same device rows: nothing edits them (no penalty, no edit).
+      ASSERT_TRUE(sampler_->Sample(logits_, kBloomVocab, rows, tokens.data()).ok());
+      got = tokens;
+    }
+    for (int32_t t : got) {
+      last_token += t == kBloomVocab - 1;
+      invalid += t < 0 || t >= kBloomVocab;
+    }
+  }
+  EXPECT_EQ(invalid, 0);
+  EXPECT_EQ(last_token, 0) << "of " << kRows * kCalls << " draws";
 }
 
 }  // namespace

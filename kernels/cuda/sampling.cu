@@ -55,8 +55,10 @@ __host__ __device__ inline float Uniform(uint64_t seed, uint64_t offset) {
 }
 
 // Monotone map float -> uint32 (larger float, larger key).
+// -0 is read as +0 first (f + 0.0f), since the host compares floats, where -0 == +0: a -0
+// logit at a top-k or top-p boundary of +0 is kept, as there.
 __device__ __forceinline__ uint32_t OrderKey(float f) {
-  const uint32_t b = __float_as_uint(f);
+  const uint32_t b = __float_as_uint(f + 0.0f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
@@ -109,7 +111,9 @@ __global__ void PenaltyKernel(SamplingLaunchArgs a, int32_t seen_words) {
       if (!first) continue;
       int32_t count = 0;
       for (int32_t j = 0; j < no; ++j) count += ot[j] == t;
-      l[t] -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
+      // Rounded as the host's separate multiply and add (nvcc would fuse them into one fma).
+      l[t] -= __fadd_rn(__fmul_rn(static_cast<float>(count), p.frequency_penalty),
+                        p.presence_penalty);
     }
   }
 }
@@ -283,7 +287,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   __shared__ uint32_t sh_prefix;
   __shared__ int64_t sh_remaining;
   __shared__ float sh_mass_above;
-  __shared__ int32_t sh_token, sh_last;
+  __shared__ int32_t sh_owner, sh_last_owner;  // the draw's threads (see there)
   const int32_t r = blockIdx.x;
   const RowSamplingParams p = a.params[r];
   const float* l = a.logits + static_cast<int64_t>(r) * a.vocab;
@@ -295,8 +299,8 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   const MaxAndId best = RowMaxAndId(l, V, scratch, scratch_id, &nonfinite);
   const float mx = best.value;
   if (threadIdx.x == 0) {
-    sh_token = INT_MAX;
-    sh_last = -1;
+    sh_owner = INT_MAX;
+    sh_last_owner = -1;
   }
   __syncthreads();
   // Also a NaN or +inf that the edit kernel overwrote with a mask.
@@ -422,6 +426,11 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   };
 
   // Draw: contiguous chunks per thread, scanned in id order, so the result is deterministic.
+  // One thread owns the target: the lowest whose inclusive prefix passes it. (Each thread
+  // cannot claim its own range instead: its walk starts at inclusive - local, which rounding
+  // leaves off its left neighbour's end, and a target in such a gap was claimed by no thread,
+  // about once in 10^4 draws over BLOOM's vocabulary, which then fell back to the row's last
+  // token.) Rounding inside the owner's walk only moves the pick within the owner's tokens.
   const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
   float local = 0.0f;
@@ -429,25 +438,29 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   float total = 0.0f;
   const float inclusive = BlockInclusiveScan(local, scratch, &total);
   const float target = Uniform(p.seed, p.offset) * total;
-  const float before = inclusive - local;
   if (local > 0.0f) {
-    int64_t last = -1;
-    float acc = before;
-    bool found = false;
+    if (target < inclusive) atomicMin(&sh_owner, static_cast<int32_t>(threadIdx.x));
+    atomicMax(&sh_last_owner, static_cast<int32_t>(threadIdx.x));
+  }
+  __syncthreads();
+  // No prefix passes the target (u * total rounded up to total): the last token with weight.
+  const int32_t owner = sh_owner != INT_MAX ? sh_owner : sh_last_owner;
+  if (owner < 0) {  // no weight at all (cannot happen: the max always has weight 1)
+    if (threadIdx.x == 0) a.out_tokens[r] = -1;
+    return;
+  }
+  if (static_cast<int32_t>(threadIdx.x) == owner) {
+    float acc = inclusive - local;
+    int32_t pick = -1;
     for (int64_t i = begin; i < end; ++i) {
       const float w = weight(l[i]);
       if (w <= 0.0f) continue;
-      last = i;
+      pick = static_cast<int32_t>(i);
       acc += w;
-      if (!found && target < acc && target >= before) {
-        atomicMin(&sh_token, static_cast<int32_t>(i));
-        found = true;
-      }
+      if (target < acc) break;  // else rounding: the owner's last token with weight
     }
-    atomicMax(&sh_last, static_cast<int32_t>(last));
+    a.out_tokens[r] = pick;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) a.out_tokens[r] = sh_token != INT_MAX ? sh_token : sh_last;
 }
 
 }  // namespace
