@@ -3,7 +3,7 @@
 // ties to the lowest id, -inf left out. Tolerance: 1e-5 absolute on every logprob (the device
 // takes fp32 expf per logit and sums in double in another order: ~1e-7 relative on the sum), ids
 // exact; a NaN anywhere fails the comparison (EXPECT_NEAR is false for NaN).
-// Without a visible GPU every test reports SKIPPED with the reason.
+// Without a visible GPU every test reports SKIPPED with the reason (CudaSamplerFixture).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,53 +14,27 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_sampler_fixture.h"
 #include "kernels/cuda/cuda_sampling.h"
-#include "kernels/cuda/device.h"
 
 namespace blossom {
 namespace cuda {
 namespace {
 
-constexpr int64_t kBloomVocab = 250880;
 constexpr double kTolerance = 1e-5;
 
-class CudaSamplingLogprobsTest : public ::testing::Test {
+class CudaSamplingLogprobsTest : public CudaSamplerFixture {
  protected:
-  void SetUp() override {
-    const DeviceQuery q = QueryDevices();
-    if (q.count == 0) GTEST_SKIP() << "no GPU: " << q.reason;
-    auto s = CudaSampler::Create(nullptr);
-    ASSERT_TRUE(s.ok()) << s.status();
-    sampler_ = std::move(*s);
-  }
-  void TearDown() override {
-    if (logits_ != nullptr) cudaFree(logits_);
-  }
-
   // Uploads `host` ([rows, vocab]) and samples it; the tokens and logprobs come back.
   void Sample(const std::vector<float>& host, int64_t vocab, const std::vector<SamplingRow>& rows,
               std::vector<int32_t>* tokens, std::vector<SampledLogprobs>* logprobs) {
-    const size_t bytes = host.size() * sizeof(float);
-    if (logits_ != nullptr) cudaFree(logits_);
-    ASSERT_EQ(cudaMalloc(&logits_, bytes), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(logits_, host.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(Upload(host));
     tokens->assign(rows.size(), -7);
     const absl::Status s = sampler_->Sample(logits_, vocab, rows, tokens->data(), logprobs);
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(logprobs->size(), rows.size());
   }
-
-  std::unique_ptr<CudaSampler> sampler_;
-  float* logits_ = nullptr;
 };
-
-std::vector<float> RandomLogits(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // The reference: raw log-softmax of one row, in double.
 struct Reference {

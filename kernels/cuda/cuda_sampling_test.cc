@@ -15,56 +15,28 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_sampler_fixture.h"
 #include "kernels/cuda/device.h"
 
 namespace blossom {
 namespace cuda {
 namespace {
 
-constexpr int64_t kBloomVocab = 250880;
-
-class CudaSamplingTest : public ::testing::Test {
+class CudaSamplingTest : public CudaSamplerFixture {
  protected:
-  void SetUp() override {
-    const DeviceQuery q = QueryDevices();
-    if (q.count == 0) GTEST_SKIP() << "no GPU: " << q.reason;
-    auto s = CudaSampler::Create(nullptr);
-    ASSERT_TRUE(s.ok()) << s.status();
-    sampler_ = std::move(*s);
-  }
-  void TearDown() override {
-    if (logits_ != nullptr) cudaFree(logits_);
-  }
-
   // Uploads rows (each of `vocab` entries) and samples them.
-  std::vector<int32_t> Sample(const std::vector<float>& host, int64_t vocab, const std::vector<SamplingRow>& rows) {
-    const size_t bytes = host.size() * sizeof(float);
-    if (bytes > logits_bytes_) {
-      if (logits_ != nullptr) cudaFree(logits_);
-      EXPECT_EQ(cudaMalloc(&logits_, bytes), cudaSuccess);
-      logits_bytes_ = bytes;
-    }
-    EXPECT_EQ(cudaMemcpy(logits_, host.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<int32_t> Sample(const std::vector<float>& host, int64_t vocab,
+                              const std::vector<SamplingRow>& rows) {
     std::vector<int32_t> tokens(rows.size(), -7);
+    if (!Upload(host)) return tokens;
     absl::Status s = sampler_->Sample(logits_, vocab, rows, tokens.data());
     EXPECT_TRUE(s.ok()) << s;
     last_status_ = s;
     return tokens;
   }
 
-  std::unique_ptr<CudaSampler> sampler_;
-  float* logits_ = nullptr;
-  size_t logits_bytes_ = 0;
   absl::Status last_status_;
 };
-
-std::vector<float> RandomLogits(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Host prediction of the GPU's draw: same kept set (ties at thresholds kept), same uniform.
 // Top-k and top-p give a logit threshold; typical-p and min-p then filter the survivors (in
