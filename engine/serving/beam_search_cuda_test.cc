@@ -1,8 +1,11 @@
 // Beam search on the CUDA backend (the GPU sampler's top logprobs, captured decode graphs)
 // against Hugging Face's generate(num_beams=...) goldens, as beam_search_test does on the CPU:
-// the same sequences, token for token, in fp32. The CUDA fp32 forward is within 1.2e-5 of HF's
-// fp64 evaluation (bloom_cuda_test), so a token's logprob may differ from HF's by a few 1e-5:
-// the sums are compared to 1e-4 a token. Without a GPU it reports SKIPPED with the reason.
+// the same sequences, token for token, in fp32. The CUDA fp32 forward is within 2e-5 of HF's
+// fp64 evaluation (bloom_cuda_test: 1.96e-5 on bloom-tiny-h4, H200, 2026-11-26), so a token's
+// logprob may differ from HF's by a few 1e-5: the sums are compared to 1e-4 a token. A case
+// whose beam selection turns on a smaller margin than that is left out (named below, with its
+// margin): the GPU may rightly keep the other candidate there. Without a GPU it reports
+// SKIPPED with the reason.
 #include <memory>
 #include <string>
 
@@ -46,6 +49,14 @@ TEST(BeamSearchCudaTest, SequencesAreHuggingFacesOnTheGpu) {
       ASSERT_TRUE(engine.ok()) << engine.status();
       int index = 0;
       for (const nlohmann::json& c : golden["cases"]) {
+        // bloom-tiny-h4 case 17: at step 7 the third candidate (kept) leads the fourth (dropped)
+        // by 1.67e-5 in fp64 (HF's fp32: 1.34e-5), under the GPU's per-token error; raising
+        // the fourth by 3e-5 changes the first returned sequence. (Case 19 has the same margin
+        // but the same output either way.) Found by replaying HF's search with perturbations.
+        if (model == "bloom-tiny-h4" && index == 17) {
+          ++index;
+          continue;
+        }
         SCOPED_TRACE(::testing::Message() << model << " case " << index++
                                           << (graphs ? " with step graphs" : ""));
         beam_testing::ExpectGoldenCase(engine->get(), c, 1e-4);

@@ -366,6 +366,7 @@ TEST_P(BloomCudaTest, GreedyContinuationsMatchGoldens) {
 TEST_P(BloomCudaTest, StepGraphsMatchUncapturedDecoding) {
   CudaBackend::Options options;
   options.upcast_weights_to_f32 = GetParam().upcast;
+  options.skinny_mma = GetParam().skinny_mma;  // as the uncaptured model (SetUp's)
   auto backend = CudaBackend::Create(options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   Runner graphed(std::move(*backend), FixturePath("models/" + GetParam().model));

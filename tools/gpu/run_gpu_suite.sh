@@ -34,7 +34,8 @@ if [[ ${#TARGETS[@]} -eq 0 ]]; then
   TARGETS=(//kernels/cuda:device_test //kernels/cuda:cuda_backend_attention_test
            //kernels/cuda:cuda_backend_basics_test //kernels/cuda:cuda_backend_ops_test
            //kernels/cuda:cuda_backend_graph_test
-           //kernels/cuda:cuda_sampling_test //kernels/cuda:lt_gemm_test
+           //kernels/cuda:cuda_sampling_test //kernels/cuda:cuda_sampling_logprobs_test
+           //kernels/cuda:lt_gemm_test //engine/model:lora_cuda_test
            //kernels/nccl:nccl_communicator_test //tests/gpu:bloom_cuda_test
            //engine/sampling:cuda_batch_sampler_test //engine/model:runner_sampler_test
            //engine/serving:speculative_cuda_test //engine/serving:beam_search_cuda_test)
