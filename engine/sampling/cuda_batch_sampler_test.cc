@@ -97,7 +97,9 @@ class CudaBatchSamplerTest : public ::testing::Test {
 
   // The rows the GPU sampler drew (nothing to check without one).
   void ExpectRowsSampled(int64_t rows) {
-    if (sampler_ != nullptr) EXPECT_EQ(sampler_->rows_sampled(), rows);
+    if (sampler_ != nullptr) {
+      EXPECT_EQ(sampler_->rows_sampled(), rows);
+    }
   }
 
   std::unique_ptr<CudaBackend> backend_;
@@ -146,7 +148,9 @@ void CudaBatchSamplerTest::SampleOnBoth(const std::vector<float>& host,
   }
   std::vector<SampleRow> gpu_rows = RowsFor(requests, gpu_rngs, logit_rows, end_token);
   std::vector<SampleRow> cpu_rows = RowsFor(requests, cpu_rngs, logit_rows, end_token);
-  if (sampler_ != nullptr) ASSERT_TRUE(sampler_->SampleBatch(Upload(host), gpu_rows, gpu).ok());
+  if (sampler_ != nullptr) {
+    ASSERT_TRUE(sampler_->SampleBatch(Upload(host), gpu_rows, gpu).ok());
+  }
   std::vector<float> host_copy = host;
   const int64_t rows = static_cast<int64_t>(host.size()) / kVocab;
   HostBatchSampler reference;
