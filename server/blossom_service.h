@@ -39,6 +39,7 @@
 #include "server/grpc_status.h"
 #include "server/request_convert.h"
 #include "server/server_metrics.h"
+#include "server/worker_pool.h"
 
 namespace blossom {
 
@@ -95,6 +96,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
   const Tokenizer* tokenizer() const { return tokenizer_; }
   // Compiled JSON schemas of structured-output requests (thread-safe).
   ConstraintCache* guided_constraints() const { return guided_constraints_.get(); }
+  // Where structured-output requests whose constraint is not recent are prepared (compiled),
+  // off gRPC's threads: as many threads as the cache's compile slots, 1,024 requests waiting.
+  WorkerPool* compile_pool() const { return compile_pool_.get(); }
   ServerMetrics* metrics() const { return metrics_; }
   int32_t vocab_size() const { return model_info_.vocab_size(); }
   // The model's end tokens (Engine::end_token_ids).
@@ -115,6 +119,7 @@ class BlossomService final : public v1::Blossom::CallbackService {
   Engine* engine_ = nullptr;                // set once before state_ becomes kServing
   const Tokenizer* tokenizer_ = nullptr;    // idem
   std::unique_ptr<ConstraintCache> guided_constraints_;  // idem
+  std::unique_ptr<WorkerPool> compile_pool_;  // idem; destroyed first (its tasks use the cache)
   v1::ModelInfo model_info_;                // idem
   std::string system_fingerprint_;          // idem (from model_info_)
   std::atomic<int64_t> in_flight_{0};

@@ -4,10 +4,14 @@
 #include "server/blossom_service.h"
 
 #include <atomic>
+#include <chrono>
+#include <cctype>
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -329,6 +333,85 @@ TEST(BlossomServiceTest, ReturnPromptTokensForTextAndIdsUnaryAndStream) {
     ASSERT_TRUE(reader->Finish().ok());
     EXPECT_EQ(streamed, ids);
   }
+}
+
+// Structured-output requests are prepared on the service's compile pool, not on gRPC's
+// threads: they are answered as before, unary and streamed (the output matches the pattern and
+// ends with EOS), a pattern that cannot compile is still a 400 naming its field, and many at
+// once (distinct patterns, each compiled) all finish while a Tokenize call is answered.
+TEST(BlossomServiceTest, StructuredOutputIsPreparedOffTheGrpcThreads) {
+  ServiceFixture fixture;
+  fixture.Load();
+  auto regex_request = [](const std::string& pattern) {
+    v1::GenerateRequest request = Greedy("The server reads", 8);
+    request.mutable_stopping()->set_ignore_eos(false);
+    request.mutable_sampling()->set_regex(pattern);
+    return request;
+  };
+  {
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    const grpc::Status status =
+        fixture.stub().Generate(&context, regex_request("[0-9]{2}"), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.text().size(), 2u) << response.text();
+    EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(response.text()[0]))) << response.text();
+    EXPECT_EQ(response.final().finish_reason(), v1::FINISH_REASON_EOS_TOKEN);
+  }
+  {
+    grpc::ClientContext context;
+    auto reader =
+        fixture.stub().GenerateStream(&context, v1::ToStreamRequest(regex_request("(ab|cd)")));
+    v1::GenerateStreamResponse message;
+    std::string text;
+    while (reader->Read(&message)) text += message.text_delta();
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_TRUE(text == "ab" || text == "cd") << text;
+  }
+  {
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    const grpc::Status status =
+        fixture.stub().Generate(&context, regex_request("(a)\\1"), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).field, "sampling.regex");
+  }
+  constexpr int kCalls = 12;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCalls; ++i) {
+    callers.emplace_back([&, i] {
+      grpc::ClientContext context;
+      v1::GenerateResponse response;
+      v1::GenerateRequest request = regex_request(absl::StrCat("x{", i + 1, "}[0-9]"));
+      request.mutable_stopping()->set_max_new_tokens(32);
+      const std::string xs(static_cast<size_t>(i + 1), 'x');
+      if (fixture.stub().Generate(&context, request, &response).ok() &&
+          response.text().size() == xs.size() + 1 && absl::StartsWith(response.text(), xs) &&
+          std::isdigit(static_cast<unsigned char>(response.text().back()))) {
+        ++ok;
+      }
+    });
+  }
+  grpc::ClientContext tokenize_context;
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("The server reads");
+  v1::TokenizeResponse tokens;
+  EXPECT_TRUE(fixture.stub().Tokenize(&tokenize_context, tokenize, &tokens).ok());
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(ok.load(), kCalls);
+  // Each of them (the refused pattern too) was prepared on the pool, as it compiled something.
+  // (A task is counted once it returns, which may be just after its call was answered.)
+  const WorkerPool& pool = *fixture.service().compile_pool();
+  for (int i = 0; i < 10000 && pool.completed() < kCalls + 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(pool.completed(), kCalls + 3);
+  // A pattern compiled already is prepared at once, on the gRPC thread.
+  grpc::ClientContext again_context;
+  v1::GenerateResponse again;
+  EXPECT_TRUE(fixture.stub().Generate(&again_context, regex_request("[0-9]{2}"), &again).ok());
+  EXPECT_EQ(pool.completed(), kCalls + 3);
 }
 
 // The engine's cap on prompt + max_new_tokens (which blossom-server lowers to what the KV cache

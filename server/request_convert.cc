@@ -201,11 +201,7 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
   }
   if (constraint.status().code() == absl::StatusCode::kResourceExhausted) {
     // Nothing is wrong with the request: the compile slots are busy, and a retry may find one.
-    return WithRetryDelay(
-        WithReason(absl::ResourceExhaustedError(
-                       absl::StrCat(field, ": ", constraint.status().message())),
-                   error_reason::kGuidedCompileBusy),
-        kGuidedCompileRetryDelay);
+    return GuidedCompileBusyError(absl::StrCat(field, ": ", constraint.status().message()));
   }
   if (!constraint.ok()) return refuse(absl::StrCat(field, ": ", constraint.status().message()));
   sp.constraint = *std::move(constraint);
@@ -213,6 +209,12 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
 }
 
 }  // namespace
+
+absl::Status GuidedCompileBusyError(absl::string_view message) {
+  return WithRetryDelay(
+      WithReason(absl::ResourceExhaustedError(message), error_reason::kGuidedCompileBusy),
+      kGuidedCompileRetryDelay);
+}
 
 absl::Status CheckGroupSize(int32_t group_size, const RequestLimits& limits,
                             absl::string_view what) {

@@ -62,6 +62,9 @@ inline constexpr absl::Duration kLoadingRetryDelay = absl::Seconds(5);
 // Structured output refused because other constraints hold every compile slot: those compiles
 // end within about a second each (the compilers' work limits).
 inline constexpr absl::Duration kGuidedCompileRetryDelay = absl::Seconds(1);
+// RESOURCE_EXHAUSTED, reason GUIDED_COMPILE_BUSY, RetryInfo kGuidedCompileRetryDelay: a
+// structured-output request refused because compiles are backed up (nothing is wrong with it).
+absl::Status GuidedCompileBusyError(absl::string_view message);
 
 // Adds details to the engine's refusal of `request` (Engine::Submit's status): the queue being
 // full becomes QUEUE_FULL with a retry delay; FAILED_PRECONDITION (the request's masks and bans

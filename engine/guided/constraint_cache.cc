@@ -39,10 +39,35 @@ ConstraintCache::ConstraintCache(std::function<std::shared_ptr<const TokenVocabu
       max_concurrent_(options.max_concurrent_compiles > 0 ? options.max_concurrent_compiles
                                                           : DefaultConcurrentCompiles()) {}
 
+std::string ConstraintCache::JsonKey(absl::string_view schema_json, JsonGrammarOptions options) {
+  return absl::StrCat(options.allow_whitespace ? "json:" : "compact json:", schema_json);
+}
+
+bool ConstraintCache::HasRecent(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& entry : recent_) {
+    if (entry.first == key) return true;
+  }
+  return false;
+}
+
+bool ConstraintCache::HasJsonSchema(absl::string_view schema_json,
+                                    JsonGrammarOptions options) const {
+  return HasRecent(JsonKey(schema_json, options));
+}
+
+bool ConstraintCache::HasRegex(absl::string_view pattern) const {
+  return HasRecent(absl::StrCat("regex:", pattern));
+}
+
+bool ConstraintCache::HasGrammar(absl::string_view gbnf) const {
+  return HasRecent(absl::StrCat("gbnf:", gbnf));
+}
+
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::JsonSchema(
     absl::string_view schema_json, JsonGrammarOptions options) {
   return GetOrCompile(
-      absl::StrCat(options.allow_whitespace ? "json:" : "compact json:", schema_json),
+      JsonKey(schema_json, options),
       [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
         return AsTokenConstraint(
             JsonSchemaConstraint::Create(schema_json, options, std::move(vocabulary)));

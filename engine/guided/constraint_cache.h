@@ -75,6 +75,12 @@ class ConstraintCache {
   absl::StatusOr<Constraint> Regex(absl::string_view pattern);
   absl::StatusOr<Constraint> Grammar(absl::string_view gbnf);
 
+  // Whether the text's constraint (or its refusal) is recent, so that asking for it now
+  // compiles nothing and waits for nothing (false while it is being compiled).
+  bool HasJsonSchema(absl::string_view schema_json, JsonGrammarOptions options = {}) const;
+  bool HasRegex(absl::string_view pattern) const;
+  bool HasGrammar(absl::string_view gbnf) const;
+
   // The recent constraint of `key`, else `compile`'s, under the rules above (the three kinds
   // above go through here with their own keys; tests use it with compiles they control).
   // Only InvalidArgument failures are remembered.
@@ -86,6 +92,8 @@ class ConstraintCache {
  private:
   struct Flight;  // one compile in progress, that requests for its key wait for
 
+  static std::string JsonKey(absl::string_view schema_json, JsonGrammarOptions options);
+  bool HasRecent(const std::string& key) const;
   // The recent entry of `key`, moved to the front; null if none.
   const absl::StatusOr<Constraint>* FindRecentLocked(const std::string& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -24,6 +24,9 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
       ConstraintCacheOptions{/*capacity=*/3});
   auto a = cache.JsonSchema(R"({"type": "object"})");
   auto b = cache.JsonSchema(R"({"type": "array"})");
+  EXPECT_TRUE(cache.HasJsonSchema(R"({"type": "object"})"));
+  EXPECT_FALSE(cache.HasJsonSchema(R"({"type": "object"})", JsonGrammarOptions{false}));
+  EXPECT_FALSE(cache.HasRegex(R"({"type": "object"})"));
   auto a_again = cache.JsonSchema(R"({"type": "object"})");
   ASSERT_TRUE(a.ok() && b.ok() && a_again.ok());
   EXPECT_EQ(a->get(), a_again->get());
@@ -43,7 +46,10 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Regex("a(?=b)").status().code(), absl::StatusCode::kInvalidArgument);
   // A grammar is cached by its text, apart from the regex of the same text.
+  EXPECT_FALSE(cache.HasGrammar("root ::= [a-z]+"));
   auto grammar = cache.Grammar("root ::= [a-z]+");
+  EXPECT_TRUE(cache.HasGrammar("root ::= [a-z]+"));
+  EXPECT_TRUE(cache.HasRegex("a(?=b)")) << "a refusal is recent too";
   auto grammar_again = cache.Grammar("root ::= [a-z]+");
   ASSERT_TRUE(grammar.ok() && grammar_again.ok()) << grammar.status();
   EXPECT_EQ(grammar->get(), grammar_again->get());

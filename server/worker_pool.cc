@@ -1,0 +1,59 @@
+#include "server/worker_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace blossom {
+
+WorkerPool::WorkerPool(int threads, size_t max_pending)
+    : max_pending_(std::max<size_t>(max_pending, static_cast<size_t>(std::max(threads, 1)))) {
+  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Work(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+bool WorkerPool::TryPost(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || pending_ >= max_pending_) return false;
+    ++pending_;
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+size_t WorkerPool::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_;
+}
+
+int64_t WorkerPool::completed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_;
+}
+
+void WorkerPool::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and every accepted task has run
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task();
+    task = nullptr;  // its captures are released outside the lock too
+    lock.lock();
+    --pending_;
+    ++completed_;
+  }
+}
+
+}  // namespace blossom
