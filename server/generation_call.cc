@@ -60,8 +60,8 @@ grpc::Status FinalStatus(const EngineEvent& event) {
 }
 
 // Common part of Generate and GenerateStream: admission, submission, cancellation and the
-// hand-off from the engine's delivery thread. The submission (SubmitNow or Refuse, which end
-// with Started()) runs in the reactor's constructor, or for a structured-output request on the
+// hand-off from the engine's delivery thread. The submission (SubmitConverted or Refuse, which
+// end with Started()) runs in the reactor's constructor, or for a structured-output request on the
 // service's compile pool after the constructor returned. Invariants (under mutex_): Finish is
 // called at most once, never before Started() (so `this` outlives the submission), and only after the
 // engine's final event was recorded or when nothing was submitted; the engine never calls the
@@ -84,8 +84,12 @@ class GenerationCall {
   // overload (GUIDED_COMPILE_BUSY, retryable).
   void Submit(const v1::GenerateRequest& request) {
     WorkerPool* pool = service_->compile_pool();
-    if (pool == nullptr || !NeedsCompile(request)) {
-      SubmitNow(request);
+    // Here only what needs no compile: a constraint compiled (or refused) recently.
+    absl::StatusOr<EngineRequest> converted =
+        Convert(request, pool != nullptr ? ConstraintCache::Mode::kRecentOnly
+                                         : ConstraintCache::Mode::kCompile);
+    if (!GuidedConstraintNotCompiled(converted.status())) {
+      SubmitConverted(request, std::move(converted));
       return;
     }
     const Clock::time_point queued = Clock::now();
@@ -98,20 +102,10 @@ class GenerationCall {
   }
 
  private:
-  // Whether preparing `request` compiles (or waits for the compile of) a structured-output
-  // constraint; one compiled, or refused, recently is prepared here at once.
-  bool NeedsCompile(const v1::GenerateRequest& request) const {
-    const v1::SamplingParameters& s = request.sampling();
-    const ConstraintCache* cache = service_->guided_constraints();
-    if (cache == nullptr) return false;
-    if (s.has_json_schema()) {
-      JsonGrammarOptions options;
-      options.allow_whitespace = !s.json_compact();
-      return !cache->HasJsonSchema(s.json_schema(), options);
-    }
-    if (s.has_regex()) return !cache->HasRegex(s.regex());
-    if (s.has_grammar()) return !cache->HasGrammar(s.grammar());
-    return false;
+  absl::StatusOr<EngineRequest> Convert(const v1::GenerateRequest& request,
+                                        ConstraintCache::Mode mode) {
+    return ToEngineRequest(request, *service_->tokenizer(), limits_for_call(),
+                           service_->guided_constraints(), mode);
   }
 
   // On the compile pool.
@@ -134,13 +128,13 @@ class GenerationCall {
           "structured output: the request waited too long for a compile slot; retry shortly"));
       return;
     }
-    SubmitNow(request);
+    SubmitConverted(request, Convert(request, ConstraintCache::Mode::kCompile));
   }
 
-  void SubmitNow(const v1::GenerateRequest& request) {
-    auto engine_request =
-        ToEngineRequest(request, *service_->tokenizer(), limits_for_call(),
-                        service_->guided_constraints());
+  // Submits the engine request converted from `request`, or refuses the call with the
+  // conversion's error.
+  void SubmitConverted(const v1::GenerateRequest& request,
+                       absl::StatusOr<EngineRequest> engine_request) {
     if (engine_request.ok()) {
       // Kept to attribute a refusal to its field (the request itself moves into the engine).
       EngineRequest submitted_params;

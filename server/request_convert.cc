@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/text/sanitize.h"
 #include "engine/text/utf8.h"
@@ -161,8 +162,12 @@ absl::Status AddChoices(const v1::GenerateRequest& request, const Tokenizer& tok
 
 // Structured output: a JSON schema, a regex or a grammar compiled (or found compiled) into the
 // constraint the sampler applies. Like a choice, the output ends with EOS.
+// Marks ToEngineRequest's kRecentOnly stop at a constraint not compiled yet (not a "type.
+// googleapis.com/" payload, so it never reaches a client).
+constexpr char kNotCompiledPayload[] = "blossom.dev/guided-not-compiled";
+
 absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* guided_constraints,
-                        SamplingParams& sp) {
+                        ConstraintCache::Mode mode, SamplingParams& sp) {
   const v1::SamplingParameters& s = request.sampling();
   if (s.json_compact() && !s.has_json_schema()) {
     return Refusal(error_reason::kInvalidSamplingParams, "sampling.json_compact",
@@ -193,11 +198,16 @@ absl::Status AddGrammar(const v1::GenerateRequest& request, ConstraintCache* gui
   if (s.has_json_schema()) {
     JsonGrammarOptions options;
     options.allow_whitespace = !s.json_compact();
-    constraint = guided_constraints->JsonSchema(s.json_schema(), options);
+    constraint = guided_constraints->JsonSchema(s.json_schema(), options, mode);
   } else if (s.has_regex()) {
-    constraint = guided_constraints->Regex(s.regex());
+    constraint = guided_constraints->Regex(s.regex(), mode);
   } else {
-    constraint = guided_constraints->Grammar(s.grammar());
+    constraint = guided_constraints->Grammar(s.grammar(), mode);
+  }
+  if (mode == ConstraintCache::Mode::kRecentOnly && absl::IsNotFound(constraint.status())) {
+    absl::Status not_compiled = constraint.status();
+    not_compiled.SetPayload(kNotCompiledPayload, absl::Cord());
+    return not_compiled;
   }
   if (constraint.status().code() == absl::StatusCode::kResourceExhausted) {
     // Nothing is wrong with the request: the compile slots are busy, and a retry may find one.
@@ -234,10 +244,15 @@ absl::Status CheckGroupSize(int32_t group_size, const RequestLimits& limits,
   return absl::OkStatus();
 }
 
+bool GuidedConstraintNotCompiled(const absl::Status& status) {
+  return status.GetPayload(kNotCompiledPayload).has_value();
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits,
-                                              ConstraintCache* guided_constraints) {
+                                              ConstraintCache* guided_constraints,
+                                              ConstraintCache::Mode guided_mode) {
   // A name that can never match is refused without echoing it: error messages travel as gRPC
   // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
   if (request.model().size() > kMaxModelNameBytes) {
@@ -349,7 +364,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
             [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
   BLOSSOM_RETURN_IF_ERROR(AddBadWords(s.bad_words(), tokenizer, sp));
   BLOSSOM_RETURN_IF_ERROR(AddChoices(request, tokenizer, sp));
-  BLOSSOM_RETURN_IF_ERROR(AddGrammar(request, guided_constraints, sp));
+  BLOSSOM_RETURN_IF_ERROR(AddGrammar(request, guided_constraints, guided_mode, sp));
 
   const v1::StoppingParameters& t = request.stopping();
   StoppingParams& st = out.stopping;

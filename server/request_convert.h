@@ -40,12 +40,18 @@ struct RequestLimits {
 };
 
 // Builds the engine request: tokenizes text prompts, fills defaults for absent optional fields,
-// compiles a json_schema or regex through `guided_constraints` (null: refused), and
-// checks the API-level limits. Errors carry a field violation and a reason.
-absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
-                                              const Tokenizer& tokenizer,
-                                              const RequestLimits& limits,
-                                              ConstraintCache* guided_constraints = nullptr);
+// compiles a json_schema, regex or grammar through `guided_constraints` (null: refused), and
+// checks the API-level limits. Errors carry a field violation and a reason. With
+// `guided_mode` kRecentOnly nothing is compiled or waited for: a constraint that is not recent
+// gives a status for which GuidedConstraintNotCompiled() holds (the caller then converts again,
+// with kCompile, where blocking is allowed).
+absl::StatusOr<EngineRequest> ToEngineRequest(
+    const v1::GenerateRequest& request, const Tokenizer& tokenizer, const RequestLimits& limits,
+    ConstraintCache* guided_constraints = nullptr,
+    ConstraintCache::Mode guided_mode = ConstraintCache::Mode::kCompile);
+
+// Whether ToEngineRequest stopped, with kRecentOnly, at a constraint that is not compiled yet.
+bool GuidedConstraintNotCompiled(const absl::Status& status);
 
 // A group_size (requests a client submits together, this one included; 0 = unset) checked
 // against the waiting queue, for Generate and BeamSearch alike: negative is INVALID_ARGUMENT

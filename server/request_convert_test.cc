@@ -184,6 +184,13 @@ TEST_F(RequestConvertTest, RegexBecomesTheSamplersConstraint) {
   v1::GenerateRequest request;
   request.set_text("The server reads");
   request.mutable_sampling()->set_regex("[0-9]{2}");
+  // Recent-only: a pattern not compiled yet stops the conversion, marked, compiling nothing.
+  const auto recent_only = ConstraintCache::Mode::kRecentOnly;
+  const absl::Status not_yet =
+      ToEngineRequest(request, *tokenizer_, limits_, &cache, recent_only).status();
+  EXPECT_TRUE(GuidedConstraintNotCompiled(not_yet)) << not_yet;
+  EXPECT_EQ(cache.stats().compiles, 0);
+  EXPECT_FALSE(GuidedConstraintNotCompiled(absl::NotFoundError("another")));
   auto converted = ToEngineRequest(request, *tokenizer_, limits_, &cache);
   ASSERT_TRUE(converted.ok()) << converted.status();
   ASSERT_NE(converted->sampling.constraint, nullptr);
@@ -192,6 +199,11 @@ TEST_F(RequestConvertTest, RegexBecomesTheSamplersConstraint) {
   EXPECT_TRUE(TokenAllowed(**first, tokenizer_->Encode("7")->front()));
   EXPECT_FALSE(TokenAllowed(**first, tokenizer_->Encode("a")->front()));
   EXPECT_FALSE(TokenAllowed(**first, 2)) << "nothing matched yet: no EOS";
+
+  // Compiled now: recent-only finds it.
+  auto recent = ToEngineRequest(request, *tokenizer_, limits_, &cache, recent_only);
+  ASSERT_TRUE(recent.ok()) << recent.status();
+  EXPECT_EQ(recent->sampling.constraint, converted->sampling.constraint);
 
   v1::GenerateRequest bad = request;
   bad.mutable_sampling()->set_regex("(a)\\1");
@@ -204,6 +216,11 @@ TEST_F(RequestConvertTest, RegexBecomesTheSamplersConstraint) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_EQ(DetailsOf(status).field, "sampling.regex") << status;
   }
+  // A refused pattern is remembered: recent-only refuses it the same way.
+  const absl::Status refused_again =
+      ToEngineRequest(bad, *tokenizer_, limits_, &cache, recent_only).status();
+  EXPECT_EQ(refused_again.code(), absl::StatusCode::kInvalidArgument) << refused_again;
+  EXPECT_EQ(DetailsOf(refused_again).field, "sampling.regex");
   const absl::Status status = ToEngineRequest(both, *tokenizer_, limits_, &cache).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("give one of"), absl::string_view::npos) << status;

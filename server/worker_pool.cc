@@ -1,22 +1,34 @@
 #include "server/worker_pool.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
+
+#include "spdlog/spdlog.h"
 
 namespace blossom {
 
 WorkerPool::WorkerPool(int threads, size_t max_pending)
     : max_pending_(std::max<size_t>(max_pending, static_cast<size_t>(std::max(threads, 1)))) {
-  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Work(); });
+  try {
+    for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Work(); });
+  } catch (...) {
+    Stop();  // the threads started so far, before the error leaves the constructor
+    throw;
+  }
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { Stop(); }
+
+void WorkerPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 bool WorkerPool::TryPost(std::function<void()> task) {
@@ -48,7 +60,13 @@ void WorkerPool::Work() {
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    task();
+    try {
+      task();
+    } catch (const std::exception& e) {  // a bug in the task; the pool serves on
+      spdlog::error("worker pool: a task threw: {}", e.what());
+    } catch (...) {
+      spdlog::error("worker pool: a task threw");
+    }
     task = nullptr;  // its captures are released outside the lock too
     lock.lock();
     --pending_;

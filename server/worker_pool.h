@@ -5,7 +5,7 @@
 //
 // Thread-safe. Invariant (under mu_): pending_ counts the tasks accepted and not yet finished
 // (queued or running), never more than max_pending. The destructor runs every task already
-// accepted, then joins the threads.
+// accepted, then joins the threads. A task that throws is logged; the pool serves on.
 #ifndef BLOSSOM_SERVER_WORKER_POOL_H_
 #define BLOSSOM_SERVER_WORKER_POOL_H_
 
@@ -36,6 +36,7 @@ class WorkerPool {
 
  private:
   void Work();
+  void Stop();  // runs what was accepted, then joins the threads
 
   const size_t max_pending_;
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -41,6 +42,14 @@ TEST(WorkerPoolTest, RefusesPastMaxPendingAndRecovers) {
   EXPECT_EQ(ran.load(), 2);
   EXPECT_EQ(pool.completed(), 2);
   EXPECT_TRUE(pool.TryPost([&] { ++ran; }));
+}
+
+TEST(WorkerPoolTest, ATaskThatThrowsLeavesThePoolServing) {
+  WorkerPool pool(1, 4);
+  std::promise<void> second;
+  ASSERT_TRUE(pool.TryPost([] { throw std::runtime_error("a bug"); }));
+  ASSERT_TRUE(pool.TryPost([&] { second.set_value(); }));
+  second.get_future().get();
 }
 
 TEST(WorkerPoolTest, TasksRunOffTheCallersThread) {

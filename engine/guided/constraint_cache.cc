@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -43,47 +44,28 @@ std::string ConstraintCache::JsonKey(absl::string_view schema_json, JsonGrammarO
   return absl::StrCat(options.allow_whitespace ? "json:" : "compact json:", schema_json);
 }
 
-bool ConstraintCache::HasRecent(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& entry : recent_) {
-    if (entry.first == key) return true;
-  }
-  return false;
-}
-
-bool ConstraintCache::HasJsonSchema(absl::string_view schema_json,
-                                    JsonGrammarOptions options) const {
-  return HasRecent(JsonKey(schema_json, options));
-}
-
-bool ConstraintCache::HasRegex(absl::string_view pattern) const {
-  return HasRecent(absl::StrCat("regex:", pattern));
-}
-
-bool ConstraintCache::HasGrammar(absl::string_view gbnf) const {
-  return HasRecent(absl::StrCat("gbnf:", gbnf));
-}
-
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::JsonSchema(
-    absl::string_view schema_json, JsonGrammarOptions options) {
+    absl::string_view schema_json, JsonGrammarOptions options, Mode mode) {
   return GetOrCompile(
-      JsonKey(schema_json, options),
+      JsonKey(schema_json, options), mode,
       [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
         return AsTokenConstraint(
             JsonSchemaConstraint::Create(schema_json, options, std::move(vocabulary)));
       });
 }
 
-absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Regex(absl::string_view pattern) {
-  return GetOrCompile(absl::StrCat("regex:", pattern),
+absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Regex(absl::string_view pattern,
+                                                                   Mode mode) {
+  return GetOrCompile(absl::StrCat("regex:", pattern), mode,
                       [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
                         return AsTokenConstraint(
                             RegexConstraint::Create(pattern, std::move(vocabulary)));
                       });
 }
 
-absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Grammar(absl::string_view gbnf) {
-  return GetOrCompile(absl::StrCat("gbnf:", gbnf),
+absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Grammar(absl::string_view gbnf,
+                                                                     Mode mode) {
+  return GetOrCompile(absl::StrCat("gbnf:", gbnf), mode,
                       [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
                         return AsTokenConstraint(
                             GrammarConstraint::Create(gbnf, std::move(vocabulary)));
@@ -101,11 +83,24 @@ const absl::StatusOr<ConstraintCache::Constraint>* ConstraintCache::FindRecentLo
   return nullptr;
 }
 
+std::shared_ptr<const TokenVocabulary> ConstraintCache::Vocabulary() {
+  std::lock_guard<std::mutex> lock(vocabulary_mu_);
+  if (vocabulary_ == nullptr) vocabulary_ = make_vocabulary_();
+  return vocabulary_;
+}
+
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
     std::string key, const Compile& compile) {
+  return GetOrCompile(std::move(key), Mode::kCompile, compile);
+}
+
+absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
+    std::string key, Mode mode, const Compile& compile) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Saturated: an infinite (or a year's) wait must not overflow the clock.
   const auto deadline =
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.max_compile_wait);
+      std::chrono::steady_clock::now() +
+      absl::ToChronoNanoseconds(std::min(options_.max_compile_wait, absl::Hours(24 * 365)));
   bool queued = false;  // counted in waiting_for_slot_
   auto leave_queue = [&] {
     if (!queued) return;
@@ -119,6 +114,9 @@ absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
       leave_queue();
       ++stats_.hits;
       return *recent;
+    }
+    if (mode == Mode::kRecentOnly) {
+      return absl::NotFoundError("structured output: the constraint is not compiled yet");
     }
     auto flight_it = in_flight_.find(key);
     if (flight_it != in_flight_.end()) {
@@ -159,11 +157,18 @@ absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
   ++stats_.compiles;
   auto flight = std::make_shared<Flight>();
   in_flight_.emplace(key, flight);
-  if (vocabulary_ == nullptr) vocabulary_ = make_vocabulary_();
-  std::shared_ptr<const TokenVocabulary> vocabulary = vocabulary_;
   lock.unlock();
-  // Outside the lock: a large schema does not hold up requests with warm ones.
-  absl::StatusOr<Constraint> constraint = compile(std::move(vocabulary));
+  // Outside the lock: a large schema does not hold up requests with warm ones. Whatever
+  // happens, the slot is given back and the flight ended (its waiters have no deadline).
+  absl::StatusOr<Constraint> constraint;
+  try {
+    constraint = compile(Vocabulary());
+  } catch (const std::exception& e) {
+    constraint = absl::InternalError(absl::StrCat("structured output: the compile failed: ",
+                                                  e.what()));
+  } catch (...) {
+    constraint = absl::InternalError("structured output: the compile failed");
+  }
   lock.lock();
   --compiling_;
   in_flight_.erase(key);

@@ -68,23 +68,25 @@ class ConstraintCache {
   explicit ConstraintCache(std::function<std::shared_ptr<const TokenVocabulary>()> vocabulary,
                            ConstraintCacheOptions options = {});
 
-  // InvalidArgument naming the schema's, the pattern's or the grammar's problem;
-  // ResourceExhausted when every compile slot stayed busy (see the class comment).
-  absl::StatusOr<Constraint> JsonSchema(absl::string_view schema_json,
-                                        JsonGrammarOptions options = {});
-  absl::StatusOr<Constraint> Regex(absl::string_view pattern);
-  absl::StatusOr<Constraint> Grammar(absl::string_view gbnf);
+  // kRecentOnly: answer only from the recent texts (a compiled constraint or a remembered
+  // refusal), else NotFound at once, compiling and waiting for nothing: for a caller on a thread
+  // that must not block (the server's gRPC threads), which then compiles elsewhere.
+  enum class Mode { kCompile, kRecentOnly };
 
-  // Whether the text's constraint (or its refusal) is recent, so that asking for it now
-  // compiles nothing and waits for nothing (false while it is being compiled).
-  bool HasJsonSchema(absl::string_view schema_json, JsonGrammarOptions options = {}) const;
-  bool HasRegex(absl::string_view pattern) const;
-  bool HasGrammar(absl::string_view gbnf) const;
+  // InvalidArgument naming the schema's, the pattern's or the grammar's problem;
+  // ResourceExhausted when every compile slot stayed busy (see the class comment); Internal
+  // if the compile threw; NotFound only with kRecentOnly.
+  absl::StatusOr<Constraint> JsonSchema(absl::string_view schema_json,
+                                        JsonGrammarOptions options = {},
+                                        Mode mode = Mode::kCompile);
+  absl::StatusOr<Constraint> Regex(absl::string_view pattern, Mode mode = Mode::kCompile);
+  absl::StatusOr<Constraint> Grammar(absl::string_view gbnf, Mode mode = Mode::kCompile);
 
   // The recent constraint of `key`, else `compile`'s, under the rules above (the three kinds
   // above go through here with their own keys; tests use it with compiles they control).
   // Only InvalidArgument failures are remembered.
   absl::StatusOr<Constraint> GetOrCompile(std::string key, const Compile& compile);
+  absl::StatusOr<Constraint> GetOrCompile(std::string key, Mode mode, const Compile& compile);
 
   Stats stats() const;
   int max_concurrent_compiles() const { return max_concurrent_; }
@@ -93,7 +95,8 @@ class ConstraintCache {
   struct Flight;  // one compile in progress, that requests for its key wait for
 
   static std::string JsonKey(absl::string_view schema_json, JsonGrammarOptions options);
-  bool HasRecent(const std::string& key) const;
+  // Made on first use, outside mu_ (a 250k vocabulary's trie takes a fraction of a second).
+  std::shared_ptr<const TokenVocabulary> Vocabulary();
   // The recent entry of `key`, moved to the front; null if none.
   const absl::StatusOr<Constraint>* FindRecentLocked(const std::string& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -103,7 +106,8 @@ class ConstraintCache {
   const int max_concurrent_;
   mutable std::mutex mu_;  // std::mutex, not absl::Mutex: TSan sees it (server/metrics/metrics.h)
   std::condition_variable slot_freed_;
-  std::shared_ptr<const TokenVocabulary> vocabulary_ ABSL_GUARDED_BY(mu_);
+  std::mutex vocabulary_mu_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_ ABSL_GUARDED_BY(vocabulary_mu_);
   // Most recent first, by kind, options and text.
   std::list<std::pair<std::string, absl::StatusOr<Constraint>>> recent_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<Flight>> in_flight_ ABSL_GUARDED_BY(mu_);

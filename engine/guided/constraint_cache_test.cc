@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,9 +25,13 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
       ConstraintCacheOptions{/*capacity=*/3});
   auto a = cache.JsonSchema(R"({"type": "object"})");
   auto b = cache.JsonSchema(R"({"type": "array"})");
-  EXPECT_TRUE(cache.HasJsonSchema(R"({"type": "object"})"));
-  EXPECT_FALSE(cache.HasJsonSchema(R"({"type": "object"})", JsonGrammarOptions{false}));
-  EXPECT_FALSE(cache.HasRegex(R"({"type": "object"})"));
+  // Recent-only lookups answer at once: the compiled one, or NotFound without compiling.
+  using Mode = ConstraintCache::Mode;
+  EXPECT_TRUE(cache.JsonSchema(R"({"type": "object"})", {}, Mode::kRecentOnly).ok());
+  EXPECT_TRUE(absl::IsNotFound(
+      cache.JsonSchema(R"({"type": "object"})", JsonGrammarOptions{false}, Mode::kRecentOnly)
+          .status()));
+  EXPECT_TRUE(absl::IsNotFound(cache.Regex(R"({"type": "object"})", Mode::kRecentOnly).status()));
   auto a_again = cache.JsonSchema(R"({"type": "object"})");
   ASSERT_TRUE(a.ok() && b.ok() && a_again.ok());
   EXPECT_EQ(a->get(), a_again->get());
@@ -46,10 +51,11 @@ TEST(ConstraintCacheTest, ReturnsTheCompiledConstraintOfARecentText) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Regex("a(?=b)").status().code(), absl::StatusCode::kInvalidArgument);
   // A grammar is cached by its text, apart from the regex of the same text.
-  EXPECT_FALSE(cache.HasGrammar("root ::= [a-z]+"));
+  EXPECT_TRUE(absl::IsNotFound(cache.Grammar("root ::= [a-z]+", Mode::kRecentOnly).status()));
   auto grammar = cache.Grammar("root ::= [a-z]+");
-  EXPECT_TRUE(cache.HasGrammar("root ::= [a-z]+"));
-  EXPECT_TRUE(cache.HasRegex("a(?=b)")) << "a refusal is recent too";
+  EXPECT_TRUE(cache.Grammar("root ::= [a-z]+", Mode::kRecentOnly).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(cache.Regex("a(?=b)", Mode::kRecentOnly).status()))
+      << "a refusal is recent too";
   auto grammar_again = cache.Grammar("root ::= [a-z]+");
   ASSERT_TRUE(grammar.ok() && grammar_again.ok()) << grammar.status();
   EXPECT_EQ(grammar->get(), grammar_again->get());
@@ -138,6 +144,22 @@ bool Eventually(Done done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return done();
+}
+
+// A compile that throws gives its slot back and ends its flight: an Internal error, not a
+// text that every later request waits for forever.
+TEST(ConstraintCacheTest, ACompileThatThrowsFailsAloneAndIsTriedAgain) {
+  ConstraintCacheOptions options;
+  options.max_concurrent_compiles = 1;
+  ConstraintCache cache([] { return FixtureVocabulary(); }, options);
+  auto throws = [](std::shared_ptr<const TokenVocabulary>)
+      -> absl::StatusOr<ConstraintCache::Constraint> { throw std::bad_alloc(); };
+  EXPECT_TRUE(absl::IsInternal(cache.GetOrCompile("k", throws).status()));
+  EXPECT_TRUE(cache.Regex("a+").ok()) << "the only slot is free";
+  GatedCompile gated;
+  gated.Open();
+  EXPECT_TRUE(cache.GetOrCompile("k", gated.Compile()).ok()) << "the text is not remembered";
+  EXPECT_EQ(cache.stats().waiting, 0);
 }
 
 TEST(ConstraintCacheTest, ConcurrentRequestsForOneNewTextCompileItOnce) {

@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   __syncthreads();
   // No prefix passes the target (u * total rounded up to total): the last token with weight.
   const int32_t owner = sh_owner != INT_MAX ? sh_owner : sh_last_owner;
-  if (owner < 0) {  // no weight at all (cannot happen: the max always has weight 1)
+  if (owner < 0) {  // no weight at all (cannot happen: every filter keeps at least one token)
     if (threadIdx.x == 0) a.out_tokens[r] = -1;
     return;
   }
