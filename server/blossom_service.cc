@@ -1,6 +1,7 @@
 #include "server/blossom_service.h"
 
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <utility>
 
@@ -62,7 +63,10 @@ void BlossomService::SetEngine(Engine* engine, const Tokenizer* tokenizer,
   const int compile_threads = guided_constraints_->max_concurrent_compiles();
   // Queued requests hold no thread, so the queue is long; the wait in it is what is bounded
   // (GenerationCall: 10 s), as is the CPU (compile_threads).
-  compile_pool_ = std::make_unique<WorkerPool>(compile_threads, compile_threads + 1024);
+  std::function<void(int)> report;
+  if (metrics_ != nullptr) report = [m = metrics_](int delta) { m->AddGuidedPreparing(delta); };
+  compile_pool_ =
+      std::make_unique<WorkerPool>(compile_threads, compile_threads + 1024, std::move(report));
   // The engine's cap, which start-up may have lowered to what the KV cache holds (kv_fit.h).
   // Written before the state turns serving: calls read the limits only once admitted.
   if (model_info.limits().max_total_tokens() > 0) {

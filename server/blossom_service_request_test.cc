@@ -407,6 +407,10 @@ TEST(BlossomServiceTest, StructuredOutputIsPreparedOffTheGrpcThreads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(pool.completed(), kCalls + 3);
+  EXPECT_NE(fixture.registry().Render().find(
+                "blossom_guided_requests_preparing{model_name=\"bloom-tiny-h4\"} 0"),
+            std::string::npos)
+      << "the gauge is back to 0";
   // A pattern compiled already is prepared at once, on the gRPC thread.
   grpc::ClientContext again_context;
   v1::GenerateResponse again;

@@ -94,6 +94,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
                                    "Fraction of KV blocks in use (0-1).", Labels())),
       kv_blocks_used_(
           registry->AddGauge("blossom_kv_cache_blocks_used", "KV blocks in use.", Labels())),
+      guided_preparing_(registry->AddGauge(
+          "blossom_guided_requests_preparing",
+          "Structured-output requests waiting for, or in, a constraint compile.", Labels())),
       prompt_tokens_(registry->AddCounter(
           "blossom_prompt_tokens_total",
           "Prompt tokens of requests whose prefill finished (counted at their first token).",
@@ -150,7 +153,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, std::string model_name
                        &prefill_time_, &decode_time_, &max_tokens_}) {
     family->Get({model_});
   }
-  for (auto* family : {&running_, &waiting_, &kv_usage_, &kv_blocks_used_}) family->Get({model_});
+  for (auto* family : {&running_, &waiting_, &kv_usage_, &kv_blocks_used_, &guided_preparing_}) {
+    family->Get({model_});
+  }
   for (auto* family : {&prompt_tokens_, &generated_tokens_, &preemptions_, &prefix_queries_,
                        &prefix_hits_, &prefix_query_tokens_, &prefix_hit_tokens_, &draft_tokens_,
                        &accepted_draft_tokens_}) {
@@ -245,6 +250,10 @@ void ServerMetrics::ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens,
 
 void ServerMetrics::CountRequest(const std::string& outcome) {
   requests_.Get({model_, outcome}).Increment();
+}
+
+void ServerMetrics::AddGuidedPreparing(int delta) {
+  guided_preparing_.Get({model_}).Add(static_cast<double>(delta));
 }
 
 }  // namespace blossom

@@ -54,6 +54,9 @@ class ServerMetrics : public EngineObserver {
                          const std::string& outcome);
   // Cumulative scheduler totals, sampled after each step.
   void UpdateSchedulerTotals(const SchedulerStats& stats);
+  // Structured-output requests entering (+1) or leaving (-1) the compile pool
+  // (BlossomService::compile_pool): blossom_guided_requests_preparing.
+  void AddGuidedPreparing(int delta);
 
   metrics::Registry* registry() const { return registry_; }
 
@@ -75,6 +78,7 @@ class ServerMetrics : public EngineObserver {
   metrics::Family<metrics::Gauge>& waiting_;
   metrics::Family<metrics::Gauge>& kv_usage_;
   metrics::Family<metrics::Gauge>& kv_blocks_used_;
+  metrics::Family<metrics::Gauge>& guided_preparing_;
   metrics::Family<metrics::Counter>& prompt_tokens_;
   metrics::Family<metrics::Counter>& generated_tokens_;
   metrics::Family<metrics::Counter>& preemptions_;

@@ -26,6 +26,7 @@ TEST(ServerMetricsTest, EverySeriesExistsBeforeTheFirstRequest) {
         "blossom_num_requests_running{model_name=\"m\"} 0",
         "blossom_num_requests_waiting{model_name=\"m\"} 0",
         "blossom_kv_cache_usage_ratio{model_name=\"m\"} 0",
+        "blossom_guided_requests_preparing{model_name=\"m\"} 0",
         "blossom_prompt_tokens_total{model_name=\"m\"} 0",
         "blossom_generation_tokens_total{model_name=\"m\"} 0",
         "blossom_preemptions_total{model_name=\"m\"} 0",

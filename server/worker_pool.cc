@@ -8,8 +8,10 @@
 
 namespace blossom {
 
-WorkerPool::WorkerPool(int threads, size_t max_pending)
-    : max_pending_(std::max<size_t>(max_pending, static_cast<size_t>(std::max(threads, 1)))) {
+WorkerPool::WorkerPool(int threads, size_t max_pending,
+                       std::function<void(int)> on_pending_change)
+    : max_pending_(std::max<size_t>(max_pending, static_cast<size_t>(std::max(threads, 1)))),
+      on_pending_change_(std::move(on_pending_change)) {
   try {
     for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Work(); });
   } catch (...) {
@@ -36,6 +38,7 @@ bool WorkerPool::TryPost(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || pending_ >= max_pending_) return false;
     ++pending_;
+    if (on_pending_change_) on_pending_change_(+1);
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -71,6 +74,7 @@ void WorkerPool::Work() {
     lock.lock();
     --pending_;
     ++completed_;
+    if (on_pending_change_) on_pending_change_(-1);
   }
 }
 

@@ -23,7 +23,10 @@ namespace blossom {
 class WorkerPool {
  public:
   // `threads` >= 1 workers; at most `max_pending` (>= threads) tasks accepted at a time.
-  WorkerPool(int threads, size_t max_pending);
+  // `on_pending_change`, if set, hears +1 for each task accepted and -1 for each finished
+  // (under the pool's lock, so in order: keep it cheap, e.g. a gauge's Add).
+  WorkerPool(int threads, size_t max_pending,
+             std::function<void(int)> on_pending_change = nullptr);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -39,6 +42,7 @@ class WorkerPool {
   void Stop();  // runs what was accepted, then joins the threads
 
   const size_t max_pending_;
+  const std::function<void(int)> on_pending_change_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_

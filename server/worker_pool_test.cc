@@ -44,6 +44,22 @@ TEST(WorkerPoolTest, RefusesPastMaxPendingAndRecovers) {
   EXPECT_TRUE(pool.TryPost([&] { ++ran; }));
 }
 
+TEST(WorkerPoolTest, ReportsEachAcceptedAndFinishedTask) {
+  std::atomic<int> pending{0}, peak{0};
+  {
+    WorkerPool pool(2, 8, [&](int delta) {
+      const int now = pending += delta;
+      EXPECT_GE(now, 0);
+      int seen = peak.load();
+      while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+      }
+    });
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(pool.TryPost([] {}));
+  }
+  EXPECT_EQ(pending.load(), 0);
+  EXPECT_GE(peak.load(), 1);
+}
+
 TEST(WorkerPoolTest, ATaskThatThrowsLeavesThePoolServing) {
   WorkerPool pool(1, 4);
   std::promise<void> second;
