@@ -1,19 +1,12 @@
 #include "server/blossom_service.h"
 
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/guided/token_vocabulary.h"
-#include "engine/text/sanitize.h"
-#include "engine/text/utf8.h"
-#include "proto/blossom/v1/stream_request.h"
 #include "server/status_details.h"
 #include "server/tokenize_rpc.h"
-#include "spdlog/spdlog.h"
 
 namespace blossom {
 

@@ -71,8 +71,11 @@ grpc::Status FinalStatus(const EngineEvent& event) {
 class GenerationCall {
  public:
   GenerationCall(BlossomService* service, grpc::CallbackServerContext* context,
-                 std::string request_id)
-      : service_(service), context_(context), request_id_(std::move(request_id)) {}
+                 std::string request_id, RequestLimits limits)
+      : service_(service),
+        context_(context),
+        request_id_(std::move(request_id)),
+        limits_(std::move(limits)) {}
   virtual ~GenerationCall() = default;
 
  protected:
@@ -104,7 +107,7 @@ class GenerationCall {
  private:
   absl::StatusOr<EngineRequest> Convert(const v1::GenerateRequest& request,
                                         ConstraintCache::Mode mode) {
-    return ToEngineRequest(request, *service_->tokenizer(), limits_for_call(),
+    return ToEngineRequest(request, *service_->tokenizer(), limits_,
                            service_->guided_constraints(), mode);
   }
 
@@ -220,14 +223,29 @@ class GenerationCall {
     last_token_time_ = time;
   }
 
+  // The token of a token event into the message part `token` returns (called only then) and,
+  // with the request's first token, the prompt logprobs into `prompt_logprobs`.
+  template <typename TokenSlot>
+  void FillTokenAndPromptLogprobs(const EngineEvent& event, TokenSlot token,
+                                  google::protobuf::RepeatedPtrField<v1::Token>* prompt_logprobs) {
+    if (!event.has_token) return;
+    ObserveTokenTime(event.time);
+    FillToken(event.token, *service_->tokenizer(), with_logprobs_, token());
+    if (with_prompt_logprobs_ && !prompt_logprobs_sent_) {
+      prompt_logprobs_sent_ = true;
+      FillPromptLogprobs(first_prompt_token_, event.prompt_logprobs, *service_->tokenizer(),
+                         prompt_logprobs);
+    }
+  }
+
   virtual void OnEvent(const EngineEvent& event) = 0;
   // Called once Start is over; may Finish.
   virtual void Started() = 0;
-  virtual RequestLimits limits_for_call() const = 0;
 
   BlossomService* const service_;
   grpc::CallbackServerContext* const context_;
   const std::string request_id_;
+  const RequestLimits limits_;
   std::mutex mutex_;
   uint64_t engine_id_ = 0;        // guarded by mutex_
   bool cancelled_ = false;        // guarded by mutex_
@@ -251,9 +269,8 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
   UnaryGenerateReactor(BlossomService* service, grpc::CallbackServerContext* context,
                        const v1::GenerateRequest* request, v1::GenerateResponse* response,
                        std::string request_id, RequestLimits limits)
-      : GenerationCall(service, context, std::move(request_id)),
-        response_(response),
-        limits_(std::move(limits)) {
+      : GenerationCall(service, context, std::move(request_id), std::move(limits)),
+        response_(response) {
     Submit(*request);
   }
 
@@ -264,18 +281,9 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
   }
 
  private:
-  RequestLimits limits_for_call() const override { return limits_; }
-
   void OnEvent(const EngineEvent& event) override {
-    if (event.has_token) {
-      ObserveTokenTime(event.time);
-      FillToken(event.token, *service_->tokenizer(), with_logprobs_, response_->add_tokens());
-    }
-    if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {
-      prompt_logprobs_sent_ = true;
-      FillPromptLogprobs(first_prompt_token_, event.prompt_logprobs, *service_->tokenizer(),
-                         response_->mutable_prompt_logprobs());
-    }
+    FillTokenAndPromptLogprobs(event, [&] { return response_->add_tokens(); },
+                               response_->mutable_prompt_logprobs());
     response_->mutable_text()->append(event.token.text_delta);
     if (!event.finished) return;
     FillFinalInfo(event, request_id_, response_->mutable_final());
@@ -311,7 +319,6 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
   }
 
   v1::GenerateResponse* const response_;
-  const RequestLimits limits_;
 };
 
 class StreamGenerateReactor final
@@ -321,7 +328,7 @@ class StreamGenerateReactor final
   StreamGenerateReactor(BlossomService* service, grpc::CallbackServerContext* context,
                         const v1::GenerateRequest* request, std::string request_id,
                         RequestLimits limits)
-      : GenerationCall(service, context, std::move(request_id)), limits_(std::move(limits)) {
+      : GenerationCall(service, context, std::move(request_id), std::move(limits)) {
     Submit(*request);
   }
 
@@ -354,19 +361,10 @@ class StreamGenerateReactor final
   }
 
  private:
-  RequestLimits limits_for_call() const override { return limits_; }
-
   void OnEvent(const EngineEvent& event) override {
     v1::GenerateStreamResponse message;
-    if (event.has_token) {
-      ObserveTokenTime(event.time);
-      FillToken(event.token, *service_->tokenizer(), with_logprobs_, message.mutable_token());
-    }
-    if (event.has_token && with_prompt_logprobs_ && !prompt_logprobs_sent_) {
-      prompt_logprobs_sent_ = true;
-      FillPromptLogprobs(first_prompt_token_, event.prompt_logprobs, *service_->tokenizer(),
-                         message.mutable_prompt_logprobs());
-    }
+    FillTokenAndPromptLogprobs(event, [&] { return message.mutable_token(); },
+                               message.mutable_prompt_logprobs());
     message.set_text_delta(event.token.text_delta);
     if (event.finished) {
       FillFinalInfo(event, request_id_, message.mutable_final());
@@ -442,7 +440,6 @@ class StreamGenerateReactor final
     if (next.action == Next::kFinish) Finish(next.status);
   }
 
-  const RequestLimits limits_;
   std::deque<v1::GenerateStreamResponse> pending_;  // guarded by mutex_
   v1::GenerateStreamResponse current_;              // owned by the write in flight
   bool writing_ = false;                            // guarded by mutex_

@@ -47,29 +47,32 @@ std::string ConstraintCache::JsonKey(absl::string_view schema_json, JsonGrammarO
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::JsonSchema(
     absl::string_view schema_json, JsonGrammarOptions options, Mode mode) {
   return GetOrCompile(
-      JsonKey(schema_json, options), mode,
+      JsonKey(schema_json, options),
       [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
         return AsTokenConstraint(
             JsonSchemaConstraint::Create(schema_json, options, std::move(vocabulary)));
-      });
+      },
+      mode);
 }
 
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Regex(absl::string_view pattern,
                                                                    Mode mode) {
-  return GetOrCompile(absl::StrCat("regex:", pattern), mode,
-                      [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
-                        return AsTokenConstraint(
-                            RegexConstraint::Create(pattern, std::move(vocabulary)));
-                      });
+  return GetOrCompile(
+      absl::StrCat("regex:", pattern),
+      [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
+        return AsTokenConstraint(RegexConstraint::Create(pattern, std::move(vocabulary)));
+      },
+      mode);
 }
 
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::Grammar(absl::string_view gbnf,
                                                                      Mode mode) {
-  return GetOrCompile(absl::StrCat("gbnf:", gbnf), mode,
-                      [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
-                        return AsTokenConstraint(
-                            GrammarConstraint::Create(gbnf, std::move(vocabulary)));
-                      });
+  return GetOrCompile(
+      absl::StrCat("gbnf:", gbnf),
+      [&](std::shared_ptr<const TokenVocabulary> vocabulary) {
+        return AsTokenConstraint(GrammarConstraint::Create(gbnf, std::move(vocabulary)));
+      },
+      mode);
 }
 
 const absl::StatusOr<ConstraintCache::Constraint>* ConstraintCache::FindRecentLocked(
@@ -90,12 +93,7 @@ std::shared_ptr<const TokenVocabulary> ConstraintCache::Vocabulary() {
 }
 
 absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
-    std::string key, const Compile& compile) {
-  return GetOrCompile(std::move(key), Mode::kCompile, compile);
-}
-
-absl::StatusOr<ConstraintCache::Constraint> ConstraintCache::GetOrCompile(
-    std::string key, Mode mode, const Compile& compile) {
+    std::string key, const Compile& compile, Mode mode) {
   std::unique_lock<std::mutex> lock(mu_);
   // Saturated: an infinite (or a year's) wait must not overflow the clock.
   const auto deadline =

@@ -3,7 +3,8 @@
 //
 // Compiling is the costly part of a structured-output request (up to about a second of one core
 // for a hostile schema, bounded by the compilers' work limits), and it runs on the caller's thread
-// (a gRPC thread), so the cache keeps it from becoming a way to overload the server:
+// (the server's compile pool, server/worker_pool; kRecentOnly for threads that must not block),
+// so the cache keeps it from becoming a way to overload the server:
 //  - a text compiled once is not compiled again while it is recent, and that includes a text
 //    that failed to compile: the compilers are deterministic (their limits count work, not
 //    time), so the same text gets the same InvalidArgument at once;
@@ -85,8 +86,8 @@ class ConstraintCache {
   // The recent constraint of `key`, else `compile`'s, under the rules above (the three kinds
   // above go through here with their own keys; tests use it with compiles they control).
   // Only InvalidArgument failures are remembered.
-  absl::StatusOr<Constraint> GetOrCompile(std::string key, const Compile& compile);
-  absl::StatusOr<Constraint> GetOrCompile(std::string key, Mode mode, const Compile& compile);
+  absl::StatusOr<Constraint> GetOrCompile(std::string key, const Compile& compile,
+                                          Mode mode = Mode::kCompile);
 
   Stats stats() const;
   int max_concurrent_compiles() const { return max_concurrent_; }
