@@ -112,6 +112,27 @@ int32_t PredictDraw(const std::vector<float>& l, const SamplingRow& p) {
   return last;
 }
 
+// Draws `per_config` tokens for each of `configs` from the row `l` (seed `seed`, offsets 0, 1,
+// ...; one batch a config, through `sample`) and counts those PredictDraw does not predict.
+template <typename SampleFn>
+int CountMispredictedDraws(const std::vector<float>& l, const std::vector<SamplingRow>& configs,
+                           uint64_t seed, int per_config, SampleFn sample) {
+  int mismatches = 0;
+  for (SamplingRow row : configs) {
+    std::vector<SamplingRow> rows;
+    std::vector<float> batch;
+    for (int off = 0; off < per_config; ++off) {
+      row.seed = seed;
+      row.offset = static_cast<uint64_t>(off);
+      rows.push_back(row);
+      batch.insert(batch.end(), l.begin(), l.end());
+    }
+    const std::vector<int32_t> got = sample(batch, rows);
+    for (size_t i = 0; i < rows.size(); ++i) mismatches += got[i] != PredictDraw(l, rows[i]);
+  }
+  return mismatches;
+}
+
 TEST_F(CudaSamplingTest, GreedyTakesTheLowestIdAmongEqualMaxima) {
   std::vector<float> l = RandomLogits(3 * kBloomVocab, 1, 2.0f);
   l[0 * kBloomVocab + 250879] = 50.0f;
@@ -269,9 +290,7 @@ TEST_F(CudaSamplingTest, RefusesMalformedEdits) {
 }
 
 TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {
-  // Scale 4: the mass sits on the top few hundred ids, as with a trained model's logits. (With a
-  // flat distribution over ~10^5 ids, the GPU's float prefix sums and the host's double sums put
-  // token boundaries ~1e-7 of the total apart, and a few percent of draws would land in between.)
+  // Scale 4: the mass sits on the top few hundred ids, as with a trained model's logits.
   std::vector<float> l = RandomLogits(kBloomVocab, 2, 4.0f);
   auto config = [](float temperature, int32_t top_k, float top_p, float typical_p = 1.0f,
                    float min_p = 0.0f) {
@@ -283,7 +302,7 @@ TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {
     r.min_p = min_p;
     return r;
   };
-  const SamplingRow configs[] = {
+  const std::vector<SamplingRow> configs = {
       config(1.0f, 0, 1.0f),               // plain temperature
       config(0.7f, 50, 1.0f),              // top-k
       config(1.3f, 0, 0.9f),               // top-p
@@ -293,26 +312,34 @@ TEST_F(CudaSamplingTest, DrawsMatchTheHostPredictionOverTheFullVocabulary) {
       config(1.2f, 0, 1.0f, 1.0f, 0.05f),  // min-p
       config(0.9f, 200, 0.95f, 0.8f, 0.02f),  // all four filters
   };
-  int mismatches = 0, draws = 0;
-  for (const SamplingRow& base : configs) {
-    std::vector<SamplingRow> rows;
-    std::vector<float> batch;
-    for (uint64_t off = 0; off < 16; ++off) {
-      SamplingRow r = base;
-      r.seed = 1234;
-      r.offset = off;
-      rows.push_back(r);
-      batch.insert(batch.end(), l.begin(), l.end());
-    }
-    std::vector<int32_t> got = Sample(batch, kBloomVocab, rows);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      ++draws;
-      if (got[i] != PredictDraw(l, rows[i])) ++mismatches;
-    }
-  }
-  // Host sums in double, the GPU in float: a draw landing within rounding of a boundary may
-  // differ (well under 1% of draws here); more than three of 128 means a real difference.
-  EXPECT_LE(mismatches, 3) << "of " << draws << " draws";
+  const int mismatches = CountMispredictedDraws(l, configs, 1234, 16, [this](const auto& b, const auto& r) {
+    return Sample(b, kBloomVocab, r);
+  });
+  // Both locate the draw with double sums; the GPU's top-p and typical-p masses are float
+  // histograms, so a boundary within rounding may keep another set: more than three of 128
+  // means a real difference.
+  EXPECT_LE(mismatches, 3) << "of 128 draws";
+}
+
+// A flat distribution (normal(0, 1) logits: every one of the 250,880 ids holds ~4e-6 of the
+// mass), where the draw's sums decide: a token's weight is ~0.02 against a running sum near
+// the total, ~4,000. With the sums in fp32 (before 2026-11-29), 2.6% of such draws took another
+// token than the exact inverse CDF (a CPU emulation of the kernel), ~5 of these 192; in double,
+// only the weights' own rounding (expf against std::exp, ~1e-7 each) can move a boundary, by
+// ~5e-5 of a token. No top-p or typical-p here: their float mass histograms may keep a tail
+// token more or less than the host, and with this many near-equal tokens that shifts the draw.
+TEST_F(CudaSamplingTest, FlatDistributionDrawsMatchTheExactInverseCdf) {
+  std::vector<float> l = RandomLogits(kBloomVocab, 5, 1.0f);
+  std::vector<SamplingRow> configs(4);
+  configs[0].temperature = 1.0f;
+  configs[1].temperature = 0.8f;
+  configs[2].temperature = 1.3f;
+  configs[3].temperature = 1.0f;
+  configs[3].min_p = 0.02f;  // keeps x >= max - 3.9: a few thousand ids
+  const int mismatches = CountMispredictedDraws(l, configs, 77, 48, [this](const auto& b, const auto& r) {
+    return Sample(b, kBloomVocab, r);
+  });
+  EXPECT_LE(mismatches, 1) << "of 192 draws";
 }
 
 TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredDistribution) {

@@ -11,7 +11,8 @@
 //     probability mass, giving the smallest logit threshold whose kept mass reaches top_p;
 //     typical-p walks the mass again on a key of the typicality score |E[x] - x|; min-p is a
 //     threshold on x below the survivors' max. The draw is one Philox4x32-10 uniform per
-//     (seed, offset), located by a block-wide scan over the kept weights in token-id order.
+//     (seed, offset), located by a block-wide scan in double over the kept weights in token-id
+//     order.
 // Logprobs (logprobs.cu) are scored on the raw row around these two kernels.
 // Same semantics as engine/sampling (HF order: masks and bias, penalties, temperature, top-k,
 // top-p, typical-p, min-p; ties at a threshold are kept). The mass histograms use shared-memory
@@ -118,27 +119,27 @@ __global__ void PenaltyKernel(SamplingLaunchArgs a, int32_t seen_words) {
   }
 }
 
-// Inclusive block scan (fixed order); `warp_sums` holds 32 floats.
-__device__ float BlockInclusiveScan(float v, float* warp_sums, float* total) {
+// Inclusive block scan in double (fixed order); `warp_sums` holds 32 doubles. Ends with a barrier.
+__device__ double BlockInclusiveScan(double v, double* warp_sums, double* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const float n = __shfl_up_sync(0xffffffffu, v, o);
+    const double n = __shfl_up_sync(0xffffffffu, v, o);
     if (lane >= o) v += n;
   }
   if (lane == 31) warp_sums[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float w = lane < warps ? warp_sums[lane] : 0.0f;
+    double w = lane < warps ? warp_sums[lane] : 0.0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const float n = __shfl_up_sync(0xffffffffu, w, o);
+      const double n = __shfl_up_sync(0xffffffffu, w, o);
       if (lane >= o) w += n;
     }
     if (lane < warps) warp_sums[lane] = w;
   }
   __syncthreads();
-  const float result = v + (warp > 0 ? warp_sums[warp - 1] : 0.0f);
+  const double result = v + (warp > 0 ? warp_sums[warp - 1] : 0.0);
   *total = warp_sums[warps - 1];
   __syncthreads();
   return result;
@@ -430,15 +431,21 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
   // cannot claim its own range instead: its walk starts at inclusive - local, which rounding
   // leaves off its left neighbour's end, and a target in such a gap was claimed by no thread,
   // about once in 10^4 draws over BLOOM's vocabulary, which then fell back to the row's last
-  // token.) Rounding inside the owner's walk only moves the pick within the owner's tokens.
+  // token.) The sums are in double: the owner's walk adds weights of ~0.02 to a running sum
+  // near the row's total (~4,000 for normal(0, 1) logits at temperature 1), where fp32
+  // rounding moved token boundaries so far that 2.6% of such draws took another token than the
+  // exact inverse CDF of the same uniform, and about 1 in 10^4 ended the walk short on the
+  // owner's last token (a CPU emulation of this kernel; in double, none of 20,000 differed). A
+  // double also keeps the threads' prefixes increasing, so no thread holding only a negligible
+  // weight can be the first to pass a target.
   const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
-  float local = 0.0f;
+  double local = 0.0;
   for (int64_t i = begin; i < end; ++i) local += weight(l[i]);
-  float total = 0.0f;
-  const float inclusive = BlockInclusiveScan(local, scratch, &total);
-  const float target = Uniform(p.seed, p.offset) * total;
-  if (local > 0.0f) {
+  double total = 0.0;
+  const double inclusive = BlockInclusiveScan(local, scratch_d, &total);
+  const double target = static_cast<double>(Uniform(p.seed, p.offset)) * total;
+  if (local > 0.0) {
     if (target < inclusive) atomicMin(&sh_owner, static_cast<int32_t>(threadIdx.x));
     atomicMax(&sh_last_owner, static_cast<int32_t>(threadIdx.x));
   }
@@ -450,7 +457,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1) SampleKernel(SamplingLaunch
     return;
   }
   if (static_cast<int32_t>(threadIdx.x) == owner) {
-    float acc = inclusive - local;
+    double acc = inclusive - local;
     int32_t pick = -1;
     for (int64_t i = begin; i < end; ++i) {
       const float w = weight(l[i]);
