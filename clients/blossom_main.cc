@@ -29,6 +29,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,7 +70,8 @@ ABSL_FLAG(double, top_p, 1.0, "Nucleus sampling mass in (0, 1] (1 = off).");
 ABSL_FLAG(double, typical_p, 1.0, "Typical sampling mass in (0, 1] (1 = off).");
 ABSL_FLAG(double, min_p, 0.0, "Drop tokens below min_p * p(most likely) (0 = off).");
 ABSL_FLAG(double, repetition_penalty, 1.0, "HF repetition penalty (1 = off).");
-ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = random; the seed used is printed).");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "Sampling seed, 0 to 2^64-1 (absent = random; the seed used is printed, and replays the run).");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma separated.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating after the end-of-sequence token.");
 ABSL_FLAG(double, frequency_penalty, 0.0, "OpenAI frequency penalty in [-2, 2] (0 = off).");
@@ -154,6 +156,10 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintFlags(const Tok
   absl::StatusOr<std::string> grammar = GrammarFlag();
   if (!grammar.ok()) return grammar.status();
   const std::string regex = absl::GetFlag(FLAGS_regex);
+  // As the server refuses sampling.json_compact without a schema: a flag that would be ignored.
+  if (absl::GetFlag(FLAGS_json_compact) && schema->empty()) {
+    return absl::InvalidArgumentError("--json_compact is set without --json_schema");
+  }
   const int given = !schema->empty() + !regex.empty() + !grammar->empty();
   if (given == 0) return std::shared_ptr<const TokenConstraint>();
   if (given > 1) return absl::InvalidArgumentError("give one of --json_schema, --regex and --grammar");
@@ -193,7 +199,7 @@ absl::StatusOr<v1::BeamSearchRequest> BeamSearchFlags(const std::string& prompt)
       {"--repetition_penalty", absl::GetFlag(FLAGS_repetition_penalty) != 1.0},
       {"--frequency_penalty", absl::GetFlag(FLAGS_frequency_penalty) != 0.0},
       {"--presence_penalty", absl::GetFlag(FLAGS_presence_penalty) != 0.0},
-      {"--seed", absl::GetFlag(FLAGS_seed) >= 0},
+      {"--seed", absl::GetFlag(FLAGS_seed).has_value()},
       {"--json_schema", !absl::GetFlag(FLAGS_json_schema).empty()},
       {"--regex", !absl::GetFlag(FLAGS_regex).empty()},
       {"--grammar", !absl::GetFlag(FLAGS_grammar).empty()},
@@ -301,6 +307,10 @@ int RunGenerate(const std::string& prompt) {
   absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
   if (!speculative.ok()) return Fail(speculative.status());
   options.speculative = *speculative;
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be >= 0 (0 = the CPUs this process may use), got ", absl::GetFlag(FLAGS_threads))));
+  }
   if (absl::GetFlag(FLAGS_threads) > 0 && runner_options.tensor_parallel_size > 0) {
     runner_options.threads_per_rank =
         std::max(1, absl::GetFlag(FLAGS_threads) / runner_options.tensor_parallel_size);
@@ -331,7 +341,7 @@ int RunGenerate(const std::string& prompt) {
   request.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   request.sampling.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
   request.sampling.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
-  if (absl::GetFlag(FLAGS_seed) >= 0) request.sampling.seed = absl::GetFlag(FLAGS_seed);
+  if (const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_seed)) request.sampling.seed = *seed;
   absl::StatusOr<std::shared_ptr<const TokenConstraint>> constraint = ConstraintFlags(**tokenizer);
   if (!constraint.ok()) return Fail(constraint.status());
   request.sampling.constraint = *std::move(constraint);
@@ -342,11 +352,20 @@ int RunGenerate(const std::string& prompt) {
 
   BatchGenerator generator(model->get(), tokenizer->get(), options);
   GenerateStats stats;
-  std::cout << prompt << std::flush;
-  auto results = generator.Generate({request}, &stats, [](size_t, const TokenEvent& event) {
+  // The prompt, then the completion as it streams (llama.cpp's CLI prints the same; with
+  // --server only the completion). The prompt goes out with the first token, or once the request
+  // is done: a refused request leaves stdout empty.
+  bool echoed = false;
+  auto echo_prompt = [&] {
+    if (!echoed) std::cout << prompt;
+    echoed = true;
+  };
+  auto results = generator.Generate({request}, &stats, [&](size_t, const TokenEvent& event) {
+    echo_prompt();
     std::cout << event.text_delta << std::flush;
   });
-  std::cout << std::endl;
+  if (results.ok()) echo_prompt();
+  if (echoed) std::cout << std::endl;  // a request that failed mid-stream ends its line too
   if (!results.ok()) return Fail(results.status());
   if (!absl::GetFlag(FLAGS_quiet)) {
     const ModelInfo& info = (*model)->info();
@@ -440,7 +459,7 @@ int RunRemote(const std::string& command, const std::string& text) {
   s->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
   s->set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
   s->set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
-  if (absl::GetFlag(FLAGS_seed) >= 0) s->set_seed(absl::GetFlag(FLAGS_seed));
+  if (const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_seed)) s->set_seed(*seed);
   absl::StatusOr<std::string> schema = JsonSchemaFlag();
   if (!schema.ok()) return Fail(schema.status());
   if (!schema->empty()) s->set_json_schema(*schema);

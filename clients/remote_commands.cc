@@ -289,11 +289,13 @@ int RunRemoteCommand(const std::string& command, const RemoteOptions& options,
         stub->GenerateStream(&context, v1::ToStreamRequest(request));
     v1::GenerateStreamResponse message;
     v1::FinalInfo final;
+    bool any = false;  // a refused call writes nothing to `out`
     while (reader->Read(&message)) {
+      any = true;
       out << message.text_delta() << std::flush;
       if (message.has_final()) final = message.final();
     }
-    out << std::endl;
+    if (any) out << std::endl;
     grpc::Status status = reader->Finish();
     if (!status.ok()) return Failed(status, err);
     if (!options.quiet) PrintFinal(final, err);

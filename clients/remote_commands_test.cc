@@ -21,6 +21,7 @@
 #include "server/testing/fake_health_service.h"
 #include "server/testing/in_process_server.h"
 #include "server/testing/run_binary.h"
+#include "tests/util/fixture_path.h"
 
 namespace blossom {
 namespace {
@@ -362,6 +363,53 @@ TEST_F(ServerTest, CliRefusesWhatItWouldDrop) {
   // Giving a beam flag its default changes nothing, so it is no reason to refuse.
   run = RunCli({"tokenize", "--server", server, "Hi", "--length_penalty", "1"});
   EXPECT_EQ(run.exit_code, 0) << run.error;
+}
+
+// The seed a run reports replays it, over the whole range the server draws seeds from (uint64:
+// about half of them are at or above 2^63, which a signed flag refused).
+TEST_F(ServerTest, CliReplaysAnySeedItPrints) {
+  const std::vector<std::string> args = {"generate", "--server", server_.address(), "Hello",
+                                         "--temperature", "1", "--max_new_tokens", "6",
+                                         "--ignore_eos", "--seed", "18446744073709551615"};
+  const testing::RunResult first = RunCli(args), second = RunCli(args);
+  ASSERT_EQ(first.exit_code, 0) << first.error;
+  ASSERT_EQ(second.exit_code, 0) << second.error;
+  EXPECT_EQ(first.output, second.output);
+  EXPECT_NE(first.error.find("seed=18446744073709551615"), std::string::npos) << first.error;
+  const testing::RunResult negative = RunCli({"generate", "--server", server_.address(), "Hi",
+                                              "--seed", "-1"});
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_NE(negative.error.find("seed"), std::string::npos) << negative.error;
+  EXPECT_EQ(negative.output, "");
+}
+
+// A refused request leaves stdout empty, in-process as with --server (scripts capture it), and
+// a flag the run would ignore is refused in-process as the server refuses it.
+TEST_F(ServerTest, RefusedRunsPrintNothingToStdout) {
+  testing::RunResult run =
+      RunCli({"stream", "--server", server_.address(), "x", "--top_p", "2", "--quiet"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.output, "");
+  const std::string model = FixturePath("models/bloom-tiny-h4");
+  const std::vector<std::vector<std::string>> refused = {
+      {"--max_new_tokens", "0"}, {"--json_compact"}, {"--threads", "-4"}};
+  for (const std::vector<std::string>& flags : refused) {
+    std::vector<std::string> args = {"generate", "--model", model, "Hello", "--quiet"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    run = RunCli(args);
+    EXPECT_EQ(run.exit_code, 1) << flags[0];
+    EXPECT_EQ(run.output, "") << flags[0];
+    EXPECT_NE(run.error.find(flags[0].substr(2)), std::string::npos) << run.error;
+  }
+  // In-process the prompt comes first, then the completion (the server's text).
+  run = RunCli({"generate", "--model", model, "Hello", "--temperature", "0", "--max_new_tokens",
+                "4", "--ignore_eos", "--quiet"});
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  const testing::RunResult remote =
+      RunCli({"generate", "--server", server_.address(), "Hello", "--temperature", "0",
+              "--max_new_tokens", "4", "--ignore_eos", "--quiet"});
+  ASSERT_EQ(remote.exit_code, 0) << remote.error;
+  EXPECT_EQ(run.output, "Hello" + remote.output);
 }
 
 // The real service with API keys on: the CLI's key from --api_key_file or BLOSSOM_API_KEY

@@ -74,6 +74,12 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
                                   service_->end_token_ids(), service_->vocab_size());
     if (!converted.ok()) return converted.status();
     converted_ = std::move(*converted);
+    // The context first, as BeamSearch::Start checks it: a search past it is refused naming
+    // max_new_tokens, which a narrower search would not mend.
+    const absl::Status fits =
+        service_->engine()->CheckFits(static_cast<int64_t>(converted_.search.prompt_tokens.size()),
+                                      converted_.search.params.max_new_tokens);
+    if (!fits.ok()) return DescribeRefusal(fits);
     // A search is admitted with room for its widest round in the waiting queue: beam_width
     // requests of up to the whole length. One that could never have it is refused for good,
     // naming beam_width (BeamSearch::Start refuses it too, without a field).
@@ -98,6 +104,10 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
         !service_->engine()->failure().ok()) {
       return WithReason(refused, error_reason::kModelFailed);
     }
+    return DescribeRefusal(refused);
+  }
+
+  absl::Status DescribeRefusal(const absl::Status& refused) const {
     return DescribeEngineRefusal(refused, converted_.as_generation, service_->vocab_size(),
                                  request_.has_token_ids() ? "token_ids" : "text");
   }

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -164,6 +165,9 @@ namespace blossom {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
+// The smallest --max_message_bytes: a Generate request with a short text prompt and the
+// sampling and stopping fields it may carry is a few hundred bytes.
+constexpr int32_t kMinMessageBytes = 1024;
 
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", status.ToString());
@@ -342,6 +346,26 @@ int Run() {
   const absl::StatusOr<bool> reflection = auth::ReflectionEnabled(
       absl::GetFlag(FLAGS_grpc_reflection), service_options.api_keys.enabled());
   if (!reflection.ok()) return Fail(reflection.status());
+  if (const int32_t port = absl::GetFlag(FLAGS_port); port < 0 || port > 65535) {
+    // gRPC would bind the value modulo 65,536: a port nobody asked for.
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535] (0 = a free one), got ", port)));
+  }
+  if (const int32_t bytes = absl::GetFlag(FLAGS_max_message_bytes); bytes < kMinMessageBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes must be >= ", kMinMessageBytes, " (below that no request with a ",
+        "prompt fits), got ", bytes)));
+  }
+  if (const double drain = absl::GetFlag(FLAGS_drain_timeout); !(drain >= 0.0) || std::isinf(drain)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--drain_timeout must be a finite number of seconds >= 0 (0 = end calls in flight at "
+        "once on SIGTERM), got ", drain)));
+  }
+  if (const int32_t total = absl::GetFlag(FLAGS_max_total_tokens); total != 0 && total < 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max_total_tokens must be 0 (the default, fitted to the KV cache) or >= 2 (a prompt "
+        "token and a generated one), got ", total)));
+  }
   if (const int32_t given = absl::GetFlag(FLAGS_max_input_tokens); given < 0) {
     return Fail(absl::InvalidArgumentError(
         "--max_input_tokens must be >= 1, or 0 for max_total_tokens - 1"));
@@ -377,11 +401,6 @@ int Run() {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--", flag, " must be >= ", least, ", got ", value)));
     }
-  }
-  if (const int32_t total = absl::GetFlag(FLAGS_max_total_tokens); total != 0 && total < 2) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--max_total_tokens must be 0 (the default, fitted to the KV cache) or >= 2 (a prompt "
-        "token and a generated one), got ", total)));
   }
 
   metrics::Registry registry;
@@ -506,15 +525,14 @@ int Run() {
   if (!fit.ok()) return Fail(fit.status());
   if (!fit->warning.empty()) spdlog::warn("{}", fit->warning);
   sc.max_total_tokens = fit->max_total_tokens;
-  // The default follows a cap lowered to the KV cache; a given value past it is lowered too.
-  if (const int32_t input = MaxInputTokens(sc.max_total_tokens);
-      input != service_options.limits.max_input_tokens) {
-    if (absl::GetFlag(FLAGS_max_input_tokens) != 0) {
-      spdlog::warn("--max_input_tokens {} is lowered to {}: max_total_tokens is {}",
-                   service_options.limits.max_input_tokens, input, sc.max_total_tokens);
-    }
-    service_options.limits.max_input_tokens = input;
+  // The default follows a cap lowered to the KV cache; a given value past it is lowered too
+  // (said here, against the flag as given: the limit set before loading is clamped already).
+  const int32_t max_input = MaxInputTokens(sc.max_total_tokens);
+  if (const int32_t given = absl::GetFlag(FLAGS_max_input_tokens); given > max_input) {
+    spdlog::warn("--max_input_tokens {} is lowered to {}: max_total_tokens is {}", given, max_input,
+                 sc.max_total_tokens);
   }
+  service_options.limits.max_input_tokens = max_input;
   // A failure for good turns health NOT_SERVING: load balancers stop routing here.
   EngineEvents engine_events(&server_metrics, &service, [health, kServiceName] {
     health->SetServingStatus(false);

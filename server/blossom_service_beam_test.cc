@@ -182,6 +182,13 @@ TEST(BlossomServiceBeamTest, RefusalsNameTheField) {
        "stopping.stop_token_ids", "INVALID_STOPPING_PARAMS"},
       {[](v1::BeamSearchRequest* r) { r->mutable_stopping()->set_max_new_tokens(100000); },
        "stopping.max_new_tokens", "CONTEXT_LENGTH_EXCEEDED"},
+      // Past the context and past what the queue holds: the context, as Generate says (a
+      // narrower search could never fit either).
+      {[](v1::BeamSearchRequest* r) {
+         r->set_beam_width(1);
+         r->mutable_stopping()->set_max_new_tokens(2147483647);
+       },
+       "stopping.max_new_tokens", "CONTEXT_LENGTH_EXCEEDED"},
       {[](v1::BeamSearchRequest* r) {
          r->clear_text();
          r->mutable_token_ids()->add_ids(999999);

@@ -306,6 +306,12 @@ class DrainTest(unittest.TestCase):
                                (["--max_input_tokens", "2048", "--max_total_tokens", "2048"],
                                 "must be less than --max_total_tokens"),
                                (["--max_input_tokens", "-1"], "--max_input_tokens must be >= 1"),
+                               (["--max_total_tokens", "-1"], "--max_total_tokens must be 0"),
+                               # gRPC would bind these modulo 65,536: a port nobody asked for.
+                               (["--port", "70000"], "--port must be in [0, 65535]"),
+                               (["--port", "-1"], "--port must be in [0, 65535]"),
+                               (["--max_message_bytes", "0"], "--max_message_bytes must be >= 1024"),
+                               (["--drain_timeout", "-1"], "--drain_timeout must be a finite number"),
                                (["--lora_adapter", "/nonexistent"],
                                 "--lora_adapter /nonexistent: not a directory")):
             started = time.monotonic()
@@ -316,6 +322,19 @@ class DrainTest(unittest.TestCase):
             self.assertIn(message, out.stderr + out.stdout, flags)
             self.assertNotIn("listening", out.stdout, flags)  # refused before the port opened
             self.assertLess(time.monotonic() - started, 30, flags)
+
+    def test_a_max_input_tokens_past_the_cap_is_lowered_with_a_warning(self):
+        """Without --max_total_tokens (2048 by default), --max_input_tokens 5000 serves 2047 and
+        says so: the clamp before loading had made the warning unreachable."""
+        server = Process("server-input-cap", [SERVER, "--model", MODEL_DIR, "--host", "127.0.0.1",
+                                              "--port", "0", "--metrics_port", "0", "--threads", "1",
+                                              "--max_input_tokens", "5000"],
+                         r"grpc_port=(\d+) metrics_port=(-?\d+)")
+        self.addCleanup(server.kill)
+        with blossom_client.BlossomClient(f"127.0.0.1:{server.match.group(1)}", timeout=10) as c:
+            wait_until(lambda: c.health() == "SERVING", what="server-input-cap health SERVING")
+            self.assertEqual(c.model_info().limits.max_input_tokens, 2047)
+        self.assertIn("--max_input_tokens 5000 is lowered to 2047", server.tail())
 
     def test_lora_adapter_serves_pefts_tokens(self):
         """--lora_adapter on the server and the CLI: the adapter PEFT saved for the model, merged

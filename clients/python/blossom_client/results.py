@@ -62,6 +62,9 @@ class FinalInfo:
     prompt_token_ids: List[int] = field(default_factory=list)
     # The server's configuration ("blossom-<version>-<dtype>"), stable while it runs.
     system_fingerprint: str = ""
+    # The bound on generated tokens the request ran with: max_new_tokens, or with
+    # max_new_tokens_to_limit and no max_new_tokens, what fits the context.
+    max_new_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ The fake server implements the generated Blossom servicer and grpc.health.v1; pr
 with "!" select behaviours (errors, slow streams) and it records what it received.
 """
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -28,7 +29,7 @@ WORDS = ["Hello", ",", " wor", "ld", "!"]
 def _final(n_generated, reason=pb.FINISH_REASON_LENGTH, seed=42):
     return pb.FinalInfo(
         finish_reason=reason, matched_stop="", seed=seed, request_id="req-1",
-        system_fingerprint="blossom-test-float32",
+        system_fingerprint="blossom-test-float32", max_new_tokens=5,
         usage=pb.Usage(prompt_tokens=3, generated_tokens=n_generated),
         timings=pb.Timings(queue_seconds=0.01, time_to_first_token_seconds=0.02,
                            total_seconds=0.5, time_per_output_token_seconds=0.0125,
@@ -208,12 +209,24 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(r.usage, blossom_client.Usage(prompt_tokens=3, generated_tokens=5))
         self.assertEqual(r.timings.time_per_output_token_seconds, 0.0125)
         self.assertEqual(r.final.system_fingerprint, "blossom-test-float32")
+        self.assertEqual(r.final.max_new_tokens, 5)
         self.assertAlmostEqual(r.timings.time_to_first_token_seconds, 0.02)
         self.assertEqual(r.seed, 42)
         self.assertEqual(r.request_id, "req-1")
         self.assertEqual(r.prompt_token_ids, [1, 2, 3])
         self.assertEqual(self.fake.requests[-1].text, "Hi")
         self.assertEqual(self.fake.metadata[-1]["authorization"], "Bearer sekret")
+
+    def test_results_carry_every_field_of_their_messages(self):
+        """fill() copies the fields a dataclass declares and drops the others silently: a proto
+        field added without its dataclass field would never reach a caller."""
+        pairs = [(pb.FinalInfo, blossom_client.FinalInfo), (pb.Usage, blossom_client.Usage),
+                 (pb.Timings, blossom_client.Timings), (pb.ModelInfo, blossom_client.ModelInfo),
+                 (pb.ModelLimits, blossom_client.ModelLimits)]
+        for message, cls in pairs:
+            declared = {f.name for f in dataclasses.fields(cls)}
+            missing = set(message.DESCRIPTOR.fields_by_name) - declared
+            self.assertEqual(missing, set(), f"{message.DESCRIPTOR.name} -> {cls.__name__}")
 
     def test_beam_search(self):
         r = self.client.beam_search([5, 6], 4, num_return_sequences=2, length_penalty=0.5,
