@@ -132,7 +132,8 @@ class BeamSearchReactor final : public grpc::ServerUnaryReactor {
     const double seconds = std::chrono::duration<double>(outcome.finished - outcome.arrival).count();
     if (service_->metrics()) {
       service_->metrics()->ObserveBeamSearch(seconds, outcome.prompt_tokens,
-                                             response_->usage().generated_tokens(), outcome_);
+                                             response_->usage().generated_tokens(),
+                                             converted_.search.params.max_new_tokens, outcome_);
     }
     spdlog::info(
         "request_id={} kind=beam_search outcome={} beam_width={} prompt_tokens={} steps={} "

@@ -39,6 +39,18 @@ const char* OutcomeLabel(FinishReason reason) {
   return "finished";
 }
 
+const char* OutcomeLabel(const EngineEvent& final_event) {
+  if (final_event.finish_reason == FinishReason::kError) {
+    switch (final_event.status.code()) {
+      case absl::StatusCode::kInvalidArgument: return "invalid_argument";
+      case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
+      case absl::StatusCode::kOutOfRange: return "out_of_range";
+      default: break;
+    }
+  }
+  return OutcomeLabel(final_event.finish_reason);
+}
+
 bool IsEngineOutcome(const std::string& outcome) {
   return std::find(std::begin(kEngineOutcomes), std::end(kEngineOutcomes), outcome) !=
          std::end(kEngineOutcomes);
@@ -231,7 +243,7 @@ void ServerMetrics::OnRequestFinished(const EngineEvent& final_event) {
   if (final_event.max_new_tokens > 0) max_tokens_.Get({model_}).Observe(final_event.max_new_tokens);
   prompt_len_.Get({model_}).Observe(final_event.usage.prompt_tokens);
   output_len_.Get({model_}).Observe(final_event.usage.generated_tokens);
-  requests_.Get({model_, OutcomeLabel(final_event.finish_reason)}).Increment();
+  requests_.Get({model_, OutcomeLabel(final_event)}).Increment();
 }
 
 void ServerMetrics::ObserveInterTokenLatency(double seconds) {
@@ -239,8 +251,10 @@ void ServerMetrics::ObserveInterTokenLatency(double seconds) {
 }
 
 void ServerMetrics::ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens,
-                                      int32_t output_tokens, const std::string& outcome) {
+                                      int32_t output_tokens, int32_t max_new_tokens,
+                                      const std::string& outcome) {
   e2e_.Get({model_}).Observe(e2e_seconds);
+  if (max_new_tokens > 0) max_tokens_.Get({model_}).Observe(max_new_tokens);
   // Its rounds are left out of the steps' prompt counts (StepStats::finished_prompt_tokens).
   if (prompt_tokens > 0) prompt_tokens_.Get({model_}).Increment(prompt_tokens);
   prompt_len_.Get({model_}).Observe(prompt_tokens);

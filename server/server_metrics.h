@@ -26,6 +26,12 @@ namespace blossom {
 // its client), "error" (the model or the engine failed) or "aborted" (the server's shutdown cut
 // it: no failure, so error-rate alerts should leave it out).
 const char* OutcomeLabel(FinishReason reason);
+// The same for a final event, except that a request the engine ended with an error its own
+// parameters caused (the sampler found no token its masks and bans allow: FAILED_PRECONDITION,
+// NO_TOKEN_POSSIBLE; or another client-error code) counts under that code, as the same request
+// refused at admission does: "error" stays the model's and the engine's failures, which
+// error-rate alerts watch. What blossom_requests_total counts.
+const char* OutcomeLabel(const EngineEvent& final_event);
 // Whether `outcome` is one of OutcomeLabel's rather than a refusal's (a status code label).
 bool IsEngineOutcome(const std::string& outcome);
 
@@ -49,9 +55,10 @@ class ServerMetrics : public EngineObserver {
   void ObserveInterTokenLatency(double seconds);
   void CountRequest(const std::string& outcome);
   // A beam search, once it ended: one request (its rounds are engine requests that
-  // OnRequestFinished leaves out), with its latency, prompt and returned tokens, and outcome.
+  // OnRequestFinished leaves out), with its latency, prompt and returned tokens, max_new_tokens
+  // and outcome. No time to first token or decode time: a search returns its beams at the end.
   void ObserveBeamSearch(double e2e_seconds, int32_t prompt_tokens, int32_t output_tokens,
-                         const std::string& outcome);
+                         int32_t max_new_tokens, const std::string& outcome);
   // Cumulative scheduler totals, sampled after each step.
   void UpdateSchedulerTotals(const SchedulerStats& stats);
   // Structured-output requests entering (+1) or leaving (-1) the compile pool

@@ -70,6 +70,29 @@ TEST(ServerMetricsTest, RequestLatencyBucketsReachPastTheDefaultRequestDeadline)
   }
 }
 
+// A request the engine ended with an error counts as "error" when the model or the engine
+// failed, and under its code when its own parameters did (no token its masks allow): the same
+// outcome as that request refused at admission, out of the error-rate alerts.
+TEST(ServerMetricsTest, ARequestsOwnDeadEndIsNotAnEngineError) {
+  metrics::Registry registry;
+  ServerMetrics server_metrics(&registry, "m", "v");
+  EngineEvent final_event;
+  final_event.finished = true;
+  final_event.finish_reason = FinishReason::kError;
+  final_event.status = absl::InternalError("model step failed");
+  server_metrics.OnRequestFinished(final_event);
+  final_event.status = absl::FailedPreconditionError("no token can be sampled");
+  server_metrics.OnRequestFinished(final_event);
+  server_metrics.OnRequestFinished(final_event);
+  const std::string text = registry.Render();
+  EXPECT_TRUE(Contains(text, "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 1")) << text;
+  EXPECT_TRUE(Contains(
+      text, "blossom_requests_total{model_name=\"m\",outcome=\"failed_precondition\"} 2"))
+      << text;
+  // The call's own label (BlossomService::CallFinished) stays an engine outcome: not counted twice.
+  EXPECT_TRUE(IsEngineOutcome(OutcomeLabel(final_event.finish_reason)));
+}
+
 TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
   metrics::Registry registry;
   ServerMetrics server_metrics(&registry, "m", "9.9");
@@ -160,6 +183,7 @@ TEST(ServerMetricsTest, StepsAndRequestsAreRecorded) {
         "blossom_generation_tokens_total{model_name=\"m\"} 8",
         "blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 1",
         "blossom_requests_total{model_name=\"m\",outcome=\"cancelled\"} 1",
+
         "blossom_requests_total{model_name=\"m\",outcome=\"resource_exhausted\"} 1",
         "blossom_inter_token_latency_seconds_count{model_name=\"m\"} 1",
         "blossom_preemptions_total{model_name=\"m\"} 5",
@@ -191,7 +215,7 @@ TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
     server_metrics.OnFirstToken(round.timings, /*beam_round=*/true);
     server_metrics.OnRequestFinished(round);
   }
-  server_metrics.ObserveBeamSearch(0.5, 9, 12, "finished");
+  server_metrics.ObserveBeamSearch(0.5, 9, 12, 8, "finished");
   const std::string text = registry.Render();
   for (const char* line : {"blossom_requests_total{model_name=\"m\",outcome=\"finished\"} 1",
                            "blossom_e2e_request_latency_seconds_count{model_name=\"m\"} 1",
@@ -199,6 +223,8 @@ TEST(ServerMetricsTest, ABeamSearchIsOneRequestNotOnePerRound) {
                            "blossom_request_prompt_tokens_sum{model_name=\"m\"} 9",
                            "blossom_prompt_tokens_total{model_name=\"m\"} 9",
                            "blossom_request_generated_tokens_sum{model_name=\"m\"} 12",
+                           "blossom_request_max_tokens_count{model_name=\"m\"} 1",
+                           "blossom_request_max_tokens_sum{model_name=\"m\"} 8",
                            "blossom_time_to_first_token_seconds_count{model_name=\"m\"} 0"}) {
     EXPECT_TRUE(Contains(text, line)) << line << "\n" << text;
   }
@@ -215,7 +241,7 @@ TEST(ServerMetricsTest, AbortedRequestsAreNotErrors) {
   final_event.status = EngineShutdownError("shut down");
   server_metrics.OnRequestFinished(final_event);
   server_metrics.OnRequestFinished(final_event);
-  server_metrics.ObserveBeamSearch(0.5, 9, 0, OutcomeLabel(FinishReason::kAborted));
+  server_metrics.ObserveBeamSearch(0.5, 9, 0, 8, OutcomeLabel(FinishReason::kAborted));
   const std::string text = registry.Render();
   for (const char* line : {"blossom_requests_total{model_name=\"m\",outcome=\"aborted\"} 3",
                            "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 0",

@@ -160,6 +160,15 @@ http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status) {
                    OpenAICodeFor(details.reason, http_status), retry_after);
 }
 
+std::string ErrorJson(ApiFlavor flavor, const absl::Status& status) {
+  const int http_status = HttpStatusFor(status, flavor);
+  if (flavor == ApiFlavor::kTgi) return TgiErrorJson(http_status, status.message());
+  const StatusDetails details = DetailsOf(status);
+  const std::string param = details.field.empty() ? "" : OpenAIParamFor(details.field, flavor);
+  return OpenAIErrorJson(http_status, status.message(), param,
+                         OpenAICodeFor(details.reason, http_status));
+}
+
 absl::Status UnknownModelError(absl::string_view message) {
   absl::Status status = WithFieldViolation(absl::NotFoundError(message), "model", message);
   return WithReason(std::move(status), error_reason::kUnknownModel);

@@ -53,6 +53,10 @@ http::Response ErrorResponse(ApiFlavor flavor, int http_status, absl::string_vie
 // RetryInfo (rounded up to whole seconds). Messages are truncated to 1 KiB.
 http::Response ErrorResponse(ApiFlavor flavor, const absl::Status& status);
 
+// ErrorResponse(flavor, status)'s body alone (param and code from the details), for a failure
+// after a stream's headers went out: the error event carries what the unary answer would.
+std::string ErrorJson(ApiFlavor flavor, const absl::Status& status);
+
 // NOT_FOUND for a model this gateway does not serve, as the server refuses one: field `model`,
 // reason UNKNOWN_MODEL (so OpenAI's code model_not_found, which a 404 for an unknown path lacks).
 absl::Status UnknownModelError(absl::string_view message);

@@ -200,4 +200,13 @@ absl::StatusOr<ChatRenderOptions> ParseChatRenderOptions(const Json& body) {
   return render;
 }
 
+std::string EchoedLastMessage(const Json& messages, const std::string& role) {
+  if (!messages.is_array() || messages.empty() || !messages.back().is_object()) return "";
+  const Json& last = messages.back();
+  auto r = last.find("role");
+  if (r == last.end() || !r->is_string() || *r != role) return "";
+  absl::StatusOr<std::string> text = MessageText(last, "messages", role);
+  return text.ok() ? *std::move(text) : "";
+}
+
 }  // namespace blossom::gateway

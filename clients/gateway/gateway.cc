@@ -325,6 +325,7 @@ ApiFlavor Gateway::FlavorOf(absl::string_view path) {
 http::Response Gateway::ProtocolErrorResponse(int status, const std::string& message,
                                               const std::string& target) {
   const absl::string_view path = absl::string_view(target).substr(0, target.find('?'));
+  metrics_.RecordRequest(RouteName(path), status);
   http::Response response = ErrorResponse(FlavorOf(path), status, message);
   // Every answer of a generation route carries a request id a client can quote, these too (the
   // HTTP server refused the request before the gateway saw it, so no client id is echoed).
@@ -370,7 +371,10 @@ void Gateway::Handle(const http::Request& request, std::shared_ptr<ResponseWrite
   // The key before the method: a 405 with Allow to anyone would list the keyed routes and their
   // methods to callers who may use none of them.
   if (!Authorized(route, request)) {
-    Response response = ErrorResponse(flavor, 401, "missing or invalid API key");
+    // OpenAI's code for it, as the server's key refusals get (invalid_api_key).
+    Response response = ErrorResponse(
+        flavor, WithReason(absl::UnauthenticatedError("missing or invalid API key"),
+                           error_reason::kInvalidApiKey));
     response.headers.emplace_back("WWW-Authenticate", "Bearer");
     writer->Send(std::move(response));
     return;

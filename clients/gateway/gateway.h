@@ -135,10 +135,12 @@ class Gateway {
   // What AbortInFlight's answers say.
   static constexpr char kShutDownMessage[] = "the gateway shut down before the request finished";
 
-  // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, ...)
-  // in the OpenAI shape on /v1/ targets and TGI's elsewhere.
-  static http::Response ProtocolErrorResponse(int status, const std::string& message,
-                                              const std::string& target);
+  // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, 408,
+  // ...) in the OpenAI shape on /v1/ targets and TGI's elsewhere, counted in
+  // blossom_gateway_requests_total under the target's route ("other" before the request line
+  // was read) like the answers the gateway gives itself. Thread-safe (runs on the I/O thread).
+  http::Response ProtocolErrorResponse(int status, const std::string& message,
+                                       const std::string& target);
 
  private:
   struct Route;
@@ -197,15 +199,15 @@ class Gateway {
   // as_list: TGI's compatibility route "/" answers a non-streaming request with a list of one.
   // Runs one GenerateStream call per request (one per choice) and relays them as server-sent
   // events, interleaved as they come. `preamble` is written right after the headers; `encode`
-  // turns each message of choice k into SSE bytes; `encode_error` formats an error that
-  // happens after the headers went out (before that, a plain error response in `flavor`'s
+  // turns each message of choice k into SSE bytes; `encode_error` frames an error body (ErrorJson's,
+  // with the unary answer's param and code) that happens after the headers went out (before that, a plain error response in `flavor`'s
   // shape is sent; either way the other calls are cancelled). The encoders are called under
   // one lock, in each call's message order. The response ends after every call's final
   // message.
   struct SseEncoder {
     std::function<std::string()> preamble;
     std::function<std::string(int choice, const blossom::v1::GenerateStreamResponse&)> encode;
-    std::function<std::string(int http_status, absl::string_view message)> encode_error;
+    std::function<std::string(absl::string_view error_json)> encode_error;
     // Optional: rewrites a refusal before it is answered (the client's field names).
     std::function<absl::Status(absl::Status)> refine_error;
   };

@@ -129,9 +129,7 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
                                            const blossom::v1::GenerateStreamResponse& m) {
                    return encoder->OnMessage(m, choice);
                  },
-                 [encoder](int status, absl::string_view message) {
-                   return encoder->Error(status, message);
-                 },
+                 [encoder](absl::string_view error_json) { return encoder->Error(error_json); },
                  [parsed_request](absl::Status s) {
                    return openai::NameConstraintField(*parsed_request, std::move(s));
                  }};
@@ -386,9 +384,7 @@ void Gateway::HandleTgiGenerate(const http::Request& request, std::shared_ptr<Re
                [encoder, parsed_request](int, const blossom::v1::GenerateStreamResponse& m) {
                  return encoder->OnMessage(m);
                },
-               [encoder](int status, absl::string_view message) {
-                 return encoder->Error(status, message);
-               }});
+               [encoder](absl::string_view error_json) { return encoder->Error(error_json); }});
 }
 
 void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<ResponseWriter> writer,
@@ -460,7 +456,7 @@ void Gateway::StreamAsSse(const http::Request& request, std::shared_ptr<Response
             shared->started = true;
             writer->Send(ErrorResponse(flavor, s));
           } else if (writer->QueueChunk(
-                         shared->encoder.encode_error(HttpStatusFor(s, flavor), s.message()))) {
+                         shared->encoder.encode_error(ErrorJson(flavor, s)))) {
             // Counted only when the event reached a client (a client that left gets none).
             metrics_.RecordStreamError(route_name, ShutDownStatus(status)
                                                        ? GatewayMetrics::StreamError::kShutdown

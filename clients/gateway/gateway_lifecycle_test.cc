@@ -39,6 +39,8 @@ TEST_F(GatewayTest, AuthOnEveryRouteButLiveAndHealth) {
   Client::Reply denied = Request("GET", "/v1/models", "");
   EXPECT_EQ(denied.status, 401);
   EXPECT_EQ(Json::parse(denied.body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(Json::parse(denied.body)["error"]["code"], "invalid_api_key");  // OpenAI's
+  EXPECT_EQ(denied.headers["www-authenticate"], "Bearer");
   // /health is open (readiness probes send no key), with a wrong key or none, also when the
   // backend checks keys on its own calls.
   fake_.set_required_authorization("Bearer backend-secret");
@@ -310,6 +312,31 @@ TEST_F(GatewayTest, DrainingRefusalClosesTheConnectionAndInvitesARetry) {
   EXPECT_EQ(tgi.status, 503);
   EXPECT_EQ(tgi.headers["retry-after"], "1");
   EXPECT_EQ(tgi.headers["connection"], "close");
+}
+
+// A stream's error event carries what the unary answer would: the code from the reason and the
+// param from the field (a client decides on them whether to retry: shutting_down yes,
+// no_token_possible never).
+TEST_F(GatewayTest, AStreamsErrorEventHasTheUnaryAnswersCodeAndParam) {
+  StartGateway({});
+  const std::string prompt =
+      "midway-fail:9:no token can be sampled|sampling.bad_words|NO_TOKEN_POSSIBLE";
+  for (const char* route : {"/v1/completions", "/v1/chat/completions"}) {
+    const std::string body =
+        std::string(route) == "/v1/completions"
+            ? absl::StrCat(R"({"stream":true,"prompt":")", prompt, R"("})")
+            : absl::StrCat(R"({"stream":true,"messages":[{"role":"user","content":")", prompt,
+                           R"("}]})");
+    const Client::Reply reply = Request("POST", route, body);
+    ASSERT_EQ(reply.status, 200) << route << ": " << reply.body;
+    const std::vector<std::string> events = GatewayTest::Events(reply.body);
+    ASSERT_GE(events.size(), 2u) << reply.body;
+    EXPECT_EQ(events.back(), "[DONE]");
+    const Json error = Json::parse(events[events.size() - 2]);
+    EXPECT_EQ(error["error"]["code"], "no_token_possible") << reply.body;
+    EXPECT_EQ(error["error"]["param"], "bad_words") << reply.body;
+    EXPECT_EQ(error["error"]["type"], "invalid_request_error") << reply.body;
+  }
 }
 
 // A stream whose backend call fails after the 200 went out ends in an error event, and

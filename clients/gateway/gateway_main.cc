@@ -238,7 +238,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   http_options.handler_threads = absl::GetFlag(FLAGS_handler_threads);
-  http_options.error_response = &blossom::gateway::Gateway::ProtocolErrorResponse;
+  // The gateway outlives the HTTP server (declared first, destroyed after it).
+  http_options.error_response = [g = gateway.get()](int status, const std::string& message,
+                                                    const std::string& target) {
+    return g->ProtocolErrorResponse(status, message, target);
+  };
   auto server = blossom::http::Server::Start(
       http_options, [g = gateway.get()](const blossom::http::Request& request,
                                         std::shared_ptr<blossom::http::ResponseWriter> writer) {

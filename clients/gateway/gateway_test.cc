@@ -223,6 +223,31 @@ TEST_F(GatewayTest, ChatStreamEndsWithDone) {
   EXPECT_EQ(fake_.last_request().text(), "User: hi\nAssistant:");
 }
 
+// vLLM's chat echo: the last message, when it is the answer's role (assistant), starts the
+// answer's content; streamed, it follows the role chunk. Another last role echoes nothing.
+TEST_F(GatewayTest, ChatEchoStartsTheAnswerWithTheLastAssistantMessage) {
+  StartGateway({});
+  const std::string continued =
+      R"({"messages":[{"role":"user","content":"U1"},{"role":"assistant","content":"A1"}],)"
+      R"("continue_final_message":true,"add_generation_prompt":false,"echo":true)";
+  Client::Reply unary = Request("POST", "/v1/chat/completions", continued + "}");
+  ASSERT_EQ(unary.status, 200) << unary.body;
+  EXPECT_EQ(Json::parse(unary.body)["choices"][0]["message"]["content"], "A1Hello") << unary.body;
+  Client::Reply stream = Request("POST", "/v1/chat/completions", continued + R"(,"stream":true})");
+  ASSERT_EQ(stream.status, 200) << stream.body;
+  std::string content;
+  for (const std::string& event : Events(stream.body)) {
+    if (event == "[DONE]") continue;
+    const Json delta = Json::parse(event)["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
+  }
+  EXPECT_EQ(content, "A1Hello") << stream.body;
+  Client::Reply user_last = Request(
+      "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"U1"}],"echo":true})");
+  ASSERT_EQ(user_last.status, 200) << user_last.body;
+  EXPECT_EQ(Json::parse(user_last.body)["choices"][0]["message"]["content"], "Hello");
+}
+
 TEST_F(GatewayTest, TgiGenerateAndStream) {
   StartGateway({});
   Client::Reply unary = Request("POST", "/generate", R"({"inputs":"hi","parameters":{"details":true}})");
@@ -449,6 +474,14 @@ TEST_F(GatewayTest, OversizedBodiesGet413InTheApiShape) {
     EXPECT_EQ(detokenize.headers.count("x-request-id"), 0u) << "not a generation route";
   }
   EXPECT_EQ(fake_.requests(), 0);
+  // Counted under their routes like the gateway's own answers: an operator sees oversized prompts.
+  const std::string metrics = Request("GET", "/metrics", "").body;
+  for (const char* line :
+       {"blossom_gateway_requests_total{route=\"completions\",status=\"413\"} 1",
+        "blossom_gateway_requests_total{route=\"generate\",status=\"413\"} 1",
+        "blossom_gateway_requests_total{route=\"detokenize\",status=\"413\"} 2"}) {
+    EXPECT_TRUE(absl::StrContains(metrics, line)) << line << "\n" << metrics;
+  }
 }
 
 // A client's X-Request-Id is used only when it is safe in the server's log lines and a header.

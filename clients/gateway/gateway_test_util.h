@@ -408,7 +408,10 @@ class GatewayTest : public ::testing::Test {
     gateway_ = std::make_unique<Gateway>(channel, std::move(options));
     http::ServerOptions http_options;
     http_options.max_body_bytes = 4096;
-    http_options.error_response = &Gateway::ProtocolErrorResponse;
+    http_options.error_response = [g = gateway_.get()](int status, const std::string& message,
+                                                       const std::string& target) {
+      return g->ProtocolErrorResponse(status, message, target);
+    };
     auto server = http::Server::Start(http_options, [g = gateway_.get()](const http::Request& r,
                                                              std::shared_ptr<http::ResponseWriter> w) {
       g->Handle(r, std::move(w));

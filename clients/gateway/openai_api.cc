@@ -157,7 +157,16 @@ absl::Status ParseCommon(const Json& body, absl::string_view raw_body, Completio
   if (skip_special) stopping->set_skip_special_tokens(*skip_special);
   // vLLM's truncate_prompt_tokens: keep the last N prompt tokens (the server truncates).
   absl::optional<int64_t> truncate;
-  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "truncate_prompt_tokens", 1, kInt32Max, &truncate));
+  BLOSSOM_RETURN_IF_ERROR(GetInt(body, "truncate_prompt_tokens", -kInt32Max, kInt32Max, &truncate));
+  if (truncate && *truncate == -1) {
+    // vLLM reads -1 as "to the model's length"; here the count is the client's to give.
+    return Unsupported("truncate_prompt_tokens",
+                       "truncate_prompt_tokens -1 (to the model's length; give the number of "
+                       "prompt tokens to keep, at most max_model_len - 1 from /v1/models)");
+  }
+  if (truncate && *truncate < 1) {
+    return FieldError("truncate_prompt_tokens", absl::StrCat("must be at least 1, got ", *truncate));
+  }
   if (truncate) req.set_truncate_prompt_tokens(static_cast<int32_t>(*truncate));
   absl::optional<int64_t> priority;
   BLOSSOM_RETURN_IF_ERROR(GetInt(body, "priority", -kInt32Max, kInt32Max, &priority));
@@ -385,6 +394,9 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
                            RenderChatPrompt(*messages, chat_template, render));
   out.request.set_text(std::move(prompt));
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, body, &out));
+  absl::optional<bool> echo;
+  BLOSSOM_RETURN_IF_ERROR(GetBool(json, "echo", &echo));
+  if (echo.value_or(false)) out.chat_echo = EchoedLastMessage(*messages, "assistant");
   if (!tools.schema.empty()) {
     // The call is generated as JSON under the tools' schema: one constraint per request.
     auto* sampling = out.request.mutable_sampling();

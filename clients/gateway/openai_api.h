@@ -75,6 +75,9 @@ struct CompletionRequest {
   // completions: echo=true puts the prompt before the completion, in text and (with logprobs)
   // in the logprobs lists, the first prompt token's logprob null (OpenAI, vLLM).
   bool echo = false;
+  // chat: echo=true with a last message of the answer's role (assistant): its text, which each
+  // choice's content starts with (vLLM; a stream sends it after the role, without logprobs).
+  std::string chat_echo;
   // vLLM's prompt_logprobs (-1: not asked; never with stream): per prompt token its logprob,
   // rank and this many alternatives, on each completions choice and on a chat response.
   int prompt_logprobs = -1;
@@ -141,8 +144,9 @@ class StreamEncoder {
   // messages tell them only at the end, so the caller counts them first (a token-id prompt's
   // length, a text's tokens from the server's Tokenize); truncate_prompt_tokens is applied here.
   void SetPromptTokens(int choice, int32_t tokens);
-  // An error event in OpenAI's shape followed by "data: [DONE]", for failures mid-stream.
-  std::string Error(int http_status, absl::string_view message);
+  // An error event (`error_json`: api_errors' ErrorJson) followed by "data: [DONE]", for
+  // failures mid-stream.
+  std::string Error(absl::string_view error_json);
 
  private:
   // A chunk with choice `choice`'s `entry`, or with no choice (entry null, choice -1).

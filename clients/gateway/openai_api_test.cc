@@ -77,6 +77,11 @@ TEST(OpenAIApiTest, RejectsMalformedRequestsWithFieldNames) {
        "truncate_prompt_tokens with echo is not supported", "truncate_prompt_tokens"},
       {false, R"({"prompt":"a","truncate_prompt_tokens":0})", "at least 1",
        "truncate_prompt_tokens"},
+      // vLLM's -1 ("to the model's length") is named as unsupported, not as out of range.
+      {false, R"({"prompt":"a","truncate_prompt_tokens":-1})", "to the model's length",
+       "truncate_prompt_tokens"},
+      {false, R"({"prompt":"a","truncate_prompt_tokens":-2})", "at least 1, got -2",
+       "truncate_prompt_tokens"},
       {false, R"({"prompt":"a","use_beam_search":true,"stream":true})",
        "not supported with use_beam_search", "stream"},
       {true, "{" + kChat + R"(,"max_tokens":0})", "at least 1", "max_tokens"},

@@ -189,7 +189,7 @@ OrderedJson ChoiceJson(const CompletionRequest& request, const GenerateRequest& 
       for (const Token& t : response.tokens()) content.push_back(ChatTokenLogprob(t));
       logprobs = {{"content", content}};
     }
-    OrderedJson message = {{"role", "assistant"}, {"content", response.text()}};
+    OrderedJson message = {{"role", "assistant"}, {"content", request.chat_echo + response.text()}};
     std::string finish_reason = finish;
     if (request.tool_choice.mode != ToolChoice::Mode::kNone) {
       // A whole call is answered as tool_calls (content null, as OpenAI); a call cut short
@@ -405,6 +405,13 @@ std::string StreamEncoder::Start() {
                            {"logprobs", nullptr},
                            {"finish_reason", nullptr}},
                           k));
+    if (!request_.chat_echo.empty()) {
+      events += Event(Chunk({{"index", k},
+                             {"delta", {{"content", request_.chat_echo}}},
+                             {"logprobs", nullptr},
+                             {"finish_reason", nullptr}},
+                            k));
+    }
   }
   return events;
 }
@@ -499,8 +506,8 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   return events;
 }
 
-std::string StreamEncoder::Error(int http_status, absl::string_view message) {
-  return absl::StrCat("data: ", OpenAIErrorJson(http_status, message, ""), "\n\ndata: [DONE]\n\n");
+std::string StreamEncoder::Error(absl::string_view error_json) {
+  return absl::StrCat("data: ", error_json, "\n\ndata: [DONE]\n\n");
 }
 
 }  // namespace blossom::gateway::openai

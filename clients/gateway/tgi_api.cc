@@ -341,8 +341,8 @@ std::string StreamEncoder::OnMessage(const blossom::v1::GenerateStreamResponse& 
   return absl::StrCat("data:", Dump(event), "\n\n");
 }
 
-std::string StreamEncoder::Error(int http_status, absl::string_view message) {
-  return absl::StrCat("data:", TgiErrorJson(http_status, message), "\n\n");
+std::string StreamEncoder::Error(absl::string_view error_json) {
+  return absl::StrCat("data:", error_json, "\n\n");
 }
 
 absl::StatusOr<blossom::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {

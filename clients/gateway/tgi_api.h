@@ -70,7 +70,8 @@ class StreamEncoder {
  public:
   explicit StreamEncoder(const GenerateRequest& request) : request_(request) {}
   std::string OnMessage(const blossom::v1::GenerateStreamResponse& message);
-  std::string Error(int http_status, absl::string_view message);
+  // An error event (`error_json`: api_errors' ErrorJson), for failures mid-stream.
+  std::string Error(absl::string_view error_json);
 
  private:
   const GenerateRequest& request_;
