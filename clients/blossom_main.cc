@@ -477,6 +477,25 @@ int RunRemote(const std::string& command, const std::string& text) {
 }
 
 }  // namespace
+// tokenize, health and info generate nothing: a generation flag given to them would be ignored,
+// so the run is not the one asked for. Returns 2 (printed) or 0.
+int RefuseGenerationFlags(const std::string& command) {
+  static constexpr const char* kGenerationFlags[] = {
+      "max_new_tokens", "min_new_tokens", "temperature", "top_k", "top_p", "typical_p", "min_p",
+      "repetition_penalty", "seed", "stop", "ignore_eos", "frequency_penalty", "presence_penalty",
+      "json_schema", "json_compact", "regex", "grammar"};
+  for (const char* name : kGenerationFlags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    // Set to anything but its default (giving the default changes nothing either way).
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      std::cerr << "blossom: --" << name << " applies to generate and stream, not to '" << command
+                << "'" << std::endl;
+      return 2;
+    }
+  }
+  return 0;
+}
+
 }  // namespace blossom
 
 int main(int argc, char** argv) {
@@ -510,6 +529,9 @@ int main(int argc, char** argv) {
   blossom::ResolvedCommand resolved;
   if (int usage_error = blossom::ResolveCommandLine(args, &resolved, std::cerr)) return usage_error;
   const std::string& command = resolved.command;
+  if (command != "generate" && command != "stream") {
+    if (int refused = blossom::RefuseGenerationFlags(command)) return refused;
+  }
   if (!absl::GetFlag(FLAGS_server).empty()) return blossom::RunRemote(command, resolved.text);
   if (command == "generate") {
     if (int refused = blossom::RefuseFlagsOfTheOtherMode(/*remote=*/false)) return refused;

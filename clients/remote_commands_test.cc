@@ -363,6 +363,16 @@ TEST_F(ServerTest, CliRefusesWhatItWouldDrop) {
   // Giving a beam flag its default changes nothing, so it is no reason to refuse.
   run = RunCli({"tokenize", "--server", server, "Hi", "--length_penalty", "1"});
   EXPECT_EQ(run.exit_code, 0) << run.error;
+  // tokenize, health and info generate nothing: a generation flag would be ignored.
+  run = RunCli({"tokenize", "--server", server, "Hi", "--temperature", "0.5"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.error.find("--temperature applies to generate and stream"), std::string::npos)
+      << run.error;
+  EXPECT_EQ(run.output, "");
+  run = RunCli({"health", "--server", server, "--max_new_tokens", "5"});
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunCli({"info", "--server", server, "--max_new_tokens", "32"});  // its default
+  EXPECT_EQ(run.exit_code, 0) << run.error;
 }
 
 // The seed a run reports replays it, over the whole range the server draws seeds from (uint64:

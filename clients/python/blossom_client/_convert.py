@@ -136,6 +136,23 @@ def _set_prompt(method: str, request, prompt: Prompt) -> None:
                         f"not {type(prompt).__name__}")
 
 
+def build_detokenize_request(ids: Sequence[int], skip_special_tokens: bool) -> pb.DetokenizeRequest:
+    """Raises TypeError (not a list of int ids, or a non-bool flag) or ValueError (an id that
+    does not fit in 32 bits) naming the parameter, as generate() does for its prompt."""
+    try:
+        ids = None if isinstance(ids, (str, bytes)) else list(ids)
+    except TypeError:
+        ids = None
+    if ids is None or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TypeError("detokenize() ids must be a list of int token ids")
+    if any(not -2**31 <= t < 2**31 for t in ids):
+        raise ValueError("detokenize() ids must fit in 32 bits")
+    if not isinstance(skip_special_tokens, bool):
+        raise TypeError("detokenize() skip_special_tokens must be a bool, "
+                        f"not {type(skip_special_tokens).__name__}")
+    return pb.DetokenizeRequest(ids=ids, skip_special_tokens=skip_special_tokens)
+
+
 def build_beam_search_request(prompt: Prompt, beam_width: int,
                               params: Dict[str, Any]) -> pb.BeamSearchRequest:
     """Raises TypeError for an unknown keyword or a wrongly typed prompt/value."""

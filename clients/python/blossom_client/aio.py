@@ -74,7 +74,7 @@ class AsyncBlossomClient:
 
     async def detokenize(self, ids: Sequence[int], skip_special_tokens: bool = False, *,
                          timeout=_UNSET) -> str:
-        request = pb.DetokenizeRequest(ids=ids, skip_special_tokens=skip_special_tokens)
+        request = _convert.build_detokenize_request(ids, skip_special_tokens)
         return (await self._unary(self._stub.Detokenize, request, timeout)).text
 
     async def model_info(self, *, timeout=_UNSET) -> results.ModelInfo:

@@ -86,7 +86,7 @@ class BlossomClient:
     def detokenize(self, ids: Sequence[int], skip_special_tokens: bool = False, *,
                    timeout=_UNSET) -> str:
         """The text of token ids (special tokens kept unless skip_special_tokens)."""
-        request = pb.DetokenizeRequest(ids=ids, skip_special_tokens=skip_special_tokens)
+        request = _convert.build_detokenize_request(ids, skip_special_tokens)
         return self._unary(self._stub.Detokenize, request, timeout).text
 
     def model_info(self, *, timeout=_UNSET) -> results.ModelInfo:

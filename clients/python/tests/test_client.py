@@ -298,6 +298,17 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(self.client.detokenize([72, 105]), "Hi")
         self.assertEqual(self.fake.requests[-1].ids, [72, 105])
         self.assertFalse(self.fake.requests[-1].skip_special_tokens)
+        # Checked before sending, naming the parameter (protobuf's own errors name neither).
+        sent = len(self.fake.requests)
+        with self.assertRaisesRegex(ValueError, r"detokenize\(\) ids must fit in 32 bits"):
+            self.client.detokenize([2**40])
+        for bad in ("Hi", [1.5], [True], 7):
+            with self.assertRaisesRegex(TypeError, r"detokenize\(\) ids"):
+                self.client.detokenize(bad)
+        with self.assertRaisesRegex(TypeError, "skip_special_tokens must be a bool"):
+            self.client.detokenize([1], skip_special_tokens="yes")
+        self.assertEqual(len(self.fake.requests), sent)
+        self.assertEqual(self.client.detokenize(iter([72, 105])), "Hi")
         self.assertEqual(self.client.detokenize([72, 0, 105], skip_special_tokens=True), "Hi")
         with self.assertRaises(InvalidArgumentError):
             self.client.detokenize([-1])
