@@ -155,6 +155,7 @@ grpc::ServerUnaryReactor* BlossomService::Tokenize(grpc::CallbackServerContext* 
                                                    const v1::TokenizeRequest* request,
                                                    v1::TokenizeResponse* response) {
   absl::Status status = Admit(context, /*generation=*/false);
+  if (status.ok()) status = CheckModelName(request->model(), options_.limits);
   if (status.ok()) {
     status = TokenizeText(*tokenizer_, *request, kMaxTokenizeTokens,
                           model_info_.limits().max_total_tokens(), response);
@@ -166,6 +167,7 @@ grpc::ServerUnaryReactor* BlossomService::Detokenize(grpc::CallbackServerContext
                                                      const v1::DetokenizeRequest* request,
                                                      v1::DetokenizeResponse* response) {
   absl::Status status = Admit(context, /*generation=*/false);
+  if (status.ok()) status = CheckModelName(request->model(), options_.limits);
   if (status.ok()) {
     status = DetokenizeIds(*tokenizer_, *request, model_info_.vocab_size(), kMaxTokenizeTokens,
                            response);

@@ -267,6 +267,25 @@ TEST(BlossomServiceTest, TokenizeReturnsIdsTokensAndOffsets) {
   const grpc::Status bad = fixture.stub().Detokenize(&bad_context, detokenize, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(DetailsOf(FromGrpcStatus(bad)).field, "ids");
+
+  // `model`, as Generate's: the served name (the fixture's directory) or nothing; another name
+  // is NOT_FOUND naming the field (vLLM's /tokenize and /detokenize answer 404).
+  request.set_model("bloom-tiny-h4");
+  grpc::ClientContext named_context;
+  EXPECT_TRUE(fixture.stub().Tokenize(&named_context, request, &response).ok());
+  for (const std::string& model : {std::string("gpt-9"), std::string(300, 'm')}) {
+    request.set_model(model);
+    grpc::ClientContext tokenize_other;
+    const grpc::Status tokenized = fixture.stub().Tokenize(&tokenize_other, request, &response);
+    detokenize.set_model(model);
+    grpc::ClientContext detokenize_other;
+    const grpc::Status detokenized = fixture.stub().Detokenize(&detokenize_other, detokenize, &text);
+    for (const grpc::Status& status : {tokenized, detokenized}) {
+      EXPECT_EQ(status.error_code(), model.size() > 256 ? grpc::StatusCode::INVALID_ARGUMENT
+                                                        : grpc::StatusCode::NOT_FOUND);
+      EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).field, "model");
+    }
+  }
 }
 
 // Issue 14: max_input_tokens did not apply to Tokenize, so a 600 KB text made a 10.7 MB reply.

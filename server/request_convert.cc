@@ -248,25 +248,30 @@ bool GuidedConstraintNotCompiled(const absl::Status& status) {
   return status.GetPayload(kNotCompiledPayload).has_value();
 }
 
+absl::Status CheckModelName(absl::string_view model, const RequestLimits& limits) {
+  // A name that can never match is refused without echoing it: error messages travel as gRPC
+  // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
+  if (model.size() > kMaxModelNameBytes) {
+    return Refusal(error_reason::kInvalidModelName, "model",
+                   absl::StrCat("model: longer than ", kMaxModelNameBytes, " bytes"));
+  }
+  if (!model.empty() && !limits.served_model_name.empty() &&
+      model != limits.served_model_name) {
+    return Refusal(error_reason::kUnknownModel, "model",
+                   absl::StrCat("model '", SanitizeForMessage(model, kMaxModelNameBytes),
+                                "' is not served here; this server serves '",
+                                limits.served_model_name, "'"),
+                   absl::StatusCode::kNotFound);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits,
                                               ConstraintCache* guided_constraints,
                                               ConstraintCache::Mode guided_mode) {
-  // A name that can never match is refused without echoing it: error messages travel as gRPC
-  // trailers (an 8 KB name overflowed them into RESOURCE_EXHAUSTED) and into logs.
-  if (request.model().size() > kMaxModelNameBytes) {
-    return Refusal(error_reason::kInvalidModelName, "model",
-                   absl::StrCat("model: longer than ", kMaxModelNameBytes, " bytes"));
-  }
-  if (!request.model().empty() && !limits.served_model_name.empty() &&
-      request.model() != limits.served_model_name) {
-    return Refusal(error_reason::kUnknownModel, "model",
-                   absl::StrCat("model '", SanitizeForMessage(request.model(), kMaxModelNameBytes),
-                                "' is not served here; this server serves '",
-                                limits.served_model_name, "'"),
-                   absl::StatusCode::kNotFound);
-  }
+  BLOSSOM_RETURN_IF_ERROR(CheckModelName(request.model(), limits));
   // Before tokenizing: refused whatever the prompt.
   BLOSSOM_RETURN_IF_ERROR(CheckGroupSize(request.group_size(), limits, "generations"));
   if (request.priority() != 0 && !limits.priority_scheduling) {

@@ -50,6 +50,11 @@ absl::StatusOr<EngineRequest> ToEngineRequest(
     ConstraintCache* guided_constraints = nullptr,
     ConstraintCache::Mode guided_mode = ConstraintCache::Mode::kCompile);
 
+// A request's `model` (empty: the served one) checked against the served name: longer than
+// kMaxModelNameBytes is INVALID_ARGUMENT (INVALID_MODEL_NAME, never echoed), another name
+// NOT_FOUND (UNKNOWN_MODEL). Generate, BeamSearch, Tokenize and Detokenize share it.
+absl::Status CheckModelName(absl::string_view model, const RequestLimits& limits);
+
 // Whether ToEngineRequest stopped, with kRecentOnly, at a constraint that is not compiled yet.
 bool GuidedConstraintNotCompiled(const absl::Status& status);
 

@@ -247,6 +247,15 @@ std::string Gateway::ModelName(const std::string& requested) const {
   return model_id_.empty() ? "blossom" : model_id_;
 }
 
+absl::Status Gateway::TakeServedModel(std::string* model) const {
+  if (options_.served_model_name.empty()) return absl::OkStatus();
+  if (!model->empty() && *model != options_.served_model_name) {
+    return UnknownModelError(absl::StrCat("model '", *model, "' does not exist"));
+  }
+  model->clear();
+  return absl::OkStatus();
+}
+
 void Gateway::RememberModelId(const std::string& model_id) {
   std::lock_guard<std::mutex> lock(mu_);
   model_id_ = model_id;

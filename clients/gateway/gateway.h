@@ -247,6 +247,10 @@ class Gateway {
   // The client's X-Request-Id when IsAcceptableRequestId, else NextRequestId().
   std::string RequestIdFor(const http::Request& request);
   std::string ModelName(const std::string& requested) const;
+  // With --served-model-name: a request's `model` other than that name is NOT_FOUND
+  // (UNKNOWN_MODEL), and the name (the gateway's, not the server's) is cleared before the call.
+  // Without it the name goes on to the server, which checks it against its own.
+  absl::Status TakeServedModel(std::string* model) const;
   void RememberModelId(const std::string& model_id);
   // Without --served_model_name, asks the backend for its model id (GetModelInfo, `request`'s
   // authorization) when none is known yet, so that responses name the model without waiting for

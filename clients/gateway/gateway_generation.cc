@@ -76,13 +76,9 @@ void Gateway::HandleCompletions(const http::Request& request, std::shared_ptr<Re
     writer->Send(ErrorResponse(flavor, parsed.status()));
     return;
   }
-  if (!options_.served_model_name.empty()) {
-    if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
-      writer->Send(ErrorResponse(
-          flavor, UnknownModelError(absl::StrCat("model '", parsed->model, "' does not exist"))));
-      return;
-    }
-    parsed->request.clear_model();
+  if (absl::Status served = TakeServedModel(parsed->request.mutable_model()); !served.ok()) {
+    writer->Send(ErrorResponse(flavor, served));
+    return;
   }
   LearnModelId(request);  // for this response and the next ones, if still unknown
   parsed->model = ModelName(parsed->model);

@@ -29,6 +29,10 @@ void Gateway::HandleTokenize(const http::Request& request, std::shared_ptr<Respo
       return;
     }
     flavor = parsed->chat ? ApiFlavor::kOpenAIChat : ApiFlavor::kOpenAI;
+    if (absl::Status served = TakeServedModel(parsed->request.mutable_model()); !served.ok()) {
+      writer->Send(ErrorResponse(flavor, served));
+      return;
+    }
     grpc_request = parsed->request;
     encode = [vllm_call = *std::move(parsed)](const blossom::v1::TokenizeResponse& response) {
       return vllm::TokenizeResponse(vllm_call, response);
@@ -69,6 +73,10 @@ void Gateway::HandleDetokenize(const http::Request& request,
       vllm::ParseDetokenizeRequest(request.body);
   if (!parsed.ok()) {
     writer->Send(ErrorResponse(ApiFlavor::kOpenAI, parsed.status()));
+    return;
+  }
+  if (absl::Status served = TakeServedModel(parsed->mutable_model()); !served.ok()) {
+    writer->Send(ErrorResponse(ApiFlavor::kOpenAI, served));
     return;
   }
   auto call = std::make_shared<

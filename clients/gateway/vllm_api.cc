@@ -18,7 +18,8 @@ absl::StatusOr<TokenizeCall> ParseTokenizeRequest(const Json& body,
                                                   const ChatTemplate& chat_template) {
   TokenizeCall call;
   absl::optional<std::string> model;
-  BLOSSOM_RETURN_IF_ERROR(GetString(body, "model", &model));  // accepted, not checked
+  BLOSSOM_RETURN_IF_ERROR(GetString(body, "model", &model));  // checked by the server
+  if (model) call.request.set_model(*model);
   absl::optional<bool> add_special, return_strs;
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "add_special_tokens", &add_special));
   BLOSSOM_RETURN_IF_ERROR(GetBool(body, "return_token_strs", &return_strs));
@@ -59,13 +60,14 @@ Json TokenizeResponse(const TokenizeCall& call, const blossom::v1::TokenizeRespo
 absl::StatusOr<blossom::v1::DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body) {
   BLOSSOM_ASSIGN_OR_RETURN(Json json, ParseJsonObject(body));
   absl::optional<std::string> model;
-  BLOSSOM_RETURN_IF_ERROR(GetString(json, "model", &model));  // accepted, not checked
+  BLOSSOM_RETURN_IF_ERROR(GetString(json, "model", &model));  // checked by the server
   auto tokens = json.find("tokens");
   if (tokens == json.end() || tokens->is_null()) return FieldError("tokens", "is required");
   std::vector<int32_t> ids;
   BLOSSOM_RETURN_IF_ERROR(GetTokenIds(json, "tokens", kMaxTokenIdList, &ids));
   blossom::v1::DetokenizeRequest request;
   request.mutable_ids()->Add(ids.begin(), ids.end());
+  if (model) request.set_model(*model);  // checked by the server
   return request;
 }
 

@@ -21,6 +21,7 @@ TEST(VllmApiTest, PromptAndChatTokenizeRequests) {
   auto prompt = ParseTokenizeRequest(Json::parse(R"({"model":"m","prompt":"The server"})"), {});
   ASSERT_TRUE(prompt.ok()) << prompt.status();
   EXPECT_EQ(prompt->request.text(), "The server");
+  EXPECT_EQ(prompt->request.model(), "m");  // the server checks it
   EXPECT_FALSE(prompt->return_token_strs);
   const Json messages = Json::parse(R"([{"role":"user","content":"Hello"}])");
   auto chat = ParseTokenizeRequest(
@@ -74,6 +75,7 @@ TEST(VllmApiTest, Detokenize) {
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->ids_size(), 3);
   EXPECT_EQ(request->ids(2), 0);
+  EXPECT_EQ(request->model(), "m");
   EXPECT_FALSE(request->skip_special_tokens()) << "vLLM keeps special tokens";
   for (const char* bad : {R"({})", R"({"tokens":"5"})", R"({"tokens":[1,-1]})",
                           R"({"tokens":[1.5]})", R"({"tokens":[4294967296]})"}) {
