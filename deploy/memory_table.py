@@ -7,7 +7,7 @@
 Per rank with --backend cuda, bf16 weights (2 bytes), bf16 activations and KV cache:
   weights   = parameters x 2 / tp  (every large weight is split, the embedding by vocabulary)
   reserve   = what blossom-server holds back for activations: ActivationReserveBytes in
-              engine/model/model_runner.cc (8,192 tokens + 512 logit rows of workspace + 512 MiB)
+              engine/model/rank_setup.cc (8,192 tokens + 512 logit rows of workspace + 512 MiB)
   context   = CUDA context, cuBLASLt workspace, NCCL buffers: an estimate (1.5 GiB; measure with
               nvidia-smi on your GPU)
   KV budget = gpu_memory_fraction (0.90) x GPU memory - weights - reserve - context
