@@ -46,7 +46,9 @@
 #               with the base run first and again last (its drift shows the noise):
 #               variants.md (~1-2 min; not part of "all")
 #   servecheck  the CUDA server behind the gateway on the bf16 560m checkpoint: 300 streams, 64 at a
-#               time, 10% cancelled; exact completions and no KV blocks left (serve_check.py):
+#               time, 10% cancelled, six kinds of sampling request (greedy, seeded top-p/top-k,
+#               penalties, logprobs, logit bias, guided regex); each kind's outcome exact and no KV
+#               blocks left (serve_check.py):
 #               servecheck.json (~1-2 min; not part of "all")
 #
 # Every call copies what the results folder holds so far to $OUT/bench_results (7 files at most:

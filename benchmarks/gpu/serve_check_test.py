@@ -5,6 +5,7 @@ numbers, so the script and its checks are proven before a GPU run depends on the
 passes (completions exact, cancelled streams freed, server idle after), and a run that cannot
 read the server's metrics fails. Usage (Bazel): serve_check_test.py SERVER GATEWAY MODEL_DIR SCRIPT
 """
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 
 
 def start(cmd, pattern, timeout=120):
@@ -43,8 +45,34 @@ def free_port():
         return s.getsockname()[1]
 
 
+def check_outcome_rules(script):
+    """The per-kind checks fail what they must (a clean run alone cannot show that)."""
+    spec = importlib.util.spec_from_file_location("serve_check", script)
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    args = types.SimpleNamespace(max_tokens=3, bias_token=(7, " the"))
+
+    def record(kind, **kw):
+        r = {"kind": kind, "completion_tokens": 3, "finish_reason": "length", "text": " the the the",
+             "logprob_problem": None, "logprob_tokens": 3}
+        r.update(kw)
+        return r
+    assert sc.outcome_problem(args, record("greedy")) is None
+    assert sc.outcome_problem(args, record("biased")) is None
+    assert sc.outcome_problem(args, record("biased", text=" the the a")) is not None
+    assert sc.outcome_problem(args, record("greedy", completion_tokens=2)) is not None
+    assert sc.outcome_problem(args, record("logprobs", logprob_tokens=2)) is not None
+    assert sc.logprob_problem({"token_logprobs": [-0.5, 0.3]}) is not None
+    assert sc.logprob_problem({"token_logprobs": [-0.5], "top_logprobs": [{"a": -0.1, "b": float("nan")}]})
+    assert sc.logprob_problem({"token_logprobs": [-0.5], "top_logprobs": [{"a": -0.1, "b": -2.0}]}) is None
+    assert sc.outcome_problem(args, record("regex", text="yes", finish_reason="stop")) is None
+    assert sc.outcome_problem(args, record("regex", text="yes", finish_reason="length")) is not None
+    assert sc.outcome_problem(args, record("regex", text="maybe", finish_reason="stop")) is not None
+
+
 def main():
     server_bin, gateway_bin, model_dir, script = sys.argv[1:5]
+    check_outcome_rules(script)
     server, m, server_log = start([server_bin, "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
                                    "--metrics_port", "0", "--threads", "2"], r"grpc_port=(\d+) metrics_port=(\d+)")
     grpc_port, metrics_port = m.group(1), m.group(2)
@@ -69,6 +97,9 @@ def main():
             report = json.load(open(report_path))
             assert report["ok"] and report["cancelled"] >= 1 and report["completed"] >= 20, report
             assert report["cancelled"] + report["completed"] == 40, report
+            # Every kind of request ran and ended as its kind must (6 kinds cycled over 40).
+            assert sorted(report["completed_by_kind"]) == sorted(report["kinds"]), report
+            assert len(report["kinds"]) == 6, report
             assert report["metrics_after"]["blossom_kv_cache_blocks_used"] == 0, report
             # Planted: the server's metrics cannot be read, so idleness cannot be shown.
             bad = subprocess.run(common + ["--metrics-port", str(free_port()), "--drain-s", "1"],
