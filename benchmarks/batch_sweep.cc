@@ -14,21 +14,6 @@ double SecondsSince(std::chrono::steady_clock::time_point origin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
 }
 
-absl::Status ValidateOptions(const SweepOptions& o) {
-  if (o.batch_sizes.empty()) return absl::InvalidArgumentError("no batch sizes given");
-  for (int32_t b : o.batch_sizes) {
-    if (b <= 0)
-      return absl::InvalidArgumentError(absl::StrCat("batch size ", b, " is not positive"));
-  }
-  if (o.max_new_tokens <= 0) return absl::InvalidArgumentError("max_new_tokens must be positive");
-  if (o.warmup < 0) return absl::InvalidArgumentError("warmup must be >= 0");
-  if (o.cycles <= 0) return absl::InvalidArgumentError("cycles must be positive");
-  if (o.prompts.empty() && o.prompt_tokens <= 0) {
-    return absl::InvalidArgumentError("no prompts given");
-  }
-  if (o.prompt_tokens < 0) return absl::InvalidArgumentError("prompt_tokens must be >= 0");
-  return absl::OkStatus();
-}
 
 // One generate() over the batch, tokenizing inside the timed region.
 absl::StatusOr<CycleRecord> RunCycle(BatchGenerator* generator, const Tokenizer* tokenizer,
@@ -90,6 +75,27 @@ absl::StatusOr<CycleRecord> RunCycle(BatchGenerator* generator, const Tokenizer*
 }
 
 }  // namespace
+
+absl::Status ValidateSweepOptions(const SweepOptions& o) {
+  if (o.batch_sizes.empty()) return absl::InvalidArgumentError("no batch sizes given");
+  for (int32_t b : o.batch_sizes) {
+    if (b <= 0)
+      return absl::InvalidArgumentError(absl::StrCat("batch size ", b, " is not positive"));
+  }
+  // The sweep measures decode steps: one new token makes none (its decode numbers would be 0s).
+  if (o.max_new_tokens < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 2 (the sweep times decode steps), got ",
+                     o.max_new_tokens));
+  }
+  if (o.warmup < 0) return absl::InvalidArgumentError("warmup must be >= 0");
+  if (o.cycles <= 0) return absl::InvalidArgumentError("cycles must be positive");
+  if (o.prompts.empty() && o.prompt_tokens <= 0) {
+    return absl::InvalidArgumentError("no prompts given");
+  }
+  if (o.prompt_tokens < 0) return absl::InvalidArgumentError("prompt_tokens must be >= 0");
+  return absl::OkStatus();
+}
 
 const std::vector<std::string>& SeedPrompts() {
   static const std::vector<std::string>* prompts = new std::vector<std::string>{
@@ -158,7 +164,7 @@ absl::StatusOr<SweepRun> RunBatchSweep(BatchGenerator* generator, const Tokenize
                                        const SweepOptions& options,
                                        std::chrono::steady_clock::time_point origin,
                                        const std::function<void(const BatchResult&)>& on_batch) {
-  BLOSSOM_RETURN_IF_ERROR(ValidateOptions(options));
+  BLOSSOM_RETURN_IF_ERROR(ValidateSweepOptions(options));
   SweepRun run;
   run.options = options;
   for (int32_t batch_size : options.batch_sizes) {

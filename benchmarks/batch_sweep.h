@@ -92,6 +92,10 @@ struct SweepRun {
   std::vector<BatchResult> batches;
 };
 
+// InvalidArgument for options no sweep could run with (no or non-positive batch sizes,
+// max_new_tokens, cycles; negative warmup or prompt_tokens): checked before a model is loaded.
+absl::Status ValidateSweepOptions(const SweepOptions& options);
+
 // Runs the sweep. Timestamps are seconds since `origin`. `on_batch` (optional) sees each batch
 // as it completes, for printing progress. Errors from generation name the batch size.
 absl::StatusOr<SweepRun> RunBatchSweep(

@@ -139,6 +139,12 @@ int RunSweep(const std::string& command_line) {
   options.commit = absl::GetFlag(FLAGS_commit);
   options.machine = absl::GetFlag(FLAGS_machine);
   options.command = command_line;
+  // Bad flags: exit 2, before anything loads (RunSweepCommand checks them again, for its other
+  // callers).
+  if (absl::Status valid = blossom::ValidateSweepCommandOptions(options); !valid.ok()) {
+    std::cerr << "blossom-bench: error: " << valid.message() << std::endl;
+    return 2;
+  }
   auto report = blossom::RunSweepCommand(options, &std::cout);
   if (!report.ok()) {
     std::cerr << "blossom-bench: error: " << report.status().message() << std::endl;

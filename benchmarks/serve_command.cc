@@ -116,6 +116,14 @@ absl::StatusOr<ServeReport> RunServeCommand(const ServeCommandOptions& options, 
   if (st.prompt_kind != "text" && st.prompt_kind != "ids") {
     return absl::InvalidArgumentError("--prompt-kind must be text or ids");
   }
+  // 0 leaves an objective out; a negative one is a typo that would silently turn goodput into
+  // plain throughput.
+  if (!(st.slo.ttft_ms >= 0) || !(st.slo.tpot_ms >= 0) || !(st.slo.e2e_ms >= 0)) {
+    return absl::InvalidArgumentError("--slo-ttft-ms, --slo-tpot-ms and --slo-e2e-ms must be >= 0 "
+                                      "(0 = no objective)");
+  }
+  // Checked whatever the target: a misspelt API is an error on a gRPC target too.
+  if (!st.http_api.empty()) BLOSSOM_RETURN_IF_ERROR(ParseHttpApi(st.http_api).status());
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.json, "--json"));
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.markdown, "--markdown"));
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.svg_prefix, "--svg-prefix"));

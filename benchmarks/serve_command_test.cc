@@ -179,7 +179,10 @@ TEST(ServeCommandTest, RejectsBadSettingsBeforeConnecting) {
            [](ServeCommandOptions& o) {
              o.settings.target = "http://127.0.0.1:1";
              o.settings.prompt_kind = "ids";
-           }}) {
+           },
+           // A negative objective would turn goodput into throughput without a word.
+           [](ServeCommandOptions& o) { o.settings.slo.tpot_ms = -5; },
+           [](ServeCommandOptions& o) { o.settings.http_api = "foo"; }}) {
     ServeCommandOptions options = Options("grpc://127.0.0.1:1");
     mutate(options);
     auto report = RunServeCommand(options, nullptr);

@@ -76,6 +76,11 @@ std::string FormatServeTable(const ServeReport& report) {
   for (const auto& [reason, count] : s.failures) {
     out += Line(absl::StrCat("  ", reason, ":"), absl::StrCat(count));
   }
+  if (s.output_length_mismatches > 0) {
+    // The run is not the one asked for (a server that stops at EOS whatever ignore_eos says, or
+    // caps the length): its throughputs compare with nothing measured at the asked lengths.
+    out += Line("WARNING outputs of another length:", absl::StrCat(s.output_length_mismatches));
+  }
   out += Line("Request rate configured (RPS):", Rate(report.settings.request_rate));
   out += Line("Maximum request concurrency:",
               report.settings.max_concurrency > 0 ? absl::StrCat(report.settings.max_concurrency)
@@ -195,6 +200,10 @@ std::string ServeReportToMarkdown(const ServeReport& report) {
   std::string out = absl::StrCat(
       "| metric | value |\n|---|---|\n",
       absl::StrFormat("| successful / failed requests | %d / %d |\n", s.completed, s.failed),
+      s.output_length_mismatches > 0
+          ? absl::StrFormat("| **outputs of another length than asked** | %d (not comparable) |\n",
+                            s.output_length_mismatches)
+          : std::string(),
       absl::StrFormat("| benchmark duration | %.2f s |\n", s.duration_s),
       absl::StrFormat("| input / output tokens | %d / %d |\n", s.total_input_tokens,
                       s.total_output_tokens),

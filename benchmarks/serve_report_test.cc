@@ -58,6 +58,20 @@ TEST(ServeReportTest, TableHasVllmLabels) {
             std::string::npos);
 }
 
+// Outputs shorter (or longer) than asked make the run incomparable: the table and the Markdown
+// say so, not only the JSON's count.
+TEST(ServeReportTest, OutputsOfAnotherLengthAreAWarning) {
+  ServeReport report = Example(Slo{});
+  EXPECT_EQ(FormatServeTable(report).find("WARNING"), std::string::npos);
+  EXPECT_EQ(ServeReportToMarkdown(report).find("another length"), std::string::npos);
+  report.records[0].expected_output_tokens = 11;  // the server gave 3
+  report.summary = SummarizeRequests(report.records, 1.0, Slo{});
+  const std::string table = FormatServeTable(report);
+  EXPECT_NE(table.find("WARNING outputs of another length:       1"), std::string::npos) << table;
+  EXPECT_NE(ServeReportToMarkdown(report).find("| **outputs of another length than asked** | 1"),
+            std::string::npos);
+}
+
 TEST(ServeReportTest, JsonFollowsTheSchema) {
   Slo slo;
   slo.e2e_ms = 1000;

@@ -33,7 +33,12 @@ Distribution Summarize(const std::vector<double>& values) {
 }
 
 double TtftMs(const RequestRecord& r) { return (r.first_token_s - r.send_s) * 1e3; }
-double E2eMs(const RequestRecord& r) { return (r.end_s - r.send_s) * 1e3; }
+// To the last token, as vLLM's benchmark ends a request's latency (its most recent token-carrying
+// chunk): the final usage message, [DONE] and the stream's close that follow are not the model's.
+double E2eMs(const RequestRecord& r) {
+  const double end = r.token_times_s.empty() ? r.end_s : r.token_times_s.back();
+  return (end - r.send_s) * 1e3;
+}
 double TpotMs(const RequestRecord& r) {
   if (r.output_tokens < 2) return -1;
   return (E2eMs(r) - TtftMs(r)) / static_cast<double>(r.output_tokens - 1);

@@ -76,7 +76,8 @@ struct ServingSummary {
 ServingSummary SummarizeRequests(const std::vector<RequestRecord>& records, double duration_s,
                                  const Slo& slo);
 
-// Per-request derived values (ms); TPOT is -1 with fewer than two output tokens.
+// Per-request derived values (ms); TPOT is -1 with fewer than two output tokens. E2E ends at the
+// last token received (vLLM's benchmark), or at the stream's end for a request without tokens.
 double TtftMs(const RequestRecord& r);
 double TpotMs(const RequestRecord& r);
 double E2eMs(const RequestRecord& r);

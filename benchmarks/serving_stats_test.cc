@@ -76,6 +76,19 @@ TEST(ServingStatsTest, HandComputedSummary) {
   EXPECT_NEAR(s.itl_ms.p99, 298, 1e-9);  // sorted 100 200 300, rank 1.98
 }
 
+// E2E (and so TPOT) end at the last token, as vLLM's benchmark: the final usage message and the
+// stream's close after it are not the model's time. Without tokens, the stream's end.
+TEST(ServingStatsTest, EndToEndEndsAtTheLastToken) {
+  RequestRecord r = Ok(0.0, {0.1, 0.2, 0.3}, 4, 3);
+  r.end_s = 0.5;  // [DONE] and the close came 200 ms after the last token
+  EXPECT_NEAR(E2eMs(r), 300, 1e-9);
+  EXPECT_NEAR(TpotMs(r), 100, 1e-9);
+  RequestRecord none;
+  none.send_s = 1.0;
+  none.end_s = 1.25;
+  EXPECT_NEAR(E2eMs(none), 250, 1e-9);
+}
+
 TEST(ServingStatsTest, GoodputCountsRequestsMeetingEveryObjective) {
   Slo ttft_only;
   ttft_only.ttft_ms = 200;  // r0, r1 meet it; r3 (500) does not

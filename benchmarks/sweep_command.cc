@@ -77,8 +77,24 @@ int SweepThreads(int threads_per_rank, int world_size, int usable_cpus) {
   return per_rank * ranks;
 }
 
-absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log) {
+absl::Status ValidateSweepCommandOptions(const SweepCommandOptions& options) {
   if (options.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  BLOSSOM_RETURN_IF_ERROR(ValidateSweepOptions(options.sweep));
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be >= 0 (0 = the usable CPUs), got ", options.threads));
+  }
+  // 0 = measure; a negative rate is a typo, not "measure".
+  if (options.overrides.mem_bandwidth_gbs < 0.0 || options.overrides.peak_tflops < 0.0) {
+    return absl::InvalidArgumentError(
+        "--mem-bandwidth-gbs and --peak-tflops must be > 0 (or 0 to measure them)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log) {
+  // Before the load, which on a large checkpoint takes minutes.
+  BLOSSOM_RETURN_IF_ERROR(ValidateSweepCommandOptions(options));
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.json, "--json"));
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.markdown, "--markdown"));
   BLOSSOM_RETURN_IF_ERROR(CheckOutputDirectory(options.outputs.svg_prefix, "--svg-prefix"));

@@ -52,6 +52,10 @@ struct SweepCommandOptions {
 };
 
 // Stats blocks and progress go to `log` (may be null).
+// InvalidArgument for options no sweep could run with (ValidateSweepOptions, a negative
+// --threads, a negative rate override, no --model): RunSweepCommand checks it before loading.
+absl::Status ValidateSweepCommandOptions(const SweepCommandOptions& options);
+
 absl::StatusOr<SweepReport> RunSweepCommand(const SweepCommandOptions& options, std::ostream* log);
 
 // The longest context of the sweep's steps, max(1024, prompt_tokens) + max_new_tokens: the step

@@ -187,6 +187,27 @@ TEST(SweepCommandTest, MissingModelIsAnError) {
   EXPECT_NE(s.message().find("does not exist"), std::string::npos) << s;
 }
 
+// Options no sweep could run with are refused before the model loads (minutes on a large
+// checkpoint): the model here does not exist, and the error is still the option's.
+TEST(SweepCommandTest, BadOptionsAreRefusedBeforeLoading) {
+  for (auto mutate : std::vector<void (*)(SweepCommandOptions&)>{
+           [](SweepCommandOptions& o) { o.sweep.max_new_tokens = 1; },
+           [](SweepCommandOptions& o) { o.sweep.cycles = 0; },
+           [](SweepCommandOptions& o) { o.sweep.warmup = -1; },
+           [](SweepCommandOptions& o) { o.threads = -1; },
+           [](SweepCommandOptions& o) { o.overrides.mem_bandwidth_gbs = -1; },
+           [](SweepCommandOptions& o) { o.overrides.peak_tflops = -2; }}) {
+    SweepCommandOptions options;
+    options.model_dir = "/nonexistent/model";
+    options.sweep.batch_sizes = {1};
+    mutate(options);
+    const absl::Status s = RunSweepCommand(options, nullptr).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.message().find("nonexistent"), std::string::npos) << s;
+    EXPECT_EQ(ValidateSweepCommandOptions(options).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(SweepCommandTest, UnknownBackendIsAnError) {
   SweepCommandOptions options;
   options.model_dir = FixturePath("models/bloom-tiny-h4");
