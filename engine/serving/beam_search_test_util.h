@@ -90,15 +90,16 @@ inline nlohmann::json LoadGoldens(const std::string& model) {
   return nlohmann::json::parse(text.str(), nullptr, false);
 }
 
-// Whether golden case `c`'s answer turned on no comparison closer than `tolerance`: its
-// selection_margin (tests/fixtures/fixture_beam_margin.py: the smallest gap of a comparison of
-// scores that the returned sequences depend on). An engine whose logprobs are within
-// `tolerance` of HF's a token owes HF's answer only for such a case. A case without the field
-// is a test failure (goldens older than the field: regenerate them).
-inline bool DecidedBeyond(const nlohmann::json& c, double tolerance) {
+// Whether no per-token logprob error below `per_token_error` could flip golden case `c`'s answer:
+// its selection_margin (tests/fixtures/fixture_beam_margin.py: the smallest such error for any
+// comparison the returned sequences depend on, with no shared prefix assumed to cancel) is at
+// least that. An engine whose logprobs are within `per_token_error` of HF's owes HF's answer only
+// for such a case. A case without the field is a test failure (goldens older than the field:
+// regenerate them).
+inline bool DecidedBeyond(const nlohmann::json& c, double per_token_error) {
   EXPECT_TRUE(c.contains("selection_margin") && c["selection_margin"].is_number())
       << "regenerate the goldens: tests/fixtures/generate.py --only-beam";
-  return c.value("selection_margin", 0.0) >= tolerance;
+  return c.value("selection_margin", 0.0) >= per_token_error;
 }
 
 // Runs golden case `c` on `engine` and checks it: every returned sequence equal to HF's, token
