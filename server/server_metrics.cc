@@ -40,13 +40,9 @@ const char* OutcomeLabel(FinishReason reason) {
 }
 
 const char* OutcomeLabel(const EngineEvent& final_event) {
-  if (final_event.finish_reason == FinishReason::kError) {
-    switch (final_event.status.code()) {
-      case absl::StatusCode::kInvalidArgument: return "invalid_argument";
-      case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
-      case absl::StatusCode::kOutOfRange: return "out_of_range";
-      default: break;
-    }
+  if (final_event.finish_reason == FinishReason::kError &&
+      final_event.status.code() == absl::StatusCode::kFailedPrecondition) {
+    return "failed_precondition";
   }
   return OutcomeLabel(final_event.finish_reason);
 }

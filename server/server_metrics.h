@@ -28,9 +28,10 @@ namespace blossom {
 const char* OutcomeLabel(FinishReason reason);
 // The same for a final event, except that a request the engine ended with an error its own
 // parameters caused (the sampler found no token its masks and bans allow: FAILED_PRECONDITION,
-// NO_TOKEN_POSSIBLE; or another client-error code) counts under that code, as the same request
-// refused at admission does: "error" stays the model's and the engine's failures, which
-// error-rate alerts watch. What blossom_requests_total counts.
+// which the gRPC edge reports as NO_TOKEN_POSSIBLE) counts as "failed_precondition", as the same
+// request refused at admission does: "error" stays the model's and the engine's failures, which
+// error-rate alerts watch (an INVALID_ARGUMENT from the engine at that point is an engine bug, a
+// sampler row it could not take, and stays "error"). What blossom_requests_total counts.
 const char* OutcomeLabel(const EngineEvent& final_event);
 // Whether `outcome` is one of OutcomeLabel's rather than a refusal's (a status code label).
 bool IsEngineOutcome(const std::string& outcome);

@@ -81,11 +81,14 @@ TEST(ServerMetricsTest, ARequestsOwnDeadEndIsNotAnEngineError) {
   final_event.finish_reason = FinishReason::kError;
   final_event.status = absl::InternalError("model step failed");
   server_metrics.OnRequestFinished(final_event);
+  // A sampler row the engine could not take is an engine bug, whatever its code.
+  final_event.status = absl::InvalidArgumentError("two rows sample logit row 3");
+  server_metrics.OnRequestFinished(final_event);
   final_event.status = absl::FailedPreconditionError("no token can be sampled");
   server_metrics.OnRequestFinished(final_event);
   server_metrics.OnRequestFinished(final_event);
   const std::string text = registry.Render();
-  EXPECT_TRUE(Contains(text, "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 1")) << text;
+  EXPECT_TRUE(Contains(text, "blossom_requests_total{model_name=\"m\",outcome=\"error\"} 2")) << text;
   EXPECT_TRUE(Contains(
       text, "blossom_requests_total{model_name=\"m\",outcome=\"failed_precondition\"} 2"))
       << text;

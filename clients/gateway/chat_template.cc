@@ -204,8 +204,8 @@ std::string EchoedLastMessage(const Json& messages, const std::string& role) {
   if (!messages.is_array() || messages.empty() || !messages.back().is_object()) return "";
   const Json& last = messages.back();
   auto r = last.find("role");
-  if (r == last.end() || !r->is_string() || *r != role) return "";
-  absl::StatusOr<std::string> text = MessageText(last, "messages", role);
+  if (r == last.end() || !r->is_string() || (!role.empty() && *r != role)) return "";
+  absl::StatusOr<std::string> text = MessageText(last, "messages", r->get<std::string>());
   return text.ok() ? *std::move(text) : "";
 }
 

@@ -72,8 +72,9 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& messages,
                                              const ChatTemplate& chat_template,
                                              const ChatRenderOptions& options = {});
 
-// vLLM's chat echo: the last message's text when its role is `role` (the answer's), which
-// the answer then starts with; "" otherwise. `messages` as RenderChatPrompt accepted them.
+// vLLM's chat echo: the last message's text when its role is `role` (the answer's; "" for any
+// role), which the answer then starts with; "" otherwise. `messages` as RenderChatPrompt
+// accepted them.
 std::string EchoedLastMessage(const Json& messages, const std::string& role);
 
 }  // namespace blossom::gateway

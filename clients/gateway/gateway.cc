@@ -334,7 +334,9 @@ ApiFlavor Gateway::FlavorOf(absl::string_view path) {
 http::Response Gateway::ProtocolErrorResponse(int status, const std::string& message,
                                               const std::string& target) {
   const absl::string_view path = absl::string_view(target).substr(0, target.find('?'));
-  metrics_.RecordRequest(RouteName(path), status);
+  // A request, once its line was read; a refused connection (the caps, a head that never came)
+  // is not one, and would count as 5xx requests against the gateway's error-rate alert.
+  if (!target.empty()) metrics_.RecordRequest(RouteName(path), status);
   http::Response response = ErrorResponse(FlavorOf(path), status, message);
   // Every answer of a generation route carries a request id a client can quote, these too (the
   // HTTP server refused the request before the gateway saw it, so no client id is echoed).

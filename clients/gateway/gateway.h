@@ -137,8 +137,9 @@ class Gateway {
 
   // For http::ServerOptions::error_response: the HTTP server's own errors (413, 431, 400, 408,
   // ...) in the OpenAI shape on /v1/ targets and TGI's elsewhere, counted in
-  // blossom_gateway_requests_total under the target's route ("other" before the request line
-  // was read) like the answers the gateway gives itself. Thread-safe (runs on the I/O thread).
+  // blossom_gateway_requests_total under the target's route like the answers the gateway gives
+  // itself once a request line was read (a refused connection is not a request). Thread-safe
+  // (runs on the I/O thread).
   http::Response ProtocolErrorResponse(int status, const std::string& message,
                                        const std::string& target);
 

@@ -246,6 +246,12 @@ TEST_F(GatewayTest, ChatEchoStartsTheAnswerWithTheLastAssistantMessage) {
       "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"U1"}],"echo":true})");
   ASSERT_EQ(user_last.status, 200) << user_last.body;
   EXPECT_EQ(Json::parse(user_last.body)["choices"][0]["message"]["content"], "Hello");
+  // Without a generation prompt the answer continues the last message, whatever its role.
+  Client::Reply no_prompt = Request(
+      "POST", "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"U1"}],"add_generation_prompt":false,"echo":true})");
+  ASSERT_EQ(no_prompt.status, 200) << no_prompt.body;
+  EXPECT_EQ(Json::parse(no_prompt.body)["choices"][0]["message"]["content"], "U1Hello");
 }
 
 TEST_F(GatewayTest, TgiGenerateAndStream) {

@@ -405,6 +405,9 @@ class GatewayTest : public ::testing::Test {
   void StartGateway(GatewayOptions options, int backend_port = 0) {
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", backend_port ? backend_port : grpc_port_),
                                        grpc::InsecureChannelCredentials());
+    // A second start replaces the first: the old server, whose handlers hold the old gateway,
+    // goes first.
+    http_.reset();
     gateway_ = std::make_unique<Gateway>(channel, std::move(options));
     http::ServerOptions http_options;
     http_options.max_body_bytes = 4096;

@@ -396,7 +396,11 @@ absl::StatusOr<CompletionRequest> ParseChatRequest(absl::string_view body,
   BLOSSOM_RETURN_IF_ERROR(ParseCommon(json, body, &out));
   absl::optional<bool> echo;
   BLOSSOM_RETURN_IF_ERROR(GetBool(json, "echo", &echo));
-  if (echo.value_or(false)) out.chat_echo = EchoedLastMessage(*messages, "assistant");
+  // vLLM's rule: the answer's role is the assistant's after a generation prompt, else the last
+  // message's own (which the answer continues), so the last message is echoed whatever its role.
+  if (echo.value_or(false)) {
+    out.chat_echo = EchoedLastMessage(*messages, render.add_generation_prompt ? "assistant" : "");
+  }
   if (!tools.schema.empty()) {
     // The call is generated as JSON under the tools' schema: one constraint per request.
     auto* sampling = out.request.mutable_sampling();

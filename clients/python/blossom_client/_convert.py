@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from typing import Any, Dict, Iterable, Sequence, Union
 
 from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
@@ -143,8 +144,10 @@ def build_detokenize_request(ids: Sequence[int], skip_special_tokens: bool) -> p
         ids = None if isinstance(ids, (str, bytes)) else list(ids)
     except TypeError:
         ids = None
-    if ids is None or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    # Any integer type (numpy's too), never a bool.
+    if ids is None or not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
         raise TypeError("detokenize() ids must be a list of int token ids")
+    ids = [int(t) for t in ids]
     if any(not -2**31 <= t < 2**31 for t in ids):
         raise ValueError("detokenize() ids must fit in 32 bits")
     if not isinstance(skip_special_tokens, bool):

@@ -309,6 +309,11 @@ class SyncClientTest(unittest.TestCase):
             self.client.detokenize([1], skip_special_tokens="yes")
         self.assertEqual(len(self.fake.requests), sent)
         self.assertEqual(self.client.detokenize(iter([72, 105])), "Hi")
+        try:
+            import numpy
+        except ImportError:
+            return
+        self.assertEqual(self.client.detokenize(numpy.array([72, 105])), "Hi")  # numpy's ints
         self.assertEqual(self.client.detokenize([72, 0, 105], skip_special_tokens=True), "Hi")
         with self.assertRaises(InvalidArgumentError):
             self.client.detokenize([-1])
