@@ -14,7 +14,6 @@ double SecondsSince(std::chrono::steady_clock::time_point origin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
 }
 
-
 // One generate() over the batch, tokenizing inside the timed region.
 absl::StatusOr<CycleRecord> RunCycle(BatchGenerator* generator, const Tokenizer* tokenizer,
                                      const SweepOptions& options, int32_t batch_size,

@@ -396,6 +396,13 @@ int RunGenerate(const std::string& prompt) {
   return 0;
 }
 
+// Whether flag `name` is set to anything but its default (giving the default changes nothing, so
+// the checks below may treat it as not given).
+bool FlagChanged(const char* name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
 // A flag given on the command line that the chosen mode would ignore: refused, since the run
 // would not be the one asked for (--model with --server serves the server's model; --api_key
 // without --server sends nothing). Returns 2 (printed) or 0.
@@ -409,9 +416,7 @@ int RefuseFlagsOfTheOtherMode(bool remote) {
   const absl::Span<const char* const> others =
       remote ? absl::MakeConstSpan(kLocalOnly) : absl::MakeConstSpan(kRemoteOnly);
   for (const char* name : others) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    // Set to anything but its default (giving the default changes nothing either way).
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+    if (FlagChanged(name)) {
       std::cerr << "blossom: --" << name
                 << (remote ? " configures the in-process model: with --server the server's own "
                              "settings apply (drop it, or drop --server)"
@@ -485,9 +490,7 @@ int RefuseGenerationFlags(const std::string& command) {
       "repetition_penalty", "seed", "stop", "ignore_eos", "frequency_penalty", "presence_penalty",
       "json_schema", "json_compact", "regex", "grammar"};
   for (const char* name : kGenerationFlags) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    // Set to anything but its default (giving the default changes nothing either way).
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+    if (FlagChanged(name)) {
       std::cerr << "blossom: --" << name << " applies to generate and stream, not to '" << command
                 << "'" << std::endl;
       return 2;
@@ -520,11 +523,7 @@ int main(int argc, char** argv) {
   args.prompt = absl::GetFlag(FLAGS_prompt);
   args.num_beams = absl::GetFlag(FLAGS_num_beams);
   for (const char* name : blossom::kBeamOnlyFlags) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    // Set to anything but its default (giving the default changes nothing either way).
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
-      args.beam_flags_set.push_back(name);
-    }
+    if (blossom::FlagChanged(name)) args.beam_flags_set.push_back(name);
   }
   blossom::ResolvedCommand resolved;
   if (int usage_error = blossom::ResolveCommandLine(args, &resolved, std::cerr)) return usage_error;

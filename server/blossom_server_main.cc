@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -61,6 +60,7 @@
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
 #include "server/shutdown_signal.h"
+#include "server/startup_limits.h"
 #include "spdlog/spdlog.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -165,9 +165,6 @@ namespace blossom {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
-// The smallest --max_message_bytes: a Generate request with a short text prompt and the
-// sampling and stopping fields it may carry is a few hundred bytes.
-constexpr int32_t kMinMessageBytes = 1024;
 
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", status.ToString());
@@ -176,17 +173,26 @@ int Fail(const absl::Status& status) {
 
 // --max_total_tokens with its default (0) resolved; start-up may lower the default to what the
 // KV cache holds (kv_fit.h).
-int32_t MaxTotalTokens() {
-  const int32_t given = absl::GetFlag(FLAGS_max_total_tokens);
-  return given != 0 ? given : 2048;
+int32_t MaxTotalTokens() { return ResolveMaxTotalTokens(absl::GetFlag(FLAGS_max_total_tokens)); }
+
+int32_t MaxInputTokens(int32_t max_total_tokens) {
+  return ResolveMaxInputTokens(absl::GetFlag(FLAGS_max_input_tokens), max_total_tokens);
 }
 
-// --max_input_tokens with its default (0) resolved against the cap in force: a prompt must leave
-// room for one new token, so a given value is lowered to max_total_tokens - 1 when above it.
-int32_t MaxInputTokens(int32_t max_total_tokens) {
-  const int32_t given = absl::GetFlag(FLAGS_max_input_tokens);
-  const int32_t longest = std::max(1, max_total_tokens - 1);
-  return given > 0 ? std::min(given, longest) : longest;
+StartupLimits StartupLimitsFromFlags() {
+  StartupLimits l;
+  l.port = absl::GetFlag(FLAGS_port);
+  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  l.drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout);
+  l.max_total_tokens = absl::GetFlag(FLAGS_max_total_tokens);
+  l.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
+  l.speculative_max_running = absl::GetFlag(FLAGS_speculative_max_running);
+  l.max_prompt_logprob_rows = absl::GetFlag(FLAGS_max_prompt_logprob_rows);
+  l.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  l.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  l.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
+  l.block_size = absl::GetFlag(FLAGS_block_size);
+  return l;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
@@ -346,62 +352,12 @@ int Run() {
   const absl::StatusOr<bool> reflection = auth::ReflectionEnabled(
       absl::GetFlag(FLAGS_grpc_reflection), service_options.api_keys.enabled());
   if (!reflection.ok()) return Fail(reflection.status());
-  if (const int32_t port = absl::GetFlag(FLAGS_port); port < 0 || port > 65535) {
-    // gRPC would bind the value modulo 65,536: a port nobody asked for.
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--port must be in [0, 65535] (0 = a free one), got ", port)));
-  }
-  if (const int32_t bytes = absl::GetFlag(FLAGS_max_message_bytes); bytes < kMinMessageBytes) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes must be >= ", kMinMessageBytes, " (below that no request with a ",
-        "prompt fits), got ", bytes)));
-  }
-  if (const double drain = absl::GetFlag(FLAGS_drain_timeout); !(drain >= 0.0) || std::isinf(drain)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--drain_timeout must be a finite number of seconds >= 0 (0 = end calls in flight at "
-        "once on SIGTERM), got ", drain)));
-  }
-  if (const int32_t total = absl::GetFlag(FLAGS_max_total_tokens); total != 0 && total < 2) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--max_total_tokens must be 0 (the default, fitted to the KV cache) or >= 2 (a prompt "
-        "token and a generated one), got ", total)));
-  }
-  if (const int32_t given = absl::GetFlag(FLAGS_max_input_tokens); given < 0) {
-    return Fail(absl::InvalidArgumentError(
-        "--max_input_tokens must be >= 1, or 0 for max_total_tokens - 1"));
-  }
-  // Both given: a prompt the flag admits must leave room for a new token.
-  if (const int32_t input = absl::GetFlag(FLAGS_max_input_tokens),
-      total = absl::GetFlag(FLAGS_max_total_tokens);
-      total != 0 && input >= total) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--max_input_tokens (", input, ") must be less than --max_total_tokens (",
-                     total, "): a prompt that long leaves no room for a new token")));
-  }
   // Before the model loads: a bad flag fails in a second, not after minutes of loading.
+  if (absl::Status limits = CheckStartupLimits(StartupLimitsFromFlags()); !limits.ok()) {
+    return Fail(limits);
+  }
   absl::StatusOr<NgramProposerConfig> speculative = NgramProposerConfigFromFlags();
   if (!speculative.ok()) return Fail(speculative.status());
-  if (absl::GetFlag(FLAGS_speculative_max_running) < 0) {
-    return Fail(absl::InvalidArgumentError("--speculative_max_running must be >= 0"));
-  }
-  if (absl::GetFlag(FLAGS_max_prompt_logprob_rows) < 1) {
-    return Fail(absl::InvalidArgumentError("--max_prompt_logprob_rows must be >= 1"));
-  }
-  // Values with which no request could ever be served (a queue of 0 refuses every generation
-  // as "full", for clients to retry forever; a total of 1 leaves no room for a prompt and a
-  // token): refused here rather than found by the clients.
-  for (const auto& [flag, value, least] : {std::tuple{"max_waiting_requests",
-                                                      absl::GetFlag(FLAGS_max_waiting_requests), 1},
-                                          std::tuple{"max_batch_size",
-                                                      absl::GetFlag(FLAGS_max_batch_size), 1},
-                                          std::tuple{"max_batched_tokens",
-                                                      absl::GetFlag(FLAGS_max_batched_tokens), 1},
-                                          std::tuple{"block_size", absl::GetFlag(FLAGS_block_size), 1}}) {
-    if (value < least) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " must be >= ", least, ", got ", value)));
-    }
-  }
 
   metrics::Registry registry;
   ServerMetrics server_metrics(&registry, served_name, kVersion);

@@ -19,7 +19,7 @@ import grpc
 from blossom_client import (AsyncBlossomClient, BlossomClient, UnavailableError, _convert, cli)
 from blossom_client._proto.blossom.v1 import blossom_pb2 as pb
 from blossom_client._proto.blossom.v1 import blossom_pb2_grpc as pb_grpc
-from test_client import FakeBlossom, ServerFixture
+from fake_blossom import FakeBlossom, ServerFixture
 
 
 class SilentStreamBlossom(FakeBlossom):
