@@ -61,6 +61,7 @@
 #include "server/server_metrics.h"
 #include "server/shutdown_signal.h"
 #include "server/startup_limits.h"
+#include "server/undecodable_request.h"
 #include "spdlog/spdlog.h"
 #include "tools/cli/dashed_flags.h"
 
@@ -380,6 +381,9 @@ int Run() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
+  builder.experimental().SetInterceptorCreators(UndecodableRequestInterceptors(
+      [&service](const ClientMetadata& metadata) { return service.Authenticate(metadata); },
+      &server_metrics));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat(

@@ -88,19 +88,24 @@ void BlossomService::MarkFailed() {
   state_.store(static_cast<int>(State::kFailed), std::memory_order_release);
 }
 
+absl::Status BlossomService::Authenticate(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
+  if (!options_.api_keys.enabled()) return absl::OkStatus();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return WithReason(
+        absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata"),
+        error_reason::kMissingApiKey);
+  }
+  if (!options_.api_keys.Allows(absl::string_view(it->second.data(), it->second.size()))) {
+    return WithReason(absl::UnauthenticatedError("invalid API key"), error_reason::kInvalidApiKey);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool generation) const {
-  if (options_.api_keys.enabled()) {
-    const auto& metadata = context->client_metadata();
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
-      return WithReason(
-          absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata"),
-          error_reason::kMissingApiKey);
-    }
-    if (!options_.api_keys.Allows(absl::string_view(it->second.data(), it->second.size()))) {
-      return WithReason(absl::UnauthenticatedError("invalid API key"),
-                        error_reason::kInvalidApiKey);
-    }
+  if (absl::Status authenticated = Authenticate(context->client_metadata()); !authenticated.ok()) {
+    return authenticated;
   }
   switch (state()) {
     case State::kLoading:

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ class BlossomService final : public v1::Blossom::CallbackService {
   // Only after SetEngine.
   void MarkFailed();
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  // OK, or the UNAUTHENTICATED refusal a call with this metadata gets when API keys are
+  // configured (//server:undecodable_request uses it for calls the service never sees).
+  absl::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
   // Generate / GenerateStream calls admitted and not yet finished.
   int64_t generations_in_flight() const { return in_flight_.load(); }
 

@@ -22,6 +22,7 @@
 #include "server/engine_events.h"
 #include "server/metrics/metrics.h"
 #include "server/server_metrics.h"
+#include "server/undecodable_request.h"
 #include "tests/util/fixture_path.h"
 
 namespace blossom::testing {
@@ -39,6 +40,10 @@ class InProcessServer {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
+    // As blossom-server: a request that does not decode is INVALID_ARGUMENT, not UNIMPLEMENTED.
+    builder.experimental().SetInterceptorCreators(UndecodableRequestInterceptors(
+        [this](const ClientMetadata& metadata) { return service_.Authenticate(metadata); },
+        &metrics_));
     server_ = builder.BuildAndStart();
   }
   ~InProcessServer() {

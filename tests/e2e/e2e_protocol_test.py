@@ -339,6 +339,32 @@ class GrpcProtocolTest(unittest.TestCase):
                 stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def test_undecodable_request_is_invalid_argument_naming_its_type(self):
+        # Bytes a protobuf library would never produce (a wire type that does not exist), and a
+        # text field that is not UTF-8: the real binary answers INVALID_ARGUMENT, not gRPC's
+        # empty UNIMPLEMENTED, unary and streamed.
+        identity = lambda raw: raw
+        with grpc.insecure_channel(SRV.grpc) as channel:
+            for method, payload in (("Generate", b"\xff\x01\x02"),
+                                    ("GenerateStream", b"\x0a\x02\xc3\x28")):
+                with self.subTest(method=method):
+                    path = "/blossom.v1.Blossom/" + method
+                    if method == "Generate":
+                        call = channel.unary_unary(path, request_serializer=identity,
+                                                   response_deserializer=identity)
+                        run = lambda: call(payload, timeout=10)
+                    else:
+                        call = channel.unary_stream(path, request_serializer=identity,
+                                                    response_deserializer=identity)
+                        run = lambda: list(call(payload, timeout=10))
+                    with self.assertRaises(grpc.RpcError) as cm:
+                        run()
+                    self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                    self.assertIn("does not decode as blossom.v1." + method + "Request",
+                                  cm.exception.details())
+            # Still serving.
+            self.assertEqual(grpc_greedy("Hello", 2).final.usage.generated_tokens, 2)
+
     def test_1000_concurrent_streams(self):
         server = start_server("server-1000", "--max_batch_size", "1024",
                               "--max_batched_tokens", "8192", "--max_waiting_requests", "2048")

@@ -1,0 +1,111 @@
+#include "server/undecodable_request.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
+#include "server/blossom_service.h"
+#include "server/grpc_status.h"
+#include "server/status_details.h"
+#include "spdlog/spdlog.h"
+
+namespace blossom {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// The request type's full name, or "" where the generated descriptors do not know `method`.
+std::string RequestTypeOf(absl::string_view method) {
+  absl::string_view path = absl::StripPrefix(method, "/");
+  const size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return "";
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      std::string(path.substr(0, slash)));
+  if (service == nullptr) return "";
+  const auto* rpc = service->FindMethodByName(std::string(path.substr(slash + 1)));
+  return rpc == nullptr ? "" : rpc->input_type()->full_name();
+}
+
+class UndecodableRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  UndecodableRequestInterceptor(std::string method, const AuthenticateFn* authenticate,
+                                ServerMetrics* metrics)
+      : method_(std::move(method)), authenticate_(authenticate), metrics_(metrics) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
+        *authenticate_) {
+      // Kept until the status is known: the metadata map does not outlive this hook's batch.
+      authenticated_ = (*authenticate_)(*methods->GetRecvInitialMetadata());
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() == nullptr) {
+      undecodable_ = true;
+    }
+    if (undecodable_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
+        methods->GetSendStatus().error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      const absl::Status status =
+          authenticated_.ok() ? UndecodableRequestStatus(method_) : authenticated_;
+      methods->ModifySendStatus(ToGrpcStatus(status));
+      if (metrics_ != nullptr && IsGenerationMethod(method_)) {
+        metrics_->CountRequest(StatusCodeLabel(status.code()));
+      }
+      // The method is a registered name (gRPC routed the call by it): safe to log as is.
+      spdlog::info("{} refused: {} {}", method_, StatusCodeLabel(status.code()),
+                   std::string(status.message()));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  const AuthenticateFn* const authenticate_;  // owned by the factory, which outlives the call
+  ServerMetrics* const metrics_;
+  absl::Status authenticated_;
+  bool undecodable_ = false;
+};
+
+class UndecodableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  UndecodableRequestInterceptorFactory(AuthenticateFn authenticate, ServerMetrics* metrics)
+      : authenticate_(std::move(authenticate)), metrics_(metrics) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new UndecodableRequestInterceptor(info->method() ? info->method() : "", &authenticate_,
+                                             metrics_);
+  }
+
+ private:
+  const AuthenticateFn authenticate_;
+  ServerMetrics* const metrics_;
+};
+
+}  // namespace
+
+absl::Status UndecodableRequestStatus(absl::string_view method) {
+  const std::string type = RequestTypeOf(method);
+  return WithReason(
+      absl::InvalidArgumentError(absl::StrCat(
+          "the request message does not decode as ", type.empty() ? "the method's request" : type,
+          ": malformed protobuf, a string field that is not valid UTF-8, or no message")),
+      error_reason::kInvalidRequest);
+}
+
+bool IsGenerationMethod(absl::string_view method) {
+  return method == "/blossom.v1.Blossom/Generate" ||
+         method == "/blossom.v1.Blossom/GenerateStream" ||
+         method == "/blossom.v1.Blossom/BeamSearch";
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+UndecodableRequestInterceptors(AuthenticateFn authenticate, ServerMetrics* metrics) {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
+  factories.push_back(
+      std::make_unique<UndecodableRequestInterceptorFactory>(std::move(authenticate), metrics));
+  return factories;
+}
+
+}  // namespace blossom
