@@ -29,24 +29,23 @@ std::string RequestTypeOf(absl::string_view method) {
 
 class UndecodableRequestInterceptor final : public grpc::experimental::Interceptor {
  public:
-  UndecodableRequestInterceptor(std::string method, const AuthenticateFn* authenticate,
-                                ServerMetrics* metrics)
-      : method_(std::move(method)), authenticate_(authenticate), metrics_(metrics) {}
+  UndecodableRequestInterceptor(grpc::experimental::ServerRpcInfo* info,
+                                const AuthenticateFn* authenticate, ServerMetrics* metrics)
+      : info_(info), method_(info->method()), authenticate_(authenticate), metrics_(metrics) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
-        *authenticate_) {
-      // Kept until the status is known: the metadata map does not outlive this hook's batch.
-      authenticated_ = (*authenticate_)(*methods->GetRecvInitialMetadata());
-    }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
         methods->GetRecvMessage() == nullptr) {
       undecodable_ = true;
     }
-    if (undecodable_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
+    if (undecodable_ &&
+        methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
         methods->GetSendStatus().error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      const absl::Status status =
-          authenticated_.ok() ? UndecodableRequestStatus(method_) : authenticated_;
+      // Authenticated only here, on the rare refusal: the client's metadata is the call's
+      // context's from POST_RECV_INITIAL_METADATA on.
+      absl::Status status = absl::OkStatus();
+      if (*authenticate_) status = (*authenticate_)(info_->server_context()->client_metadata());
+      if (status.ok()) status = UndecodableRequestStatus(method_);
       methods->ModifySendStatus(ToGrpcStatus(status));
       if (metrics_ != nullptr && IsGenerationMethod(method_)) {
         metrics_->CountRequest(StatusCodeLabel(status.code()));
@@ -59,10 +58,10 @@ class UndecodableRequestInterceptor final : public grpc::experimental::Intercept
   }
 
  private:
+  grpc::experimental::ServerRpcInfo* const info_;  // gRPC's, outlives the interceptor
   const std::string method_;
   const AuthenticateFn* const authenticate_;  // owned by the factory, which outlives the call
   ServerMetrics* const metrics_;
-  absl::Status authenticated_;
   bool undecodable_ = false;
 };
 
@@ -74,8 +73,15 @@ class UndecodableRequestInterceptorFactory final
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new UndecodableRequestInterceptor(info->method() ? info->method() : "", &authenticate_,
-                                             metrics_);
+    // Only where one request message is read: for a client-streaming or bidi method (health's
+    // Watch is server streaming; reflection is bidi) a null message is the stream's normal end.
+    const auto type = info->type();
+    if (info->method() == nullptr ||
+        (type != grpc::experimental::ServerRpcInfo::Type::UNARY &&
+         type != grpc::experimental::ServerRpcInfo::Type::SERVER_STREAMING)) {
+      return nullptr;
+    }
+    return new UndecodableRequestInterceptor(info, &authenticate_, metrics_);
   }
 
  private:

@@ -12,8 +12,12 @@
 // A generation RPC refused so counts in blossom_requests_total{outcome="invalid_argument"} like
 // the service's own refusals.
 //
+// Only unary and server-streaming methods are intercepted: there one request message is read, and
+// a null one means it did not decode (for client-streaming and bidi methods it is the stream's
+// normal end).
+//
 // Thread-safety: the factory is called concurrently by gRPC; each interceptor belongs to one call
-// and gRPC runs its hooks one at a time.
+// and sets its state in the batch that receives the message, before the status is sent.
 #ifndef BLOSSOM_SERVER_UNDECODABLE_REQUEST_H_
 #define BLOSSOM_SERVER_UNDECODABLE_REQUEST_H_
 

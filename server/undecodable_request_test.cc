@@ -24,6 +24,9 @@ const std::string kGarbage = "\xff\x01\x02";
 // GenerateRequest.text (field 1, length-delimited) holding a byte that is not UTF-8.
 const std::string kInvalidUtf8Text = std::string("\x0a\x02\xc3\x28", 4);
 
+// Stands for "half-close without sending a message" in CallRaw.
+const std::string kNoMessage = "<no message>";
+
 // Sends `bytes` as the request of `method` (unary or server streaming: the wire is the same) and
 // returns the call's status.
 grpc::Status CallRaw(const std::string& address, const std::string& method,
@@ -46,7 +49,11 @@ grpc::Status CallRaw(const std::string& address, const std::string& method,
   };
   call->StartCall(reinterpret_cast<void*>(1));
   step(reinterpret_cast<void*>(1));
-  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  if (bytes == kNoMessage) {
+    call->WritesDone(reinterpret_cast<void*>(2));
+  } else {
+    call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  }
   step(reinterpret_cast<void*>(2));
   grpc::ByteBuffer response;
   // Reads until the server ends the stream (a refusal sends no message).
@@ -99,6 +106,7 @@ TEST(UndecodableRequestTest, EveryMethodNamesItsRequestType) {
       {"Generate", "blossom.v1.GenerateRequest", kGarbage},
       {"Generate", "blossom.v1.GenerateRequest", kInvalidUtf8Text},
       {"GenerateStream", "blossom.v1.GenerateStreamRequest", kGarbage},
+      {"GenerateStream", "blossom.v1.GenerateStreamRequest", kNoMessage},
       {"BeamSearch", "blossom.v1.BeamSearchRequest", kGarbage},
       {"Tokenize", "blossom.v1.TokenizeRequest", kInvalidUtf8Text},
       {"Detokenize", "blossom.v1.DetokenizeRequest", kGarbage},
@@ -114,7 +122,7 @@ TEST(UndecodableRequestTest, EveryMethodNamesItsRequestType) {
     EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kInvalidRequest);
   }
   // The generation RPCs' refusals are counted as the service's own are; the others never are.
-  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 4.0);
+  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 5.0);
   // The server is unharmed: a decodable request is served.
   v1::GenerateRequest request;
   request.set_text("Hello");

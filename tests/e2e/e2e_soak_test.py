@@ -1,16 +1,18 @@
 """A memory-growth soak of the real blossom-server and blossom-gateway (Triton's memory-growth
 test, smaller): rounds of mixed traffic through every front, each request new in some way (its
-prompt, stop strings, logit bias, regex, JSON Schema, request id), with clients that drop
+prompt, stop strings, logit bias, regex or JSON Schema, request id), with clients that drop
 streams, cancel gRPC streams, send refused requests and let deadlines pass. After every round the
-server and gateway must be idle again (no request, no KV block, no gateway call in flight), and
-each process's resident memory, once warmed up, must stop growing: state kept per request or per
-distinct constraint that is never let go (a map never pruned, a cache never bounded) shows here
-as growth that LeakSanitizer cannot see, since it is still reachable.
+server and gateway must be idle again (no request, no KV block, no gateway call in flight), every
+client that went away must have had its request cancelled on the server (and no other request
+was), and each process's anonymous resident memory, once warmed up, must stop growing: state
+kept per request or per distinct constraint that is never let go (a map never pruned, a cache
+never bounded) shows here as growth that LeakSanitizer cannot see, since it is still reachable.
 
-Here (2-core Xeon VM, 2026-11-29) 80 measured rounds of 160 requests took 34 s and the servers
-grew by +1.9 MiB (blossom-server, 294 requests preempted on its 1,024-token KV cache) and +0.8 MiB
-(blossom-gateway), +0.4 and +0.1 MiB over the last 40 rounds. The limits below (8 and 3 MiB) are
-several times that; a leak of half a KiB per request or more fails the late-growth one.
+Here (2-core Xeon VM, 2026-11-29) 80 measured rounds of 160 requests took 38 s; RssAnon grew by
++1.1 MiB (blossom-server, with requests preempted on its 1,024-token KV cache) and +0.4 MiB
+(blossom-gateway), +0.7 and +0.1 MiB over the last 41 rounds (medians of three rounds). The
+limits below (8 and 3 MiB) are several times that; a leak of half a KiB on every request fails
+the late-growth one.
 
 BLOSSOM_SOAK_ROUNDS sets the number of measured rounds (default 80).
 """
@@ -25,7 +27,7 @@ import urllib.request
 import aiohttp
 import blossom_client
 
-from e2e_common import MODEL, metric, wait_idle
+from e2e_common import MODEL, wait_idle
 from procs import start_gateway, start_server, wait_until
 
 WARMUP_ROUNDS = 5
@@ -39,16 +41,21 @@ MAX_GROWTH_MIB = 8.0
 MAX_LATE_GROWTH_MIB = 3.0
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise KeyError("VmRSS")
+# A dropped or cancelled stream asks for this many tokens, so that it is surely still running
+# when its client goes away: each one must then end as cancelled on the server.
+LONG_TOKENS = 500
 
 
 class Traffic:
-    """One round's requests: a mix over the gateway's OpenAI and TGI routes and gRPC."""
+    """One round's requests: a mix over the gateway's OpenAI and TGI routes and gRPC.
+
+    Request i is of kind KINDS[i % len(KINDS)]; `n` (i // len(KINDS)) is its ordinal among its
+    kind, which picks its variant (token counts, which refusal, regex or schema). Every request
+    also carries `i` and the round in what makes it new (prompt, stop strings, constraint).
+    """
+
+    KINDS = ["completion", "chat", "chat", "tgi", "tgi", "structured", "refused", "timeout",
+             "tokenize", "grpc", "grpc", "grpc"]
 
     def __init__(self, test, gateway_url, grpc_target, round_number):
         self.test = test
@@ -60,13 +67,13 @@ class Traffic:
     def note(self, kind):
         self.outcomes[kind] = self.outcomes.get(kind, 0) + 1
 
-    async def completion(self, session, i):
+    async def completion(self, session, i, n):
         tag = f"{self.round}-{i}"
-        want = 3 + i % 6
+        want = 3 + n % 6
         body = {"model": MODEL, "prompt": f"Soak {tag}: the river", "max_tokens": want,
                 "temperature": 0.8, "seed": i, "ignore_eos": True,
                 "stop": [f"never-{tag}-a", f"never-{tag}-b"],
-                "logit_bias": {str(10 + i % 500): 0.5}, "logprobs": 2}
+                "logit_bias": {str(10 + (i * 7) % 500): 0.5}, "logprobs": 2}
         headers = {"x-request-id": f"soak-{tag}"}
         async with session.post(self.url + "/v1/completions", json=body, headers=headers) as r:
             self.test.assertEqual(r.status, 200, await r.text())
@@ -74,8 +81,8 @@ class Traffic:
             self.test.assertEqual(answer["usage"]["completion_tokens"], want)
         self.note("completion")
 
-    async def chat_stream(self, session, i, drop):
-        want = 4 + i % 5
+    async def chat_stream(self, session, i, n, drop):
+        want = LONG_TOKENS if drop else 4 + n % 5
         body = {"model": MODEL, "stream": True, "max_tokens": want, "ignore_eos": True,
                 "temperature": 0, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": f"Round {self.round} chat {i}"}]}
@@ -93,8 +100,8 @@ class Traffic:
                         return
         self.note("chat stream")
 
-    async def tgi_stream(self, session, i, drop):
-        want = 3 + i % 7
+    async def tgi_stream(self, session, i, n, drop):
+        want = LONG_TOKENS if drop else 3 + n % 7
         body = {"inputs": f"TGI soak {self.round}.{i}",
                 "parameters": {"max_new_tokens": want, "do_sample": True, "seed": i,
                                "top_k": 20, "repetition_penalty": 1.1, "ignore_eos": True}}
@@ -111,48 +118,61 @@ class Traffic:
         self.test.assertEqual(tokens, want)
         self.note("tgi stream")
 
-    async def structured(self, session, i):
+    async def structured(self, session, i, n):
         # A constraint no earlier request used: compiled, cached, and evicted in turn.
-        if i % 2:
-            extra = {"guided_regex": f"(yes|no) {self.round % 10}[a-c]{{1,{1 + i % 5}}}"}
+        if n % 2:
+            extra = {"guided_regex": f"(yes|no) {self.round}x{i}[a-c]{{1,{1 + n % 5}}}"}
         else:
+            key = f"k{self.round}_{i}"
             extra = {"response_format": {"type": "json_schema", "json_schema": {
                 "name": f"s{self.round}_{i}", "schema": {
-                    "type": "object", "properties": {f"k{self.round}_{i}": {"type": "boolean"}},
-                    "required": [f"k{self.round}_{i}"], "additionalProperties": False}}}}
-        body = {"model": MODEL, "max_tokens": 40, "temperature": 0,
+                    "type": "object", "properties": {key: {"type": "boolean"}},
+                    "required": [key], "additionalProperties": False}}}}
+        body = {"model": MODEL, "max_tokens": 200, "temperature": 0,
                 "messages": [{"role": "user", "content": f"Answer {self.round}.{i}"}], **extra}
         async with session.post(self.url + "/v1/chat/completions", json=body) as r:
             self.test.assertEqual(r.status, 200, await r.text())
-            await r.json()
-        self.note("structured")
+            choice = (await r.json())["choices"][0]
+        content = choice["message"]["content"]
+        self.test.assertEqual(choice["finish_reason"], "stop", content)
+        if n % 2:
+            self.test.assertTrue(content.startswith(("yes ", "no ")), content)
+            self.note("structured regex")
+        else:
+            self.test.assertIn(json.loads(content)[key], (True, False))
+            self.note("structured schema")
 
-    async def refused(self, session, i):
+    async def refused(self, session, i, n):
         # Requests that can never succeed: a 400 naming the field, every time.
-        bad = [{"model": MODEL, "prompt": "x", "temperature": -1},
-               {"model": MODEL, "prompt": "x", "max_tokens": 10 ** 6},
-               {"model": MODEL, "prompt": "x", "logit_bias": {"99999999": 1}},
-               {"model": MODEL, "prompt": "x", "guided_regex": "(unclosed"}][i % 4]
-        async with session.post(self.url + "/v1/completions", json=bad) as r:
+        bad, field = [({"temperature": -1}, "temperature"),
+                      ({"max_tokens": 10 ** 6}, "max_tokens"),
+                      ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+                      ({"guided_regex": f"(unclosed {i}"}, "guided_regex")][n % 4]
+        body = {"model": MODEL, "prompt": f"Refuse {i}", **bad}
+        async with session.post(self.url + "/v1/completions", json=body) as r:
             self.test.assertEqual(r.status, 400, await r.text())
-            await r.read()
-        self.note("refused")
+            self.test.assertEqual((await r.json())["error"]["param"], field)
+        self.note(f"refused {field}")
 
     async def timed_out(self, session, i):
         # The client gives up before the answer: the gateway's call must be cancelled.
         body = {"model": MODEL, "prompt": f"Slow {self.round}.{i}", "max_tokens": 1000,
                 "ignore_eos": True, "stream": True}
+        answered = False
         try:
             async with session.post(self.url + "/v1/completions", json=body,
                                     timeout=aiohttp.ClientTimeout(total=0.15)) as r:
+                answered = True
+                self.test.assertEqual(r.status, 200)
                 async for _ in r.content:
                     pass
             self.note("finished before its timeout")
         except asyncio.TimeoutError:
-            self.note("timed out")
+            # Once the 200 came, the server surely had the request; before, perhaps not yet.
+            self.note("timed out streaming" if answered else "timed out waiting")
 
-    async def tokenize(self, session, i):
-        text = f"Tokenize {self.round} {i} " * (1 + i % 4)
+    async def tokenize(self, session, i, n):
+        text = f"Tokenize {self.round} {i} " * (1 + n % 4)
         async with session.post(self.url + "/tokenize",
                                 json={"model": MODEL, "prompt": text}) as r:
             self.test.assertEqual(r.status, 200)
@@ -163,24 +183,22 @@ class Traffic:
             self.test.assertEqual((await r.json())["prompt"], text)
         self.note("tokenize")
 
-    async def grpc_stream(self, client, i, cancel):
-        want = 3 + i % 8
-        n = 0
+    async def grpc_stream(self, client, i, n, cancel):
+        want = LONG_TOKENS if cancel else 3 + n % 8
+        got = 0
         stream = client.generate_stream(f"gRPC soak {self.round}.{i}", max_new_tokens=want,
                                         temperature=0.0, ignore_eos=True,
                                         request_id=f"grpc-soak-{self.round}-{i}")
         async for chunk in stream:
-            n += chunk.token is not None
-            if cancel and n == 2:
+            got += chunk.token is not None
+            if cancel and got == 2:
                 stream.cancel()
                 self.note("grpc cancelled")
                 return
-        self.test.assertEqual(n, want)
+        self.test.assertEqual(got, want)
         self.note("grpc stream")
 
     async def run(self):
-        kinds = ["completion", "chat", "chat", "tgi", "tgi", "structured", "refused",
-                 "timeout", "tokenize", "grpc", "grpc", "grpc"]
         rng = random.Random(self.round)
         semaphore = asyncio.Semaphore(CONCURRENCY)
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
@@ -188,82 +206,135 @@ class Traffic:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session, \
                 blossom_client.AsyncBlossomClient(self.grpc, timeout=120) as client:
             async def one(i):
-                kind = kinds[i % len(kinds)]
+                kind = self.KINDS[i % len(self.KINDS)]
+                n = i // len(self.KINDS)
                 drop = rng.random() < 0.1
                 async with semaphore:
                     if kind == "completion":
-                        await self.completion(session, i)
+                        await self.completion(session, i, n)
                     elif kind == "chat":
-                        await self.chat_stream(session, i, drop)
+                        await self.chat_stream(session, i, n, drop)
                     elif kind == "tgi":
-                        await self.tgi_stream(session, i, drop)
+                        await self.tgi_stream(session, i, n, drop)
                     elif kind == "structured":
-                        await self.structured(session, i)
+                        await self.structured(session, i, n)
                     elif kind == "refused":
-                        await self.refused(session, i)
+                        await self.refused(session, i, n)
                     elif kind == "timeout":
                         await self.timed_out(session, i)
                     elif kind == "tokenize":
-                        await self.tokenize(session, i)
+                        await self.tokenize(session, i, n)
                     else:
-                        await self.grpc_stream(client, i, drop)
+                        await self.grpc_stream(client, i, n, drop)
 
             await asyncio.gather(*(one(i) for i in range(REQUESTS_PER_ROUND)))
         return self.outcomes
 
 
-def gateway_in_flight(gateway):
-    """The gateway's requests in flight, from its /metrics (0 when the series is absent)."""
+def server_cancelled(server):
+    """blossom_requests_total{outcome="cancelled"} from the server's /metrics."""
+    series = f'blossom_requests_total{{model_name="{MODEL}",outcome="cancelled"}} '
+    with urllib.request.urlopen(server.metrics + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def rss_anon_mib(pid):
+    """Anonymous resident memory: the heap and stacks, without file-backed pages (code first
+    touched late is not growth)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024.0
+    raise KeyError("RssAnon")
+
+
+def median_of(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def gateway_metric(gateway, name):
+    """An unlabelled sample from the gateway's /metrics (0 when the series is absent)."""
     with urllib.request.urlopen(gateway.url + "/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("blossom_gateway_requests_in_flight"):
+            if line.startswith(name + " "):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 
 class MemoryGrowthTest(unittest.TestCase):
+    def check_cancellations(self, outcomes, server_delta, gateway_delta):
+        """Every client that went away had its request cancelled on the server, and nothing
+        else was: the server's cancelled count lies between the certain cancellations and those
+        plus the requests whose client timed out before the gateway answered (the server may
+        not have had those yet)."""
+        dropped = outcomes.get("chat dropped", 0) + outcomes.get("tgi dropped", 0)
+        streaming = outcomes.get("timed out streaming", 0)
+        waiting = outcomes.get("timed out waiting", 0)
+        certain = dropped + streaming + outcomes.get("grpc cancelled", 0)
+        self.assertGreaterEqual(server_delta, certain, outcomes)
+        self.assertLessEqual(server_delta, certain + waiting, outcomes)
+        # The gateway saw every HTTP client that went away mid-answer.
+        self.assertGreaterEqual(gateway_delta, dropped + streaming, outcomes)
+        self.assertLessEqual(gateway_delta, dropped + streaming + waiting, outcomes)
+
     def test_resident_memory_stops_growing_under_mixed_traffic(self):
         # A small KV cache: the pages it touches bound how far resident memory may grow by
-        # design (1 MiB: 1,024 tokens), and 24 streams, some asking for 1,000 tokens, must share
-        # it, so the scheduler preempts.
+        # design (1 MiB: 1,024 tokens), and 24 streams, some asking for 500 or 1,000 tokens,
+        # must share it, so the scheduler preempts.
         server = start_server("soak-server", "--max_waiting_requests", "512",
                               "--kv_cache_mb", "1")
         gateway = start_gateway("soak-gateway", server)
+        disconnects = "blossom_gateway_client_disconnects_total"
         try:
             samples = []  # (round, server MiB, gateway MiB)
             totals = {}
             for round_number in range(WARMUP_ROUNDS + ROUNDS):
                 started = time.monotonic()
+                cancelled_before = server_cancelled(server)
+                disconnects_before = gateway_metric(gateway, disconnects)
                 outcomes = asyncio.run(
                     Traffic(self, gateway.url, server.grpc, round_number).run())
                 for kind, count in outcomes.items():
                     totals[kind] = totals.get(kind, 0) + count
                 # Everything a round started has ended: nothing held on either side.
+                wait_until(lambda: gateway_metric(gateway, "blossom_gateway_requests_in_flight")
+                           == 0, timeout=30, what="no gateway request in flight")
                 wait_idle(server)
-                wait_until(lambda: gateway_in_flight(gateway) == 0, timeout=30,
-                           what="no gateway request in flight")
-                sample = (round_number, rss_mib(server.proc.pid), rss_mib(gateway.proc.pid))
+                self.check_cancellations(
+                    outcomes, server_cancelled(server) - cancelled_before,
+                    gateway_metric(gateway, disconnects) - disconnects_before)
+                sample = (round_number, rss_anon_mib(server.proc.pid),
+                          rss_anon_mib(gateway.proc.pid))
                 samples.append(sample)
                 print(f"round {round_number}: {time.monotonic() - started:.1f} s, server "
                       f"{sample[1]:.1f} MiB, gateway {sample[2]:.1f} MiB, {outcomes}",
                       flush=True)
             print(f"requests by kind: {totals}", flush=True)
-            # Every kind of traffic ran, and the refusals and cancellations among them.
-            for kind in ("completion", "chat stream", "chat dropped", "tgi stream", "structured",
-                         "refused", "timed out", "tokenize", "grpc stream", "grpc cancelled"):
+            # Every kind and variant of traffic ran, the refusals and cancellations among them.
+            for kind in ("completion", "chat stream", "chat dropped", "tgi stream", "tgi dropped",
+                         "structured regex", "structured schema", "refused temperature",
+                         "refused max_tokens", "refused logit_bias", "refused guided_regex",
+                         "tokenize", "grpc stream", "grpc cancelled"):
                 self.assertGreater(totals.get(kind, 0), 0, kind)
-            self.assertEqual(metric(server, "blossom_num_requests_running"), 0)
+            self.assertGreater(totals.get("timed out streaming", 0)
+                               + totals.get("timed out waiting", 0), 0, "timed out")
+            # Growth between medians of three rounds: after warm-up, at the middle, at the end.
             measured = samples[WARMUP_ROUNDS - 1:]
-            middle = measured[len(measured) // 2]
+            half = len(measured) // 2
             for column, name in ((1, "blossom-server"), (2, "blossom-gateway")):
-                growth = measured[-1][column] - measured[0][column]
-                late = measured[-1][column] - middle[column]
+                first = median_of([m[column] for m in measured[:3]])
+                middle = median_of([m[column] for m in measured[half - 1:half + 2]])
+                last = median_of([m[column] for m in measured[-3:]])
                 served = REQUESTS_PER_ROUND * ROUNDS
-                print(f"{name}: {growth:+.1f} MiB over {ROUNDS} rounds ({served} requests), "
-                      f"{late:+.1f} MiB over the last {len(measured) - 1 - len(measured) // 2}",
+                print(f"{name}: {last - first:+.1f} MiB over {ROUNDS} rounds ({served} "
+                      f"requests), {last - middle:+.1f} MiB over the last {len(measured) - half}",
                       flush=True)
-                self.assertLessEqual(growth, MAX_GROWTH_MIB, f"{name}: {samples}")
-                self.assertLessEqual(late, MAX_LATE_GROWTH_MIB, f"{name}: {samples}")
+                self.assertLessEqual(last - first, MAX_GROWTH_MIB, f"{name}: {samples}")
+                self.assertLessEqual(last - middle, MAX_LATE_GROWTH_MIB, f"{name}: {samples}")
         finally:
             gateway.stop()
             server.stop()
