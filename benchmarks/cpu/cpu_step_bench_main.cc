@@ -9,12 +9,13 @@
 //   prefill_ms              one prompt of --prompt-tokens tokens, prompt -> first token
 //   decode_ms_per_token     batch 1 after that prompt: median wall time of one decode step
 //   batch_tokens_per_s      --batch such prompts decoded together: decode tokens / decode time
-//   read_bandwidth_gbs      a multi-threaded read of a --bandwidth-mib MiB buffer (best of 5;
-//                           bytes read only), so decode_read_bytes / it is the decode memory
-//                           floor. -1: a buffer of decode_read_bytes, so that the caches hold as
-//                           much of it as of the weights a step reads (this VM's 480 MiB L3
-//                           holds a fifth of the f32 weights and most of the int8 ones: a fixed
-//                           512 MiB probe put the int8 floor anywhere from 23 to 30 ms)
+//   read_bandwidth_gbs      a multi-threaded read of a --bandwidth-mib MiB buffer with the
+//                           widest loads (read_bandwidth.h; best of 5; bytes read only), so
+//                           decode_read_bytes / it is the decode memory floor. -1: a buffer
+//                           of decode_read_bytes, so that the caches hold as much of it as of
+//                           the weights a step reads (this VM's 480 MiB L3 holds a fifth of the
+//                           f32 weights and most of the int8 ones: a fixed 512 MiB probe put the
+//                           int8 floor anywhere from 23 to 30 ms)
 //   decode_read_bytes       weight bytes one decode step reads (weight_bytes less an embedding
 //                           table that is not also the LM head)
 // cpu_bench.py runs this for each engine build, alternating, and takes medians over runs.
@@ -23,12 +24,12 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/cpu/read_bandwidth.h"
 #include "engine/generate/batch_generator.h"
 #include "engine/model/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -70,41 +71,6 @@ std::vector<int32_t> PromptIds(int32_t n, uint32_t seed, int32_t vocab) {
     id = 3 + static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(hi - 3));
   }
   return ids;
-}
-
-// Bytes read per second by `threads` threads summing disjoint parts of a buffer.
-double ReadBandwidthGbs(size_t bytes, int threads) {
-  const size_t words = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buf(words);
-  for (size_t i = 0; i < words; ++i) buf[i] = i;
-  double best = 0;
-  std::vector<uint64_t> sums(threads);
-  for (int rep = 0; rep < 5; ++rep) {
-    auto start = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t b = words * t / threads, e = words * (t + 1) / threads;
-        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        size_t i = b;
-        for (; i + 4 <= e; i += 4) {
-          a0 += buf[i];
-          a1 += buf[i + 1];
-          a2 += buf[i + 2];
-          a3 += buf[i + 3];
-        }
-        for (; i < e; ++i) a0 += buf[i];
-        sums[t] = a0 + a1 + a2 + a3;
-      });
-    }
-    for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    best = std::max(best, words * sizeof(uint64_t) / s / 1e9);
-  }
-  uint64_t all = 0;
-  for (uint64_t v : sums) all += v;
-  if (all == 1) std::cerr << "";  // keeps the sums observable
-  return best;
 }
 
 int Run() {
