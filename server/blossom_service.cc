@@ -10,24 +10,6 @@
 
 namespace blossom {
 
-const char* StatusCodeLabel(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk: return "ok";
-    case absl::StatusCode::kCancelled: return "cancelled";
-    case absl::StatusCode::kInvalidArgument: return "invalid_argument";
-    case absl::StatusCode::kDeadlineExceeded: return "deadline_exceeded";
-    case absl::StatusCode::kNotFound: return "not_found";
-    case absl::StatusCode::kOutOfRange: return "out_of_range";
-    case absl::StatusCode::kResourceExhausted: return "resource_exhausted";
-    case absl::StatusCode::kUnauthenticated: return "unauthenticated";
-    case absl::StatusCode::kPermissionDenied: return "permission_denied";
-    case absl::StatusCode::kUnavailable: return "unavailable";
-    case absl::StatusCode::kUnimplemented: return "unimplemented";
-    case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
-    default: return "internal";
-  }
-}
-
 namespace {
 
 // Finishes a unary call at once with `status`.

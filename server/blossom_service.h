@@ -40,6 +40,7 @@
 #include "server/grpc_status.h"
 #include "server/request_convert.h"
 #include "server/server_metrics.h"
+#include "server/undecodable_request.h"
 #include "server/worker_pool.h"
 
 namespace blossom {
@@ -49,7 +50,10 @@ struct ServiceOptions {
   auth::ApiKeys api_keys;  // empty: no authentication
 };
 
-class BlossomService final : public v1::Blossom::CallbackService {
+// GenerateStream is a raw method (it parses its own request bytes): see
+// //server:undecodable_request for why.
+class BlossomService final
+    : public v1::Blossom::WithRawCallbackMethod_GenerateStream<v1::Blossom::CallbackService> {
  public:
   // kFailed: the engine failed for good (EngineObserver::OnEngineFailed); generations are
   // refused with UNAVAILABLE (MODEL_FAILED) until the process is restarted.
@@ -78,8 +82,10 @@ class BlossomService final : public v1::Blossom::CallbackService {
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
-  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* request) override;
+  // `request`: a serialized v1::GenerateStreamRequest; answers v1::GenerateStreamResponse
+  // messages. Bytes that do not decode get UndecodableRequestStatus's INVALID_ARGUMENT.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(grpc::CallbackServerContext* context,
+                                                             const grpc::ByteBuffer* request) override;
   // One engine beam search (engine/serving/beam_search); cancelled with the call.
   grpc::ServerUnaryReactor* BeamSearch(grpc::CallbackServerContext* context,
                                        const v1::BeamSearchRequest* request,
@@ -129,8 +135,6 @@ class BlossomService final : public v1::Blossom::CallbackService {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{1};
 };
-
-const char* StatusCodeLabel(absl::StatusCode code);
 
 // A unary call answered at once with `status` (a refusal before anything started).
 grpc::ServerUnaryReactor* RefuseUnary(const grpc::Status& status);

@@ -321,9 +321,9 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
   v1::GenerateResponse* const response_;
 };
 
-class StreamGenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateStreamResponse>,
-      public GenerationCall {
+// Writes serialized v1::GenerateStreamResponse messages (GenerateStream is a raw method).
+class StreamGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                                    public GenerationCall {
  public:
   StreamGenerateReactor(BlossomService* service, grpc::CallbackServerContext* context,
                         const v1::GenerateRequest* request, std::string request_id,
@@ -424,7 +424,9 @@ class StreamGenerateReactor final
     Next next;
     if (!started_ || writing_ || finish_called_) return next;
     if (!pending_.empty() && !broken_) {
-      current_ = std::move(pending_.front());
+      // Serialized as gRPC would for a typed write (the string's bytes move into the slice).
+      grpc::Slice slice(pending_.front().SerializeAsString());
+      current_ = grpc::ByteBuffer(&slice, 1);
       pending_.pop_front();
       writing_ = true;
       next.action = Next::kWrite;
@@ -441,13 +443,13 @@ class StreamGenerateReactor final
   }
 
   std::deque<v1::GenerateStreamResponse> pending_;  // guarded by mutex_
-  v1::GenerateStreamResponse current_;              // owned by the write in flight
+  grpc::ByteBuffer current_;                        // owned by the write in flight
   bool writing_ = false;                            // guarded by mutex_
   bool broken_ = false;                             // guarded by mutex_
 };
 
 // A stream refused before it started.
-class RefusedStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+class RefusedStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit RefusedStreamReactor(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
@@ -468,15 +470,31 @@ grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* 
                                   RequestIdFor(context, *request), options_.limits);
 }
 
-grpc::ServerWriteReactor<v1::GenerateStreamResponse>* BlossomService::GenerateStream(
-    grpc::CallbackServerContext* context, const v1::GenerateStreamRequest* stream_request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* BlossomService::GenerateStream(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes) {
   absl::Status admitted = Admit(context, /*generation=*/true);
+  v1::GenerateStreamRequest stream_request;
+  if (admitted.ok()) {
+    // A call half-closed without a message has no buffer; an empty message has an empty one.
+    bool decoded = request_bytes != nullptr && request_bytes->Valid();
+    if (decoded) {
+      grpc::ByteBuffer bytes(*request_bytes);  // Deserialize consumes its argument
+      decoded = grpc::SerializationTraits<v1::GenerateStreamRequest>::Deserialize(
+                    &bytes, &stream_request)
+                    .ok();
+    }
+    if (!decoded) {
+      admitted = UndecodableRequestStatus(kGenerateStreamMethod);
+      spdlog::info("{} refused: {} {}", kGenerateStreamMethod, StatusCodeLabel(admitted.code()),
+                   std::string(admitted.message()));
+    }
+  }
   if (!admitted.ok()) {
     if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
     return new RefusedStreamReactor(ToGrpcStatus(admitted));
   }
   in_flight_.fetch_add(1);
-  const v1::GenerateRequest request = v1::FromStreamRequest(*stream_request);
+  const v1::GenerateRequest request = v1::FromStreamRequest(stream_request);
   return new StreamGenerateReactor(this, context, &request, RequestIdFor(context, request),
                                    options_.limits);
 }

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/status/status.h"
 #include "engine/serving/engine.h"
 #include "server/metrics/metrics.h"
 
@@ -33,6 +34,8 @@ const char* OutcomeLabel(FinishReason reason);
 // error-rate alerts watch (an INVALID_ARGUMENT from the engine at that point is an engine bug, a
 // sampler row it could not take, and stays "error"). What blossom_requests_total counts.
 const char* OutcomeLabel(const EngineEvent& final_event);
+// The blossom_requests_total outcome of a call refused with `code` ("invalid_argument", ...).
+const char* StatusCodeLabel(absl::StatusCode code);
 // Whether `outcome` is one of OutcomeLabel's rather than a refusal's (a status code label).
 bool IsEngineOutcome(const std::string& outcome);
 

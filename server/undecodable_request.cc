@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
-#include "server/blossom_service.h"
+#include "grpcpp/server_context.h"
 #include "server/grpc_status.h"
 #include "server/status_details.h"
 #include "spdlog/spdlog.h"
@@ -73,12 +73,10 @@ class UndecodableRequestInterceptorFactory final
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    // Only where one request message is read: for a client-streaming or bidi method (health's
-    // Watch is server streaming; reflection is bidi) a null message is the stream's normal end.
-    const auto type = info->type();
+    // Unary methods only (the header says why streams are left alone; for client-streaming and
+    // bidi methods a null message is also the stream's normal end).
     if (info->method() == nullptr ||
-        (type != grpc::experimental::ServerRpcInfo::Type::UNARY &&
-         type != grpc::experimental::ServerRpcInfo::Type::SERVER_STREAMING)) {
+        info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) {
       return nullptr;
     }
     return new UndecodableRequestInterceptor(info, &authenticate_, metrics_);
@@ -101,8 +99,7 @@ absl::Status UndecodableRequestStatus(absl::string_view method) {
 }
 
 bool IsGenerationMethod(absl::string_view method) {
-  return method == "/blossom.v1.Blossom/Generate" ||
-         method == "/blossom.v1.Blossom/GenerateStream" ||
+  return method == "/blossom.v1.Blossom/Generate" || method == kGenerateStreamMethod ||
          method == "/blossom.v1.Blossom/BeamSearch";
 }
 

@@ -4,17 +4,19 @@
 // as the method's message (malformed protobuf, a proto3 string field that is not UTF-8, a call
 // half-closed without its message) with UNIMPLEMENTED and an empty message, before the service
 // sees the call. UNIMPLEMENTED tells a client the method does not exist, which is false, and
-// says nothing of what to fix. This server interceptor notices the failed decode (gRPC hands
-// interceptors a null message at POST_RECV_MESSAGE) and rewrites that status, at
-// PRE_SEND_STATUS, to INVALID_ARGUMENT naming the message type, with the ErrorInfo reason
-// INVALID_REQUEST; a client that presents no valid API key where keys are required gets the
-// service's UNAUTHENTICATED instead, as for any other call, so the answer reveals nothing to it.
-// A generation RPC refused so counts in blossom_requests_total{outcome="invalid_argument"} like
-// the service's own refusals.
+// says nothing of what to fix. The refusal is INVALID_ARGUMENT naming the message type
+// (UndecodableRequestStatus), with the ErrorInfo reason INVALID_REQUEST; a client that presents
+// no valid API key where keys are required gets the service's UNAUTHENTICATED instead, as for
+// any other call, so the answer reveals nothing to it. A generation RPC refused so counts in
+// blossom_requests_total{outcome="invalid_argument"} like the service's own refusals.
 //
-// Only unary and server-streaming methods are intercepted: there one request message is read, and
-// a null one means it did not decode (for client-streaming and bidi methods it is the stream's
-// normal end).
+// Two ways, by cost. For unary methods, a server interceptor (UndecodableRequestInterceptors)
+// notices the failed decode (gRPC hands interceptors a null message at POST_RECV_MESSAGE) and
+// rewrites that status at PRE_SEND_STATUS: a unary call has a handful of operations, so the
+// interceptor's extra core batch per operation costs nothing that matters. A server-streaming
+// call would pay it on every streamed token, so GenerateStream is a raw method that parses its
+// own bytes instead (BlossomService::GenerateStream) and answers the same way; streaming
+// methods are never intercepted (grpc.health.v1's Watch keeps gRPC's answers).
 //
 // Thread-safety: the factory is called concurrently by gRPC; each interceptor belongs to one call
 // and sets its state in the batch that receives the message, before the status is sent.
@@ -44,6 +46,9 @@ using AuthenticateFn = std::function<absl::Status(const ClientMetadata& metadata
 // The INVALID_ARGUMENT status for a request to `method` ("/package.Service/Method") that did not
 // decode: names the request type where the descriptor pool knows the method.
 absl::Status UndecodableRequestStatus(absl::string_view method);
+
+// The path of blossom.v1.Blossom's GenerateStream, which parses its own request bytes.
+inline constexpr char kGenerateStreamMethod[] = "/blossom.v1.Blossom/GenerateStream";
 
 // Whether `method` is one of the generation RPCs counted in blossom_requests_total.
 bool IsGenerationMethod(absl::string_view method);

@@ -1,6 +1,7 @@
 // Requests whose bytes do not decode as the method's message: gRPC's own answer (the premise),
-// and the interceptor's INVALID_ARGUMENT naming the message type, behind authentication,
-// counted for generation RPCs only, leaving decodable refusals and the server alone.
+// and INVALID_ARGUMENT naming the message type (the interceptor's for unary methods,
+// GenerateStream's own), behind authentication, counted for generation RPCs only, leaving
+// decodable refusals and the server alone.
 #include "server/undecodable_request.h"
 
 #include <memory>
@@ -105,7 +106,10 @@ TEST(UndecodableRequestTest, EveryMethodNamesItsRequestType) {
   const Case cases[] = {
       {"Generate", "blossom.v1.GenerateRequest", kGarbage},
       {"Generate", "blossom.v1.GenerateRequest", kInvalidUtf8Text},
+      {"Generate", "blossom.v1.GenerateRequest", kNoMessage},
+      // GenerateStream parses its own bytes (a raw method); the rest through the interceptor.
       {"GenerateStream", "blossom.v1.GenerateStreamRequest", kGarbage},
+      {"GenerateStream", "blossom.v1.GenerateStreamRequest", kInvalidUtf8Text},
       {"GenerateStream", "blossom.v1.GenerateStreamRequest", kNoMessage},
       {"BeamSearch", "blossom.v1.BeamSearchRequest", kGarbage},
       {"Tokenize", "blossom.v1.TokenizeRequest", kInvalidUtf8Text},
@@ -122,7 +126,7 @@ TEST(UndecodableRequestTest, EveryMethodNamesItsRequestType) {
     EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kInvalidRequest);
   }
   // The generation RPCs' refusals are counted as the service's own are; the others never are.
-  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 5.0);
+  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 7.0);
   // The server is unharmed: a decodable request is served.
   v1::GenerateRequest request;
   request.set_text("Hello");
@@ -155,17 +159,21 @@ TEST(UndecodableRequestTest, AuthenticationComesFirst) {
   options.api_keys = auth::ApiKeys({"secret-key-1"});
   testing::InProcessServer server(options);
   server.Load();
-  const std::string method = "/blossom.v1.Blossom/GenerateStream";
-  grpc::Status status = CallRaw(server.address(), method, kGarbage);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kMissingApiKey);
-  status = CallRaw(server.address(), method, kGarbage, "wrong-key");
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kInvalidApiKey);
-  status = CallRaw(server.address(), method, kGarbage, "secret-key-1");
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(RequestsWithOutcome(server, "unauthenticated"), 2.0);
-  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 1.0);
+  // The stream's own parse and the unary interceptor alike.
+  for (const std::string method :
+       {"/blossom.v1.Blossom/GenerateStream", "/blossom.v1.Blossom/Generate"}) {
+    SCOPED_TRACE(method);
+    grpc::Status status = CallRaw(server.address(), method, kGarbage);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kMissingApiKey);
+    status = CallRaw(server.address(), method, kGarbage, "wrong-key");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(DetailsOf(FromGrpcStatus(status)).reason, error_reason::kInvalidApiKey);
+    status = CallRaw(server.address(), method, kGarbage, "secret-key-1");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(RequestsWithOutcome(server, "unauthenticated"), 4.0);
+  EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 2.0);
 }
 
 TEST(UndecodableRequestTest, StatusNamesTheTypeOnlyWhereKnown) {
