@@ -20,18 +20,22 @@ using ::blossom::http::testing::Client;
 using Ms = std::chrono::milliseconds;
 
 constexpr size_t kStreamBytes = 4 << 20;
+// A stream no kernel can hold for a client that never reads: Linux autotunes a loopback
+// socket's send buffer up to net.ipv4.tcp_wmem's maximum (4 MiB on Debian 12), which swallowed
+// the whole 4 MiB stream about 4 runs in 10 on one VM, leaving nothing for Drain to wait for.
+constexpr size_t kStalledStreamBytes = 32 << 20;
 const char kLastEvent[] = "data: [DONE]\n\n";
 
-// /stream: an event stream of kStreamBytes queued at once (most of it unsent while the client
-// reads slowly), then [DONE]; `ended` is set once the handler has finished. Else "ok".
-Handler StreamHandler(std::promise<void>* ended) {
-  return [ended](const Request& req, std::shared_ptr<ResponseWriter> writer) {
+// /stream: an event stream of `bytes` queued at once (most of it unsent while the client reads
+// slowly), then [DONE]; `ended` is set once the handler has finished. Else "ok".
+Handler StreamHandler(std::promise<void>* ended, size_t bytes = kStreamBytes) {
+  return [ended, bytes](const Request& req, std::shared_ptr<ResponseWriter> writer) {
     if (req.path != "/stream") {
       writer->Send(Response{200, {}, "ok"});
       return;
     }
     writer->StartStream(200, {{"Content-Type", "text/event-stream"}});
-    for (size_t sent = 0; sent < kStreamBytes; sent += 64 << 10) {
+    for (size_t sent = 0; sent < bytes; sent += 64 << 10) {
       writer->QueueChunk(std::string(64 << 10, 'x'));
     }
     writer->QueueChunk(kLastEvent);
@@ -70,7 +74,7 @@ TEST(HttpServerDrainTest, SlowReaderGetsTheWholeStreamBeforeStop) {
 
 TEST(HttpServerDrainTest, StopsAcceptingAndGivesUpAtTheDeadline) {
   std::promise<void> ended;
-  auto server = StartServer(StreamHandler(&ended));
+  auto server = StartServer(StreamHandler(&ended, kStalledStreamBytes));
   Client stalled(server->port(), nullptr, 64 << 10);
   ASSERT_TRUE(stalled.Send("GET /stream HTTP/1.1\r\n\r\n"));  // and never read
   ended.get_future().wait();
