@@ -143,14 +143,14 @@ int Run() {
                    "\"decode_read_bytes\": %d, \"threads\": %d, "
                    "\"prompt_tokens\": %d, \"prefill_ms\": %.3f, \"decode_tokens\": %d, "
                    "\"decode_ms_per_token\": %.3f, \"batch\": %d, \"batch_tokens_per_s\": %.3f, "
-                   "\"read_bandwidth_gbs\": %.3f}",
+                   "\"read_bandwidth_gbs\": %.3f, \"read_width\": \"%s\"}",
                    DTypeName(info.weight_dtype), WeightQuantName(info.quantize),
                    info.quantize_lm_head ? "+head" : "",
                    info.weight_bytes_this_rank, decode_read_bytes,
                    absl::GetFlag(FLAGS_threads), one.prompt_tokens, one.prefill_seconds * 1000.0,
                    static_cast<int>(steps.size()), decode_ms, absl::GetFlag(FLAGS_batch),
                    many.decode_seconds > 0 ? batch_decode_tokens / many.decode_seconds : 0.0,
-                   bandwidth)
+                   bandwidth, ReadWidthName(WidestReadWidth()))
             << std::endl;
   return 0;
 }

@@ -231,7 +231,6 @@ def markdown(report, args):
         labels[p] = ("%s-token prefill, ms" % p.split("@")[1] if p.startswith("prefill")
                      else "batch %s tokens/s" % p.split("@")[1])
     for dtype, engines in report["summary"].items():
-        floor = engines.get("blossom", {}).get("median", {}).get("floor_ms")
         lines += ["## %s" % dtype, "",
                   "| engine | " + " | ".join(labels[p] for p in point_names(args)) + " |",
                   "|---|" + "---|" * len(point_names(args))]
@@ -267,7 +266,9 @@ def markdown(report, args):
             lines.append("| **ratio%s** | %s |" % ("" if own == "blossom" else ", " + own,
                                                    " | ".join(ratios)))
         for own in BLOSSOMS:
+            # Each Blossom row against its own floor (blossom-bf16 reads other bytes).
             decode = engines.get(own, {}).get("median", {}).get("decode_ms")
+            floor = engines.get(own, {}).get("median", {}).get("floor_ms")
             if floor and decode:
                 lines += ["", "Decode floor (the weight bytes a Blossom decode step reads / the "
                           "read bandwidth of a buffer that large, median over runs): "

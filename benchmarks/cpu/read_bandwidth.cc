@@ -1,6 +1,8 @@
 #include "benchmarks/cpu/read_bandwidth.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +26,7 @@ uint64_t SumScalar(const uint64_t* b, const uint64_t* e) {
   return a0 + a1 + a2 + a3;
 }
 
+#if defined(__x86_64__)
 // Four independent accumulators of full-width loads: a cache line (or two) per iteration, as
 // the GEMV kernels stream weight rows.
 __attribute__((target("avx2"))) uint64_t SumAvx2(const uint64_t* b, const uint64_t* e) {
@@ -52,11 +55,15 @@ __attribute__((target("avx512f"))) uint64_t SumAvx512(const uint64_t* b, const u
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(sum)) + SumScalar(b, e);
 }
 
+#endif  // __x86_64__
+
 }  // namespace
 
 ReadWidth WidestReadWidth() {
+#if defined(__x86_64__)
   if (CpuHasAvx512()) return ReadWidth::kAvx512;
   if (CpuHasAvx2Fma()) return ReadWidth::kAvx2;
+#endif
   return ReadWidth::kScalar;
 }
 
@@ -70,11 +77,12 @@ const char* ReadWidthName(ReadWidth width) {
 }
 
 uint64_t SumWords(const uint64_t* begin, const uint64_t* end, ReadWidth width) {
-  switch (width) {
-    case ReadWidth::kAvx512: return SumAvx512(begin, end);
-    case ReadWidth::kAvx2: return SumAvx2(begin, end);
-    case ReadWidth::kScalar: break;
-  }
+#if defined(__x86_64__)
+  if (width == ReadWidth::kAvx512) return SumAvx512(begin, end);
+  if (width == ReadWidth::kAvx2) return SumAvx2(begin, end);
+#else
+  (void)width;
+#endif
   return SumScalar(begin, end);
 }
 
@@ -101,10 +109,10 @@ double ReadBandwidthGbs(size_t bytes, int threads, int repetitions) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds / 1e9);
   }
-  // Observable sums: the reads cannot be dropped.
-  uint64_t all = 0;
-  for (uint64_t sum : sums) all += sum;
-  return all == 1 ? best + 0.0 : best;
+  // The sums go to a volatile, so no compiler may drop the reads behind them.
+  volatile uint64_t sink = 0;
+  for (uint64_t sum : sums) sink = sink + sum;
+  return best;
 }
 
 }  // namespace blossom

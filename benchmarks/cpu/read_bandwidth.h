@@ -2,7 +2,7 @@
 // each sum a disjoint part of a buffer with the widest loads this CPU has, as the kernels read
 // weights (AVX-512, else AVX2, else 64-bit scalar). Narrower loads understate what a core can
 // pull: on a 2-vCPU Xeon without AMX (2026-11-29) 8-byte loads read 19.5 GB/s over 1 GiB where
-// 64-byte loads read 26.1, and the fp32 decode, at 24, came out at "0.68x the floor".
+// 64-byte loads read 26.1 in the same minute (1.34x).
 //
 // Thread-safety: free functions; ReadBandwidthGbs starts and joins its own threads.
 #ifndef BLOSSOM_BENCHMARKS_CPU_READ_BANDWIDTH_H_
@@ -15,7 +15,7 @@ namespace blossom {
 
 enum class ReadWidth { kScalar, kAvx2, kAvx512 };
 
-// The widest loads this CPU runs.
+// The widest loads this CPU runs (scalar off x86-64).
 ReadWidth WidestReadWidth();
 const char* ReadWidthName(ReadWidth width);
 
