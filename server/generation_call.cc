@@ -424,9 +424,7 @@ class StreamGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBu
     Next next;
     if (!started_ || writing_ || finish_called_) return next;
     if (!pending_.empty() && !broken_) {
-      // Serialized as gRPC would for a typed write (the string's bytes move into the slice).
-      grpc::Slice slice(pending_.front().SerializeAsString());
-      current_ = grpc::ByteBuffer(&slice, 1);
+      current_message_ = std::move(pending_.front());  // serialized in Act, outside mutex_
       pending_.pop_front();
       writing_ = true;
       next.action = Next::kWrite;
@@ -438,12 +436,22 @@ class StreamGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBu
     return next;
   }
   void Act(const Next& next) {
-    if (next.action == Next::kWrite) StartWrite(&current_);
+    if (next.action == Next::kWrite) {
+      // Serialized as gRPC serializes a typed write. writing_ keeps current_message_ and
+      // current_ this thread's until OnWriteDone.
+      grpc::ByteBuffer bytes;
+      bool own_buffer = false;
+      grpc::SerializationTraits<v1::GenerateStreamResponse>::Serialize(current_message_, &bytes,
+                                                                       &own_buffer);
+      current_.Swap(&bytes);
+      StartWrite(&current_);
+    }
     if (next.action == Next::kFinish) Finish(next.status);
   }
 
   std::deque<v1::GenerateStreamResponse> pending_;  // guarded by mutex_
-  grpc::ByteBuffer current_;                        // owned by the write in flight
+  v1::GenerateStreamResponse current_message_;      // owned by the write in flight
+  grpc::ByteBuffer current_;                        // its bytes, likewise
   bool writing_ = false;                            // guarded by mutex_
   bool broken_ = false;                             // guarded by mutex_
 };
@@ -472,7 +480,9 @@ grpc::ServerUnaryReactor* BlossomService::Generate(grpc::CallbackServerContext* 
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BlossomService::GenerateStream(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes) {
-  absl::Status admitted = Admit(context, /*generation=*/true);
+  // In the unary RPCs' order (their undecodable requests are answered by the interceptor, which
+  // authenticates only): the caller's key, then the bytes, then the server's state.
+  absl::Status admitted = Authenticate(context->client_metadata());
   v1::GenerateStreamRequest stream_request;
   if (admitted.ok()) {
     // A call half-closed without a message has no buffer; an empty message has an empty one.
@@ -489,6 +499,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BlossomService::GenerateStream(
                    std::string(admitted.message()));
     }
   }
+  if (admitted.ok()) admitted = Admit(context, /*generation=*/true);
   if (!admitted.ok()) {
     if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
     return new RefusedStreamReactor(ToGrpcStatus(admitted));

@@ -15,8 +15,10 @@
 // rewrites that status at PRE_SEND_STATUS: a unary call has a handful of operations, so the
 // interceptor's extra core batch per operation costs nothing that matters. A server-streaming
 // call would pay it on every streamed token, so GenerateStream is a raw method that parses its
-// own bytes instead (BlossomService::GenerateStream) and answers the same way; streaming
-// methods are never intercepted (grpc.health.v1's Watch keeps gRPC's answers).
+// own bytes instead (BlossomService::GenerateStream) and answers the same way, in the same order:
+// the key, then the bytes, then the server's state (a loading or draining server still answers
+// INVALID_ARGUMENT for bytes no retry could make decode). Other streaming methods are never
+// intercepted (grpc.health.v1's Watch keeps gRPC's answers).
 //
 // Thread-safety: the factory is called concurrently by gRPC; each interceptor belongs to one call
 // and sets its state in the batch that receives the message, before the status is sent.

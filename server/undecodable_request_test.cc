@@ -144,10 +144,15 @@ TEST(UndecodableRequestTest, EveryMethodNamesItsRequestType) {
 TEST(UndecodableRequestTest, DecodableRefusalsKeepTheServicesAnswer) {
   testing::InProcessServer server;
   server.Load();
-  // An empty message decodes (every field at its default): the service names the missing prompt.
-  const grpc::Status status = CallRaw(server.address(), "/blossom.v1.Blossom/Generate", "");
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_FALSE(absl::StrContains(status.error_message(), "does not decode")) << status.error_message();
+  // An empty message decodes (every field at its default): the service names the missing prompt,
+  // on the interceptor's path and on GenerateStream's own (an empty buffer, not a missing one).
+  for (const std::string method :
+       {"/blossom.v1.Blossom/Generate", "/blossom.v1.Blossom/GenerateStream"}) {
+    const grpc::Status status = CallRaw(server.address(), method, "");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_TRUE(absl::StrContains(status.error_message(), "prompt is missing"))
+        << method << ": " << status.error_message();
+  }
   // A method that does not exist stays gRPC's UNIMPLEMENTED.
   EXPECT_EQ(CallRaw(server.address(), "/blossom.v1.Blossom/NoSuchMethod", kGarbage).error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
@@ -174,6 +179,21 @@ TEST(UndecodableRequestTest, AuthenticationComesFirst) {
   }
   EXPECT_EQ(RequestsWithOutcome(server, "unauthenticated"), 4.0);
   EXPECT_EQ(RequestsWithOutcome(server, "invalid_argument"), 2.0);
+}
+
+// While the model loads, bytes that can never decode are still INVALID_ARGUMENT (no retry would
+// help), on both paths; a decodable request gets the loading server's UNAVAILABLE.
+TEST(UndecodableRequestTest, ALoadingServerStillNamesTheUndecodableRequest) {
+  testing::InProcessServer server;  // not loaded
+  for (const std::string method :
+       {"/blossom.v1.Blossom/GenerateStream", "/blossom.v1.Blossom/Generate"}) {
+    EXPECT_EQ(CallRaw(server.address(), method, kGarbage).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << method;
+    EXPECT_EQ(CallRaw(server.address(), method, std::string("\x0a\x02hi", 4)).error_code(),
+              grpc::StatusCode::UNAVAILABLE)
+        << method;
+  }
 }
 
 TEST(UndecodableRequestTest, StatusNamesTheTypeOnlyWhereKnown) {
