@@ -86,9 +86,11 @@ absl::Status BlossomService::Authenticate(
 }
 
 absl::Status BlossomService::Admit(grpc::CallbackServerContext* context, bool generation) const {
-  if (absl::Status authenticated = Authenticate(context->client_metadata()); !authenticated.ok()) {
-    return authenticated;
-  }
+  absl::Status authenticated = Authenticate(context->client_metadata());
+  return authenticated.ok() ? AdmitState(generation) : authenticated;
+}
+
+absl::Status BlossomService::AdmitState(bool generation) const {
   switch (state()) {
     case State::kLoading:
       return WithRetryDelay(WithReason(absl::UnavailableError("the model is loading; retry later"),

@@ -119,6 +119,8 @@ class BlossomService final
  private:
   // OK, or the status a call must be refused with (auth, loading, draining).
   absl::Status Admit(grpc::CallbackServerContext* context, bool generation) const;
+  // Admit's second half: what the server's state (loading, draining, failed) allows.
+  absl::Status AdmitState(bool generation) const;
   std::string RequestIdFor(grpc::CallbackServerContext* context,
                            const v1::GenerateRequest& request);
 

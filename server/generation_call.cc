@@ -499,7 +499,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BlossomService::GenerateStream(
                    std::string(admitted.message()));
     }
   }
-  if (admitted.ok()) admitted = Admit(context, /*generation=*/true);
+  if (admitted.ok()) admitted = AdmitState(/*generation=*/true);
   if (!admitted.ok()) {
     if (metrics_) metrics_->CountRequest(StatusCodeLabel(admitted.code()));
     return new RefusedStreamReactor(ToGrpcStatus(admitted));

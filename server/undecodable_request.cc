@@ -59,7 +59,7 @@ class UndecodableRequestInterceptor final : public grpc::experimental::Intercept
 
  private:
   grpc::experimental::ServerRpcInfo* const info_;  // gRPC's, outlives the interceptor
-  const std::string method_;
+  const char* const method_;  // the registered method's name, which the server owns
   const AuthenticateFn* const authenticate_;  // owned by the factory, which outlives the call
   ServerMetrics* const metrics_;
   bool undecodable_ = false;

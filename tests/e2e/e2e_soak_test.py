@@ -26,6 +26,7 @@ import json
 import os
 import random
 import re
+import statistics
 import time
 import unittest
 import urllib.request
@@ -76,6 +77,11 @@ class Traffic:
 
     def note(self, kind):
         self.outcomes[kind] = self.outcomes.get(kind, 0) + 1
+
+    def abandon(self, kind, i, asked):
+        """Notes a request whose client went away, for check_abandoned_requests."""
+        self.note(kind)
+        self.abandoned.append((kind, self.request_id(i), asked))
 
     async def completion(self, session, i, n):
         tag = f"{self.round}-{i}"
@@ -146,8 +152,7 @@ class Traffic:
                     chunks += 1
                     if drop and chunks == 2:
                         r.close()  # the client goes away mid-stream
-                        self.note("chat dropped")
-                        self.abandoned.append(("chat dropped", self.request_id(i), want))
+                        self.abandon("chat dropped", i, want)
                         return
         self.note("chat stream")
 
@@ -165,8 +170,7 @@ class Traffic:
                     tokens += 1
                     if drop and tokens == 1:
                         r.close()
-                        self.note("tgi dropped")
-                        self.abandoned.append(("tgi dropped", self.request_id(i), want))
+                        self.abandon("tgi dropped", i, want)
                         return
         self.test.assertEqual(tokens, want)
         self.note("tgi stream")
@@ -223,9 +227,7 @@ class Traffic:
             self.note("finished before its timeout")
         except asyncio.TimeoutError:
             # Once the 200 came, the server surely had the request; before, perhaps not yet.
-            kind = "timed out streaming" if answered else "timed out waiting"
-            self.note(kind)
-            self.abandoned.append((kind, self.request_id(i), 1000))
+            self.abandon("timed out streaming" if answered else "timed out waiting", i, 1000)
 
     async def tokenize(self, session, i, n):
         text = f"Tokenize {self.round} {i} " * (1 + n % 4)
@@ -249,8 +251,7 @@ class Traffic:
             got += chunk.token is not None
             if cancel and got == 2:
                 stream.cancel()
-                self.note("grpc cancelled")
-                self.abandoned.append(("grpc cancelled", self.request_id(i), want))
+                self.abandon("grpc cancelled", i, want)
                 return
         self.test.assertEqual(got, want)
         self.note("grpc stream")
@@ -310,11 +311,6 @@ def rss_anon_mib(pid):
             if line.startswith("RssAnon:"):
                 return int(line.split()[1]) / 1024.0
     raise KeyError("RssAnon")
-
-
-def median_of(values):
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 def gateway_metric(gateway, name):
@@ -415,9 +411,9 @@ class MemoryGrowthTest(unittest.TestCase):
             measured = samples[WARMUP_ROUNDS - 1:]
             half = len(measured) // 2
             for column, name in ((1, "blossom-server"), (2, "blossom-gateway")):
-                first = median_of([m[column] for m in measured[:3]])
-                middle = median_of([m[column] for m in measured[half - 1:half + 2]])
-                last = median_of([m[column] for m in measured[-3:]])
+                first = statistics.median([m[column] for m in measured[:3]])
+                middle = statistics.median([m[column] for m in measured[half - 1:half + 2]])
+                last = statistics.median([m[column] for m in measured[-3:]])
                 served = REQUESTS_PER_ROUND * ROUNDS
                 print(f"{name}: {last - first:+.1f} MiB over {ROUNDS} rounds ({served} "
                       f"requests), {last - middle:+.1f} MiB over the last {len(measured) - half}",
